@@ -1,0 +1,29 @@
+/* The quill command-line tool: one file per subcommand, each a thin client of libquill. */
+#ifndef QUILL_CLI_H
+#define QUILL_CLI_H
+
+#include "quill.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+int cmd_inspect(int argc, char **argv);
+int cmd_tensor(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Prints "quill: <message>" to stderr and returns the exit code 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Writes s as a JSON string literal (quotes included). */
+void cli_json_string(FILE *f, const char *s, size_t len);
+/* Parses a whole decimal number into *out within [lo, hi]; false on junk or out of range. */
+bool cli_parse_long(const char *s, long lo, long hi, long *out);
+bool cli_parse_double(const char *s, double lo, double hi, double *out);
+
+#endif

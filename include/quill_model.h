@@ -1,0 +1,143 @@
+/* libquill: tokenizer, model, inference context, sampling. Included by quill.h. */
+#ifndef QUILL_MODEL_H
+#define QUILL_MODEL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* SentencePiece-style ("llama") tokenizer read from tokenizer.ggml.* metadata. */
+typedef struct quill_tokenizer quill_tokenizer;
+
+/* Token types stored in tokenizer.ggml.token_type. */
+enum {
+    QUILL_TOKEN_UNDEFINED = 0, QUILL_TOKEN_NORMAL = 1, QUILL_TOKEN_UNKNOWN = 2,
+    QUILL_TOKEN_CONTROL = 3, QUILL_TOKEN_USER_DEFINED = 4, QUILL_TOKEN_UNUSED = 5,
+    QUILL_TOKEN_BYTE = 6
+};
+
+quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, quill_error *err);
+void quill_tokenizer_free(quill_tokenizer *t);
+
+int32_t quill_tokenizer_n_vocab(const quill_tokenizer *t);
+int32_t quill_tokenizer_bos(const quill_tokenizer *t);   /* -1 when the model has none */
+int32_t quill_tokenizer_eos(const quill_tokenizer *t);
+bool quill_tokenizer_add_bos(const quill_tokenizer *t);
+bool quill_tokenizer_add_eos(const quill_tokenizer *t);
+/* End of generation: EOS, EOT and similar control tokens. */
+bool quill_tokenizer_is_eog(const quill_tokenizer *t, int32_t id);
+int quill_tokenizer_token_type(const quill_tokenizer *t, int32_t id);
+/* The vocabulary entry as stored (e.g. "▁the", "<0x0A>", "</s>"); NULL for an invalid id. */
+const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id);
+
+/* Text to ids. `add_special` adds BOS/EOS as the model's add_bos_token/add_eos_token ask;
+ * `parse_special` turns control-token text such as "</s>" into its id. *tokens is malloc'd. */
+quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **tokens, size_t *n_tokens, quill_error *err);
+
+/* The bytes a token stands for ("▁" becomes a space, <0xNN> a byte; control tokens give nothing
+ * unless `render_special`). Returns the byte count, which may exceed `cap` (nothing is written
+ * past it); -1 for an invalid id. */
+int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* Streaming detokenizer: bytes of a UTF-8 character split across tokens are held back until the
+ * character is complete, and the space the tokenizer put in front of the first word is removed. */
+typedef struct quill_detokenizer {
+    const quill_tokenizer *tok;
+    bool render_special;
+    bool at_start;          /* next piece is the first of the text: strip its leading space */
+    unsigned char pending[8];
+    int n_pending;
+} quill_detokenizer;
+
+void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special);
+/* Feeds one token; writes the bytes now complete to `out` (cap >= 256 is always enough) and
+ * returns their count. Invalid UTF-8 sequences come out as U+FFFD. */
+size_t quill_detokenizer_push(quill_detokenizer *d, int32_t id, char *out, size_t cap);
+/* Emits whatever is still held (an incomplete character becomes U+FFFD). */
+size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap);
+
+/* ---------------------------------------------------------------- model */
+
+/* Llama hyperparameters, from llama.* metadata with the reference's defaults where absent. */
+typedef struct quill_hparams {
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    int64_t n_rot;          /* rope.dimension_count: how many dims of each head are rotated */
+    double rope_base;       /* rope.freq_base */
+    double rms_eps;         /* attention.layer_norm_rms_epsilon */
+    bool tied_output;       /* no output.weight: the logits reuse token_embd.weight */
+} quill_hparams;
+
+/* Reads and checks the hyperparameters of a Llama GGUF (refuses other architectures). */
+quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, quill_error *err);
+
+typedef struct quill_model quill_model;
+
+/* Maps the file, checks every tensor's presence, type and shape, and loads the tokenizer. The
+ * weights stay in the mapping in their stored type. */
+quill_status quill_model_load(const char *path, quill_model **out, quill_error *err);
+void quill_model_free(quill_model *m);
+const quill_hparams *quill_model_hparams(const quill_model *m);
+const quill_tokenizer *quill_model_tokenizer(const quill_model *m);
+const quill_gguf *quill_model_gguf(const quill_model *m);
+
+/* ---------------------------------------------------------------- inference context */
+
+typedef struct quill_context quill_context;
+
+typedef struct quill_context_params {
+    int n_ctx;          /* context length in tokens; 0 = the model's training context */
+    int n_threads;      /* 0 = all online CPUs */
+    bool reference;     /* float64 reference path: plain loops over dequantized weights */
+} quill_context_params;
+
+/* Called with every intermediate tensor of an evaluation, named as the reference names them
+ * ("attn_norm-0", "Qcur-0", ...); dims are ggml-style, ne[0] contiguous. */
+typedef void (*quill_trace_fn)(const char *name, const float *data, int n_dims, const int64_t *ne,
+                               void *user);
+
+quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
+                               quill_error *err);
+void quill_context_free(quill_context *c);
+/* Tokens already in the KV cache. */
+int quill_context_pos(const quill_context *c);
+int quill_context_n_ctx(const quill_context *c);
+/* Forgets cached tokens from position `pos` on (0 clears the conversation). */
+void quill_context_truncate(quill_context *c, int pos);
+void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);
+
+/* Evaluates `n` tokens at the next positions, as one batch. `logits` receives n × n_vocab floats
+ * (one row per token) when `all_logits`, else only the last token's n_vocab; it may be NULL. */
+quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
+                        quill_error *err);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct quill_sampler_params {
+    float temperature;      /* 0 = greedy */
+    int top_k;              /* 0 = off */
+    float top_p;            /* 1 = off */
+    float min_p;            /* 0 = off */
+    float repeat_penalty;   /* 1 = off */
+    int repeat_last_n;      /* window of recent tokens the penalty looks at */
+    uint64_t seed;
+} quill_sampler_params;
+
+quill_sampler_params quill_sampler_defaults(void);
+
+typedef struct quill_sampler quill_sampler;
+quill_status quill_sampler_new(const quill_sampler_params *p, int32_t n_vocab, quill_sampler **out,
+                               quill_error *err);
+void quill_sampler_free(quill_sampler *s);
+/* Records a token (prompt or generated) for the repetition penalty window. */
+void quill_sampler_accept(quill_sampler *s, int32_t token);
+/* Picks the next token from logits (which it may modify). */
+int32_t quill_sampler_sample(quill_sampler *s, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

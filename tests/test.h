@@ -1,0 +1,57 @@
+/* A tiny test framework: TEST(name) registers a function at load time, so a new test file needs
+ * no central list. Assertions record a failure and return from the test. */
+#ifndef QUILL_TEST_H
+#define QUILL_TEST_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, const char *file, test_fn fn);
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void test_skip(const char *why);
+
+#define TEST(name)                                                                   \
+    static void test_##name(void);                                                   \
+    __attribute__((constructor)) static void test_register_##name(void) {            \
+        test_register(#name, __FILE__, test_##name);                                 \
+    }                                                                                \
+    static void test_##name(void)
+
+#define CHECK(cond, ...)                                                             \
+    do {                                                                             \
+        if (!(cond)) { test_fail(__FILE__, __LINE__, "CHECK(" #cond ") " __VA_ARGS__); return; } \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                           \
+    do {                                                                             \
+        long long a_ = (long long)(a), b_ = (long long)(b);                          \
+        if (a_ != b_) { test_fail(__FILE__, __LINE__, "%s == %lld, expected %s == %lld", #a, a_, #b, b_); return; } \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                              \
+    do {                                                                             \
+        const char *h_ = (hay), *n_ = (needle);                                      \
+        if (!h_ || !strstr(h_, n_)) { test_fail(__FILE__, __LINE__, "expected \"%s\" in \"%s\"", n_, h_ ? h_ : "(null)"); return; } \
+    } while (0)
+
+/* ../shared (or $QUILL_SHARED). Returns NULL and marks the test skipped — or failed when
+ * QUILL_REQUIRE_SHARED=1, as in CI — when the reference data is missing. */
+const char *shared_dir(void);
+#define REQUIRE_SHARED(var)                                                          \
+    const char *var = shared_dir();                                                  \
+    if (!var) return
+
+/* Path helpers: a static-duration buffer per call site would be awkward, so these return malloc'd
+ * strings the caller frees. */
+char *path_join(const char *a, const char *b);
+/* Reads a whole file; returns NULL on failure. */
+void *read_file(const char *path, size_t *size);
+/* Path of the built quill binary (for CLI tests) and a fresh temporary directory. */
+const char *quill_bin(void);
+const char *tmp_dir(void);
+/* Runs a shell command, capturing stdout (and stderr when merge_stderr); returns the exit status. */
+int run_cmd(const char *cmd, char **out, bool merge_stderr);
+
+#endif
