@@ -21,6 +21,8 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "describe a GGUF file: metadata, tensors, hyperparameters"},
     {"tensor", cmd_tensor, "write one tensor, dequantized, as raw float32"},
     {"compare", cmd_compare, "compare two trace files tensor by tensor"},
+    {"quantize", cmd_quantize, "quantize a model (q4_k_m, q8_0, ...) as the reference quantizer does"},
+    {"synth", cmd_synth, "write a random-weight Llama GGUF with a real tokenizer"},
 };
 
 static void usage(FILE *f) {

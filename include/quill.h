@@ -191,10 +191,22 @@ quill_status quill_gguf_writer_add_tensor(quill_gguf_writer *w, const char *name
                                           uint32_t n_dims, const int64_t *ne, const void *data);
 quill_status quill_gguf_writer_write(quill_gguf_writer *w, const char *path, quill_error *err);
 
+/* Streaming, for files too large to build in memory: declare tensors without data, write the
+ * header with begin_stream, then pass every declared tensor's bytes in declaration order to
+ * stream_data (in pieces of any size; padding is added between tensors; tensors added with data
+ * are written when the stream reaches them) and close with finish_stream, which fails when data
+ * is missing. Metadata and tensors cannot be added once streaming has begun. */
+quill_status quill_gguf_writer_add_tensor_info(quill_gguf_writer *w, const char *name, uint32_t type,
+                                               uint32_t n_dims, const int64_t *ne);
+quill_status quill_gguf_writer_begin_stream(quill_gguf_writer *w, const char *path, quill_error *err);
+quill_status quill_gguf_writer_stream_data(quill_gguf_writer *w, const void *data, size_t n, quill_error *err);
+quill_status quill_gguf_writer_finish_stream(quill_gguf_writer *w, quill_error *err);
+
 #ifdef __cplusplus
 }
 #endif
 
 #include "quill_model.h"
+#include "quill_chat.h"
 
 #endif

@@ -54,9 +54,10 @@ typedef struct quill_detokenizer {
 
 void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special);
 /* Feeds one token; writes the bytes now complete to `out` (cap >= 256 is always enough) and
- * returns their count. Invalid UTF-8 sequences come out as U+FFFD. */
+ * returns their count. Each byte of an invalid UTF-8 sequence comes out as U+FFFD, as the
+ * reference renders text. */
 size_t quill_detokenizer_push(quill_detokenizer *d, int32_t id, char *out, size_t cap);
-/* Emits whatever is still held (an incomplete character becomes U+FFFD). */
+/* Emits whatever is still held (each byte of an incomplete character becomes U+FFFD). */
 size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap);
 
 /* ---------------------------------------------------------------- model */
@@ -113,6 +114,36 @@ void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);
 quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
                         quill_error *err);
 
+/* ---------------------------------------------------------------- traces */
+
+/* Records what a quill_trace_fn receives; tensors seen again (the next micro-batch of the same
+ * prompt) are appended along their last dimension, the token dimension. */
+typedef struct quill_trace_recorder quill_trace_recorder;
+quill_trace_recorder *quill_trace_recorder_new(void);
+void quill_trace_recorder_free(quill_trace_recorder *r);
+/* A quill_trace_fn: pass the recorder as `user`. */
+void quill_trace_record(const char *name, const float *data, int n_dims, const int64_t *ne, void *recorder);
+/* Writes every recorded tensor as F32 into a GGUF file, like the reference's trace files. */
+quill_status quill_trace_recorder_write(const quill_trace_recorder *r, const char *path, quill_error *err);
+
+/* Position of a trace tensor name in the forward pass ("inp_embd" first, "result_norm" last);
+ * names it does not know sort after all others. */
+int64_t quill_trace_rank(const char *name);
+
+typedef struct quill_trace_diff {
+    const char *name;
+    int64_t n_elements;
+    double max_abs;         /* max |a - b| */
+    double max_ref;         /* max |b| */
+    double rel;             /* max_abs / max_ref: error relative to the tensor's scale */
+    double rms_rel;         /* rms(a - b) / rms(b) */
+} quill_trace_diff;
+
+/* Compares every tensor the two trace files share (b is the reference), in forward order.
+ * *diffs is malloc'd; *first_bad is the index of the first tensor with rel > tol, or -1. */
+quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
+                                 size_t *n_diffs, int64_t *first_bad, quill_error *err);
+
 /* ---------------------------------------------------------------- sampling */
 
 typedef struct quill_sampler_params {
@@ -135,6 +166,22 @@ void quill_sampler_free(quill_sampler *s);
 void quill_sampler_accept(quill_sampler *s, int32_t token);
 /* Picks the next token from logits (which it may modify). */
 int32_t quill_sampler_sample(quill_sampler *s, float *logits);
+
+/* ---------------------------------------------------------------- chat prompts (see quill_chat.h) */
+
+struct quill_chat_message;
+/* The template that applies to a model: `override_src` when given, else the model's own
+ * tokenizer.chat_template, else the built-in template `format` (chatml, llama2, ...). *out is a
+ * malloc'd copy. QUILL_E_NOT_FOUND when none applies. */
+quill_status quill_chat_template_for(const quill_model *m, const char *override_src, const char *format,
+                                     char **out, quill_error *err);
+/* Renders a conversation and tokenizes it with special-token parsing on; BOS is added as the
+ * model asks unless the rendered text already starts with it. *tokens (and *text when not NULL,
+ * the rendered prompt) are malloc'd. */
+quill_status quill_chat_tokenize(const quill_model *m, const char *template_src,
+                                 const struct quill_chat_message *msgs, size_t n_msgs,
+                                 bool add_generation_prompt, int32_t **tokens, size_t *n_tokens,
+                                 char **text, quill_error *err);
 
 #ifdef __cplusplus
 }

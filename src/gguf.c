@@ -19,11 +19,21 @@
 #define GGUF_MAX_DIMS 4
 /* Real files never nest arrays; a bound keeps hostile files from exhausting the stack. */
 #define GGUF_MAX_ARRAY_DEPTH 8
+#define GGUF_MAX_ALIGNMENT (1u << 20)
 
 typedef struct {
     const char *name;
     uint64_t index;
 } name_ref;
+
+/* Keys and tensor names are copied into chunks that never move, sized by what the directory
+ * holds rather than by the file (a 30 GB model must not cost a 30 GB allocation). */
+#define GGUF_NAME_CHUNK 65536
+typedef struct name_chunk {
+    struct name_chunk *next;
+    size_t used, cap;
+    char bytes[];
+} name_chunk;
 
 struct quill_gguf {
     char *path;
@@ -38,7 +48,7 @@ struct quill_gguf {
     quill_gguf_tensor *tensors;
     name_ref *kv_sorted;
     name_ref *tensor_sorted;
-    char *names;              /* arena holding every NUL-terminated key and tensor name */
+    name_chunk *names;        /* every NUL-terminated key and tensor name */
 };
 
 /* A bounds-checked cursor over the file's bytes. */
@@ -65,26 +75,28 @@ const char *quill_gguf_type_name(uint32_t t) {
 
 static uint64_t remaining(const reader *r) { return r->g->size - r->pos; }
 
-static quill_status need(reader *r, uint64_t n, const char *what) {
+/* `owner` (may be NULL) names the key or tensor the bytes belong to, for the message. */
+static quill_status need(reader *r, uint64_t n, const char *what, const char *owner) {
     if (n > remaining(r))
         return quill_fail(r->err, QUILL_E_FORMAT,
-                          "%s: offset %llu: truncated %s: needs %llu bytes but the file ends after %llu "
-                          "(file size %zu); the file is incomplete, download or convert it again",
-                          label(r->g), (unsigned long long)r->pos, what, (unsigned long long)n,
+                          "%s: offset %llu: truncated %s%s%s%s: needs %llu bytes but the file ends after "
+                          "%llu (file size %zu); the file is incomplete, download or convert it again",
+                          label(r->g), (unsigned long long)r->pos, what, owner ? " of '" : "",
+                          owner ? owner : "", owner ? "'" : "", (unsigned long long)n,
                           (unsigned long long)remaining(r), r->g->size);
     return QUILL_OK;
 }
 
-static quill_status read_u32(reader *r, uint32_t *v, const char *what) {
-    quill_status s = need(r, 4, what);
+static quill_status read_u32(reader *r, uint32_t *v, const char *what, const char *owner) {
+    quill_status s = need(r, 4, what, owner);
     if (s) return s;
     memcpy(v, r->g->base + r->pos, 4);
     r->pos += 4;
     return QUILL_OK;
 }
 
-static quill_status read_u64(reader *r, uint64_t *v, const char *what) {
-    quill_status s = need(r, 8, what);
+static quill_status read_u64(reader *r, uint64_t *v, const char *what, const char *owner) {
+    quill_status s = need(r, 8, what, owner);
     if (s) return s;
     memcpy(v, r->g->base + r->pos, 8);
     r->pos += 8;
@@ -92,15 +104,17 @@ static quill_status read_u64(reader *r, uint64_t *v, const char *what) {
 }
 
 /* A string: its bytes stay in the mapping; *len and *data describe them. */
-static quill_status read_str(reader *r, const uint8_t **data, uint64_t *len, const char *what) {
+static quill_status read_str(reader *r, const uint8_t **data, uint64_t *len, const char *what,
+                             const char *owner) {
     uint64_t start = r->pos;
-    quill_status s = read_u64(r, len, what);
+    quill_status s = read_u64(r, len, what, owner);
     if (s) return s;
     if (*len > remaining(r))
         return quill_fail(r->err, QUILL_E_FORMAT,
-                          "%s: offset %llu: %s length %llu runs past the end of the file (%llu bytes "
-                          "left); the file is truncated or corrupt",
-                          label(r->g), (unsigned long long)start, what, (unsigned long long)*len,
+                          "%s: offset %llu: %s%s%s%s length %llu runs past the end of the file (%llu "
+                          "bytes left); the file is truncated or corrupt",
+                          label(r->g), (unsigned long long)start, what, owner ? " of '" : "",
+                          owner ? owner : "", owner ? "'" : "", (unsigned long long)*len,
                           (unsigned long long)remaining(r));
     *data = r->g->base + r->pos;
     r->pos += *len;
@@ -112,8 +126,8 @@ static quill_status read_value(reader *r, uint32_t type, quill_gguf_value *v, in
 static quill_status read_array(reader *r, quill_gguf_value *v, int depth, const char *key) {
     uint64_t start = r->pos;
     quill_status s;
-    if ((s = read_u32(r, &v->elem_type, "array element type"))) return s;
-    if ((s = read_u64(r, &v->count, "array length"))) return s;
+    if ((s = read_u32(r, &v->elem_type, "array element type", key))) return s;
+    if ((s = read_u64(r, &v->count, "array length", key))) return s;
     if (v->elem_type >= QUILL_GGUF_TYPE_COUNT)
         return quill_fail(r->err, QUILL_E_FORMAT,
                           "%s: offset %llu: unknown value type id %u for the elements of array '%s' "
@@ -158,11 +172,11 @@ static quill_status read_value(reader *r, uint32_t type, quill_gguf_value *v, in
     v->type = type;
     quill_status s;
     if (type == QUILL_GGUF_STRING) {
-        if ((s = read_str(r, &v->data, &v->count, "string value"))) return s;
+        if ((s = read_str(r, &v->data, &v->count, "string value", key))) return s;
     } else if (type == QUILL_GGUF_ARRAY) {
         if ((s = read_array(r, v, depth, key))) return s;
     } else if (type < QUILL_GGUF_TYPE_COUNT) {
-        if ((s = need(r, scalar_size[type], "metadata value"))) return s;
+        if ((s = need(r, scalar_size[type], "metadata value", key))) return s;
         v->data = r->g->base + r->pos;
         v->count = 1;
         r->pos += scalar_size[type];
@@ -181,38 +195,61 @@ static int cmp_ref(const void *a, const void *b) {
     return strcmp(((const name_ref *)a)->name, ((const name_ref *)b)->name);
 }
 
-static quill_status copy_name(quill_gguf *g, char **arena, const uint8_t *s, uint64_t len,
-                              uint64_t offset, const char *what, quill_error *err, const char **out) {
+static quill_status copy_name(quill_gguf *g, const uint8_t *s, uint64_t len, uint64_t offset,
+                              const char *what, quill_error *err, const char **out) {
     if (memchr(s, 0, len))
         return quill_fail(err, QUILL_E_FORMAT, "%s: offset %llu: %s contains a NUL byte", label(g),
                           (unsigned long long)offset, what);
-    memcpy(*arena, s, len);
-    (*arena)[len] = 0;
-    *out = *arena;
-    *arena += len + 1;
+    /* len <= the file size, which fits a size_t. */
+    name_chunk *c = g->names;
+    if (!c || c->cap - c->used < len + 1) {
+        size_t cap = len + 1 > GGUF_NAME_CHUNK ? (size_t)len + 1 : GGUF_NAME_CHUNK;
+        c = malloc(sizeof *c + cap);
+        if (!c) return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory reading the GGUF directory", label(g));
+        c->next = g->names;
+        c->used = 0;
+        c->cap = cap;
+        g->names = c;
+    }
+    char *dst = c->bytes + c->used;
+    memcpy(dst, s, len);
+    dst[len] = 0;
+    c->used += len + 1;
+    *out = dst;
     return QUILL_OK;
 }
 
 static quill_status parse(quill_gguf *g, quill_error *err) {
     reader r = {g, 0, err};
     quill_status s;
+    if (g->size == 0)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: offset 0: the file is empty (0 bytes), not a GGUF file",
+                          label(g));
     if (g->size < 4 || memcmp(g->base, "GGUF", 4) != 0) {
         char shown[5] = {0};
         for (size_t i = 0; i < 4 && i < g->size; i++)
             shown[i] = (g->base[i] >= 32 && g->base[i] < 127) ? (char)g->base[i] : '?';
         return quill_fail(err, QUILL_E_FORMAT,
                           "%s: offset 0: bad magic '%s' (expected 'GGUF'): this is not a GGUF file",
-                          label(g), g->size ? shown : "");
+                          label(g), shown);
     }
     r.pos = 4;
-    if ((s = read_u32(&r, &g->version, "header (version)"))) return s;
-    if (g->version != 2 && g->version != 3)
+    if ((s = read_u32(&r, &g->version, "header (version)", NULL))) return s;
+    if (g->version != 2 && g->version != 3) {
+        uint32_t v = g->version;
+        uint32_t swapped = (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
+        if (swapped >= 1 && swapped <= 3)
+            return quill_fail(err, QUILL_E_UNSUPPORTED,
+                              "%s: offset 4: big-endian GGUF file (version %u stored big-endian); quill "
+                              "reads little-endian files only, convert the model without --bigendian",
+                              label(g), swapped);
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: offset 4: unsupported GGUF version %u (quill reads versions 2 and 3; "
                           "convert the model with a current converter)",
                           label(g), g->version);
-    if ((s = read_u64(&r, &g->n_tensors, "header (tensor count)"))) return s;
-    if ((s = read_u64(&r, &g->n_kv, "header (metadata count)"))) return s;
+    }
+    if ((s = read_u64(&r, &g->n_tensors, "header (tensor count)", NULL))) return s;
+    if ((s = read_u64(&r, &g->n_kv, "header (metadata count)", NULL))) return s;
 
     /* Each key-value pair takes at least 13 bytes and each tensor entry at least 24: counts that
      * cannot fit in the file are rejected before anything is allocated. */
@@ -229,11 +266,8 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     g->kv_sorted = malloc((g->n_kv ? g->n_kv : 1) * sizeof *g->kv_sorted);
     g->tensor_sorted = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *g->tensor_sorted);
-    /* Names are at most as long as the file; the arena holds them all with their NULs. */
-    g->names = malloc(g->size + g->n_kv + g->n_tensors + 1);
-    if (!g->kv || !g->tensors || !g->kv_sorted || !g->tensor_sorted || !g->names)
+    if (!g->kv || !g->tensors || !g->kv_sorted || !g->tensor_sorted)
         return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory reading the GGUF directory", label(g));
-    char *arena = g->names;
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -242,19 +276,25 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
         const uint8_t *key;
         uint64_t key_len;
         uint32_t type;
-        if ((s = read_str(&r, &key, &key_len, "metadata key"))) return s;
-        if ((s = copy_name(g, &arena, key, key_len, kv->offset, "metadata key", err, &kv->key))) return s;
-        if ((s = read_u32(&r, &type, "metadata value type"))) return s;
+        if ((s = read_str(&r, &key, &key_len, "metadata key", NULL))) return s;
+        if ((s = copy_name(g, key, key_len, kv->offset, "metadata key", err, &kv->key))) return s;
+        if ((s = read_u32(&r, &type, "metadata value type", kv->key))) return s;
         if ((s = read_value(&r, type, &kv->value, 0, kv->key))) return s;
         g->kv_sorted[i] = (name_ref){kv->key, i};
         if (strcmp(kv->key, "general.alignment") == 0) {
-            uint64_t a;
-            if (type != QUILL_GGUF_UINT32 || !quill_gguf_value_u64(&kv->value, &a) || a == 0 ||
-                (a & (a - 1)) != 0 || a > (1u << 20))
+            uint64_t a = 0;
+            if (type != QUILL_GGUF_UINT32)
                 return quill_fail(err, QUILL_E_FORMAT,
                                   "%s: offset %llu: general.alignment must be a u32 power of two "
                                   "(got type %s)",
                                   label(g), (unsigned long long)kv->offset, quill_gguf_type_name(type));
+            quill_gguf_value_u64(&kv->value, &a);
+            if (a == 0 || (a & (a - 1)) != 0 || a > GGUF_MAX_ALIGNMENT)
+                return quill_fail(err, QUILL_E_FORMAT,
+                                  "%s: offset %llu: general.alignment must be a power of two from 1 to "
+                                  "%u (got %llu)",
+                                  label(g), (unsigned long long)kv->offset, GGUF_MAX_ALIGNMENT,
+                                  (unsigned long long)a);
             g->alignment = a;
         }
     }
@@ -276,22 +316,24 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
         entry_offset[i] = at;
         const uint8_t *name;
         uint64_t name_len;
-        if ((s = read_str(&r, &name, &name_len, "tensor name"))) goto fail_entries;
-        if ((s = copy_name(g, &arena, name, name_len, at, "tensor name", err, &t->name))) goto fail_entries;
-        if ((s = read_u32(&r, &t->n_dims, "tensor dimension count"))) goto fail_entries;
+        if ((s = read_str(&r, &name, &name_len, "tensor name", NULL))) goto fail_entries;
+        if ((s = copy_name(g, name, name_len, at, "tensor name", err, &t->name))) goto fail_entries;
+        if ((s = read_u32(&r, &t->n_dims, "tensor dimension count", t->name))) goto fail_entries;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
             s = quill_fail(err, QUILL_E_FORMAT,
                            "%s: offset %llu: tensor '%s' has %u dimensions (must be 1 to %d)",
                            label(g), (unsigned long long)at, t->name, t->n_dims, GGUF_MAX_DIMS);
             goto fail_entries;
         }
+        /* `span` is the element count with empty dimensions read as 1. Bounding it (and its bytes
+         * below) keeps every row and slice size representable, even in a tensor with a 0 dim. */
+        uint64_t span = 1;
         t->n_elements = 1;
         for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t ne;
-            if ((s = read_u64(&r, &ne, "tensor dimensions"))) goto fail_entries;
-            if (ne > (uint64_t)INT64_MAX ||
-                (ne != 0 && (uint64_t)t->n_elements > (uint64_t)INT64_MAX / ne)) {
+            if ((s = read_u64(&r, &ne, "tensor dimensions", t->name))) goto fail_entries;
+            if (ne > (uint64_t)INT64_MAX || (ne > 1 && span > (uint64_t)INT64_MAX / ne)) {
                 s = quill_fail(err, QUILL_E_FORMAT,
                                "%s: offset %llu: dimensions of tensor '%s' overflow (dimension %u is "
                                "%llu)",
@@ -300,9 +342,10 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
             }
             t->ne[d] = (int64_t)ne;
             t->n_elements *= (int64_t)ne;
+            if (ne != 0) span *= ne;
         }
-        if ((s = read_u32(&r, &t->type, "tensor type"))) goto fail_entries;
-        if ((s = read_u64(&r, &t->offset, "tensor data offset"))) goto fail_entries;
+        if ((s = read_u32(&r, &t->type, "tensor type", t->name))) goto fail_entries;
+        if ((s = read_u64(&r, &t->offset, "tensor data offset", t->name))) goto fail_entries;
         const quill_type_traits *tr = quill_type_traits_of(t->type);
         if (!tr) {
             s = quill_fail(err, QUILL_E_FORMAT, "%s: offset %llu: unknown tensor type id %u in tensor '%s'",
@@ -318,14 +361,14 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
             goto fail_entries;
         }
         /* Bytes = blocks × block bytes; n_elements/block_size ≤ 2^63 and block bytes are small,
-         * but the product can still overflow. */
-        uint64_t blocks = (uint64_t)t->n_elements / (uint64_t)tr->block_size;
-        if (blocks != 0 && tr->type_size > UINT64_MAX / blocks) {
+         * but the product can still overflow. n_elements ≤ span, so checking span covers both. */
+        uint64_t span_blocks = span / (uint64_t)tr->block_size;
+        if (span_blocks != 0 && tr->type_size > UINT64_MAX / span_blocks) {
             s = quill_fail(err, QUILL_E_FORMAT, "%s: offset %llu: size of tensor '%s' overflows",
                            label(g), (unsigned long long)at, t->name);
             goto fail_entries;
         }
-        t->nbytes = blocks * tr->type_size;
+        t->nbytes = (uint64_t)t->n_elements / (uint64_t)tr->block_size * tr->type_size;
         g->tensor_sorted[i] = (name_ref){t->name, i};
     }
 
@@ -343,12 +386,14 @@ static quill_status parse(quill_gguf *g, quill_error *err) {
             goto fail_entries;
         }
         if (t->offset > data_size || t->nbytes > data_size - t->offset) {
+            /* data_offset + offset may wrap around: quote the two parts. */
             s = quill_fail(err, QUILL_E_FORMAT,
-                           "%s: offset %llu: data of tensor '%s' (%llu bytes at file offset %llu) lies "
-                           "outside the file (%zu bytes); the file is truncated",
+                           "%s: offset %llu: data of tensor '%s' (%llu bytes at offset %llu of the data "
+                           "section, which starts at file offset %llu) lies outside the file (%zu "
+                           "bytes); the file is truncated or corrupt",
                            label(g), (unsigned long long)entry_offset[i], t->name,
-                           (unsigned long long)t->nbytes,
-                           (unsigned long long)(g->data_offset + t->offset), g->size);
+                           (unsigned long long)t->nbytes, (unsigned long long)t->offset,
+                           (unsigned long long)g->data_offset, g->size);
             goto fail_entries;
         }
         t->file_offset = g->data_offset + t->offset;
@@ -435,7 +480,11 @@ void quill_gguf_close(quill_gguf *g) {
     free(g->tensors);
     free(g->kv_sorted);
     free(g->tensor_sorted);
-    free(g->names);
+    while (g->names) {
+        name_chunk *next = g->names->next;
+        free(g->names);
+        g->names = next;
+    }
     free(g->path);
     free(g);
 }

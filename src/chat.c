@@ -1,0 +1,70 @@
+/* Chat prompts for a loaded model: which template applies, and the tokens it renders to. */
+#include "error.h"
+#include "quill_chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+quill_status quill_chat_template_for(const quill_model *m, const char *override_src, const char *format,
+                                     char **out, quill_error *err) {
+    *out = NULL;
+    const char *src = override_src;
+    size_t len = src ? strlen(src) : 0;
+    if (!src) {
+        const char *s;
+        size_t n;
+        quill_status st = quill_gguf_get_str(quill_model_gguf(m), "tokenizer.chat_template", &s, &n, err);
+        if (st == QUILL_OK) {
+            src = s;
+            len = n;
+        } else if (st != QUILL_E_NOT_FOUND) {
+            return st;
+        }
+    }
+    /* A named built-in template is a fallback for models without one: the model's own template
+     * is what it was trained with, so it wins. */
+    if (!src && format) {
+        src = quill_chat_builtin_template(format);
+        if (!src) {
+            char names[256] = "";
+            for (const char *const *n = quill_chat_builtin_names(); *n; n++) {
+                if (names[0]) strncat(names, ", ", sizeof names - strlen(names) - 1);
+                strncat(names, *n, sizeof names - strlen(names) - 1);
+            }
+            return quill_fail(err, QUILL_E_ARG, "unknown chat format '%s' (known: %s)", format, names);
+        }
+        len = strlen(src);
+    }
+    if (!src)
+        return quill_fail(err, QUILL_E_NOT_FOUND,
+                          "%s has no chat template (tokenizer.chat_template); pass --chat-template FILE "
+                          "or --chat-format NAME",
+                          quill_gguf_path(quill_model_gguf(m)));
+    if (memchr(src, 0, len)) return quill_fail(err, QUILL_E_TEMPLATE, "the chat template contains a NUL byte");
+    *out = malloc(len + 1);
+    if (!*out) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    memcpy(*out, src, len);
+    (*out)[len] = 0;
+    return QUILL_OK;
+}
+
+quill_status quill_chat_tokenize(const quill_model *m, const char *template_src, const quill_chat_message *msgs,
+                                 size_t n_msgs, bool add_generation_prompt, int32_t **tokens, size_t *n_tokens,
+                                 char **text, quill_error *err) {
+    const quill_tokenizer *tok = quill_model_tokenizer(m);
+    int32_t bos = quill_tokenizer_bos(tok), eos = quill_tokenizer_eos(tok);
+    const char *bos_text = bos >= 0 ? quill_tokenizer_piece(tok, bos) : "";
+    const char *eos_text = eos >= 0 ? quill_tokenizer_piece(tok, eos) : "";
+    char *rendered;
+    quill_status s = quill_chat_render(template_src, msgs, n_msgs, bos_text, eos_text, add_generation_prompt,
+                                       &rendered, err);
+    if (s) return s;
+    /* Templates such as Llama 2's write the BOS text themselves; adding BOS as well would
+     * double it, so the tokenizer adds it only when the text does not already start with it. */
+    bool starts_with_bos = bos_text && *bos_text && strncmp(rendered, bos_text, strlen(bos_text)) == 0;
+    bool add_special = quill_tokenizer_add_bos(tok) && !starts_with_bos;
+    s = quill_tokenize(tok, rendered, strlen(rendered), add_special, true, tokens, n_tokens, err);
+    if (s == QUILL_OK && text) *text = rendered;
+    else free(rendered);
+    return s;
+}

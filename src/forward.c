@@ -1,0 +1,319 @@
+/* The fast forward pass of a Llama model, in the order the reference evaluates it:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *       h = rmsnorm(x) * attn_norm
+ *       q, k, v = h·Wq, h·Wk, h·Wv;  rope(q, k);  append k, v to the cache
+ *       x += softmax(q·Kᵀ / √head_dim, causal) · V · Wo
+ *       h = rmsnorm(x) * ffn_norm
+ *       x += (silu(h·Wgate) * (h·Wup)) · Wdown
+ *   logits = (rmsnorm(x) * output_norm) · Wout
+ *
+ * Activations stay in f32; weights are dequantized row by row inside the matrix products (see
+ * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
+ * split, so results are bitwise identical for any thread count and any batching. */
+#include "context.h"
+#include "error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int quill_test_flip_rope_sign;
+
+/* ---------------------------------------------------------------- parallel building blocks */
+
+typedef struct {
+    const quill_weight *w;
+    const float *x;
+    int n_tok;
+    float *y;
+    quill_row_dequant_fn dequant;
+    const quill_context *c;
+} matmul_job;
+
+static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
+    const matmul_job *j = arg;
+    const quill_weight *w = j->w;
+    float *row = j->c->thread_scratch + (size_t)thread * j->c->thread_scratch_len;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src = w->data + (size_t)r * w->row_bytes;
+        const float *wf = (const float *)src;
+        if (w->type != QUILL_TYPE_F32) {
+            j->dequant(src, row, w->cols);
+            wf = row;
+        }
+        j->c->kern->dot(wf, j->x, w->cols, j->n_tok, w->cols, j->y + r, w->rows);
+    }
+}
+
+/* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
+static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c};
+    int64_t grain = w->rows / (c->n_threads * 16);
+    quill_pool_run(c->pool, matmul_rows, &j, w->rows, grain < 1 ? 1 : grain);
+}
+
+static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, double eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(sum / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
+}
+
+typedef struct {
+    quill_context *c;
+    int layer, n_tok;
+} attn_job;
+
+/* One item = one (token, head): causal softmax attention over the cached positions. */
+static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
+    const attn_job *j = arg;
+    quill_context *c = j->c;
+    const quill_hparams *hp = c->hp;
+    const int64_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
+    const int64_t group = hp->n_head / hp->n_head_kv;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    for (int64_t item = i0; item < i1; item++) {
+        int64_t t = item / hp->n_head, h = item % hp->n_head, kvh = h / group;
+        int n_keys = c->pos + (int)t + 1;
+        const float *q = c->q + t * q_dim + h * hd;
+        c->kern->dot(q, kc + kvh * hd, hd, n_keys, kv_dim, scores, 1);
+        float max = -INFINITY;
+        for (int p = 0; p < n_keys; p++) {
+            scores[p] *= scale;
+            if (scores[p] > max) max = scores[p];
+        }
+        double sum = 0;
+        for (int p = 0; p < n_keys; p++) {
+            scores[p] = expf(scores[p] - max);
+            sum += scores[p];
+        }
+        float inv = (float)(1.0 / sum);
+        float *out = c->att + t * q_dim + h * hd;
+        memset(out, 0, (size_t)hd * sizeof *out);
+        for (int p = 0; p < n_keys; p++) {
+            const float *v = vc + (size_t)p * kv_dim + kvh * hd;
+            float wgt = scores[p] * inv;
+            for (int64_t d = 0; d < hd; d++) out[d] += wgt * v[d];
+        }
+    }
+}
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head by pos·θ_i. */
+static void rope(const quill_context *c, float *vec, int64_t n_heads, int pos) {
+    const int64_t hd = c->hp->head_dim, half = c->hp->n_rot / 2;
+    const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *v = vec + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            float x0 = v[2 * i], x1 = v[2 * i + 1];
+            float s = quill_test_flip_rope_sign ? -sn[i] : sn[i];
+            v[2 * i] = x0 * cs[i] - x1 * s;
+            v[2 * i + 1] = x0 * s + x1 * cs[i];
+        }
+    }
+}
+
+static void trace(const quill_context *c, const char *name, int layer, const float *data, int n_dims,
+                  int64_t ne0, int64_t ne1, int64_t ne2) {
+    if (!c->trace) return;
+    char full[64];
+    if (layer >= 0) snprintf(full, sizeof full, "%s-%d", name, layer);
+    else snprintf(full, sizeof full, "%s", name);
+    int64_t ne[3] = {ne0, ne1, ne2};
+    c->trace(full, data, n_dims, ne, c->trace_user);
+}
+
+/* ---------------------------------------------------------------- one micro-batch */
+
+static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits) {
+    const quill_model *m = c->model;
+    const quill_hparams *hp = c->hp;
+    const int64_t d = hp->n_embd, hd = hp->head_dim;
+    const int64_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
+    quill_row_dequant_fn embed = quill_kernels_dequant(c->kern, m->token_embd.type);
+
+    for (int t = 0; t < n; t++)
+        embed(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, c->x + t * d, d);
+    trace(c, "inp_embd", -1, c->x, 2, d, n, 1);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const quill_layer *L = &m->layers[l];
+        for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, L->attn_norm, d, hp->rms_eps);
+        trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
+
+        matmul(c, &L->wq, c->xb, n, c->q);
+        matmul(c, &L->wk, c->xb, n, c->k);
+        matmul(c, &L->wv, c->xb, n, c->v);
+        for (int t = 0; t < n; t++) {
+            rope(c, c->q + t * q_dim, hp->n_head, c->pos + t);
+            rope(c, c->k + t * kv_dim, hp->n_head_kv, c->pos + t);
+        }
+        trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+        trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
+        trace(c, "Vcur", l, c->v, 2, kv_dim, n, 1);
+        size_t cache_at = ((size_t)l * c->n_ctx + (size_t)c->pos) * kv_dim;
+        memcpy(c->k_cache + cache_at, c->k, (size_t)n * kv_dim * sizeof(float));
+        memcpy(c->v_cache + cache_at, c->v, (size_t)n * kv_dim * sizeof(float));
+
+        attn_job aj = {c, l, n};
+        quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head, 1);
+        trace(c, "kqv_merged_cont", l, c->att, 2, q_dim, n, 1);
+
+        matmul(c, &L->wo, c->att, n, c->xb);
+        trace(c, "kqv_out", l, c->xb, 2, d, n, 1);
+        for (int64_t i = 0; i < n * d; i++) c->x[i] += c->xb[i];
+        trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
+
+        for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, L->ffn_norm, d, hp->rms_eps);
+        trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
+        matmul(c, &L->w_gate, c->xb, n, c->ffn_gate);
+        matmul(c, &L->w_up, c->xb, n, c->ffn_up);
+        for (int64_t i = 0; i < n * ff; i++) {
+            float g = c->ffn_gate[i];
+            c->ffn_gate[i] = g / (1.0f + expf(-g)) * c->ffn_up[i];
+        }
+        matmul(c, &L->w_down, c->ffn_gate, n, c->xb);
+        trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
+        for (int64_t i = 0; i < n * d; i++) c->x[i] += c->xb[i];
+        trace(c, "l_out", l, c->x, 2, d, n, 1);
+    }
+
+    for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, m->output_norm, d, hp->rms_eps);
+    trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
+    if (logits) {
+        if (all_logits) matmul(c, &m->output, c->xb, n, logits);
+        else matmul(c, &m->output, c->xb + (n - 1) * d, 1, logits);
+    }
+    c->pos += n;
+}
+
+quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
+                        quill_error *err) {
+    if (n <= 0) return quill_fail(err, QUILL_E_ARG, "nothing to evaluate: %d tokens", n);
+    const int64_t n_vocab = c->hp->n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return quill_fail(err, QUILL_E_ARG,
+                              "token id %d at position %d is outside the vocabulary (0..%lld)",
+                              tokens[i], i, (long long)n_vocab - 1);
+    if (n > c->n_ctx - c->pos)
+        return quill_fail(err, QUILL_E_CONTEXT,
+                          "%d tokens do not fit in the context: %d of %d positions are used, %d are "
+                          "free; use a larger context (-c) or a shorter prompt",
+                          n, c->pos, c->n_ctx, c->n_ctx - c->pos);
+    if (c->reference) return quill_reference_eval(c, tokens, n, logits, all_logits, err);
+    for (int done = 0; done < n;) {
+        int chunk = n - done < QUILL_UBATCH ? n - done : QUILL_UBATCH;
+        bool last = done + chunk == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)done * n_vocab;
+        else if (logits && last) out = logits;
+        eval_ubatch(c, tokens + done, chunk, out, all_logits);
+        done += chunk;
+    }
+    return QUILL_OK;
+}
+
+/* ---------------------------------------------------------------- context lifetime */
+
+quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
+                               quill_error *err) {
+    *out = NULL;
+    const quill_hparams *hp = quill_model_hparams(m);
+    /* By default the training context, capped so that a 32k-context model does not reserve
+     * gigabytes of KV cache that a short session never uses. */
+    int n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_threads = p && p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    if (p && (p->n_ctx < 0 || p->n_ctx > (1 << 24)))
+        return quill_fail(err, QUILL_E_ARG, "context length %d is out of range (1..%d)", p->n_ctx, 1 << 24);
+    if (p && (p->n_threads < 0 || p->n_threads > 1024))
+        return quill_fail(err, QUILL_E_ARG, "thread count %d is out of range (1..1024)", p->n_threads);
+    quill_context *c = calloc(1, sizeof *c);
+    if (!c) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    c->model = m;
+    c->hp = hp;
+    c->n_ctx = n_ctx;
+    c->n_threads = n_threads;
+    c->reference = p && p->reference;
+    c->kern = quill_kernels_best();
+    const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * (size_t)kv_dim;
+    const size_t ub = QUILL_UBATCH;
+    int64_t widest = d > q_dim ? d : q_dim;
+    if (hp->n_ff > widest) widest = hp->n_ff;
+    c->thread_scratch_len = (size_t)(widest > n_ctx ? widest : n_ctx) + 64;
+    bool ok = (c->pool = quill_pool_new(n_threads)) != NULL;
+    if (c->reference) {
+        ok = ok && (c->ref_k = calloc(cache, sizeof(double))) && (c->ref_v = calloc(cache, sizeof(double)));
+    } else {
+        size_t half = (size_t)hp->n_rot / 2;
+        ok = ok && (c->k_cache = calloc(cache, sizeof(float))) && (c->v_cache = calloc(cache, sizeof(float))) &&
+             (c->rope_cos = malloc((size_t)n_ctx * half * sizeof(float))) &&
+             (c->rope_sin = malloc((size_t)n_ctx * half * sizeof(float))) &&
+             (c->x = malloc(ub * d * sizeof(float))) && (c->xb = malloc(ub * d * sizeof(float))) &&
+             (c->q = malloc(ub * q_dim * sizeof(float))) && (c->att = malloc(ub * q_dim * sizeof(float))) &&
+             (c->k = malloc(ub * kv_dim * sizeof(float))) && (c->v = malloc(ub * kv_dim * sizeof(float))) &&
+             (c->ffn_gate = malloc(ub * hp->n_ff * sizeof(float))) &&
+             (c->ffn_up = malloc(ub * hp->n_ff * sizeof(float))) &&
+             (c->thread_scratch = malloc((size_t)n_threads * c->thread_scratch_len * sizeof(float)));
+        if (ok) {
+            /* θ_i = pos · base^(-2i/n_rot), computed in double and rounded once. */
+            for (int pos = 0; pos < n_ctx; pos++)
+                for (size_t i = 0; i < half; i++) {
+                    double theta = pos * pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+                    c->rope_cos[(size_t)pos * half + i] = (float)cos(theta);
+                    c->rope_sin[(size_t)pos * half + i] = (float)sin(theta);
+                }
+        }
+    }
+    if (!ok) {
+        quill_context_free(c);
+        return quill_fail(err, QUILL_E_NOMEM,
+                          "out of memory creating a context of %d tokens (KV cache %.1f MB); use a "
+                          "smaller context (-c)",
+                          n_ctx, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
+    }
+    *out = c;
+    return QUILL_OK;
+}
+
+void quill_context_free(quill_context *c) {
+    if (!c) return;
+    quill_pool_free(c->pool);
+    free(c->k_cache);
+    free(c->v_cache);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->ffn_gate);
+    free(c->ffn_up);
+    free(c->thread_scratch);
+    free(c->ref_k);
+    free(c->ref_v);
+    free(c);
+}
+
+int quill_context_pos(const quill_context *c) { return c->pos; }
+int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
+
+void quill_context_truncate(quill_context *c, int pos) {
+    if (pos >= 0 && pos < c->pos) c->pos = pos;
+}
+
+void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user) {
+    c->trace = fn;
+    c->trace_user = user;
+}

@@ -1,0 +1,52 @@
+/* Scalar kernels and the run-time choice of instruction set. */
+#include "kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Plain loop, accumulated in double: the slow, simple yardstick for the SIMD versions. */
+static void dot_scalar(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride, float *out,
+                       int64_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + t * x_stride;
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += (double)w[i] * xt[i];
+        out[t * out_stride] = (float)sum;
+    }
+}
+
+static const quill_kernels scalar_table = {.isa = "scalar", .dot = dot_scalar};
+
+const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
+
+const quill_kernels *quill_kernels_for(const char *isa) {
+    if (!strcmp(isa, "scalar")) return &scalar_table;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return &quill_kernels_avx2_table;
+    if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return &quill_kernels_avx512_table;
+#endif
+    return NULL;
+}
+
+const quill_kernels *quill_kernels_best(void) {
+    const char *forced = getenv("QUILL_ISA");
+    if (forced && *forced) {
+        const quill_kernels *k = quill_kernels_for(forced);
+        if (k) return k;
+    }
+    const quill_kernels *k;
+    if ((k = quill_kernels_for("avx512"))) return k;
+    if ((k = quill_kernels_for("avx2"))) return k;
+    return &scalar_table;
+}
+
+quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type) {
+    if (type < QUILL_TYPE_COUNT && k->dequant[type]) return k->dequant[type];
+    const quill_type_traits *tr = quill_type_traits_of(type);
+    return tr ? tr->to_float : NULL;
+}

@@ -1,0 +1,39 @@
+/* Compute kernels, one table per instruction set, one entry per tensor type.
+ *
+ * A matrix-vector or matrix-matrix product is computed row by row: the weight row is dequantized
+ * to f32 (bit-identical to the type's to_float), then dotted with every token's activations in
+ * f32. Each (row, token) dot product runs the same instruction sequence whatever the batch size
+ * or thread count, which is what makes results batch- and thread-invariant; activations are never
+ * quantized, which keeps the fast path close to exact math. */
+#ifndef QUILL_KERNELS_H
+#define QUILL_KERNELS_H
+
+#include "quill.h"
+
+/* Dequantizes one row of n elements (a multiple of the block size) to f32. */
+typedef void (*quill_row_dequant_fn)(const void *src, float *dst, int64_t n);
+
+/* out[t * out_stride] = dot(w[0..n), x[t * x_stride + 0..n)) for t < n_tok. */
+typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride,
+                             float *out, int64_t out_stride);
+
+typedef struct quill_kernels {
+    const char *isa;
+    quill_dot_fn dot;
+    quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
+} quill_kernels;
+
+/* The fastest kernels this CPU runs ($QUILL_ISA=scalar|avx2|avx512 can force a lower one). */
+const quill_kernels *quill_kernels_best(void);
+/* Kernels for one instruction set, or NULL when this CPU lacks it. */
+const quill_kernels *quill_kernels_for(const char *isa);
+/* The plain C versions every fast kernel is tested against. */
+const quill_kernels *quill_kernels_scalar(void);
+/* The row dequantizer of a kernel set for a type (its own, or the type's to_float). */
+quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type);
+
+/* Instruction-set specific tables (defined only when compiled for x86-64). */
+extern const quill_kernels quill_kernels_avx2_table;
+extern const quill_kernels quill_kernels_avx512_table;
+
+#endif

@@ -1,0 +1,157 @@
+/* AVX-512 kernels. Dequantizers perform the same float operations as the scalar to_float
+ * functions (multiply, then subtract; never fused), so their output is bit-identical. */
+#include "kernels.h"
+#include "types_internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Dot products of one weight row with NT token rows; NT is a compile-time constant at every call
+ * site so the accumulators stay in registers. Each token owns two accumulators (even and odd
+ * 16-lane halves of each 32-element chunk) updated in the same order for any NT: the result of a
+ * (row, token) pair never depends on which other tokens share the call. */
+static inline __attribute__((always_inline)) void dot_nt(const float *w, const float *x, int64_t n,
+                                                         int64_t xs, float *out, int64_t os, int NT) {
+    __m512 a[4], b[4];
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
+        for (int t = 0; t < NT; t++) {
+            a[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs + i), a[t]);
+            b[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + i + 16), b[t]);
+        }
+    }
+    if (i < n) {
+        int64_t rest = n - i;
+        __mmask16 m0 = rest >= 16 ? 0xFFFF : (__mmask16)((1u << rest) - 1);
+        __mmask16 m1 = rest <= 16 ? 0 : (__mmask16)((1u << (rest - 16)) - 1);
+        __m512 w0 = _mm512_maskz_loadu_ps(m0, w + i), w1 = _mm512_maskz_loadu_ps(m1, w + i + 16);
+        for (int t = 0; t < NT; t++) {
+            a[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + t * xs + i), a[t]);
+            b[t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + t * xs + i + 16), b[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
+}
+
+static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
+    int t = 0;
+    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
+    switch (n_tok - t) {
+    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
+    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
+    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
+    default: break;
+    }
+}
+
+static void dequant_f16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    for (; i < n; i++) y[i] = quill_half_to_float(h[i]);
+}
+
+static void dequant_bf16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i)));
+        _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) y[i] = quill_bfloat_to_float(h[i]);
+}
+
+static inline __m512 bytes_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+
+static void dequant_q4_0(const void *src, float *y, int64_t n) {
+    const block_q4_0 *b = src;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m512 eight = _mm512_set1_ps(8.0f);
+    for (int64_t ib = 0; ib < n / QK4_0; ib++, y += QK4_0) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        /* (q - 8) is an exact small integer either way; subtracting in float keeps it simple */
+        __m512 lo = _mm512_sub_ps(bytes_to_ps(_mm_and_si128(q, low)), eight);
+        __m512 hi = _mm512_sub_ps(bytes_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight);
+        _mm512_storeu_ps(y, _mm512_mul_ps(lo, d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(hi, d));
+    }
+}
+
+static void dequant_q8_0(const void *src, float *y, int64_t n) {
+    const block_q8_0 *b = src;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++, y += QK8_0) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        __m128i q1 = _mm_loadu_si128((const __m128i *)(b[ib].qs + 16));
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d));
+    }
+}
+
+static void dequant_q4_K(const void *src, float *y, int64_t n) {
+    const block_q4_K *b = src;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const uint8_t *q = b[ib].qs;
+        for (int j = 0; j < 4; j++, q += 32) {
+            uint8_t sc, m;
+            quill_scale_min_k4(2 * j, b[ib].scales, &sc, &m);
+            __m512 d1 = _mm512_set1_ps(d * sc), m1 = _mm512_set1_ps(dmin * m);
+            quill_scale_min_k4(2 * j + 1, b[ib].scales, &sc, &m);
+            __m512 d2 = _mm512_set1_ps(d * sc), m2 = _mm512_set1_ps(dmin * m);
+            for (int h = 0; h < 2; h++) {
+                __m128i qq = _mm_loadu_si128((const __m128i *)(q + 16 * h));
+                __m512 lo = bytes_to_ps(_mm_and_si128(qq, low));
+                __m512 hi = bytes_to_ps(_mm_and_si128(_mm_srli_epi16(qq, 4), low));
+                _mm512_storeu_ps(y + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
+                _mm512_storeu_ps(y + 32 + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d2, hi), m2));
+            }
+            y += 64;
+        }
+    }
+}
+
+static void dequant_q6_K(const void *src, float *y, int64_t n) {
+    const block_q6_K *b = src;
+    const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
+    const __m512 off = _mm512_set1_ps(32.0f);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(b[ib].d);
+        const uint8_t *ql = b[ib].ql, *qh = b[ib].qh;
+        const int8_t *sc = b[ib].scales;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
+            /* quarter k of this 128-element half: low nibbles of ql[0..31] (k=0), of ql[32..63]
+             * (k=1), high nibbles (k=2, 3); the top two bits come from qh at shift 2k */
+            for (int k = 0; k < 4; k++) {
+                for (int h = 0; h < 2; h++) {
+                    __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
+                    if (k >= 2) l = _mm_srli_epi16(l, 4);
+                    l = _mm_and_si128(l, low);
+                    __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
+                    __m128i q = _mm_or_si128(l, _mm_slli_epi16(hb, 4));
+                    __m512 qf = _mm512_sub_ps(bytes_to_ps(q), off);
+                    __m512 ds = _mm512_set1_ps(d * sc[2 * k + h]);
+                    _mm512_storeu_ps(y + 32 * k + 16 * h, _mm512_mul_ps(ds, qf));
+                }
+            }
+        }
+    }
+}
+
+const quill_kernels quill_kernels_avx512_table = {
+    .isa = "avx512",
+    .dot = dot_avx512,
+    .dequant = {
+        [QUILL_TYPE_F16] = dequant_f16,
+        [QUILL_TYPE_BF16] = dequant_bf16,
+        [QUILL_TYPE_Q4_0] = dequant_q4_0,
+        [QUILL_TYPE_Q8_0] = dequant_q8_0,
+        [QUILL_TYPE_Q4_K] = dequant_q4_K,
+        [QUILL_TYPE_Q6_K] = dequant_q6_K,
+    },
+};
+#endif

@@ -1,0 +1,500 @@
+/* Token sampler: the llama.cpp "common sampler" chain, deterministic and allocation-free per call.
+ *
+ * Chain, in order (each stage is skipped when its parameter has the "off" value):
+ *   1. repetition penalty over the last `repeat_last_n` accepted tokens: every distinct token in the
+ *      window is penalised once, a positive logit divided by `repeat_penalty`, a zero or negative
+ *      one multiplied by it (as llama.cpp does);
+ *   2. top-k: the k best tokens;
+ *   3. top-p: the shortest prefix of the candidates, sorted by descending logit, whose softmax
+ *      probability (over the candidates top-k left) reaches `top_p`; at least one token is kept;
+ *   4. min-p: drops tokens with p < min_p * p_max (tested as logit < max_logit + log(min_p), which
+ *      is the same condition and needs no normalisation);
+ *   5. temperature: logits divided by `temperature`;
+ *   6. a draw from the softmax of what is left, with the sampler's own RNG.
+ *
+ * Greedy: temperature 0 returns the argmax of the logits after the repetition penalty (with the
+ * default repeat_penalty 1 that is the argmax of the raw logits); top-k, top-p and min-p never
+ * remove the best token, so they are irrelevant there. top_k == 1 gives the same answer at any
+ * temperature.
+ *
+ * Ordering is total and deterministic: a higher logit first, equal logits by ascending id. So ties
+ * always resolve to the lowest id (greedy, the top-k boundary, the top-p prefix). NaN logits are
+ * treated as -inf (written back into `logits`). If every logit is -inf the result is the lowest id
+ * (0); if some logits are +inf the lowest such id is returned.
+ *
+ * Randomness: xoshiro256** seeded by expanding `seed` with splitmix64, so every 64-bit seed,
+ * including 0 (the default), is an ordinary fixed seed: the same seed and parameters give the
+ * same token sequence for the same logits, whatever the thread count, with no global state (across
+ * machines too, up to differences between C libraries' expf/logf). A uniform
+ * double in [0,1) is the top 53 bits of one output times 2^-53. Every call to
+ * quill_sampler_sample() with temperature > 0 consumes exactly one 64-bit output (greedy calls
+ * consume none), so the stream position depends only on the number of calls.
+ *
+ * Cost: one pass over the logits finds the maximum; top-k (k <= 256) then keeps a size-k heap,
+ * close to one comparison per token. Top-p without top-k, and larger k, bin the tokens by logit
+ * into 1024 buckets, find the bucket where the count or probability mass is reached, and sort only
+ * the tokens of the buckets up to it. No full O(n log n) sort happens unless the logits are
+ * (nearly) all equal. min-p, temperature and the draw are linear in the candidates left. All
+ * scratch memory is allocated by quill_sampler_new(); sampling never allocates.
+ *
+ * Tokens given to quill_sampler_accept() outside [0, n_vocab) are ignored. quill_sampler_sample()
+ * returns -1 only when called with a NULL sampler or NULL logits. */
+#include "error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Top-k up to this size uses a heap of k; larger k and top-p without top-k use buckets. */
+#define HEAP_MAX_K 256
+/* Bucket selection: logits are binned by their distance below the maximum, over at most
+ * BUCKET_SPAN logits (further ones share the last bucket). */
+#define N_BUCKETS 1024
+#define BUCKET_SPAN 64.0f
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct quill_sampler {
+    quill_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];
+    /* repetition window: a ring of the last repeat_last_n accepted tokens */
+    int32_t *recent;
+    int n_recent, recent_head;
+    unsigned char *seen;   /* n_vocab flags, all zero between calls */
+    cand *cand;            /* n_vocab + 1: heap / candidate list (+1: a slot for discarded writes) */
+    float *weight;         /* n_vocab: softmax weights of the final draw */
+    uint16_t *bucket;      /* n_vocab: each token's bucket */
+    /* bucket selection (top-p without top-k, large top-k) */
+    uint32_t bucket_count[N_BUCKETS];
+    double bucket_mass[N_BUCKETS];
+    size_t bucket_pos[N_BUCKETS];
+};
+
+quill_sampler_params quill_sampler_defaults(void) {
+    return (quill_sampler_params){
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .seed = 0,
+    };
+}
+
+/* ---------------------------------------------------------------- RNG */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+    uint64_t result = rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+
+/* ---------------------------------------------------------------- ordering and heaps */
+
+/* a comes before b: higher logit, then lower id. A strict total order once NaNs are gone. */
+static inline bool cand_better(cand a, cand b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+/* Heap whose root is the worst element (used to keep the k best). */
+static void sift_down_worst(cand *h, size_t n, size_t i) {
+    cand x = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && cand_better(h[c], h[c + 1])) c++;   /* the worse child */
+        if (!cand_better(x, h[c])) break;                     /* x is worse: it stays above */
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* Heap whose root is the best element. */
+static void sift_down_best(cand *h, size_t n, size_t i) {
+    cand x = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && cand_better(h[c + 1], h[c])) c++;   /* the better child */
+        if (!cand_better(h[c], x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* Sorts a[0..n) best first. */
+static void sort_desc(cand *a, size_t n) {
+    if (n <= 16) {
+        for (size_t i = 1; i < n; i++) {
+            cand x = a[i];
+            size_t j = i;
+            for (; j > 0 && cand_better(x, a[j - 1]); j--) a[j] = a[j - 1];
+            a[j] = x;
+        }
+        return;
+    }
+    for (size_t i = n / 2; i-- > 0;) sift_down_worst(a, n, i);
+    /* heap sort: the worst goes to the end each time, leaving the array best first */
+    for (size_t end = n; end-- > 1;) {
+        cand t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down_worst(a, end, 0);
+    }
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_vocab, quill_sampler **out,
+                               quill_error *err) {
+    if (!out) return quill_fail(err, QUILL_E_ARG, "quill_sampler_new: `out` must not be NULL");
+    *out = NULL;
+    quill_sampler_params p = params ? *params : quill_sampler_defaults();
+
+    if (n_vocab <= 0)
+        return quill_fail(err, QUILL_E_ARG, "sampler: n_vocab must be > 0 (got %d)", (int)n_vocab);
+    if (!(p.temperature >= 0.0f) || isinf(p.temperature))
+        return quill_fail(err, QUILL_E_ARG,
+                          "sampler: temperature must be finite and >= 0 (got %g; 0 means greedy)",
+                          (double)p.temperature);
+    if (p.top_k < 0)
+        return quill_fail(err, QUILL_E_ARG, "sampler: top_k must be >= 0 (got %d; 0 disables it)", p.top_k);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return quill_fail(err, QUILL_E_ARG, "sampler: top_p must be in (0, 1] (got %g; 1 disables it)",
+                          (double)p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return quill_fail(err, QUILL_E_ARG, "sampler: min_p must be in [0, 1] (got %g; 0 disables it)",
+                          (double)p.min_p);
+    if (!(p.repeat_penalty > 0.0f) || isinf(p.repeat_penalty))
+        return quill_fail(err, QUILL_E_ARG,
+                          "sampler: repeat_penalty must be finite and > 0 (got %g; 1 disables it)",
+                          (double)p.repeat_penalty);
+    if (p.repeat_last_n < 0)
+        return quill_fail(err, QUILL_E_ARG,
+                          "sampler: repeat_last_n must be >= 0 (got %d; 0 disables the penalty)",
+                          p.repeat_last_n);
+
+    quill_sampler *s = calloc(1, sizeof *s);
+    if (!s) return quill_fail(err, QUILL_E_NOMEM, "sampler: out of memory");
+    s->p = p;
+    s->n_vocab = n_vocab;
+    size_t n = (size_t)n_vocab;
+    bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+    s->cand = malloc((n + 1) * sizeof *s->cand);
+    s->weight = malloc(n * sizeof *s->weight);
+    s->bucket = malloc(n * sizeof *s->bucket);
+    bool ok = s->cand && s->weight && s->bucket;
+    if (penalty) {
+        s->recent = malloc((size_t)p.repeat_last_n * sizeof *s->recent);
+        s->seen = calloc(n, 1);
+        ok = ok && s->recent && s->seen;
+    }
+    if (!ok) {
+        quill_sampler_free(s);
+        return quill_fail(err, QUILL_E_NOMEM, "sampler: out of memory allocating scratch for %d tokens",
+                          (int)n_vocab);
+    }
+
+    uint64_t x = p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return QUILL_OK;
+}
+
+void quill_sampler_free(quill_sampler *s) {
+    if (!s) return;
+    free(s->recent);
+    free(s->seen);
+    free(s->cand);
+    free(s->weight);
+    free(s->bucket);
+    free(s);
+}
+
+void quill_sampler_accept(quill_sampler *s, int32_t token) {
+    if (!s || !s->recent || token < 0 || token >= s->n_vocab) return;
+    int cap = s->p.repeat_last_n;
+    s->recent[s->recent_head] = token;
+    s->recent_head = s->recent_head + 1 == cap ? 0 : s->recent_head + 1;
+    if (s->n_recent < cap) s->n_recent++;
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+static void apply_repeat_penalty(quill_sampler *s, float *logits) {
+    const float pen = s->p.repeat_penalty;
+    for (int i = 0; i < s->n_recent; i++) {
+        int32_t t = s->recent[i];
+        if (s->seen[t]) continue;
+        s->seen[t] = 1;
+        float l = logits[t];
+        logits[t] = l > 0.0f ? l / pen : l * pen;
+    }
+    for (int i = 0; i < s->n_recent; i++) s->seen[s->recent[i]] = 0;
+}
+
+/* Keeps the k best of all tokens in s->cand[0..k), sorted best first when `sorted` (otherwise in
+ * heap order). O(n log k) at worst, close to one comparison per token in practice. */
+static void select_top_k_heap(quill_sampler *s, const float *logits, size_t k, bool sorted) {
+    cand *h = s->cand;
+    const size_t n = (size_t)s->n_vocab;
+    for (size_t i = 0; i < k; i++) h[i] = (cand){logits[i], (int32_t)i};
+    for (size_t i = k / 2; i-- > 0;) sift_down_worst(h, k, i);
+    /* Later ids lose ties against everything already in the heap, so a token enters only when its
+     * logit is strictly above the worst one kept. */
+    float worst = h[0].logit;
+    size_t i = k;
+    /* blocks of eight: most blocks have nothing above the worst kept and are skipped whole */
+    for (; i + 8 <= n; i += 8) {
+        const float *b = logits + i;
+        float m01 = b[1] > b[0] ? b[1] : b[0], m23 = b[3] > b[2] ? b[3] : b[2];
+        float m45 = b[5] > b[4] ? b[5] : b[4], m67 = b[7] > b[6] ? b[7] : b[6];
+        float m03 = m23 > m01 ? m23 : m01, m47 = m67 > m45 ? m67 : m45;
+        if (!((m47 > m03 ? m47 : m03) > worst)) continue;
+        for (size_t j = i; j < i + 8; j++) {
+            if (!(logits[j] > worst)) continue;
+            h[0] = (cand){logits[j], (int32_t)j};
+            sift_down_worst(h, k, 0);
+            worst = h[0].logit;
+        }
+    }
+    for (; i < n; i++) {
+        if (!(logits[i] > worst)) continue;
+        h[0] = (cand){logits[i], (int32_t)i};
+        sift_down_worst(h, k, 0);
+        worst = h[0].logit;
+    }
+    if (!sorted) return;
+    for (size_t end = k; end-- > 1;) {
+        cand t = h[0];
+        h[0] = h[end];
+        h[end] = t;
+        sift_down_worst(h, end, 0);
+    }
+}
+
+/* Moves the best elements of a[0..n) to its front, best first, and returns how many: `limit` of
+ * them, or (when target > 0) as many as it takes for `cum` plus their weights expf(logit - lmax) to
+ * reach `target` (all n if rounding never gets there). O(n + r log n) for r elements. */
+static size_t take_best(cand *a, size_t n, size_t limit, double cum, double target, float lmax) {
+    if (n == 0) return 0;
+    /* a heap with the best on top; popped elements collect at the end, the best last */
+    for (size_t i = n / 2; i-- > 0;) sift_down_best(a, n, i);
+    size_t heap_n = n, r = 0;
+    while (heap_n > 0 && r < limit) {
+        cand x = a[0];
+        a[0] = a[--heap_n];
+        sift_down_best(a, heap_n, 0);
+        a[heap_n] = x;
+        r++;
+        if (target > 0.0) {
+            cum += expf(x.logit - lmax);
+            if (cum >= target) break;
+        }
+    }
+    /* a[n-r..n) holds them worst first: reverse, then move to the front */
+    for (size_t i = n - r, j = n - 1; i < j; i++, j--) {
+        cand t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+    memmove(a, a + (n - r), r * sizeof *a);
+    return r;
+}
+
+/* Bucket of a token whose logit is `d` below the maximum: monotone in d, so buckets are ordered
+ * like the tokens. */
+static inline size_t bucket_of(float d, float span, float scale) {
+    if (!(d < span)) return N_BUCKETS - 1;
+    size_t b = (size_t)(d * scale);
+    return b < N_BUCKETS - 2 ? b : N_BUCKETS - 2;
+}
+
+/* Selection by buckets: bins the tokens by logit, finds the boundary bucket, and orders only what
+ * must be ordered. Fills s->cand and returns the number of candidates:
+ *   by_mass false: the k best tokens, sorted best first when `sorted`, otherwise in no particular
+ *                  (but deterministic) order;
+ *   by_mass true:  the top-p nucleus over the whole vocabulary, in no particular order. */
+static size_t select_by_buckets(quill_sampler *s, const float *logits, float lmax, float lmin, size_t k,
+                                bool by_mass, bool sorted) {
+    const size_t n = (size_t)s->n_vocab;
+    float span = lmax - lmin;
+    if (!(span <= BUCKET_SPAN)) span = BUCKET_SPAN;
+    if (!(span >= 1e-6f)) span = 1.0f;   /* (nearly) all equal: one bucket takes them */
+    const float scale = (float)(N_BUCKETS - 1) / span;
+
+    memset(s->bucket_count, 0, sizeof s->bucket_count);
+    memset(s->bucket_mass, 0, sizeof s->bucket_mass);
+    memset(s->bucket_pos, 0, sizeof s->bucket_pos);
+    uint16_t *tb = s->bucket;
+    if (by_mass) {
+        for (size_t i = 0; i < n; i++) {
+            size_t b = bucket_of(lmax - logits[i], span, scale);
+            tb[i] = (uint16_t)b;
+            s->bucket_count[b]++;
+            s->bucket_mass[b] += expf(logits[i] - lmax);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            size_t b = bucket_of(lmax - logits[i], span, scale);
+            tb[i] = (uint16_t)b;
+            s->bucket_count[b]++;
+        }
+    }
+
+    double target = 0.0, cum = 0.0;
+    if (by_mass) {
+        double total = 0.0;
+        for (size_t b = 0; b < N_BUCKETS; b++) total += s->bucket_mass[b];
+        target = (double)s->p.top_p * total;
+    }
+    /* the boundary bucket `last`: the first where the count or the mass is reached */
+    size_t last = 0, m = 0;
+    for (;; last++) {
+        s->bucket_pos[last] = m;
+        if (last == N_BUCKETS - 1) break;
+        if (by_mass ? cum + s->bucket_mass[last] >= target : m + s->bucket_count[last] >= k) break;
+        m += s->bucket_count[last];
+        cum += s->bucket_mass[last];
+    }
+    const size_t before = m;   /* tokens in the buckets above the boundary: all kept */
+
+    /* counting sort by bucket (ids ascending within each); tokens past the boundary are written to
+     * the spare slot s->cand[n] instead of being branched around (bucket_pos[b] stays 0 for them) */
+    for (size_t i = 0; i < n; i++) {
+        size_t b = tb[i], keep = b <= last;
+        size_t slot = keep ? s->bucket_pos[b] : n;
+        s->cand[slot] = (cand){logits[i], (int32_t)i};
+        s->bucket_pos[b] += keep;
+    }
+    cand *edge = s->cand + before;
+    const size_t n_edge = s->bucket_count[last];
+    if (by_mass) return before + take_best(edge, n_edge, n_edge, cum, target > 0.0 ? target : 1.0, lmax);
+    if (sorted) {
+        for (size_t b = 0, start = 0; b < last; b++) {
+            sort_desc(s->cand + start, s->bucket_count[b]);
+            start += s->bucket_count[b];
+        }
+    }
+    return before + take_best(edge, n_edge, k - before, 0.0, 0.0, lmax);   /* == k */
+}
+
+int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
+    if (!s || !logits) return -1;
+    const size_t n = (size_t)s->n_vocab;
+
+    if (s->n_recent > 0 && s->p.repeat_penalty != 1.0f) apply_repeat_penalty(s, logits);
+
+    /* NaN -> -inf, the maximum and minimum (eight independent lanes, which compilers turn into
+     * vector max/min), then the argmax as the first position of the maximum. */
+    enum { LANES = 8 };
+    float mx[LANES], mn[LANES];
+    for (int j = 0; j < LANES; j++) mx[j] = -INFINITY, mn[j] = INFINITY;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int j = 0; j < LANES; j++) {
+            float l = logits[i + j];
+            l = l == l ? l : -INFINITY;
+            logits[i + j] = l;
+            mx[j] = l > mx[j] ? l : mx[j];
+            mn[j] = l < mn[j] ? l : mn[j];
+        }
+    }
+    for (; i < n; i++) {
+        float l = logits[i];
+        l = l == l ? l : -INFINITY;
+        logits[i] = l;
+        mx[0] = l > mx[0] ? l : mx[0];
+        mn[0] = l < mn[0] ? l : mn[0];
+    }
+    float lmax = mx[0], lmin = mn[0];
+    for (int j = 1; j < LANES; j++) {
+        lmax = mx[j] > lmax ? mx[j] : lmax;
+        lmin = mn[j] < lmin ? mn[j] : lmin;
+    }
+    size_t best = 0;
+    while (logits[best] != lmax) best++;   /* found: lmax is one of the (sanitized) logits */
+    if (s->p.temperature == 0.0f) return (int32_t)best;
+
+    const double u = rng_uniform(s->rng);
+    /* Only one token can be chosen: all -inf, a +inf, top-k 1, or a single-token vocabulary. */
+    if (s->p.top_k == 1 || isinf(lmax) || n == 1) return (int32_t)best;
+
+    /* The candidates: list[0..len), or the whole vocabulary in id order when list is NULL. */
+    const bool top_p = s->p.top_p < 1.0f;
+    const cand *list = NULL;
+    size_t len = n;
+    if (s->p.top_k > 0 && (size_t)s->p.top_k < n) {
+        /* top-k, sorted best first when top-p follows */
+        len = (size_t)s->p.top_k;
+        if (len <= HEAP_MAX_K) select_top_k_heap(s, logits, len, top_p);
+        else select_by_buckets(s, logits, lmax, lmin, len, false, top_p);
+        list = s->cand;
+        if (top_p) {
+            double z = 0.0;
+            for (size_t j = 0; j < len; j++) z += expf(list[j].logit - lmax);
+            const double target = (double)s->p.top_p * z;
+            double cum = 0.0;
+            for (size_t j = 0; j < len; j++) {
+                cum += expf(list[j].logit - lmax);
+                if (cum >= target) {
+                    len = j + 1;
+                    break;
+                }
+            }
+        }
+    } else if (top_p) {
+        len = select_by_buckets(s, logits, lmax, lmin, 0, true, false);
+        list = s->cand;
+    }
+
+    /* min-p: logit >= lmax + log(min_p), the same as p >= min_p * p_max; the best always passes */
+    const float min_logit = s->p.min_p > 0.0f ? lmax + logf(s->p.min_p) : -INFINITY;
+
+    /* temperature, softmax weights and the draw */
+    const float temp = s->p.temperature;
+    float *w = s->weight;
+    double sum = 0.0;
+    for (size_t j = 0; j < len; j++) {
+        float l = list ? list[j].logit : logits[j];
+        w[j] = l >= min_logit ? expf((l - lmax) / temp) : 0.0f;
+        sum += w[j];
+    }
+    /* sum >= 1: the best token has weight expf(0) = 1 */
+    const double r = u * sum;
+    double cum = 0.0;
+    size_t pick = 0;
+    for (size_t j = 0; j < len; j++) {
+        if (w[j] <= 0.0f) continue;
+        cum += w[j];
+        pick = j;
+        if (cum > r) break;
+    }
+    /* if rounding leaves cum <= r at the end, the last token with a positive weight is taken */
+    return list ? list[pick].id : (int32_t)pick;
+}

@@ -1,0 +1,21 @@
+/* A persistent pool of worker threads for data-parallel loops. Work is split into items that are
+ * computed independently, so results never depend on which thread ran which item — this is what
+ * makes logits bitwise identical for any thread count. */
+#ifndef QUILL_THREADPOOL_H
+#define QUILL_THREADPOOL_H
+
+#include <stdint.h>
+
+typedef struct quill_pool quill_pool;
+
+/* Computes items [begin, end); `thread` (0 .. size-1) indexes per-thread scratch memory. */
+typedef void (*quill_task_fn)(void *ctx, int64_t begin, int64_t end, int thread);
+
+/* n_threads counts the caller, which works too; NULL on failure. */
+quill_pool *quill_pool_new(int n_threads);
+void quill_pool_free(quill_pool *p);
+int quill_pool_size(const quill_pool *p);
+/* Runs fn over [0, n_items) in chunks of `grain` items and returns when all are done. */
+void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain);
+
+#endif

@@ -1,0 +1,1024 @@
+/* SentencePiece ("llama") tokenizer, behaving like the reference (llama.cpp, Feb 2025):
+ * llm_tokenizer_spm for raw text, tokenizer_st_partition for special tokens and token_to_piece /
+ * detokenize for the way back. Where the reference relies on unspecified behaviour (hash-map
+ * iteration order, an unstable sort) this file picks the deterministic choice that agrees with it
+ * on every real vocabulary; where the reference would crash or throw on hostile data, loading
+ * fails with an error instead. */
+#include "error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-token flags the reference keeps as attributes outside the GGUF token types. */
+enum { F_LSTRIP = 1, F_RSTRIP = 2, F_EOG = 4 };
+
+/* No real vocabulary comes near this; the bound keeps piece lengths well inside int. */
+#define MAX_TOKEN_BYTES (1u << 20)
+/* Texts longer than this would overflow the int symbol indices the merge loop uses. */
+#define MAX_TEXT_BYTES ((size_t)1 << 29)
+
+struct quill_tokenizer {
+    int32_t n_vocab;
+    char *text;              /* every token's text, NUL-terminated, one after another */
+    size_t *text_off;
+    size_t *text_len;
+    char *piece;             /* what each token decodes to with render_special (the reference's cache) */
+    size_t *piece_off;
+    size_t *piece_len;
+    float *score;
+    uint8_t *type;           /* QUILL_TOKEN_*, after the reference's overrides */
+    uint8_t *flags;
+    int32_t *slots;          /* open-addressing hash: text -> id, -1 = empty */
+    uint32_t slot_mask;
+    int32_t byte_tok[256];   /* byte fallback: <0xNN> (or the byte itself), -1 when absent */
+    int32_t *special;        /* partition order: CONTROL / USER_DEFINED / UNKNOWN, longest first */
+    int32_t n_special;
+    int32_t bos, eos, unk, pad, eot, eom;
+    bool add_bos, add_eos, add_space_prefix;
+    bool word_split;         /* no piece has U+2581 inside except in a leading run (see spm_fragment) */
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint32_t hash_bytes(const char *s, size_t n) {
+    uint32_t h = 2166136261u;   /* FNV-1a: short keys, and it is good enough for 32k-256k entries */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static const char *tok_text(const quill_tokenizer *t, int32_t id) { return t->text + t->text_off[id]; }
+
+static int32_t lookup(const quill_tokenizer *t, const char *s, size_t n) {
+    for (uint32_t i = hash_bytes(s, n) & t->slot_mask;; i = (i + 1) & t->slot_mask) {
+        int32_t id = t->slots[i];
+        if (id < 0) return -1;
+        if (t->text_len[id] == n && memcmp(tok_text(t, id), s, n) == 0) return id;
+    }
+}
+
+static bool is_type(const quill_tokenizer *t, int32_t id, int type) { return t->type[id] == type; }
+
+/* Error messages quote file contents; keep them printable and short. */
+static void printable(char *dst, size_t cap, const char *src, size_t n) {
+    size_t i = 0, j = 0;
+    for (; i < n && j + 4 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[j++] = (c >= 0x20 && c != 0x7f) ? (char)c : '?';
+    }
+    if (i < n) { memcpy(dst + j, "...", 3); j += 3; }
+    dst[j] = 0;
+}
+
+static const char *gname(const quill_gguf *g) {
+    const char *p = quill_gguf_path(g);
+    return p ? p : "(gguf)";
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* A special-token id from metadata. Like the reference, an out-of-range id (stories260K stores
+ * padding_token_id = 0xFFFFFFFF) keeps the default; a value that is not an integer is an error. */
+static quill_status read_id(const quill_gguf *g, const char *key, int32_t n_vocab, int32_t *id,
+                            quill_error *err) {
+    const quill_gguf_value *v = quill_gguf_find(g, key);
+    if (!v) return QUILL_OK;
+    int64_t i;
+    uint64_t u;
+    bool in_range;
+    if (quill_gguf_value_i64(v, &i)) in_range = i >= 0 && i < n_vocab;
+    else if (quill_gguf_value_u64(v, &u)) in_range = false;
+    else
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata key '%s' has type %s, expected an integer token id",
+                          gname(g), key, quill_gguf_type_name(v->type));
+    if (in_range) *id = (int32_t)i;
+    else
+        quill_log(QUILL_LOG_WARN, "%s: %s is outside the vocabulary of %d tokens; using %d instead",
+                  gname(g), key, n_vocab, *id);
+    return QUILL_OK;
+}
+
+static quill_status read_flag(const quill_gguf *g, const char *key, bool *flag, quill_error *err) {
+    quill_status s = quill_gguf_get_bool(g, key, flag, err);
+    return s == QUILL_E_NOT_FOUND ? QUILL_OK : s;
+}
+
+/* The reference finds these roles by text when the metadata does not name them, and turns the
+ * token into a control token (so it is only parsed with parse_special and not rendered). */
+typedef struct {
+    const char *keys[2];
+    const char *texts[8];
+    bool eog;           /* the role's token ends generation */
+} role_spec;
+
+static const role_spec roles[] = {
+    {{"tokenizer.ggml.eot_token_id"},
+     {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+      "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>"}, true},
+    {{"tokenizer.ggml.eom_token_id"}, {"<|eom_id|>"}, true},
+    {{"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+     {"<|fim_prefix|>", "<fim-prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>"}, false},
+    {{"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+     {"<|fim_suffix|>", "<fim-suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>"}, false},
+    {{"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+     {"<|fim_middle|>", "<fim-middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>"}, false},
+    {{"tokenizer.ggml.fim_pad_token_id"}, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}, true},
+    {{"tokenizer.ggml.fim_rep_token_id"}, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}, true},
+    {{"tokenizer.ggml.fim_sep_token_id"}, {"<|file_sep|>"}, true},
+};
+enum { ROLE_EOT, ROLE_EOM, N_ROLES = sizeof roles / sizeof roles[0] };
+
+/* Tokens that end generation whatever their role (the reference's list, matched by text). */
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+};
+
+static bool text_in(const char *s, size_t n, const char *const *list, size_t count) {
+    for (size_t i = 0; i < count && list[i]; i++)
+        if (strlen(list[i]) == n && memcmp(list[i], s, n) == 0) return true;
+    return false;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* "<0xNN>" -> NN, else -1. */
+static int parse_byte_token(const char *s, size_t n) {
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int hi = hexval(s[3]), lo = hexval(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static const size_t utf8_len_table[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+
+static void piece_of(const quill_tokenizer *t, int32_t id, char *dst, size_t *n) {
+    const char *s = tok_text(t, id);
+    size_t len = t->text_len[id];
+    size_t j = 0;
+    switch (t->type[id]) {
+    case QUILL_TOKEN_CONTROL: case QUILL_TOKEN_UNKNOWN: case QUILL_TOKEN_USER_DEFINED:
+        memcpy(dst, s, len);
+        j = len;
+        break;
+    case QUILL_TOKEN_NORMAL:
+        for (size_t i = 0; i < len;) {
+            const char *m = memchr(s + i, '\xe2', len - i);
+            size_t run = m ? (size_t)(m - (s + i)) : len - i;
+            memcpy(dst + j, s + i, run);
+            i += run;
+            j += run;
+            if (i == len) break;
+            if (i + 3 <= len && memcmp(s + i, "\xe2\x96\x81", 3) == 0) { dst[j++] = ' '; i += 3; }
+            else dst[j++] = s[i++];
+        }
+        break;
+    case QUILL_TOKEN_BYTE:
+        dst[j++] = (char)parse_byte_token(s, len);
+        break;
+    default:   /* UNDEFINED and UNUSED decode to nothing, as in the reference */
+        break;
+    }
+    *n = j;
+}
+
+typedef struct {
+    size_t len;
+    int32_t id;
+} by_len;
+
+static int cmp_by_len(const void *a, const void *b) {
+    const by_len *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static bool contains_ci(const char *hay, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++) {
+        size_t k = 0;
+        while (k < m) {
+            char c = hay[i + k];
+            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+            if (c != needle[k]) break;
+            k++;
+        }
+        if (k == m) return true;
+    }
+    return false;
+}
+
+void quill_tokenizer_free(quill_tokenizer *t) {
+    if (!t) return;
+    free(t->text);
+    free(t->text_off);
+    free(t->text_len);
+    free(t->piece);
+    free(t->piece_off);
+    free(t->piece_len);
+    free(t->score);
+    free(t->type);
+    free(t->flags);
+    free(t->slots);
+    free(t->special);
+    free(t);
+}
+
+static quill_status load_vocab(const quill_gguf *g, quill_tokenizer *t, quill_error *err) {
+    const char *path = gname(g);
+    quill_gguf_value toks, scores, types;
+    quill_status s = quill_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, err);
+    if (s == QUILL_E_NOT_FOUND)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: no vocabulary: metadata key 'tokenizer.ggml.tokens' is missing",
+                          path);
+    if (s) return s;
+    if (toks.elem_type != QUILL_GGUF_STRING)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.tokens is an array of %s, expected strings",
+                          path, quill_gguf_type_name(toks.elem_type));
+    if (toks.count == 0 || toks.count > INT32_MAX)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries; expected 1 to %d",
+                          path, (unsigned long long)toks.count, INT32_MAX);
+    const int32_t n = (int32_t)toks.count;
+    t->n_vocab = n;
+
+    bool have_scores = false, have_types = false;
+    s = quill_gguf_get_arr(g, "tokenizer.ggml.scores", &scores, err);
+    if (s == QUILL_OK) {
+        if (scores.elem_type != QUILL_GGUF_FLOAT32)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.scores is an array of %s, expected f32",
+                              path, quill_gguf_type_name(scores.elem_type));
+        if (scores.count != toks.count)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.scores has %llu entries but there are %d tokens",
+                              path, (unsigned long long)scores.count, n);
+        have_scores = true;
+    } else if (s != QUILL_E_NOT_FOUND) {
+        return s;
+    }
+    s = quill_gguf_get_arr(g, "tokenizer.ggml.token_type", &types, err);
+    if (s == QUILL_OK) {
+        switch (types.elem_type) {
+        case QUILL_GGUF_UINT8: case QUILL_GGUF_INT8: case QUILL_GGUF_UINT16: case QUILL_GGUF_INT16:
+        case QUILL_GGUF_UINT32: case QUILL_GGUF_INT32: case QUILL_GGUF_UINT64: case QUILL_GGUF_INT64:
+            break;
+        default:
+            return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.token_type is an array of %s, expected i32",
+                              path, quill_gguf_type_name(types.elem_type));
+        }
+        if (types.count != toks.count)
+            return quill_fail(err, QUILL_E_FORMAT,
+                              "%s: tokenizer.ggml.token_type has %llu entries but there are %d tokens", path,
+                              (unsigned long long)types.count, n);
+        have_types = true;
+    } else if (s != QUILL_E_NOT_FOUND) {
+        return s;
+    }
+
+    t->text_off = malloc((size_t)n * sizeof *t->text_off);
+    t->text_len = malloc((size_t)n * sizeof *t->text_len);
+    t->score = malloc((size_t)n * sizeof *t->score);
+    t->type = malloc((size_t)n);
+    t->flags = calloc((size_t)n, 1);
+    const char **src = malloc((size_t)n * sizeof *src);
+    if (!t->text_off || !t->text_len || !t->score || !t->type || !t->flags || !src) {
+        free(src);
+        return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for a vocabulary of %d tokens", path, n);
+    }
+
+    /* Pass 1: where each text is and how long it will be stored. The reference reads tokens as C
+     * strings, so text after an embedded NUL is lost, and an empty token becomes "[EMPTY_<id>]". */
+    uint64_t cur = 0;
+    quill_gguf_value e;
+    size_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!quill_gguf_array_next(&toks, &cur, &e)) {
+            free(src);
+            return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.tokens ends after %d of %d entries",
+                              path, i, n);
+        }
+        const char *p = (const char *)e.data;
+        size_t len = e.count;
+        const char *nul = memchr(p, 0, len);
+        if (nul) len = (size_t)(nul - p);
+        if (len > MAX_TOKEN_BYTES) {
+            free(src);
+            return quill_fail(err, QUILL_E_FORMAT, "%s: token %d is %zu bytes long; no vocabulary has tokens over %u bytes",
+                              path, i, len, MAX_TOKEN_BYTES);
+        }
+        src[i] = len ? p : NULL;
+        t->text_len[i] = len ? len : (size_t)snprintf(NULL, 0, "[EMPTY_%d]", i);
+        t->text_off[i] = total;
+        total += t->text_len[i] + 1;
+    }
+    t->text = malloc(total);
+    if (!t->text) {
+        free(src);
+        return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for %zu bytes of token text", path, total);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        char *d = t->text + t->text_off[i];
+        if (src[i]) {
+            memcpy(d, src[i], t->text_len[i]);
+            d[t->text_len[i]] = 0;
+        } else {
+            quill_log(QUILL_LOG_WARN, "%s: token %d is empty; naming it [EMPTY_%d]", path, i, i);
+            snprintf(d, t->text_len[i] + 1, "[EMPTY_%d]", i);
+        }
+    }
+    free(src);
+
+    /* The reader validated both arrays' extent; f32 elements are contiguous little-endian. */
+    for (int32_t i = 0; i < n; i++) {
+        t->score[i] = 0.0f;
+        if (have_scores) {
+            float d;
+            memcpy(&d, scores.data + (size_t)i * 4, 4);
+            if (isnan(d))
+                return quill_fail(err, QUILL_E_FORMAT,
+                                  "%s: tokenizer.ggml.scores[%d] is NaN; merge order would be undefined", path, i);
+            /* +0 and -0 compare equal, so they must share one key in the merge queue. */
+            t->score[i] = d == 0 ? 0.0f : d;
+        }
+    }
+    cur = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t ty = QUILL_TOKEN_NORMAL;
+        if (have_types && types.elem_type == QUILL_GGUF_INT32) {
+            int32_t v;
+            memcpy(&v, types.data + (size_t)i * 4, 4);
+            ty = v;
+        } else if (have_types && (!quill_gguf_array_next(&types, &cur, &e) || !quill_gguf_value_i64(&e, &ty))) {
+            return quill_fail(err, QUILL_E_FORMAT, "%s: tokenizer.ggml.token_type is unreadable at entry %d", path, i);
+        }
+        /* Unknown type numbers are UNDEFINED, as in the reference. */
+        t->type[i] = (ty >= QUILL_TOKEN_UNDEFINED && ty <= QUILL_TOKEN_BYTE) ? (uint8_t)ty : QUILL_TOKEN_UNDEFINED;
+        if (t->type[i] == QUILL_TOKEN_BYTE && parse_byte_token(tok_text(t, i), t->text_len[i]) < 0) {
+            char shown[64];
+            printable(shown, sizeof shown, tok_text(t, i), t->text_len[i]);
+            return quill_fail(err, QUILL_E_FORMAT, "%s: token %d has type BYTE but its text '%s' is not of the form <0xNN>",
+                              path, i, shown);
+        }
+    }
+    return QUILL_OK;
+}
+
+static quill_status build_hash(quill_tokenizer *t, const char *path, quill_error *err) {
+    uint32_t cap = 16;
+    while (cap < (uint32_t)t->n_vocab * 2u && cap < (1u << 31)) cap <<= 1;
+    t->slots = malloc((size_t)cap * sizeof *t->slots);
+    if (!t->slots) return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for the token hash", path);
+    memset(t->slots, 0xff, (size_t)cap * sizeof *t->slots);
+    t->slot_mask = cap - 1;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const char *s = tok_text(t, id);
+        size_t n = t->text_len[id];
+        uint32_t i = hash_bytes(s, n) & t->slot_mask;
+        for (;; i = (i + 1) & t->slot_mask) {
+            int32_t o = t->slots[i];
+            if (o < 0) break;
+            /* A text listed twice maps to its last id, as the reference's map assignment does. */
+            if (t->text_len[o] == n && memcmp(tok_text(t, o), s, n) == 0) break;
+        }
+        t->slots[i] = id;
+    }
+    return QUILL_OK;
+}
+
+static quill_status build_pieces(quill_tokenizer *t, const char *path, quill_error *err) {
+    size_t total = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) total += t->text_len[i];
+    t->piece = malloc(total + 1);
+    t->piece_off = malloc((size_t)t->n_vocab * sizeof *t->piece_off);
+    t->piece_len = malloc((size_t)t->n_vocab * sizeof *t->piece_len);
+    if (!t->piece || !t->piece_off || !t->piece_len)
+        return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for token pieces", path);
+    size_t off = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        size_t n;
+        piece_of(t, i, t->piece + off, &n);   /* a piece is never longer than its text */
+        t->piece_off[i] = off;
+        t->piece_len[i] = n;
+        off += n;
+    }
+    return QUILL_OK;
+}
+
+quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, quill_error *err) {
+    if (!g || !out) return quill_fail(err, QUILL_E_ARG, "quill_tokenizer_load: NULL argument");
+    *out = NULL;
+    const char *path = gname(g);
+    const char *model;
+    size_t model_len;
+    quill_status s = quill_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len, err);
+    if (s == QUILL_E_NOT_FOUND)
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: metadata key 'tokenizer.ggml.model' is missing; the file has no tokenizer", path);
+    if (s) return s;
+    if (model_len != 5 || memcmp(model, "llama", 5) != 0) {
+        char shown[80];
+        printable(shown, sizeof shown, model, model_len);
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: tokenizer model '%s' is not supported; quill implements only the SentencePiece "
+                          "'llama' tokenizer", path, shown);
+    }
+
+    quill_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory", path);
+    s = load_vocab(g, t, err);
+    if (!s) s = build_hash(t, path, err);
+    if (s) {
+        quill_tokenizer_free(t);
+        return s;
+    }
+    const int32_t n = t->n_vocab;
+
+    for (int b = 0; b < 256; b++) {
+        char buf[7];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        int32_t id = lookup(t, buf, 6);
+        if (id < 0) {
+            /* The reference falls back to the byte itself as a one-character token. */
+            char c = (char)b;
+            id = lookup(t, &c, 1);
+        }
+        t->byte_tok[b] = id;
+    }
+
+    /* Defaults of the reference for SPM vocabularies, then whatever the metadata says. */
+    t->bos = 1 < n ? 1 : -1;
+    t->eos = 2 < n ? 2 : -1;
+    t->unk = 0;
+    t->pad = -1;
+    t->add_bos = true;
+    t->add_eos = false;
+    t->add_space_prefix = true;
+    int32_t sep = -1, mask = -1, role_id[N_ROLES];
+    for (int r = 0; r < N_ROLES; r++) role_id[r] = -1;
+    struct { const char *key; int32_t *id; } ids[] = {
+        {"tokenizer.ggml.bos_token_id", &t->bos},      {"tokenizer.ggml.eos_token_id", &t->eos},
+        {"tokenizer.ggml.unknown_token_id", &t->unk},  {"tokenizer.ggml.seperator_token_id", &sep},
+        {"tokenizer.ggml.padding_token_id", &t->pad},  {"tokenizer.ggml.mask_token_id", &mask},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0] && !s; i++) s = read_id(g, ids[i].key, n, ids[i].id, err);
+    for (int r = 0; r < N_ROLES && !s; r++)
+        for (int k = 0; k < 2 && roles[r].keys[k] && !s; k++) s = read_id(g, roles[r].keys[k], n, &role_id[r], err);
+    if (!s) s = read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
+    if (!s) s = read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
+    if (!s) s = read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err);
+    if (s) {
+        quill_tokenizer_free(t);
+        return s;
+    }
+
+    /* Roles found by text. Only the id a text maps to counts (the reference walks its text->id
+     * map); among several candidates for one role the lowest id wins. */
+    for (int32_t id = 0; id < n; id++) {
+        const char *txt = tok_text(t, id);
+        size_t len = t->text_len[id];
+        if (len < 3 || txt[0] != '<' || lookup(t, txt, len) != id) continue;
+        for (int r = 0; r < N_ROLES; r++) {
+            if (role_id[r] >= 0 || !text_in(txt, len, roles[r].texts, 8)) continue;
+            role_id[r] = id;
+            if (!is_type(t, id, QUILL_TOKEN_CONTROL)) {
+                quill_log(QUILL_LOG_WARN, "%s: token %d '%s' looks like a control token; treating it as one",
+                          path, id, txt);
+                t->type[id] = QUILL_TOKEN_CONTROL;
+            }
+        }
+        if (text_in(txt, len, eog_texts, sizeof eog_texts / sizeof eog_texts[0])) {
+            t->flags[id] |= F_EOG;
+            if (!is_type(t, id, QUILL_TOKEN_CONTROL)) {
+                quill_log(QUILL_LOG_WARN, "%s: token %d '%s' looks like a control token; treating it as one",
+                          path, id, txt);
+                t->type[id] = QUILL_TOKEN_CONTROL;
+            }
+        }
+    }
+    t->eot = role_id[ROLE_EOT];
+    t->eom = role_id[ROLE_EOM];
+    for (int r = 0; r < N_ROLES; r++)
+        if (roles[r].eog && role_id[r] >= 0) t->flags[role_id[r]] |= F_EOG;
+    if (t->eos >= 0) t->flags[t->eos] |= F_EOG;
+
+    by_len *order = malloc((size_t)n * sizeof *order);
+    t->special = malloc((size_t)n * sizeof *t->special);
+    if (!order || !t->special) {
+        free(order);
+        quill_tokenizer_free(t);
+        return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory", path);
+    }
+    for (int32_t id = 0; id < n; id++)
+        if (is_type(t, id, QUILL_TOKEN_CONTROL) || is_type(t, id, QUILL_TOKEN_USER_DEFINED) ||
+            is_type(t, id, QUILL_TOKEN_UNKNOWN))
+            order[t->n_special++] = (by_len){t->text_len[id], id};
+    /* The reference's std::sort by length alone is unstable; ties only matter for two different
+     * texts of equal length overlapping in the input, and ascending id is the natural order. */
+    qsort(order, (size_t)t->n_special, sizeof *order, cmp_by_len);
+    for (int32_t i = 0; i < t->n_special; i++) t->special[i] = order[i].id;
+    free(order);
+
+    /* Phi-3 (an SPM vocabulary) eats the whitespace after its special tokens; the reference
+     * keys this on the model name, since GGUF has no per-token strip attributes. */
+    const char *name;
+    size_t name_len;
+    if (quill_gguf_get_str(g, "general.name", &name, &name_len, NULL) == QUILL_OK) {
+        bool phi3 = contains_ci(name, name_len, "phi-3") || contains_ci(name, name_len, "phi3");
+        if (phi3) {
+            for (int32_t i = 0; i < t->n_special; i++) t->flags[t->special[i]] |= F_RSTRIP;
+            int32_t id = lookup(t, "</s>", 4);
+            if (id >= 0) t->flags[id] |= F_RSTRIP;
+            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+            for (int k = 0; k < 3; k++)
+                if ((id = lookup(t, keep[k], strlen(keep[k]))) >= 0) t->flags[id] &= (uint8_t)~F_RSTRIP;
+        }
+    }
+
+    t->word_split = true;
+    for (int32_t id = 0; id < n && t->word_split; id++) {
+        const char *p = tok_text(t, id);
+        size_t len = t->text_len[id];
+        for (size_t k = 1; k < len; k++) {
+            const char *q = memchr(p + k, '\xe2', len - k);
+            if (!q) break;
+            k = (size_t)(q - p);
+            if (k + 3 <= len && memcmp(q, "\xe2\x96\x81", 3) == 0 && (k < 3 || memcmp(q - 3, "\xe2\x96\x81", 3) != 0)) {
+                t->word_split = false;
+                break;
+            }
+        }
+    }
+
+    s = build_pieces(t, path, err);
+    if (s) {
+        quill_tokenizer_free(t);
+        return s;
+    }
+    *out = t;
+    return QUILL_OK;
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+static bool valid_id(const quill_tokenizer *t, int32_t id) { return t && id >= 0 && id < t->n_vocab; }
+
+int32_t quill_tokenizer_n_vocab(const quill_tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t quill_tokenizer_bos(const quill_tokenizer *t) { return t ? t->bos : -1; }
+int32_t quill_tokenizer_eos(const quill_tokenizer *t) { return t ? t->eos : -1; }
+bool quill_tokenizer_add_bos(const quill_tokenizer *t) { return t && t->add_bos; }
+bool quill_tokenizer_add_eos(const quill_tokenizer *t) { return t && t->add_eos; }
+bool quill_tokenizer_is_eog(const quill_tokenizer *t, int32_t id) { return valid_id(t, id) && (t->flags[id] & F_EOG); }
+int quill_tokenizer_token_type(const quill_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->type[id] : -1; }
+const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id) {
+    return valid_id(t, id) ? tok_text(t, id) : NULL;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} ivec;
+
+static bool ivec_push(ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return true;
+}
+
+/* A stretch of the input: raw text still to be tokenized, or a special token already found. */
+typedef struct {
+    size_t off, len;
+    int32_t tok;        /* -1 for raw text */
+} frag;
+
+typedef struct {
+    frag *v;
+    size_t n, cap;
+} fvec;
+
+static bool fvec_push(fvec *a, size_t off, size_t len, int32_t tok) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        frag *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (frag){off, len, tok};
+    return true;
+}
+
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
+    if (m == 0 || m > n) return NULL;
+    const char *end = hay + (n - m);
+    for (const char *p = hay; p <= end;) {
+        p = memchr(p, needle[0], (size_t)(end - p) + 1);
+        if (!p) return NULL;
+        if (memcmp(p, needle, m) == 0) return p;
+        p++;
+    }
+    return NULL;
+}
+
+static bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* The reference's tokenizer_st_partition: each special token in turn (longest first) splits every
+ * raw fragment at each of its occurrences, so a longer token wins over a shorter one inside it. */
+static bool partition(const quill_tokenizer *t, const char *text, size_t len, bool parse_special, fvec *frags) {
+    fvec next = {0};
+    if (len && !fvec_push(frags, 0, len, -1)) return false;
+    for (int32_t k = 0; k < t->n_special && frags->n; k++) {
+        int32_t id = t->special[k];
+        /* User-defined tokens are split out even without parse_special, like HF tokenizers do. */
+        if (!parse_special && !is_type(t, id, QUILL_TOKEN_USER_DEFINED)) continue;
+        const char *st = tok_text(t, id);
+        size_t sl = t->text_len[id];
+        bool any = false;
+        for (size_t f = 0; f < frags->n && !any; f++)
+            any = frags->v[f].tok < 0 && find_bytes(text + frags->v[f].off, frags->v[f].len, st, sl);
+        if (!any) continue;
+        next.n = 0;
+        for (size_t f = 0; f < frags->n; f++) {
+            frag fr = frags->v[f];
+            if (fr.tok >= 0) {
+                if (!fvec_push(&next, fr.off, fr.len, fr.tok)) goto oom;
+                continue;
+            }
+            size_t off = fr.off, rem = fr.len;
+            while (rem) {
+                const char *m = find_bytes(text + off, rem, st, sl);
+                if (!m) {
+                    if (!fvec_push(&next, off, rem, -1)) goto oom;
+                    break;
+                }
+                size_t at = (size_t)(m - text);
+                size_t left = at - off;
+                if (t->flags[id] & F_LSTRIP)
+                    while (left && is_c_space(text[off + left - 1])) left--;
+                if (left && !fvec_push(&next, off, left, -1)) goto oom;
+                if (!fvec_push(&next, at, sl, id)) goto oom;
+                size_t end = off + rem;
+                off = at + sl;
+                rem = end - off;
+                if (t->flags[id] & F_RSTRIP)
+                    while (rem && is_c_space(text[off])) { off++; rem--; }
+            }
+        }
+        fvec tmp = *frags;
+        *frags = next;
+        next = tmp;
+    }
+    free(next.v);
+    return true;
+oom:
+    free(next.v);
+    return false;
+}
+
+typedef struct {
+    int prev, next;
+    size_t start, n;    /* bytes of the escaped fragment; n = 0 once merged into the left neighbour */
+} symbol;
+
+/* `key` orders pairs as the reference's comparator does (higher score first, then the leftmost
+ * pair) in one integer compare: the score's bits made order-preserving, then the complement of
+ * the left index. */
+typedef struct {
+    uint64_t key;
+    int32_t right;
+    uint32_t size;
+} bigram;
+
+static uint32_t score_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+static int32_t bigram_left(const bigram *b) { return (int32_t)(UINT32_MAX - (uint32_t)b->key); }
+
+typedef struct {
+    char *esc;
+    size_t esc_cap;
+    symbol *sym;
+    size_t sym_cap;
+    bigram *heap;
+    size_t heap_n, heap_cap;
+} spm_scratch;
+
+static bool before(const bigram *a, const bigram *b) { return a->key > b->key; }
+
+static bool heap_push(spm_scratch *s, bigram b) {
+    if (s->heap_n == s->heap_cap) {
+        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
+        bigram *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) return false;
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    size_t i = s->heap_n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(&b, &s->heap[p])) break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = b;
+    return true;
+}
+
+static bigram heap_pop(spm_scratch *s) {
+    bigram top = s->heap[0];
+    bigram last = s->heap[--s->heap_n];
+    size_t i = 0, n = s->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!before(&s->heap[c], &last)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+static bool try_bigram(const quill_tokenizer *t, spm_scratch *s, int left, int right) {
+    if (left < 0 || right < 0) return true;
+    size_t size = s->sym[left].n + s->sym[right].n;
+    int32_t id = lookup(t, s->esc + s->sym[left].start, size);
+    if (id < 0) return true;
+    uint64_t key = (uint64_t)score_bits(t->score[id]) << 32 | (UINT32_MAX - (uint32_t)left);
+    /* size <= 2 * MAX_TOKEN_BYTES: both sides are vocabulary pieces or single characters */
+    return heap_push(s, (bigram){key, right, (uint32_t)size});
+}
+
+static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
+                              quill_error *err);
+
+static quill_status spm_fragment(const quill_tokenizer *t, spm_scratch *s, const char *text, size_t len,
+                                 bool space_prefix, ivec *out, quill_error *err) {
+    /* Escaped form: optional leading space, then every ' ' (and only ' ') becomes U+2581. */
+    size_t need = 3 * (len + 1);
+    if (need > s->esc_cap) {
+        char *e = realloc(s->esc, need);
+        if (!e) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+        s->esc = e;
+        s->esc_cap = need;
+    }
+    size_t n = 0;
+    if (space_prefix) { memcpy(s->esc, "\xe2\x96\x81", 3); n = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(s->esc + n, "\xe2\x96\x81", 3); n += 3; }
+        else s->esc[n++] = text[i];
+    }
+    if (n == 0) return QUILL_OK;
+
+    if (n > s->sym_cap) {
+        symbol *y = realloc(s->sym, n * sizeof *y);
+        if (!y) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+        s->sym = y;
+        s->sym_cap = n;
+    }
+    int count = 0;
+    for (size_t off = 0; off < n; count++) {
+        size_t cl = utf8_len_table[(unsigned char)s->esc[off] >> 4];
+        if (cl > n - off) cl = n - off;
+        s->sym[count] = (symbol){count - 1, off + cl == n ? -1 : count + 1, off, cl};
+        off += cl;
+    }
+
+    /* The reference merges the whole fragment in one queue. When no piece has U+2581 inside except
+     * after another U+2581 (true of SentencePiece vocabularies), no piece can span the start of a
+     * run of U+2581 symbols, so no pair across it is ever queued and the words on either side
+     * merge independently, in the same relative order: merging word by word gives the same
+     * tokens with a queue that stays in cache. A U+2581 counts as a run start only when it is a
+     * symbol of its own and the three bytes before it are not U+2581. */
+    int seg = 0;
+    for (int i = 1; i <= count; i++) {
+        if (i < count) {
+            const symbol *y = &s->sym[i];
+            if (!t->word_split || y->n != 3 || memcmp(s->esc + y->start, "\xe2\x96\x81", 3) != 0 ||
+                (y->start >= 3 && memcmp(s->esc + y->start - 3, "\xe2\x96\x81", 3) == 0))
+                continue;
+        }
+        quill_status st = merge_run(t, s, seg, i, out, err);
+        if (st) return st;
+        seg = i;
+    }
+    return QUILL_OK;
+}
+
+/* The SPM merge loop over symbols [a, b), then each final symbol as a token or as bytes. */
+static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
+                              quill_error *err) {
+    s->sym[a].prev = -1;
+    s->sym[b - 1].next = -1;
+    s->heap_n = 0;
+    for (int i = a + 1; i < b; i++)
+        if (!try_bigram(t, s, i - 1, i)) goto oom;
+    while (s->heap_n) {
+        bigram bg = heap_pop(s);
+        int left = bigram_left(&bg);
+        symbol *l = &s->sym[left], *r = &s->sym[bg.right];
+        /* A pair is stale when either side has changed since it was queued. */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s->sym[r->next].prev = left;
+        if (!try_bigram(t, s, l->prev, left) || !try_bigram(t, s, left, l->next)) goto oom;
+    }
+
+    for (int i = a; i != -1; i = s->sym[i].next) {
+        const char *p = s->esc + s->sym[i].start;
+        size_t sn = s->sym[i].n;
+        int32_t id = lookup(t, p, sn);
+        if (id >= 0) {
+            if (!ivec_push(out, id)) goto oom;
+            continue;
+        }
+        for (size_t j = 0; j < sn; j++) {
+            unsigned char c = (unsigned char)p[j];
+            int32_t bt = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
+            if (bt < 0)
+                return quill_fail(err, QUILL_E_UNSUPPORTED,
+                                  "cannot encode byte 0x%02X: the vocabulary has no <0x%02X> token and no unknown token",
+                                  c, c);
+            if (!ivec_push(out, bt)) goto oom;
+        }
+    }
+    return QUILL_OK;
+oom:
+    return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing");
+}
+
+quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **tokens, size_t *n_tokens, quill_error *err) {
+    if (!t || !tokens || !n_tokens || (!text && len))
+        return quill_fail(err, QUILL_E_ARG, "quill_tokenize: NULL argument");
+    *tokens = NULL;
+    *n_tokens = 0;
+    if (len > MAX_TEXT_BYTES)
+        return quill_fail(err, QUILL_E_ARG, "quill_tokenize: text of %zu bytes is too long (at most %zu)", len,
+                          MAX_TEXT_BYTES);
+    if (add_special && t->add_bos && t->bos < 0)
+        return quill_fail(err, QUILL_E_FORMAT, "the model asks for a BOS token (add_bos_token) but has none");
+    if (add_special && t->add_eos && t->eos < 0)
+        return quill_fail(err, QUILL_E_FORMAT, "the model asks for an EOS token (add_eos_token) but has none");
+
+    quill_status s = QUILL_OK;
+    ivec out = {0};
+    fvec frags = {0};
+    spm_scratch scratch = {0};
+    if (!partition(t, text, len, parse_special, &frags)) goto oom;
+
+    bool prev_special = true;   /* the text's start counts as following a special token */
+    if (add_special && t->add_bos && !ivec_push(&out, t->bos)) goto oom;
+    for (size_t f = 0; f < frags.n && !s; f++) {
+        if (frags.v[f].tok >= 0) {
+            if (!ivec_push(&out, frags.v[f].tok)) goto oom;
+            prev_special = true;
+        } else {
+            s = spm_fragment(t, &scratch, text + frags.v[f].off, frags.v[f].len,
+                             t->add_space_prefix && prev_special, &out, err);
+            prev_special = false;
+        }
+    }
+    if (!s && add_special && t->add_eos && !ivec_push(&out, t->eos)) goto oom;
+    if (!s && !out.v && !(out.v = malloc(sizeof *out.v))) goto oom;   /* *tokens is never NULL on success */
+    free(frags.v);
+    free(scratch.esc);
+    free(scratch.sym);
+    free(scratch.heap);
+    if (s) {
+        free(out.v);
+        return s;
+    }
+    *tokens = out.v;
+    *n_tokens = out.n;
+    return QUILL_OK;
+oom:
+    free(out.v);
+    free(frags.v);
+    free(scratch.esc);
+    free(scratch.sym);
+    free(scratch.heap);
+    return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+static bool hidden(const quill_tokenizer *t, int32_t id, bool render_special) {
+    return !render_special && (is_type(t, id, QUILL_TOKEN_CONTROL) || is_type(t, id, QUILL_TOKEN_UNKNOWN));
+}
+
+int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap) {
+    if (!valid_id(t, id)) return -1;
+    if (hidden(t, id, render_special)) return 0;
+    size_t n = t->piece_len[id];
+    if (buf) memcpy(buf, t->piece + t->piece_off[id], n < cap ? n : cap);
+    return (int)n;
+}
+
+void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special) {
+    memset(d, 0, sizeof *d);
+    d->tok = t;
+    d->render_special = render_special;
+    d->at_start = t && t->add_space_prefix;
+}
+
+typedef struct {
+    char *out;
+    size_t cap, n;
+    bool full;
+} sink;
+
+/* Whole characters only: once one does not fit, the rest of this call's output is dropped rather
+ * than emitted out of order. Only a hostile vocabulary (pieces of hundreds of bytes) gets here
+ * with cap >= 256. */
+static void put(sink *k, const void *p, size_t n) {
+    if (k->full || n > k->cap - k->n) {
+        k->full = true;
+        return;
+    }
+    memcpy(k->out + k->n, p, n);
+    k->n += n;
+}
+
+static const char replacement[3] = {'\xef', '\xbf', '\xbd'};
+
+static int utf8_need(unsigned char lead) {
+    if (lead >= 0xC2 && lead <= 0xDF) return 2;
+    if (lead >= 0xE0 && lead <= 0xEF) return 3;
+    if (lead >= 0xF0 && lead <= 0xF4) return 4;
+    return 0;
+}
+
+/* One byte through a strict UTF-8 validator. The reference renders every byte of an invalid or
+ * cut-off sequence as its own U+FFFD (its golden texts show "E1 BB <space>" as two), rather than
+ * one per maximal subpart as Python does; strictness (no overlongs, surrogates or values past
+ * U+10FFFF) keeps the output valid UTF-8 where the reference's lax decoder would not. */
+static void feed(quill_detokenizer *d, sink *k, unsigned char b) {
+    for (;;) {
+        if (d->n_pending == 0) {
+            if (b < 0x80) put(k, &b, 1);
+            else if (utf8_need(b)) d->pending[d->n_pending++] = b;
+            else put(k, replacement, 3);
+            return;
+        }
+        unsigned char lead = d->pending[0], lo = 0x80, hi = 0xBF;
+        if (d->n_pending == 1) {
+            if (lead == 0xE0) lo = 0xA0;         /* overlong */
+            else if (lead == 0xED) hi = 0x9F;    /* surrogates */
+            else if (lead == 0xF0) lo = 0x90;    /* overlong */
+            else if (lead == 0xF4) hi = 0x8F;    /* beyond U+10FFFF */
+        }
+        if (b >= lo && b <= hi) {
+            d->pending[d->n_pending++] = b;
+            if (d->n_pending == utf8_need(lead)) {
+                put(k, d->pending, (size_t)d->n_pending);
+                d->n_pending = 0;
+            }
+            return;
+        }
+        for (int i = 0; i < d->n_pending; i++) put(k, replacement, 3);
+        d->n_pending = 0;   /* and look at b again as the start of something new */
+    }
+}
+
+size_t quill_detokenizer_push(quill_detokenizer *d, int32_t id, char *out, size_t cap) {
+    if (!d || !valid_id(d->tok, id)) return 0;
+    const quill_tokenizer *t = d->tok;
+    bool strip = d->at_start;
+    /* Like the reference's detokenize: only the very first token may lose a space, even when it
+     * renders as nothing. */
+    d->at_start = false;
+    if (hidden(t, id, d->render_special)) return 0;
+    const unsigned char *p = (const unsigned char *)t->piece + t->piece_off[id];
+    size_t n = t->piece_len[id];
+    if (strip && n && p[0] == ' ') { p++; n--; }
+    sink k = {out, out ? cap : 0, 0, false};
+    for (size_t i = 0; i < n; i++) feed(d, &k, p[i]);
+    return k.n;
+}
+
+size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap) {
+    if (!d) return 0;
+    sink k = {out, out ? cap : 0, 0, false};
+    for (int i = 0; i < d->n_pending; i++) put(&k, replacement, 3);
+    d->n_pending = 0;
+    return k.n;
+}

@@ -1,0 +1,68 @@
+/* Hand-crafting GGUF bytes for the reader's tests and the malformed corpus: a growable byte
+ * buffer with little-endian writers for each field of the format. Every GGUF test builds its
+ * input with these, so the offsets quoted in expected messages can be read off the builders. */
+#ifndef QUILL_TEST_GGUF_BUILD_H
+#define QUILL_TEST_GGUF_BUILD_H
+
+#include "quill.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} gbuf;
+
+static inline void gb_raw(gbuf *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) abort();
+        b->p = q;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+static inline void gb_u8(gbuf *b, uint8_t v) { gb_raw(b, &v, 1); }
+static inline void gb_u16(gbuf *b, uint16_t v) { gb_raw(b, &v, 2); }
+static inline void gb_u32(gbuf *b, uint32_t v) { gb_raw(b, &v, 4); }
+static inline void gb_u64(gbuf *b, uint64_t v) { gb_raw(b, &v, 8); }
+static inline void gb_f32(gbuf *b, float v) { gb_raw(b, &v, 4); }
+static inline void gb_f64(gbuf *b, double v) { gb_raw(b, &v, 8); }
+/* A GGUF string: u64 length, then the bytes. */
+static inline void gb_strn(gbuf *b, const char *s, size_t n) { gb_u64(b, n); gb_raw(b, s, n); }
+static inline void gb_str(gbuf *b, const char *s) { gb_strn(b, s, strlen(s)); }
+static inline void gb_zeros(gbuf *b, size_t n) { while (n--) gb_u8(b, 0); }
+/* Zero padding up to the next multiple of `align`. */
+static inline void gb_pad(gbuf *b, size_t align) { while (b->len % align) gb_u8(b, 0); }
+/* "GGUF", version, tensor count, metadata count: 24 bytes. */
+static inline void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    gb_raw(b, "GGUF", 4);
+    gb_u32(b, version);
+    gb_u64(b, n_tensors);
+    gb_u64(b, n_kv);
+}
+/* A metadata key and its value type; the value follows. */
+static inline void gb_key(gbuf *b, const char *key, uint32_t type) { gb_str(b, key); gb_u32(b, type); }
+/* An array header (inside a value): element type and count; the elements follow. */
+static inline void gb_arr(gbuf *b, uint32_t elem_type, uint64_t count) { gb_u32(b, elem_type); gb_u64(b, count); }
+/* A tensor directory entry with n_dims dimensions. */
+static inline void gb_tensor(gbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+                             uint64_t offset) {
+    gb_str(b, name);
+    gb_u32(b, n_dims);
+    for (uint32_t d = 0; d < n_dims; d++) gb_u64(b, ne[d]);
+    gb_u32(b, type);
+    gb_u64(b, offset);
+}
+static inline void gb_free(gbuf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+#endif
