@@ -50,7 +50,9 @@ static void work(quill_pool *p, int thread) {
 static void *worker_main(void *arg) {
     quill_pool *p = ((worker_arg *)arg)->pool;
     int index = ((worker_arg *)arg)->index;
-    unsigned seen = atomic_load(&p->generation);
+    /* Generation 0 is "no job yet": reading the counter here instead could skip a job posted
+     * before this thread got to run. */
+    unsigned seen = 0;
     for (;;) {
         unsigned gen;
         int spins = 0;
