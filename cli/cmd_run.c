@@ -105,6 +105,13 @@ static int parse_run_opts(int argc, char **argv, run_opts *o, const char *usage)
         else if (!strcmp(a, "--chat")) o->chat = true;
         else flag = false;
         if (flag) continue;
+        static const char *const valued[] = {"-m", "--model", "-p", "--prompt", "--tokens", "--logits", "--trace",
+                                             "--system", "--chat-template", "--chat-format", "-n", "-c", "-t",
+                                             "--top-k", "--repeat-last-n", "--temp", "--top-p", "--min-p",
+                                             "--repeat-penalty", "--seed", NULL};
+        bool known = false;
+        for (const char *const *k = valued; *k; k++) known = known || !strcmp(a, *k);
+        if (!known) return cli_fail("unknown option '%s' (see quill %s --help)", a, argv[0]);
         if (i + 1 >= argc) return cli_fail("option %s needs a value (see quill %s --help)", a, argv[0]);
         const char *v = argv[++i];
         long l;

@@ -4435,7 +4435,7 @@ static bool run_test(J *j, const char *name, jv v, const jargs *a, bool *res) {
     else if (IS("mapping")) *res = v.t == T_DICT;
     else if (IS("sequence")) *res = v.t == T_STR || v.t == T_LIST || v.t == T_DICT || v.t == T_UNDEF;
     else if (IS("iterable")) *res = v.t == T_STR || v.t == T_LIST || v.t == T_DICT || v.t == T_UNDEF || v.t == T_LOOP;
-    else if (IS("callable")) *res = v.t == T_FUNC || v.t == T_MACRO || v.t == T_METHOD;
+    else if (IS("callable")) *res = v.t == T_FUNC || v.t == T_MACRO || v.t == T_METHOD || v.t == T_UNDEF;
     else if (IS("escaped")) *res = false;
     else if (IS("filter")) *res = v.t == T_STR && in_list(JINJA_FILTERS, v.u.s->s);
     else if (IS("test")) *res = v.t == T_STR && in_list(JINJA_TESTS, v.u.s->s);

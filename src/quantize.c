@@ -8,11 +8,11 @@
  * 1.5 * 2^23 does in single precision. */
 #include "error.h"
 #include "quill_quantize.h"
-#include "threadpool.h"
 #include "types_internal.h"
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1086,14 +1086,47 @@ static void to_f32_row(uint32_t type, const uint8_t *src, float *dst, int64_t n)
     }
 }
 
-static void quant_rows_task(void *ctx, int64_t begin, int64_t end, int thread) {
-    const quant_job *j = ctx;
-    float *row = j->f32 + (size_t)thread * (size_t)j->n_per_row;
+typedef struct {
+    const quant_job *job;
+    int64_t begin, end;
+    float *row;
+} quant_slice;
+
+static void *quant_slice_run(void *arg) {
+    const quant_slice *s = arg;
+    const quant_job *j = s->job;
     const quill_type_traits *tr = quill_type_traits_of(j->dst_type);
     quant_fn fn = quant_for(j->dst_type);
-    for (int64_t r = begin; r < end; r++) {
-        to_f32_row(j->src_type, j->src + (size_t)r * j->src_row_bytes, row, j->n_per_row);
-        fn(row, j->dst + (size_t)r * j->dst_row_bytes, j->n_per_row / tr->block_size);
+    for (int64_t r = s->begin; r < s->end; r++) {
+        to_f32_row(j->src_type, j->src + (size_t)r * j->src_row_bytes, s->row, j->n_per_row);
+        fn(s->row, j->dst + (size_t)r * j->dst_row_bytes, j->n_per_row / tr->block_size);
+    }
+    return NULL;
+}
+
+#define MAX_THREADS 256
+
+/* Quantizes rows [0, n_rows) of the job, split into contiguous slices over up to n_threads
+ * threads (the caller takes the first). Chunks are millions of elements, so starting threads per
+ * chunk costs nothing measurable; every row's bytes are independent of the split. */
+static void quant_rows_parallel(const quant_job *job, int64_t n_rows, int n_threads) {
+    int64_t min_rows = 65536 / job->n_per_row;
+    if (min_rows < 1) min_rows = 1;
+    int n = n_threads;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    if ((int64_t)n > n_rows / min_rows) n = (int)(n_rows / min_rows);
+    if (n < 1) n = 1;
+    quant_slice slices[MAX_THREADS];
+    pthread_t threads[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int t = 0; t < n; t++) {
+        slices[t] = (quant_slice){job, n_rows * t / n, n_rows * (t + 1) / n, job->f32 + (size_t)t * (size_t)job->n_per_row};
+        if (t > 0) started[t] = pthread_create(&threads[t], NULL, quant_slice_run, &slices[t]) == 0;
+    }
+    quant_slice_run(&slices[0]);
+    for (int t = 1; t < n; t++) {
+        if (started[t]) pthread_join(threads[t], NULL);
+        else quant_slice_run(&slices[t]); /* could not start a thread: do its share here */
     }
 }
 
@@ -1112,7 +1145,6 @@ quill_status quill_quantize_file(const char *in_path, const char *out_path, cons
     const uint64_t n = quill_gguf_n_tensors(in);
     quill_quant_choice *plan = calloc(n ? n : 1, sizeof *plan);
     quill_gguf_writer *w = quill_gguf_writer_new();
-    quill_pool *pool = NULL;
     float *f32 = NULL;
     uint8_t *out = NULL;
     bool streaming = false;
@@ -1155,11 +1187,10 @@ quill_status quill_quantize_file(const char *in_path, const char *out_path, cons
             if (bytes > max_out_chunk) max_out_chunk = bytes;
         }
     }
-    const int n_threads = params->n_threads > 1 ? params->n_threads : 1;
-    pool = quill_pool_new(n_threads);
+    const int n_threads = params->n_threads > 1 ? (params->n_threads < MAX_THREADS ? params->n_threads : MAX_THREADS) : 1;
     f32 = malloc((size_t)max_row * (size_t)n_threads * sizeof *f32);
     out = malloc(max_out_chunk);
-    if (!pool || !f32 || !out) {
+    if (!f32 || !out) {
         st = quill_fail(err, QUILL_E_NOMEM, "quantize: out of memory");
         goto done;
     }
@@ -1188,8 +1219,7 @@ quill_status quill_quantize_file(const char *in_path, const char *out_path, cons
             for (int64_t r0 = 0; r0 < n_rows; r0 += chunk_rows) {
                 const int64_t rows = n_rows - r0 < chunk_rows ? n_rows - r0 : chunk_rows;
                 job.src = (const uint8_t *)t->data + (size_t)r0 * job.src_row_bytes;
-                int64_t grain = 65536 / t->ne[0];
-                quill_pool_run(pool, quant_rows_task, &job, rows, grain < 1 ? 1 : grain);
+                quant_rows_parallel(&job, rows, n_threads);
                 const size_t bytes = (size_t)rows * job.dst_row_bytes;
                 if ((st = quill_gguf_writer_stream_data(w, out, bytes, err))) goto done;
                 out_bytes += bytes;
@@ -1221,7 +1251,6 @@ done:
         quill_gguf_writer_finish_stream(w, NULL);
         remove(out_path);
     }
-    quill_pool_free(pool);
     free(f32);
     free(out);
     quill_gguf_writer_free(w);

@@ -4,6 +4,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -15,7 +16,9 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ROUNDS 20000
+/* About 0.1-0.3 ms of pausing: longer than the gap between two loops of one token, short enough
+ * not to steal much from other processes when the machine is oversubscribed. */
+#define SPIN_ROUNDS 2000
 
 typedef struct {
     struct quill_pool *pool;
@@ -134,5 +137,9 @@ void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items,
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     work(p, 0);
-    while (atomic_load_explicit(&p->busy, memory_order_acquire) > 0) cpu_relax();
+    /* A worker may have been descheduled: after a short spin, give the core away while waiting. */
+    for (int spins = 0; atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_ROUNDS) cpu_relax();
+        else sched_yield();
+    }
 }

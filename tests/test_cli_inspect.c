@@ -380,7 +380,7 @@ TEST(cli_inspect_json_unusual_values) {
 
 /* `quill tensor` writes n_elements float32s equal to the library's dequantization, for the
  * first tensor of each type in each file (every type the reference models hold). */
-TEST(cli_tensor_every_type_in_shared_models) {
+TEST(cli_inspect_tensor_every_type) {
     REQUIRE_SHARED(shared);
     if (!quill_built()) return;
     int n;
@@ -427,7 +427,7 @@ TEST(cli_tensor_every_type_in_shared_models) {
 }
 
 /* Bit-exact against the reference implementation's dequantization. */
-TEST(cli_tensor_matches_dequant_golden) {
+TEST(cli_inspect_tensor_matches_dequant_golden) {
     REQUIRE_SHARED(shared);
     if (!quill_built()) return;
     static const char *const cases[] = {"synth-k-q4_k_m", "synth-k-q8_0"};
@@ -567,7 +567,7 @@ TEST(cli_inspect_malformed_corpus) {
     CHECK(checked >= 30, "%d", checked);
 }
 
-TEST(cli_tensor_failures) {
+TEST(cli_inspect_tensor_failures) {
     REQUIRE_SHARED(shared);
     if (!quill_built()) return;
     char *model = path_join(shared, "models/stories260K.gguf");

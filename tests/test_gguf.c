@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -1200,5 +1201,176 @@ TEST(gguf_shared_writer_copy) {
         free(path);
         free(p1);
         free(p2);
+    }
+}
+
+/* ---------------------------------------------------------------- fuzzing seeds */
+
+/* Small valid files for fuzz/fuzz_gguf.c, committed in fuzz/seeds/ (names end in .gguf.seed: a
+ * repository hook rejects *.gguf). Checked like the malformed corpus and rewritten with
+ * QUILL_REGEN_MALFORMED=1. With QUILL_FUZZ_SEEDS_DIR set, larger seeds made from the reference
+ * files (never committed) are written there too; see fuzz/README.md. */
+
+static bool file_bytes(const char *path, gbuf *out) {
+    size_t n;
+    void *p = read_file(path, &n);
+    if (!p) return false;
+    gb_raw(out, p, n);
+    free(p);
+    return true;
+}
+
+/* One tensor of every type the reader knows, one row of one block each, with varied bytes. */
+static bool seed_tensors(gbuf *out) {
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf_writer_add_str(w, "general.architecture", "llama", 5);
+    uint32_t state = 12345;
+    uint8_t block[512];
+    for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++) {
+        const quill_type_traits *tr = quill_type_traits_of(type);
+        if (!tr) continue;
+        for (size_t i = 0; i < tr->type_size && i < sizeof block; i++) {
+            state = state * 1103515245u + 12345u;
+            block[i] = (uint8_t)(state >> 16);
+        }
+        if (tr->type_size >= 2 && tr->block_size > 1) { /* a modest scale where the block has one */
+            uint16_t h = quill_f32_to_f16(0.03125f);
+            memcpy(block, &h, 2);
+        }
+        char name[32];
+        snprintf(name, sizeof name, "t.%s", tr->name);
+        int64_t ne[1] = {tr->block_size};
+        if (quill_gguf_writer_add_tensor(w, name, type, 1, ne, block) != QUILL_OK) {
+            quill_gguf_writer_free(w);
+            return false;
+        }
+    }
+    char *path = tmp_path("seed-tensors.gguf");
+    quill_error err;
+    bool ok = quill_gguf_writer_write(w, path, &err) == QUILL_OK && file_bytes(path, out);
+    quill_gguf_writer_free(w);
+    free(path);
+    return ok;
+}
+
+/* A small SentencePiece vocabulary: control, byte and normal tokens with scores. */
+static bool seed_vocab(gbuf *out) {
+    static const char *const toks[] = {
+        "<unk>", "<s>", "</s>", "<0x0A>", "<0x41>", "<0xC3>", "<0xA9>", "\xe2\x96\x81", "\xe2\x96\x81" "a",
+        "a", "b", "ab", "\xe2\x96\x81" "ab", "c", "abc", "\xe2\x96\x81" "Hello", "\xe2\x96\x81" "world", "l", "o",
+        "H", "e", "w", "r", "d", "<|user|>", "\xc3\xa9",
+    };
+    enum { N = sizeof toks / sizeof toks[0] };
+    float scores[N];
+    int32_t types[N];
+    for (int i = 0; i < N; i++) {
+        scores[i] = -(float)i * 0.5f;
+        types[i] = i == 0 ? QUILL_TOKEN_UNKNOWN : i < 3 ? QUILL_TOKEN_CONTROL : i < 7 ? QUILL_TOKEN_BYTE
+                 : strcmp(toks[i], "<|user|>") == 0 ? QUILL_TOKEN_USER_DEFINED : QUILL_TOKEN_NORMAL;
+    }
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf_writer_add_str(w, "general.architecture", "llama", 5);
+    quill_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", 5);
+    quill_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, NULL, N);
+    quill_gguf_writer_add_arr(w, "tokenizer.ggml.scores", QUILL_GGUF_FLOAT32, scores, N);
+    quill_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", QUILL_GGUF_INT32, types, N);
+    quill_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    quill_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    quill_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
+    quill_gguf_writer_add_u32(w, "llama.embedding_length", 8);
+    quill_gguf_writer_add_u32(w, "llama.block_count", 1);
+    quill_gguf_writer_add_u32(w, "llama.attention.head_count", 2);
+    quill_gguf_writer_add_u32(w, "llama.feed_forward_length", 16);
+    float embd[8 * N];
+    for (int i = 0; i < 8 * N; i++) embd[i] = (float)(i % 7) - 3.0f;
+    int64_t ne[2] = {8, N};
+    quill_gguf_writer_add_tensor(w, "token_embd.weight", QUILL_TYPE_F32, 2, ne, embd);
+    char *path = tmp_path("seed-vocab.gguf");
+    quill_error err;
+    bool ok = quill_gguf_writer_write(w, path, &err) == QUILL_OK && file_bytes(path, out);
+    quill_gguf_writer_free(w);
+    free(path);
+    return ok;
+}
+
+static bool seed_rich(gbuf *out) {
+    build_rich(out, 3, true);
+    return true;
+}
+
+static bool seed_rich_v2(gbuf *out) {
+    build_rich(out, 2, false);
+    return true;
+}
+
+TEST(gguf_fuzz_seeds) {
+    static const struct { const char *name; bool (*build)(gbuf *); } seeds[] = {
+        {"rich.gguf.seed", seed_rich},
+        {"rich_v2.gguf.seed", seed_rich_v2},
+        {"tensors.gguf.seed", seed_tensors},
+        {"vocab.gguf.seed", seed_vocab},
+    };
+    const char *regen = getenv("QUILL_REGEN_MALFORMED");
+    bool write = regen && strcmp(regen, "1") == 0;
+    const char *extra = getenv("QUILL_FUZZ_SEEDS_DIR");
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        gbuf b = {0};
+        CHECK(seeds[i].build(&b), "building %s", seeds[i].name);
+        CHECK(b.len <= 6000, "%s is %zu bytes", seeds[i].name, b.len);
+        quill_error err = {0};
+        quill_gguf *g = open_buf(&b, &err);
+        CHECK(g, "%s: %s", seeds[i].name, err.message);
+        quill_gguf_close(g);
+        char *path = path_join("fuzz/seeds", seeds[i].name);
+        if (write) {
+            mkdir("fuzz/seeds", 0755);
+            FILE *f = fopen(path, "wb");
+            CHECK(f && fwrite(b.p, 1, b.len, f) == b.len && fclose(f) == 0, "writing %s", path);
+        }
+        if (extra && *extra) {
+            char *copy = path_join(extra, seeds[i].name);
+            FILE *f = fopen(copy, "wb");
+            CHECK(f && fwrite(b.p, 1, b.len, f) == b.len && fclose(f) == 0, "writing %s", copy);
+            free(copy);
+        }
+        size_t n;
+        void *have = read_file(path, &n);
+        bool same = have && n == b.len && memcmp(have, b.p, n) == 0;
+        free(have);
+        gb_free(&b);
+        CHECK(same, "%s differs from its builder (run from the repository root; regenerate with "
+                    "QUILL_REGEN_MALFORMED=1)", path);
+        free(path);
+    }
+    if (!extra || !*extra) return;
+
+    /* Run-time seeds from the reference files: the whole metadata of a real model (a real
+     * vocabulary and hyperparameters) with up to two of its small tensors. */
+    const char *shared = shared_dir();
+    if (!shared) return;
+    static const struct { const char *src, *dst; int max_tensors; } real[] = {
+        {"models/stories260K.gguf", "stories260k-meta.gguf.seed", 2},
+        {"models/synth-k-q4_k_m.gguf", "synth-q4km-meta.gguf.seed", 2},
+    };
+    for (size_t k = 0; k < sizeof real / sizeof real[0]; k++) {
+        char *src = path_join(shared, real[k].src), *dst = path_join(extra, real[k].dst);
+        quill_gguf *g;
+        quill_error err = {0};
+        CHECK(quill_gguf_open(src, &g, &err) == QUILL_OK, "%s", err.message);
+        quill_gguf_writer *w = quill_gguf_writer_new();
+        for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++)
+            quill_gguf_writer_add_value(w, quill_gguf_kv_at(g, i)->key, &quill_gguf_kv_at(g, i)->value);
+        int added = 0;
+        for (uint64_t i = 0; i < quill_gguf_n_tensors(g) && added < real[k].max_tensors; i++) {
+            const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+            if (t->nbytes > 1024) continue;
+            quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+            added++;
+        }
+        CHECK(quill_gguf_writer_write(w, dst, &err) == QUILL_OK, "%s", err.message);
+        quill_gguf_writer_free(w);
+        quill_gguf_close(g);
+        free(src);
+        free(dst);
     }
 }

@@ -330,6 +330,69 @@ TEST(sampler_top_k_ties_by_id) {
     quill_sampler_free(s);
     for (int i = 0; i < 3; i++) CHECK(within_binomial(counts[i], 3000, 1.0 / 3), "token %d: %d", i, counts[i]);
     CHECK_EQ_INT(counts[0] + counts[1] + counts[2], 3000);
+
+    /* ties at the boundary next to better tokens: a few 2.0s among 1.0s; the top-k are the 2.0s
+     * and then the lowest ids of the 1.0s. Both selection methods (heap; buckets for k > 256). */
+    enum { W = 2000 };
+    static float m[W];
+    static int cw[W];
+    const struct { int k, n_twos, twos[5]; } cases[] = {
+        {7, 1, {20}},                        /* 1.0s right after the 2.0 must not displace id 5 */
+        {7, 5, {20, 33, 47, 390, 1999}},
+        {300, 5, {20, 33, 47, 390, 1999}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int k = cases[ci].k, nt = cases[ci].n_twos;
+        for (int i = 0; i < W; i++) m[i] = 1.0f;
+        for (int j = 0; j < nt; j++) m[cases[ci].twos[j]] = 2.0f;
+        p = plain_params(1000.0f);   /* nearly uniform over whatever is kept */
+        p.top_k = k;
+        p.seed = 11;
+        CHECK_EQ_INT(quill_sampler_new(&p, W, &s, NULL), QUILL_OK);
+        CHECK(count_draws(s, m, W, 12 * k + 100, cw));
+        quill_sampler_free(s);
+        int ones_left = k - nt;   /* the 1.0s kept: the lowest ids */
+        for (int i = 0; i < W; i++) {
+            bool want = m[i] == 2.0f || ones_left-- > 0;
+            CHECK(want ? cw[i] > 0 : cw[i] == 0, "case %d: token %d drawn %d times", (int)ci, i, cw[i]);
+        }
+    }
+}
+
+TEST(sampler_nan_logits_large_vocab) {
+    enum { V = 3000 };
+    static float l[V];
+    static int counts[V];
+    for (int i = 0; i < V; i++) l[i] = i % 2 ? NAN : -10.0f;
+    l[1000] = 0.0f;
+    l[2000] = logf(3.0f);   /* the two live tokens: p = 1/4, 3/4 (the -10s add ~1e-3 in all) */
+    const struct { int k; float p; } cfg[] = {{0, 1.0f}, {0, 0.99f}, {5, 1.0f}, {400, 1.0f}, {400, 0.99f}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        quill_sampler_params p = plain_params(1.0f);
+        p.top_k = cfg[c].k;
+        p.top_p = cfg[c].p;
+        p.seed = 100 + c;
+        quill_sampler *s = NULL;
+        CHECK_EQ_INT(quill_sampler_new(&p, V, &s, NULL), QUILL_OK);
+        CHECK(count_draws(s, l, V, 8000, counts));
+        quill_sampler_free(s);
+        int nan_drawn = 0;
+        for (int i = 1; i < V; i += 2) nan_drawn += counts[i];
+        CHECK(nan_drawn == 0, "config %d: NaN tokens drawn %d times", (int)c, nan_drawn);
+        CHECK(within_binomial(counts[1000], 8000, 0.25), "config %d: token 1000 drawn %d times", (int)c,
+              counts[1000]);
+    }
+    /* greedy over a large vocabulary with NaNs */
+    quill_sampler_params p = plain_params(0.0f);
+    quill_sampler *s = NULL;
+    CHECK_EQ_INT(quill_sampler_new(&p, V, &s, NULL), QUILL_OK);
+    float *t = malloc(V * sizeof *t);
+    CHECK(t != NULL);
+    memcpy(t, l, sizeof l);
+    int32_t g = quill_sampler_sample(s, t);
+    free(t);
+    quill_sampler_free(s);
+    CHECK_EQ_INT(g, 2000);
 }
 
 /* The kept set from a plain full sort, for comparison with the sampler's partial selection. */

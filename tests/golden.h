@@ -1,0 +1,37 @@
+/* Reading the reference cases of ../shared/golden for tests. */
+#ifndef QUILL_TEST_GOLDEN_H
+#define QUILL_TEST_GOLDEN_H
+
+#include "quill.h"
+
+#include <stddef.h>
+
+typedef struct {
+    char *name;            /* "s260-once" */
+    char *model_path;      /* ../shared/models/... */
+    char *prompt;
+    bool add_bos, parse_special;
+    int32_t *prompt_tokens;
+    size_t n_prompt;
+    int32_t *greedy_tokens;
+    double *greedy_margin;
+    size_t n_greedy;
+    int64_t n_vocab;
+    float *logits;         /* [n_prompt][n_vocab] from the reference implementation */
+    float *exact;          /* [n_prompt][n_vocab] float64 truth rounded to f32 */
+    char *trace_path;      /* NULL when the case has no trace */
+} golden_case;
+
+/* Names of all cases (sorted), NULL-terminated; free with golden_free_names. */
+char **golden_case_names(const char *shared, size_t *n);
+void golden_free_names(char **names);
+/* Loads one case; false (and a test failure recorded) when a file is missing or malformed. */
+bool golden_load(const char *shared, const char *name, golden_case *gc);
+void golden_free(golden_case *gc);
+
+/* rms(a - b) / rms(b) over n floats. */
+double rms_rel_error(const float *a, const float *b, size_t n);
+/* max |a - b| / max |b|. */
+double max_rel_error(const float *a, const float *b, size_t n);
+
+#endif
