@@ -1,0 +1,31 @@
+#!/bin/sh
+# The whole suite: the gcc build, then the same tests built with clang under AddressSanitizer and
+# UndefinedBehaviorSanitizer. Ends with the combined "N passed, N failed" line.
+set -u
+cd "$(dirname "$0")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
+echo "== sanitizers (clang, ASan + UBSan) =="
+if make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        QUILL_BIN=./build-san/quill ./build-san/quill_test | tee build-san/test.log
+else
+    echo "0 passed, 1 failed" > build-san/test.log
+fi
+
+passed=0
+failed=0
+for log in build/test.log build-san/test.log; do
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "$log: the test runner did not finish (crash?)"
+        failed=$((failed + 1))
+        continue
+    fi
+    passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
+    failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
+done
+echo "== total (gcc build + sanitizer build) =="
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
