@@ -9,6 +9,3 @@ WEAK_CMD(cmd_chat)
 WEAK_CMD(cmd_bench)
 WEAK_CMD(cmd_quantize)
 WEAK_CMD(cmd_synth)
-__attribute__((weak)) const char *quill_chat_builtin_template(const char *name) { (void)name; return NULL; }
-__attribute__((weak)) const char *const *quill_chat_builtin_names(void) { static const char *n[] = {NULL}; return n; }
-__attribute__((weak)) quill_status quill_chat_render(const char *t, const quill_chat_message *m, size_t n, const char *b, const char *e, bool a, char **out, quill_error *err) { (void)t; (void)m; (void)n; (void)b; (void)e; (void)a; *out = NULL; if (err) err->status = QUILL_E_TEMPLATE; return QUILL_E_TEMPLATE; }
