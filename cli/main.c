@@ -23,6 +23,7 @@ static const command commands[] = {
     {"compare", cmd_compare, "compare two trace files tensor by tensor"},
     {"quantize", cmd_quantize, "quantize a model (q4_k_m, q8_0, ...) as the reference quantizer does"},
     {"synth", cmd_synth, "write a random-weight Llama GGUF with a real tokenizer"},
+    {"bench", cmd_bench, "measure prompt and generation speed against the memory bandwidth"},
 };
 
 static void usage(FILE *f) {

@@ -31,6 +31,7 @@ typedef struct {
     int n_tok;
     float *y;
     quill_row_dequant_fn dequant;
+    quill_vec_dot_fn fused;
     const quill_context *c;
 } matmul_job;
 
@@ -40,6 +41,10 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
     float *row = j->c->thread_scratch + (size_t)thread * j->c->thread_scratch_len;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = w->data + (size_t)r * w->row_bytes;
+        if (j->fused) {
+            j->fused(src, j->x, w->cols, j->n_tok, w->cols, j->y + r, w->rows);
+            continue;
+        }
         const float *wf = (const float *)src;
         if (w->type != QUILL_TYPE_F32) {
             j->dequant(src, row, w->cols);
@@ -51,7 +56,7 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
 static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
-    matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c};
+    matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c->kern->vec_dot[w->type], c};
     int64_t grain = w->rows / (c->n_threads * 16);
     quill_pool_run(c->pool, matmul_rows, &j, w->rows, grain < 1 ? 1 : grain);
 }

@@ -34,7 +34,7 @@ enum {
 };
 #define MAX_STR_BYTES ((size_t)64 << 20) /* any single string, including the whole output */
 #define MAX_ITEMS ((size_t)1 << 22)      /* elements of one list or dict */
-#define MAX_STEPS 20000000ull            /* statements + expressions evaluated in one render */
+#define MAX_STEPS 5000000ull             /* work units in one render; real templates use ~100 per message */
 
 /* ------------------------------------------------------------------ values */
 
@@ -81,6 +81,9 @@ typedef struct scope {
     jv *v;
     bool captured;
     struct scope *next_captured;
+    /* most frames hold a loop variable and `loop`: no allocation for those */
+    const char *k0[4];
+    jv v0[4];
 } scope;
 
 /* ------------------------------------------------------------------ AST */
@@ -191,6 +194,17 @@ static void rterr(J *j, const node *at, const char *fmt, ...) {
     va_start(ap, fmt);
     jfail_v(j, QUILL_E_TEMPLATE, at ? at->line : 0, at ? at->col : 0, "error", fmt, ap);
     va_end(ap);
+}
+
+/* Work that scales with data size counts against the step budget too (one step per 64 bytes
+ * scanned or allocated, one per list element), so no template can loop over huge strings. */
+static bool charge(J *j, uint64_t units) {
+    j->steps += units;
+    if (j->steps > MAX_STEPS && !j->failed) {
+        rterr(j, NULL, "template did not finish within %llu steps", (unsigned long long)MAX_STEPS);
+        return false;
+    }
+    return !j->failed;
 }
 
 static void nomem(J *j) {
@@ -503,6 +517,7 @@ static void unref(jv v) {
 
 static jstr *str_alloc(J *j, size_t n) {
     if (n > MAX_STR_BYTES) { rterr(j, NULL, "string larger than %zu bytes", MAX_STR_BYTES); return NULL; }
+    if (!charge(j, n / 64)) return NULL;
     jstr *s = jmalloc(j, sizeof(jstr) + n + 1);
     if (!s) return NULL;
     s->rc = 1;
@@ -559,6 +574,7 @@ static bool list_push(J *j, jlist *l, jv v) {
     uint16_t nn = nest_of(v) + 1;
     if (nn > MAX_NEST) { unref(v); rterr(j, NULL, "values nested deeper than %d levels", MAX_NEST); return false; }
     if (l->n >= MAX_ITEMS) { unref(v); rterr(j, NULL, "list longer than %zu items", MAX_ITEMS); return false; }
+    if (!charge(j, 1)) { unref(v); return false; }
     if (!grow(j, (void **)&l->v, &l->cap, l->n + 1, sizeof(jv))) { unref(v); return false; }
     l->v[l->n++] = v;
     if (nn > l->nest) l->nest = nn;
@@ -1956,17 +1972,20 @@ static bool parse_params(J *j, node *n) {
 
 /* Whether a macro body mentions `name` (Jinja only lets a macro take extra positional or keyword
  * arguments when its body uses `varargs` or `kwargs`). Bounded by the parser's nesting limit. */
-static bool mentions(const node *n, const char *name) {
-    if (!n) return false;
+static bool mentions(const node *n, const char *name, int depth) {
+    /* ASTs deeper than the evaluator allows fail when run, so the answer no longer matters */
+    if (!n || depth > MAX_EVAL_DEPTH + 8) return false;
     if (n->kind == E_NAME && strcmp(n->name, name) == 0) return true;
     if (n->kind == S_MACRO) return false; /* a nested macro has its own varargs */
-    if (mentions(n->a, name) || mentions(n->b, name) || mentions(n->c, name) || mentions(n->d, name)) return true;
+    if (mentions(n->a, name, depth + 1) || mentions(n->b, name, depth + 1) || mentions(n->c, name, depth + 1) ||
+        mentions(n->d, name, depth + 1))
+        return true;
     for (uint32_t i = 0; i < n->nkids; i++)
-        if (mentions(n->kids[i], name)) return true;
+        if (mentions(n->kids[i], name, depth + 1)) return true;
     if (n->kids2) {
         uint32_t k = n->kind == E_DICT ? n->nkids : n->nnames;
         for (uint32_t i = 0; i < k; i++)
-            if (mentions(n->kids2[i], name)) return true;
+            if (mentions(n->kids2[i], name, depth + 1)) return true;
     }
     return false;
 }
@@ -2080,8 +2099,8 @@ static node *parse_statement(J *j) {
         n->b = parse_body(j, is_macro ? END_MACRO : END_CALL, begin, is_macro ? "macro" : "call");
         j->loop_depth = saved;
         if (!n->b) return NULL;
-        n->flag = mentions(n->b, "varargs");
-        n->op = mentions(n->b, "kwargs");
+        n->flag = mentions(n->b, "varargs", 0);
+        n->op = mentions(n->b, "kwargs", 0);
         return close_tag(j) ? n : NULL;
     }
     if (is_name(t, "break") || is_name(t, "continue")) {
@@ -2228,7 +2247,16 @@ static scope *scope_new(J *j, scope *parent) {
     if (!s) return NULL;
     memset(s, 0, sizeof *s);
     s->parent = parent;
+    s->k = s->k0;
+    s->v = s->v0;
+    s->cap = 4;
     return s;
+}
+
+static void scope_release(scope *s) {
+    if (s->k != s->k0) free(s->k);
+    if (s->v != s->v0) free(s->v);
+    free(s);
 }
 
 static void scope_clear(scope *s) {
@@ -2239,9 +2267,7 @@ static void scope_clear(scope *s) {
 static void scope_free(scope *s) {
     if (!s || s->captured) return;
     scope_clear(s);
-    free(s->k);
-    free(s->v);
-    free(s);
+    scope_release(s);
 }
 
 /* Keeps a frame and its ancestors alive until the end of the render (a macro closes over it). */
@@ -2264,11 +2290,19 @@ static jv *scope_lookup(scope *s, const char *k) {
 static bool scope_set(J *j, scope *s, const char *k, jv v) {
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->k[i], k) == 0) { unref(s->v[i]); s->v[i] = v; return true; }
-    size_t ck = s->cap;
-    if (!grow(j, (void **)&s->k, &ck, s->n + 1, sizeof(char *))) { unref(v); return false; }
-    size_t cv = s->cap;
-    if (!grow(j, (void **)&s->v, &cv, s->n + 1, sizeof(jv))) { unref(v); return false; }
-    s->cap = ck < cv ? ck : cv;
+    if (s->n == s->cap) {
+        if (s->cap >= MAX_ITEMS) { unref(v); rterr(j, NULL, "too many variables"); return false; }
+        size_t nc = s->cap * 2;
+        const char **nk = s->k == s->k0 ? malloc(nc * sizeof *nk) : realloc((void *)s->k, nc * sizeof *nk);
+        if (!nk) { unref(v); nomem(j); return false; }
+        if (s->k == s->k0) memcpy(nk, s->k0, sizeof s->k0);
+        s->k = nk;
+        jv *nv = s->v == s->v0 ? malloc(nc * sizeof *nv) : realloc(s->v, nc * sizeof *nv);
+        if (!nv) { unref(v); nomem(j); return false; } /* s->k grew; cap stays, still consistent */
+        if (s->v == s->v0) memcpy(nv, s->v0, sizeof s->v0);
+        s->v = nv;
+        s->cap = nc;
+    }
     s->k[s->n] = k;
     s->v[s->n++] = v;
     return true;
@@ -2407,6 +2441,7 @@ static bool get_attr(J *j, jv obj, const char *name, jv *out) {
 /* Code point i of a string as a new string, or false when out of range. */
 static bool str_char_at(J *j, const jstr *s, int64_t idx, jv *out, bool *found) {
     *found = false;
+    if (!charge(j, s->len / 64)) return false;
     size_t len = u8len(s->s, s->len);
     if (idx < 0) idx += (int64_t)len;
     if (idx < 0 || (size_t)idx >= len) return true;
@@ -2470,6 +2505,7 @@ static bool do_slice(J *j, jv obj, jv start, jv stop, jv step, jv *out) {
     }
     size_t *offs = NULL;
     int64_t len;
+    if (!charge(j, is_str ? obj.u.s->len / 64 : obj.u.l->n)) return false;
     if (is_str) {
         size_t ncp = u8len(obj.u.s->s, obj.u.s->len);
         offs = jmalloc(j, (ncp + 1) * sizeof(size_t));
@@ -2550,6 +2586,8 @@ static bool iter_list(J *j, jv v, jlist **out) {
     }
 }
 
+static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn);
+
 static bool contains(J *j, jv container, jv item, bool *res) {
     *res = false;
     switch (container.t) {
@@ -2559,11 +2597,11 @@ static bool contains(J *j, jv container, jv item, bool *res) {
             rterr(j, NULL, "'in <string>' requires string as left operand, not %s", type_name(item));
             return false;
         }
-        if (item.u.s->len == 0) { *res = true; return true; }
-        for (size_t i = 0; i + item.u.s->len <= container.u.s->len; i++)
-            if (memcmp(container.u.s->s + i, item.u.s->s, item.u.s->len) == 0) { *res = true; break; }
+        if (!charge(j, container.u.s->len / 64)) return false;
+        *res = find_bytes(container.u.s->s, container.u.s->len, item.u.s->s, item.u.s->len) != NULL;
         return true;
     case T_LIST:
+        if (!charge(j, container.u.l->n)) return false;
         for (size_t i = 0; i < container.u.l->n; i++)
             if (jv_eq(container.u.l->v[i], item, 0)) { *res = true; break; }
         return true;
@@ -2846,7 +2884,7 @@ static bool call_builtin(J *j, int fn, const jargs *a, jv *out) {
             return false;
         }
         jlist *l = list_new(j, (size_t)cnt);
-        if (!l) return false;
+        if (!l || !charge(j, (uint64_t)cnt)) { if (l) unref(list_val(l)); return false; }
         for (int64_t i = 0; i < (int64_t)cnt; i++) l->v[l->n++] = mk_int(start + i * step);
         *out = list_val(l);
         return true;
@@ -3022,6 +3060,7 @@ static bool eval_inner(J *j, const node *e, scope *sc, jv *out) {
             if (!(ok = eval(j, e->kids[i], sc, &b))) break;
             j->at = e;
             int op = e->ops[i], c;
+            if ((op == OP_EQ || op == OP_NE) && a.t == T_STR && b.t == T_STR && !(ok = charge(j, a.u.s->len / 64))) break;
             switch (op) {
             case OP_EQ: res = jv_eq(a, b, 0); break;
             case OP_NE: res = !jv_eq(a, b, 0); break;
@@ -3039,6 +3078,7 @@ static bool eval_inner(J *j, const node *e, scope *sc, jv *out) {
             b = mk_undef();
         }
         unref(a);
+        unref(b);
         if (ok) *out = mk_bool(res);
         return ok;
     }
@@ -3144,8 +3184,37 @@ static bool map_case(J *j, const char *s, size_t n, int mode, jv *out) {
     return buf_to_str(j, &b, out);
 }
 
+/* Knuth-Morris-Pratt, linear whatever the input: a naive scan with a long needle can go
+ * quadratic, and both template and message text are untrusted. `rev` finds the last match.
+ * Returns false when the table cannot be allocated (the caller falls back to the naive scan). */
+static bool kmp(const char *h, size_t hn, const char *nd, size_t nn, bool rev, const char **hit) {
+    size_t *fail = malloc(nn * sizeof *fail);
+    if (!fail) return false;
+#define NDL(i) (rev ? nd[nn - 1 - (i)] : nd[i])
+#define HAY(i) (rev ? h[hn - 1 - (i)] : h[i])
+    fail[0] = 0;
+    for (size_t i = 1, k = 0; i < nn; i++) {
+        while (k && NDL(i) != NDL(k)) k = fail[k - 1];
+        if (NDL(i) == NDL(k)) k++;
+        fail[i] = k;
+    }
+    *hit = NULL;
+    for (size_t i = 0, k = 0; i < hn; i++) {
+        while (k && HAY(i) != NDL(k)) k = fail[k - 1];
+        if (HAY(i) == NDL(k)) k++;
+        if (k == nn) { *hit = rev ? h + (hn - 1 - i) : h + (i + 1 - nn); break; }
+    }
+#undef NDL
+#undef HAY
+    free(fail);
+    return true;
+}
+
 static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
     if (nn == 0) return h;
+    if (nn > hn) return NULL;
+    const char *hit;
+    if (nn > 16 && kmp(h, hn, nd, nn, false, &hit)) return hit;
     for (size_t i = 0; i + nn <= hn; i++)
         if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
     return NULL;
@@ -3153,6 +3222,8 @@ static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t n
 
 static const char *rfind_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
     if (nn > hn) return NULL;
+    const char *hit;
+    if (nn > 16 && kmp(h, hn, nd, nn, true, &hit)) return hit;
     for (size_t i = hn - nn + 1; i-- > 0;)
         if (memcmp(h + i, nd, nn) == 0) return h + i;
     return NULL;
@@ -3656,6 +3727,9 @@ static bool f_tojson(J *j, jv v, const jargs *a, jv *out) {
 
 /* Stable merge sort of idx[] by keys[]; comparisons can fail (mismatched types). */
 static bool sort_idx(J *j, const jv *keys, size_t *idx, size_t n, bool reverse) {
+    uint64_t lg = 1;
+    while (((size_t)1 << lg) < n) lg++;
+    if (!charge(j, (uint64_t)n * lg)) return false;
     size_t *tmp = jmalloc(j, (n ? n : 1) * sizeof(size_t));
     if (!tmp) return false;
     for (size_t w = 1; w < n; w *= 2) {
@@ -3727,7 +3801,7 @@ static bool sort_key(J *j, jv item, const jv *attr, bool case_sensitive, jv *out
 static size_t value_len(J *j, jv v, bool *ok) {
     *ok = true;
     switch (v.t) {
-    case T_STR: return u8len(v.u.s->s, v.u.s->len);
+    case T_STR: *ok = charge(j, v.u.s->len / 64); return u8len(v.u.s->s, v.u.s->len);
     case T_LIST: return v.u.l->n;
     case T_DICT: return v.u.d->n;
     case T_UNDEF: return 0;
@@ -3926,6 +4000,7 @@ static bool f_unique(J *j, jv v, const jargs *a, jv *out) {
         jv k;
         if (!(ok = sort_key(j, items->v[i], attr, cs && truthy(*cs), &k))) break;
         bool dup = false;
+        if (!(ok = charge(j, seen->n))) { unref(k); break; }
         for (size_t s = 0; s < seen->n && !dup; s++) dup = jv_eq(seen->v[s], k, 0);
         if (dup) { unref(k); continue; }
         ok = list_push(j, seen, k) && list_push(j, res, ref(items->v[i]));
@@ -4536,15 +4611,13 @@ static bool call_method(J *j, const jmethod *m, const jargs *a, jv *out) {
             return do_replace(j, s, o, n, cnt, out);
         }
         case M_FIND: case M_RFIND: case M_INDEX: case M_RINDEX: case M_SCOUNT: {
-            if (!str_arg(j, a0, "substring", &t)) return false;
+            if (!str_arg(j, a0, "substring", &t) || !charge(j, s->len / 64)) return false;
             if (m->id == M_SCOUNT) {
                 int64_t c = 0;
                 if (t->len == 0) c = (int64_t)u8len(s->s, s->len) + 1;
                 else
-                    for (size_t i = 0; i + t->len <= s->len;) {
-                        if (memcmp(s->s + i, t->s, t->len) == 0) { c++; i += t->len; }
-                        else i++;
-                    }
+                    for (const char *f = s->s; (f = find_bytes(f, s->len - (size_t)(f - s->s), t->s, t->len)) != NULL; f += t->len)
+                        c++;
                 *out = mk_int(c);
                 return true;
             }
@@ -4911,9 +4984,7 @@ static void cleanup(J *j) {
     for (scope *s = j->captured; s; s = s->next_captured) scope_clear(s);
     for (scope *s = j->captured; s;) {
         scope *n = s->next_captured;
-        free(s->k);
-        free(s->v);
-        free(s);
+        scope_release(s);
         s = n;
     }
     for (size_t i = 0; i < j->n_nss; i++) {

@@ -17,10 +17,18 @@ typedef void (*quill_row_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride,
                              float *out, int64_t out_stride);
 
+/* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
+ * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
+ * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
+ * it only saves the round trip through memory. */
+typedef void (*quill_vec_dot_fn)(const void *row, const float *x, int64_t n, int n_tok, int64_t x_stride,
+                                 float *out, int64_t out_stride);
+
 typedef struct quill_kernels {
     const char *isa;
     quill_dot_fn dot;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
+    quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
 } quill_kernels;
 
 /* The fastest kernels this CPU runs ($QUILL_ISA=scalar|avx2|avx512 can force a lower one). */

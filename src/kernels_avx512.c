@@ -142,6 +142,140 @@ static void dequant_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
+/* ---------------------------------------------------------------- fused quantized products
+ *
+ * Up to 8 tokens share each unpacked chunk of 32 weights (two registers); per token the
+ * accumulation is exactly dot_nt's: a += w0·x[0:16], b += w1·x[16:32], chunk after chunk. */
+#define MAX_NT 8
+
+static inline __attribute__((always_inline)) void acc_chunk(__m512 w0, __m512 w1, const float *x, int64_t xs,
+                                                            __m512 *a, __m512 *b, int NT) {
+    for (int t = 0; t < NT; t++) {
+        a[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs), a[t]);
+        b[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + 16), b[t]);
+    }
+}
+
+static inline __attribute__((always_inline)) void finish(const __m512 *a, const __m512 *b, float *out, int64_t os, int NT) {
+    for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
+}
+
+static inline __attribute__((always_inline)) void q4_0_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q4_0 *bl = row;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m512 eight = _mm512_set1_ps(8.0f);
+    __m512 a[MAX_NT], b[MAX_NT];
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK4_0; ib++) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(bl[ib].d));
+        __m128i q = _mm_loadu_si128((const __m128i *)bl[ib].qs);
+        __m512 w0 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(q, low)), eight), d);
+        __m512 w1 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight), d);
+        acc_chunk(w0, w1, x + ib * QK4_0, xs, a, b, NT);
+    }
+    finish(a, b, out, os, NT);
+}
+
+static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q8_0 *bl = row;
+    __m512 a[MAX_NT], b[MAX_NT];
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(bl[ib].d));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)bl[ib].qs);
+        __m128i q1 = _mm_loadu_si128((const __m128i *)(bl[ib].qs + 16));
+        __m512 w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+        __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+        acc_chunk(w0, w1, x + ib * QK8_0, xs, a, b, NT);
+    }
+    finish(a, b, out, os, NT);
+}
+
+static inline __attribute__((always_inline)) void q4_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q4_K *bl = row;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    __m512 a[MAX_NT], b[MAX_NT];
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(bl[ib].d), dmin = quill_half_to_float(bl[ib].dmin);
+        const uint8_t *q = bl[ib].qs;
+        const float *xb = x + ib * QK_K;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            quill_scale_min_k4(j, bl[ib].scales, &sc, &m);
+            __m512 d1 = _mm512_set1_ps(d * sc), m1 = _mm512_set1_ps(dmin * m);
+            const uint8_t *qq = q + (j / 2) * 32;
+            __m128i q0 = _mm_loadu_si128((const __m128i *)qq), q1 = _mm_loadu_si128((const __m128i *)(qq + 16));
+            if (j & 1) {
+                q0 = _mm_srli_epi16(q0, 4);
+                q1 = _mm_srli_epi16(q1, 4);
+            }
+            __m512 w0 = _mm512_sub_ps(_mm512_mul_ps(d1, bytes_to_ps(_mm_and_si128(q0, low))), m1);
+            __m512 w1 = _mm512_sub_ps(_mm512_mul_ps(d1, bytes_to_ps(_mm_and_si128(q1, low))), m1);
+            acc_chunk(w0, w1, xb + 32 * j, xs, a, b, NT);
+        }
+    }
+    finish(a, b, out, os, NT);
+}
+
+static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q6_K *bl = row;
+    const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
+    const __m512 off = _mm512_set1_ps(32.0f);
+    __m512 a[MAX_NT], b[MAX_NT];
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(bl[ib].d);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = bl[ib].ql + 64 * half, *qh = bl[ib].qh + 32 * half;
+            const int8_t *sc = bl[ib].scales + 8 * half;
+            const float *xb = x + ib * QK_K + 128 * half;
+            for (int k = 0; k < 4; k++) {
+                __m512 w[2];
+                for (int h = 0; h < 2; h++) {
+                    __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
+                    if (k >= 2) l = _mm_srli_epi16(l, 4);
+                    l = _mm_and_si128(l, low);
+                    __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
+                    __m512 qf = _mm512_sub_ps(bytes_to_ps(_mm_or_si128(l, _mm_slli_epi16(hb, 4))), off);
+                    w[h] = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * k + h]), qf);
+                }
+                acc_chunk(w[0], w[1], xb + 32 * k, xs, a, b, NT);
+            }
+        }
+    }
+    finish(a, b, out, os, NT);
+}
+
+/* Token groups of 8, then the remainder with its exact count, so every call is specialised. */
+#define FUSED_DISPATCH(name, impl)                                                                  \
+    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
+                     int64_t os) {                                                                  \
+        int t = 0;                                                                                  \
+        for (; t + 8 <= n_tok; t += 8) impl(row, x + t * xs, n, xs, out + t * os, os, 8);           \
+        x += t * xs;                                                                                \
+        out += t * os;                                                                              \
+        switch (n_tok - t) {                                                                        \
+        case 7: impl(row, x, n, xs, out, os, 7); break;                                             \
+        case 6: impl(row, x, n, xs, out, os, 6); break;                                             \
+        case 5: impl(row, x, n, xs, out, os, 5); break;                                             \
+        case 4: impl(row, x, n, xs, out, os, 4); break;                                             \
+        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
+        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
+        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
+        default: break;                                                                             \
+        }                                                                                           \
+    }
+
+FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
+FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
+FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
+FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
+
 const quill_kernels quill_kernels_avx512_table = {
     .isa = "avx512",
     .dot = dot_avx512,
@@ -152,6 +286,12 @@ const quill_kernels quill_kernels_avx512_table = {
         [QUILL_TYPE_Q8_0] = dequant_q8_0,
         [QUILL_TYPE_Q4_K] = dequant_q4_K,
         [QUILL_TYPE_Q6_K] = dequant_q6_K,
+    },
+    .vec_dot = {
+        [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
+        [QUILL_TYPE_Q8_0] = vec_dot_q8_0,
+        [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
+        [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
     },
 };
 #endif

@@ -303,6 +303,20 @@ static void select_top_k_heap(quill_sampler *s, const float *logits, size_t k, b
  * reach `target` (all n if rounding never gets there). O(n + r log n) for r elements. */
 static size_t take_best(cand *a, size_t n, size_t limit, double cum, double target, float lmax) {
     if (n == 0) return 0;
+    /* Already in order (e.g. equal logits, which the bucket pass leaves in id order): just count. */
+    size_t sorted_len = 1;
+    while (sorted_len < n && cand_better(a[sorted_len - 1], a[sorted_len])) sorted_len++;
+    if (sorted_len == n) {
+        size_t r = 0;
+        while (r < n && r < limit) {
+            r++;
+            if (target > 0.0) {
+                cum += expf(a[r - 1].logit - lmax);
+                if (cum >= target) break;
+            }
+        }
+        return r;
+    }
     /* a heap with the best on top; popped elements collect at the end, the best last */
     for (size_t i = n / 2; i-- > 0;) sift_down_best(a, n, i);
     size_t heap_n = n, r = 0;

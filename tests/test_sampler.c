@@ -374,12 +374,12 @@ TEST(sampler_nan_logits_large_vocab) {
         p.seed = 100 + c;
         quill_sampler *s = NULL;
         CHECK_EQ_INT(quill_sampler_new(&p, V, &s, NULL), QUILL_OK);
-        CHECK(count_draws(s, l, V, 8000, counts));
+        CHECK(count_draws(s, l, V, 3000, counts));
         quill_sampler_free(s);
         int nan_drawn = 0;
         for (int i = 1; i < V; i += 2) nan_drawn += counts[i];
         CHECK(nan_drawn == 0, "config %d: NaN tokens drawn %d times", (int)c, nan_drawn);
-        CHECK(within_binomial(counts[1000], 8000, 0.25), "config %d: token 1000 drawn %d times", (int)c,
+        CHECK(within_binomial(counts[1000], 3000, 0.25), "config %d: token 1000 drawn %d times", (int)c,
               counts[1000]);
     }
     /* greedy over a large vocabulary with NaNs */

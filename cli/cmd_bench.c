@@ -1,0 +1,542 @@
+/* quill bench: prompt-processing and generation speed, like llama-bench, next to the machine's
+ * memory read bandwidth — the limit of token generation, which must stream every weight once per
+ * token. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BENCH_HAVE_AVX2 1
+#endif
+
+static const char bench_usage[] =
+    "usage: quill bench -m MODEL [options]\n"
+    "  -p N     prompt processing: evaluate N tokens as one batch (default 512; 0 = skip)\n"
+    "  -n N     text generation: N single-token evaluations after a short prompt (default 128; 0 = skip)\n"
+    "  -r N     timed repetitions of each test, after one untimed warm-up (default 3)\n"
+    "  -t N     threads, for the model and the bandwidth test (default: all online CPUs)\n"
+    "  --json   print one JSON object instead of the table\n"
+    "Token ids are deterministic pseudo-random ordinary tokens. Speeds are tokens/s, mean ± sample\n"
+    "standard deviation over the repetitions. The bandwidth is the best of 4 multi-threaded passes\n"
+    "reading a ~1 GiB buffer; tg's share of it is bytes_per_token × tg t/s / bandwidth.\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------- memory read bandwidth */
+
+typedef struct {
+    const uint64_t *words;  /* this thread's slice */
+    size_t n_words;
+    int passes;
+    pthread_barrier_t *start, *done;
+    uint64_t sum;
+    bool avx2;
+} bw_worker;
+
+static uint64_t sum_scalar(const uint64_t *p, size_t n) {
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+        a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+    }
+    for (; i < n; i++) a0 += p[i];
+    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+#ifdef BENCH_HAVE_AVX2
+/* p is 64-byte aligned and n a multiple of 16 (the slices are cut that way). */
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, a0);
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#endif
+
+static void *bw_thread(void *arg) {
+    bw_worker *w = arg;
+    /* First touch here, so that the pages come from this thread's node and the faults run in parallel. */
+    uint64_t *words = (uint64_t *)w->words;
+    for (size_t i = 0; i < w->n_words; i++) words[i] = i * 0x9E3779B97F4A7C15ull;
+    for (int pass = 0; pass < w->passes; pass++) {
+        pthread_barrier_wait(w->start);
+#ifdef BENCH_HAVE_AVX2
+        if (w->avx2) w->sum += sum_avx2(w->words, w->n_words);
+        else
+#endif
+            w->sum += sum_scalar(w->words, w->n_words);
+        pthread_barrier_wait(w->done);
+    }
+    return NULL;
+}
+
+/* Size of the buffer: 1 GiB, or a quarter of the available memory when that is less. */
+static size_t bw_buffer_size(void) {
+    size_t size = (size_t)1 << 30;
+    unsigned long long avail_kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &avail_kb) == 1) break;
+        fclose(f);
+    }
+    if (!avail_kb) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) avail_kb = (unsigned long long)pages * (unsigned long long)page / 1024;
+    }
+    if (avail_kb && avail_kb * 1024 / 4 < size) size = (size_t)(avail_kb * 1024 / 4);
+    if (size < ((size_t)16 << 20)) size = (size_t)16 << 20;
+    return size;
+}
+
+static volatile uint64_t bw_sink;
+
+/* Best of `passes` streaming reads of the buffer by n_threads threads, in GB/s (1e9 bytes); 0 on failure. */
+static double measure_bandwidth(int n_threads, int passes, size_t *buffer_bytes) {
+    size_t size = bw_buffer_size();
+    const size_t piece = 64 * (size_t)n_threads; /* every slice a multiple of 64 bytes */
+    size -= size % piece;
+    *buffer_bytes = size;
+    void *buf = NULL;
+    if (posix_memalign(&buf, (size_t)2 << 20, size)) return 0;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, size, MADV_HUGEPAGE); /* fewer TLB misses; a hint, failure is fine */
+#endif
+    bw_worker *w = calloc((size_t)n_threads, sizeof *w);
+    pthread_t *tid = calloc((size_t)n_threads, sizeof *tid);
+    pthread_barrier_t start, done;
+    double best = 0;
+    if (!w || !tid || pthread_barrier_init(&start, NULL, (unsigned)n_threads + 1)) goto out;
+    if (pthread_barrier_init(&done, NULL, (unsigned)n_threads + 1)) {
+        pthread_barrier_destroy(&start);
+        goto out;
+    }
+    bool avx2 = false;
+#ifdef BENCH_HAVE_AVX2
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2");
+#endif
+    const size_t slice = size / (size_t)n_threads / sizeof(uint64_t);
+    int started = 0;
+    for (int i = 0; i < n_threads; i++) {
+        w[i] = (bw_worker){(const uint64_t *)buf + (size_t)i * slice, slice, passes, &start, &done, 0, avx2};
+        if (pthread_create(&tid[i], NULL, bw_thread, &w[i])) break;
+        started++;
+    }
+    if (started == n_threads) {
+        for (int pass = 0; pass < passes; pass++) {
+            pthread_barrier_wait(&start);
+            double t0 = now_s();
+            pthread_barrier_wait(&done);
+            double dt = now_s() - t0;
+            if (dt > 0 && (double)size / dt / 1e9 > best) best = (double)size / dt / 1e9;
+        }
+        for (int i = 0; i < n_threads; i++) {
+            pthread_join(tid[i], NULL);
+            bw_sink += w[i].sum;
+        }
+    } else {
+        /* A thread could not start: the others wait at the first barrier forever; do not hang. */
+        fprintf(stderr, "quill: could not start %d bandwidth threads\n", n_threads);
+        exit(1);
+    }
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&done);
+out:
+    free(w);
+    free(tid);
+    free(buf);
+    return best;
+}
+
+/* ---------------------------------------------------------------- model facts */
+
+/* Bytes one generated token reads: every tensor except the embedding table, of which one row is
+ * read — unless the output projection reuses it, which reads it whole (counted once). */
+static uint64_t bytes_per_token(const quill_gguf *g, bool tied) {
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (strcmp(t->name, "token_embd.weight") != 0) total += t->nbytes;
+        else if (tied) total += t->nbytes;
+        else {
+            int64_t rows = t->n_elements / (t->ne[0] > 0 ? t->ne[0] : 1);
+            total += rows > 0 ? t->nbytes / (uint64_t)rows : t->nbytes;
+        }
+    }
+    return total;
+}
+
+typedef struct {
+    uint32_t type;
+    int count;
+    uint64_t bytes;
+} type_count;
+
+/* Tensor count per type, largest share of bytes first; returns how many types. */
+static int type_mix(const quill_gguf *g, type_count *out, int cap) {
+    int n = 0;
+    for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        int k = 0;
+        while (k < n && out[k].type != t->type) k++;
+        if (k == n) {
+            if (n == cap) continue;
+            out[n++] = (type_count){t->type, 0, 0};
+        }
+        out[k].count++;
+        out[k].bytes += t->nbytes;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j].bytes > out[j - 1].bytes; j--) {
+            type_count tmp = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = tmp;
+        }
+    return n;
+}
+
+/* VmRSS and VmHWM from /proc/self/status in kB; -1 when unavailable. */
+static void read_memory(long long *rss_kb, long long *hwm_kb) {
+    *rss_kb = *hwm_kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long long v;
+        if (sscanf(line, "VmRSS: %lld kB", &v) == 1) *rss_kb = v;
+        else if (sscanf(line, "VmHWM: %lld kB", &v) == 1) *hwm_kb = v;
+    }
+    fclose(f);
+}
+
+/* ---------------------------------------------------------------- timed tests */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* n deterministic pseudo-random ordinary (non-special) token ids; ids of other types are taken
+ * only if the vocabulary seems to have no ordinary ones. The first is BOS when `bos` and the
+ * model has one. */
+static void make_tokens(const quill_tokenizer *tok, int32_t n_vocab, uint64_t seed, bool bos, int32_t *out, int n) {
+    int i = 0;
+    if (bos && n > 0 && quill_tokenizer_bos(tok) >= 0) out[i++] = quill_tokenizer_bos(tok);
+    for (; i < n; i++) {
+        int32_t id = 0;
+        for (int tries = 0; tries < 1000; tries++) {
+            id = (int32_t)(splitmix64(&seed) % (uint64_t)n_vocab);
+            if (quill_tokenizer_token_type(tok, id) == QUILL_TOKEN_NORMAL) break;
+        }
+        out[i] = id;
+    }
+}
+
+typedef struct {
+    int n;          /* tokens per run (0 = skipped) */
+    int runs;
+    double *tps;    /* tokens/s of each timed run */
+    double mean, sd;
+} bench_result;
+
+static void summarize(bench_result *r) {
+    double s = 0, ss = 0;
+    for (int i = 0; i < r->runs; i++) s += r->tps[i];
+    r->mean = r->runs ? s / r->runs : 0;
+    for (int i = 0; i < r->runs; i++) ss += (r->tps[i] - r->mean) * (r->tps[i] - r->mean);
+    r->sd = r->runs > 1 ? sqrt(ss / (r->runs - 1)) : 0;
+}
+
+static void progress(const char *what, int n, int run, int runs) {
+    if (!isatty(STDERR_FILENO)) return;
+    if (run == 0) fprintf(stderr, "\rquill bench: %s%d warm-up   ", what, n);
+    else fprintf(stderr, "\rquill bench: %s%d run %d/%d   ", what, n, run, runs);
+    fflush(stderr);
+}
+
+static void progress_done(void) {
+    if (isatty(STDERR_FILENO)) fputs("\r                                        \r", stderr);
+}
+
+/* pp: the whole prompt as one batch from an empty context. Run 0 is the warm-up. */
+static quill_status run_pp(quill_context *c, const int32_t *toks, bench_result *r, float *logits, quill_error *err) {
+    for (int run = 0; run <= r->runs; run++) {
+        progress("pp", r->n, run, r->runs);
+        quill_context_truncate(c, 0);
+        double t0 = now_s();
+        quill_status s = quill_eval(c, toks, r->n, logits, false, err);
+        double dt = now_s() - t0;
+        if (s) return s;
+        if (run > 0) r->tps[run - 1] = r->n / dt;
+    }
+    return QUILL_OK;
+}
+
+#define TG_PROMPT 4   /* BOS and three tokens, evaluated untimed before each generation run */
+#define TG_WARMUP 16  /* the warm-up generates at most this many tokens; pages are hot after pp */
+
+/* tg: from a cleared context, a short prompt (untimed), then n single-token evaluations. */
+static quill_status run_tg(quill_context *c, const int32_t *prompt, const int32_t *toks, bench_result *r,
+                           float *logits, quill_error *err) {
+    for (int run = 0; run <= r->runs; run++) {
+        progress("tg", r->n, run, r->runs);
+        quill_context_truncate(c, 0);
+        quill_status s = quill_eval(c, prompt, TG_PROMPT, logits, false, err);
+        if (s) return s;
+        int n = run == 0 && r->n > TG_WARMUP ? TG_WARMUP : r->n;
+        double t0 = now_s();
+        for (int i = 0; i < n; i++)
+            if ((s = quill_eval(c, &toks[i], 1, logits, false, err))) return s;
+        double dt = now_s() - t0;
+        if (run > 0) r->tps[run - 1] = n / dt;
+    }
+    return QUILL_OK;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void json_result(FILE *f, const char *key, const bench_result *r) {
+    fprintf(f, "  \"%s\": ", key);
+    if (!r->n) {
+        fputs("null,\n", f);
+        return;
+    }
+    fprintf(f, "{\"n\": %d, \"mean\": %.4f, \"sd\": %.4f, \"runs\": [", r->n, r->mean, r->sd);
+    for (int i = 0; i < r->runs; i++) fprintf(f, "%s%.4f", i ? ", " : "", r->tps[i]);
+    fputs("]},\n", f);
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+/* Characters, not bytes, of a UTF-8 string ("±" is one). */
+static int text_width(const char *s) {
+    int w = 0;
+    for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
+    return w;
+}
+
+/* A Markdown table, as llama-bench prints: the first three columns left-aligned, the rest right. */
+static void print_table(const char *rows[][6], int n_rows) {
+    int width[6] = {0};
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < 6; c++)
+            if (text_width(rows[r][c]) > width[c]) width[c] = text_width(rows[r][c]);
+    for (int r = 0; r < n_rows; r++) {
+        for (int c = 0; c < 6; c++) {
+            int pad = width[c] - text_width(rows[r][c]);
+            printf("| %*s%s%*s ", c < 3 ? 0 : pad, "", rows[r][c], c < 3 ? pad : 0, "");
+        }
+        puts("|");
+        if (r == 0) {
+            for (int c = 0; c < 6; c++) {
+                printf("| ");
+                for (int i = 0; i < width[c] - (c >= 3); i++) putchar('-');
+                printf("%s ", c >= 3 ? ":" : "");
+            }
+            puts("|");
+        }
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL;
+    long p = 512, n = 128, reps = 3, threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(bench_usage, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        bool is_model = !strcmp(a, "-m") || !strcmp(a, "--model");
+        if (!is_model && strcmp(a, "-p") && strcmp(a, "-n") && strcmp(a, "-r") && strcmp(a, "-t")) {
+            if (a[0] == '-') return cli_fail("unknown option '%s' (see quill bench --help)", a);
+            return cli_fail("unexpected argument '%s': give the model with -m (see quill bench --help)", a);
+        }
+        if (i + 1 >= argc) return cli_fail("option %s needs a value (see quill bench --help)", a);
+        const char *v = argv[++i];
+        if (is_model) {
+            model = v;
+            continue;
+        }
+        long lo = 0, hi = 1 << 20, *dst = &p;
+        if (!strcmp(a, "-n")) dst = &n;
+        else if (!strcmp(a, "-r")) lo = 1, hi = 1000, dst = &reps;
+        else if (!strcmp(a, "-t")) lo = 1, hi = 1024, dst = &threads;
+        if (!cli_parse_long(v, lo, hi, dst))
+            return cli_fail("%s: '%s' is not a whole number in %ld..%ld", a, v, lo, hi);
+    }
+    if (!model) return cli_fail("no model given: use -m MODEL.gguf (see quill bench --help)");
+    if (p == 0 && n == 0) return cli_fail("-p 0 and -n 0: nothing to measure");
+    if (threads == 0) {
+        threads = sysconf(_SC_NPROCESSORS_ONLN);
+        if (threads < 1) threads = 1;
+        if (threads > 1024) threads = 1024;
+    }
+
+    quill_error err = {0};
+    quill_model *m = NULL;
+    quill_context *c = NULL;
+    int32_t *pp_toks = NULL, *tg_toks = NULL;
+    float *logits = NULL;
+    bench_result pp = {(int)p, (int)reps, NULL, 0, 0}, tg = {(int)n, (int)reps, NULL, 0, 0};
+    int rc = 1;
+
+    double t0 = now_s();
+    if (quill_model_load(model, &m, &err)) return cli_fail("%s", err.message);
+    double load_ms = (now_s() - t0) * 1e3;
+
+    const quill_hparams *hp = quill_model_hparams(m);
+    const quill_gguf *g = quill_model_gguf(m);
+    const quill_tokenizer *tok = quill_model_tokenizer(m);
+    const int32_t n_vocab = quill_tokenizer_n_vocab(tok);
+    const int n_ctx = (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
+    const uint64_t file_bytes = quill_gguf_file_size(g);
+    const uint64_t kv_bytes = 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
+                              sizeof(float);
+    const uint64_t bpt = bytes_per_token(g, hp->tied_output);
+    type_count types[QUILL_TYPE_COUNT];
+    const int n_types = type_mix(g, types, QUILL_TYPE_COUNT);
+
+    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .reference = false};
+    if (quill_context_new(m, &cp, &c, &err)) {
+        cli_fail("%s", err.message);
+        goto done;
+    }
+    pp_toks = malloc(((size_t)p + 1) * sizeof *pp_toks);
+    tg_toks = malloc(((size_t)n + TG_PROMPT) * sizeof *tg_toks);
+    logits = malloc((size_t)n_vocab * sizeof *logits);
+    pp.tps = calloc((size_t)reps, sizeof *pp.tps);
+    tg.tps = calloc((size_t)reps, sizeof *tg.tps);
+    if (!pp_toks || !tg_toks || !logits || !pp.tps || !tg.tps) {
+        cli_fail("out of memory");
+        goto done;
+    }
+    make_tokens(tok, n_vocab, 1, true, pp_toks, (int)p);
+    make_tokens(tok, n_vocab, 2, true, tg_toks, (int)n + TG_PROMPT);
+
+    if (pp.n && run_pp(c, pp_toks, &pp, logits, &err)) {
+        progress_done();
+        cli_fail("prompt processing: %s", err.message);
+        goto done;
+    }
+    if (tg.n && run_tg(c, tg_toks, tg_toks + TG_PROMPT, &tg, logits, &err)) {
+        progress_done();
+        cli_fail("text generation: %s", err.message);
+        goto done;
+    }
+    summarize(&pp);
+    summarize(&tg);
+    long long rss_kb, hwm_kb;
+    read_memory(&rss_kb, &hwm_kb);
+    /* The engine's threads sleep once the context is gone: they must not compete for memory. */
+    quill_context_free(c);
+    c = NULL;
+
+    if (isatty(STDERR_FILENO)) fputs("\rquill bench: memory bandwidth          ", stderr);
+    size_t bw_bytes = 0;
+    double bw = measure_bandwidth((int)threads, 4, &bw_bytes);
+    progress_done();
+    if (bw <= 0) {
+        cli_fail("could not measure the memory bandwidth (%.0f MiB buffer)", mib((double)bw_bytes));
+        goto done;
+    }
+    const double share = tg.n ? (double)bpt * tg.mean / (bw * 1e9) : 0;
+
+    if (json) {
+        printf("{\n  \"model\": ");
+        cli_json_string(stdout, model, strlen(model));
+        printf(",\n  \"file_bytes\": %llu,\n  \"types\": {", (unsigned long long)file_bytes);
+        for (int i = 0; i < n_types; i++) printf("%s\"%s\": %d", i ? ", " : "", quill_type_name(types[i].type), types[i].count);
+        printf("},\n  \"threads\": %ld,\n  \"n_ctx\": %d,\n", threads, n_ctx);
+        json_result(stdout, "pp", &pp);
+        json_result(stdout, "tg", &tg);
+        printf("  \"bandwidth_gbs\": %.4f,\n  \"bandwidth_buffer_bytes\": %zu,\n", bw, bw_bytes);
+        printf("  \"bytes_per_token\": %llu,\n", (unsigned long long)bpt);
+        if (tg.n) printf("  \"tg_roofline_share\": %.6f,\n", share);
+        else printf("  \"tg_roofline_share\": null,\n");
+        printf("  \"load_ms\": %.3f,\n", load_ms);
+        if (rss_kb >= 0) printf("  \"rss_mb\": %.2f,\n", rss_kb / 1024.0);
+        else printf("  \"rss_mb\": null,\n");
+        if (hwm_kb >= 0) printf("  \"hwm_mb\": %.2f,\n", hwm_kb / 1024.0);
+        else printf("  \"hwm_mb\": null,\n");
+        printf("  \"kv_bytes\": %llu\n}\n", (unsigned long long)kv_bytes);
+    } else {
+        char mix[512];
+        size_t len = 0;
+        mix[0] = 0;
+        for (int i = 0; i < n_types && len < sizeof mix; i++)
+            len += (size_t)snprintf(mix + len, sizeof mix - len, "%s%s %d", i ? ", " : "", quill_type_name(types[i].type),
+                                    types[i].count);
+        char size[32], thr[16], test[2][32], tps[2][48];
+        snprintf(size, sizeof size, "%.2f MiB", mib((double)file_bytes));
+        snprintf(thr, sizeof thr, "%ld", threads);
+        const bench_result *rs[2] = {&pp, &tg};
+        const char *rows[3][6] = {{"model", "size", "types", "threads", "test", "t/s"}};
+        int n_rows = 1;
+        for (int k = 0; k < 2; k++) {
+            if (!rs[k]->n) continue;
+            snprintf(test[k], sizeof test[k], "%s%d", k ? "tg" : "pp", rs[k]->n);
+            snprintf(tps[k], sizeof tps[k], "%.2f ± %.2f", rs[k]->mean, rs[k]->sd);
+            const char *row[6] = {base_name(model), size, mix, thr, test[k], tps[k]};
+            memcpy(rows[n_rows++], row, sizeof row);
+        }
+        print_table(rows, n_rows);
+        printf("\nmemory bandwidth  %.2f GB/s  (read, %ld threads, %.0f MiB buffer, best of 4)\n", bw, threads,
+               mib((double)bw_bytes));
+        printf("bytes per token   %.2f MB  (all weights but one row of token_embd%s)\n", bpt / 1e6,
+               hp->tied_output ? "; it is the output too, read in full" : "");
+        if (tg.n)
+            printf("tg roofline       %.1f %% of the bandwidth limit (%.2f t/s at %.2f GB/s)\n", share * 100,
+                   bw * 1e9 / (double)bpt, bw);
+        printf("model load        %.1f ms\n", load_ms);
+        if (rss_kb >= 0)
+            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",
+                   rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),
+                   mib((double)(file_bytes + kv_bytes)));
+    }
+    rc = 0;
+
+done:
+    quill_context_free(c);
+    quill_model_free(m);
+    free(pp_toks);
+    free(tg_toks);
+    free(logits);
+    free(pp.tps);
+    free(tg.tps);
+    return rc;
+}

@@ -1,0 +1,139 @@
+/* Every fast kernel against its plain version: row dequantizers bit for bit against the type's
+ * to_float, SIMD dot products against the double-precision scalar dot, and fused quantized products
+ * bit for bit against dequantize-then-dot of the same kernel set. */
+#include "test.h"
+
+#include "kernels.h"
+#include "types_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
+
+/* Random but valid blocks: random bytes everywhere, then finite, moderate half scales. */
+static void random_row(uint32_t type, uint8_t *row, int64_t n) {
+    const quill_type_traits *tr = quill_type_traits_of(type);
+    size_t bytes = quill_row_size(type, n);
+    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)rnd();
+    int64_t nb = n / tr->block_size;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = row + (size_t)b * tr->type_size;
+        uint16_t h1 = quill_f32_to_f16(rndf() * 0.05f), h2 = quill_f32_to_f16(rndf() * 0.05f);
+        switch (type) {
+        case QUILL_TYPE_F16: case QUILL_TYPE_BF16: case QUILL_TYPE_F32: break;
+        case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: memcpy(blk + 2, &h2, 2); /* fallthrough */
+        case QUILL_TYPE_Q4_0: case QUILL_TYPE_Q5_0: case QUILL_TYPE_Q8_0: case QUILL_TYPE_IQ4_NL:
+        case QUILL_TYPE_IQ4_XS:
+            memcpy(blk, &h1, 2); break;
+        case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
+        case QUILL_TYPE_Q2_K: memcpy(blk + 80, &h1, 2); memcpy(blk + 82, &h2, 2); break;
+        case QUILL_TYPE_Q3_K: memcpy(blk + 108, &h1, 2); break;
+        case QUILL_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        default: break;
+        }
+    }
+    if (type == QUILL_TYPE_F32)
+        for (int64_t i = 0; i < n; i++) ((float *)row)[i] = rndf();
+    if (type == QUILL_TYPE_F16)
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = quill_f32_to_f16(rndf());
+    if (type == QUILL_TYPE_BF16)
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = quill_f32_to_bf16(rndf());
+}
+
+static const uint32_t decodable[] = {
+    QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_BF16, QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_1,
+    QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1, QUILL_TYPE_Q2_K, QUILL_TYPE_Q3_K, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K,
+    QUILL_TYPE_Q6_K, QUILL_TYPE_IQ4_NL, QUILL_TYPE_IQ4_XS,
+};
+static const char *const isas[] = {"avx2", "avx512"};
+
+TEST(kernels_dequant_bit_identical_to_to_float) {
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        if (!kern) continue;
+        for (size_t ti = 0; ti < sizeof decodable / sizeof decodable[0]; ti++) {
+            uint32_t type = decodable[ti];
+            const quill_type_traits *tr = quill_type_traits_of(type);
+            int64_t n = tr->block_size == 256 ? 768 : 96 + tr->block_size; /* several blocks, odd count */
+            if (tr->block_size == 1) n = 77;
+            uint8_t *row = malloc(quill_row_size(type, n) + 1);
+            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            /* an odd address: the kernels must not assume alignment */
+            uint8_t *src = row + 1;
+            random_row(type, src, n);
+            tr->to_float(src, a, n);
+            quill_kernels_dequant(kern, type)(src, b, n);
+            bool same = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+            free(row); free(a); free(b);
+            CHECK(same, "%s dequant of %s differs from to_float", isas[k], tr->name);
+        }
+    }
+}
+
+TEST(kernels_dot_matches_scalar_for_every_size) {
+    const quill_kernels *scalar = quill_kernels_scalar();
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        if (!kern) continue;
+        for (int64_t n = 1; n <= 300; n += (n < 70 ? 1 : 37)) {
+            for (int nt = 1; nt <= 11; nt += 3) {
+                float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * nt * sizeof *x);
+                float fast[16], ref[16];
+                for (int64_t i = 0; i < n; i++) w[i] = rndf();
+                for (int64_t i = 0; i < n * nt; i++) x[i] = rndf();
+                kern->dot(w, x, n, nt, n, fast, 1);
+                scalar->dot(w, x, n, nt, n, ref, 1);
+                double worst = 0;
+                for (int t = 0; t < nt; t++) {
+                    double bound = 0;
+                    for (int64_t i = 0; i < n; i++) bound += fabs((double)w[i] * x[t * n + i]);
+                    double e = fabs((double)fast[t] - ref[t]) / (bound + 1e-30);
+                    if (e > worst) worst = e;
+                }
+                free(w); free(x);
+                /* f32 accumulation: error bounded by ~n ulp of the absolute sum; 1e-6 is generous */
+                CHECK(worst < 1e-6, "%s dot n=%lld nt=%d: relative error %.3g", isas[k], (long long)n, nt, worst);
+            }
+        }
+    }
+}
+
+TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        if (!kern) continue;
+        for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++) {
+            if (!kern->vec_dot[type]) continue;
+            const quill_type_traits *tr = quill_type_traits_of(type);
+            int64_t n = tr->block_size == 256 ? 512 : 160;
+            for (int nt = 1; nt <= 19; nt += 2) {
+                uint8_t *row = malloc(quill_row_size(type, n));
+                float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * nt * sizeof *x);
+                float fused[32], plain[32];
+                random_row(type, row, n);
+                for (int64_t i = 0; i < n * nt; i++) x[i] = rndf();
+                kern->vec_dot[type](row, x, n, nt, n, fused, 1);
+                quill_kernels_dequant(kern, type)(row, w, n);
+                kern->dot(w, x, n, nt, n, plain, 1);
+                bool same = memcmp(fused, plain, (size_t)nt * sizeof(float)) == 0;
+                /* and each token alone gives the same bits as inside the group (batch invariance) */
+                for (int t = 0; t < nt && same; t++) {
+                    float alone;
+                    kern->vec_dot[type](row, x + t * n, n, 1, n, &alone, 1);
+                    same = memcmp(&alone, &fused[t], sizeof alone) == 0;
+                }
+                free(row); free(w); free(x);
+                CHECK(same, "%s fused %s (nt=%d) differs from dequant + dot", isas[k], tr->name, nt);
+            }
+        }
+    }
+}
