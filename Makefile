@@ -52,10 +52,15 @@ test: all
 run: all
 	./$(BUILD)/quill run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 64 --temp 0
 
+# libFuzzer targets (clang): see fuzz/README.md for how to run them.
+FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=undefined -Iinclude -Isrc
+FUZZ_SRC := src/error.c src/gguf.c src/gguf_write.c src/types.c src/tokenizer.c src/model.c
 fuzz:
 	@mkdir -p build-fuzz
-	clang -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	    fuzz/fuzz_gguf.c $(LIB_SRC) -o build-fuzz/fuzz_gguf $(LDLIBS)
+	clang $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_SRC) -o build-fuzz/fuzz_gguf $(LDLIBS)
+	clang $(FUZZ_FLAGS) fuzz/fuzz_jinja.c src/error.c src/jinja.c -o build-fuzz/fuzz_jinja $(LDLIBS)
+	clang $(FUZZ_FLAGS) fuzz/fuzz_tokenize.c $(FUZZ_SRC) -o build-fuzz/fuzz_tokenize $(LDLIBS)
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -320,7 +320,7 @@ static void bfree(jbuf *b) {
 
 static inline bool u8cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-static uint32_t u8dec(const char *str, size_t n, size_t *len) {
+static inline uint32_t u8dec(const char *str, size_t n, size_t *len) {
     const unsigned char *s = (const unsigned char *)str;
     unsigned char c = s[0];
     if (c < 0x80) { *len = 1; return c; }
@@ -361,6 +361,7 @@ static size_t u8enc(uint32_t cp, char *o) {
 static size_t u8len(const char *s, size_t n) {
     size_t c = 0;
     for (size_t i = 0; i < n;) {
+        if ((unsigned char)s[i] < 0x80) { i++; c++; continue; }
         size_t l;
         u8dec(s + i, n - i, &l);
         i += l;
@@ -2447,7 +2448,8 @@ static bool str_char_at(J *j, const jstr *s, int64_t idx, jv *out, bool *found) 
     if (idx < 0 || (size_t)idx >= len) return true;
     size_t off = 0, l = 0;
     for (int64_t k = 0;; k++) {
-        u8dec(s->s + off, s->len - off, &l);
+        if ((unsigned char)s->s[off] < 0x80) l = 1;
+        else u8dec(s->s + off, s->len - off, &l);
         if (k == idx) break;
         off += l;
     }

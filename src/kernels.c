@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 /* Plain loop, accumulated in double: the slow, simple yardstick for the SIMD versions. */
 static void dot_scalar(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride, float *out,
@@ -19,15 +22,23 @@ static const quill_kernels scalar_table = {.isa = "scalar", .dot = dot_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 
+#if defined(__x86_64__)
+/* clang 14's __builtin_cpu_supports does not know "f16c": ask CPUID (leaf 1, ECX bit 29). */
+static bool cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 const quill_kernels *quill_kernels_for(const char *isa) {
     if (!strcmp(isa, "scalar")) return &scalar_table;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+        cpu_has_f16c())
         return &quill_kernels_avx2_table;
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has_f16c())
         return &quill_kernels_avx512_table;
 #endif
     return NULL;

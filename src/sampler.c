@@ -431,7 +431,7 @@ int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
     for (int j = 0; j < LANES; j++) mx[j] = -INFINITY, mn[j] = INFINITY;
     size_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        for (int j = 0; j < LANES; j++) {
+        for (size_t j = 0; j < LANES; j++) {
             float l = logits[i + j];
             l = l == l ? l : -INFINITY;
             logits[i + j] = l;

@@ -637,7 +637,7 @@ TEST(quantize_cli_synth_quantize_inspect) {
     const double mean = s / (double)wq->n_elements, sd_w = sqrt(s2 / (double)wq->n_elements - mean * mean);
     CHECK(fabs(mean) < 0.002 && fabs(sd_w - 1.0 / 16.0) < 0.002, "attn_q mean %g sd %g (want 0, 1/16)", mean, sd_w);
     free(w);
-    for (int i = 0; i < 256; i++) CHECK(fabsf(((const float *)nrm->data)[i] - 1.0f) <= 0.011f);
+    for (int i = 0; i < 256; i++) CHECK(fabsf(((const float *)nrm->data)[i] - 1.0f) <= 0.0175f); /* 1 + 0.01 sqrt(3) U(-1, 1) */
     quill_gguf_close(v);
     quill_gguf_close(g);
 

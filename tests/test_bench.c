@@ -1,0 +1,158 @@
+/* `quill bench`: the JSON report of a tiny model parses and its figures are sane (never its
+ * speed: the machine may be busy), and bad flags fail with a clear message. */
+#include "test.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static int bench_quill(const char *args, char **out, bool merge_stderr) {
+    size_t n = strlen(quill_bin()) + strlen(args) + 8;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "%s %s", quill_bin(), args);
+    int rc = run_cmd(cmd, out, merge_stderr);
+    free(cmd);
+    return rc;
+}
+
+static bool bench_quill_built(void) {
+    struct stat st;
+    if (stat(quill_bin(), &st) == 0) return true;
+    test_fail(__FILE__, __LINE__, "%s is not built (set QUILL_BIN)", quill_bin());
+    return false;
+}
+
+/* A finite number > 0 under `key`. */
+static bool positive(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e300;
+}
+
+TEST(bench_json_stories260k) {
+    REQUIRE_SHARED(shared);
+    if (!bench_quill_built()) return;
+    char *model = path_join(shared, "models/stories260K.gguf");
+    size_t n = strlen(model) + 64;
+    char *args = malloc(n);
+    snprintf(args, n, "bench -m '%s' -p 16 -n 8 -r 2 --json", model);
+    char *out = NULL;
+    int rc = bench_quill(args, &out, false);
+    free(args);
+    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
+    if (!j) {
+        test_fail(__FILE__, __LINE__, "exit %d, not JSON: %s", rc, out);
+        free(out);
+        free(model);
+        return;
+    }
+    free(out);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "model");
+    bool ok = cJSON_IsString(name) && !strcmp(name->valuestring, model);
+    free(model);
+    if (!ok) { cJSON_Delete(j); CHECK(ok, "model names the file"); }
+
+    const char *keys[] = {"threads", "bandwidth_gbs", "bytes_per_token", "tg_roofline_share", "load_ms",
+                          "rss_mb", "hwm_mb", "file_bytes", "kv_bytes"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!positive(j, keys[i])) {
+            test_fail(__FILE__, __LINE__, "\"%s\" is missing or not positive", keys[i]);
+            cJSON_Delete(j);
+            return;
+        }
+    const char *tests[] = {"pp", "tg"};
+    const int sizes[] = {16, 8};
+    for (int t = 0; t < 2; t++) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, tests[t]);
+        const cJSON *nn = cJSON_GetObjectItemCaseSensitive(r, "n");
+        const cJSON *sd = cJSON_GetObjectItemCaseSensitive(r, "sd");
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(r, "runs");
+        bool good = cJSON_IsObject(r) && cJSON_IsNumber(nn) && nn->valueint == sizes[t] && positive(r, "mean") &&
+                    cJSON_IsNumber(sd) && sd->valuedouble >= 0 && cJSON_IsArray(runs) && cJSON_GetArraySize(runs) == 2;
+        double sum = 0;
+        for (int i = 0; good && i < 2; i++) {
+            const cJSON *v = cJSON_GetArrayItem(runs, i);
+            good = cJSON_IsNumber(v) && v->valuedouble > 0;
+            if (good) sum += v->valuedouble;
+        }
+        /* the mean is the mean of the runs */
+        good = good && fabs(sum / 2 - cJSON_GetObjectItemCaseSensitive(r, "mean")->valuedouble) <= 1e-3 * sum;
+        if (!good) {
+            char *s = cJSON_PrintUnformatted(r);
+            test_fail(__FILE__, __LINE__, "\"%s\" is malformed: %s", tests[t], s ? s : "(missing)");
+            free(s);
+            cJSON_Delete(j);
+            return;
+        }
+    }
+    /* the figures agree with each other */
+    double bpt = cJSON_GetObjectItemCaseSensitive(j, "bytes_per_token")->valuedouble;
+    double file = cJSON_GetObjectItemCaseSensitive(j, "file_bytes")->valuedouble;
+    double tg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "tg"), "mean")->valuedouble;
+    double bw = cJSON_GetObjectItemCaseSensitive(j, "bandwidth_gbs")->valuedouble;
+    double share = cJSON_GetObjectItemCaseSensitive(j, "tg_roofline_share")->valuedouble;
+    double rss = cJSON_GetObjectItemCaseSensitive(j, "rss_mb")->valuedouble;
+    double hwm = cJSON_GetObjectItemCaseSensitive(j, "hwm_mb")->valuedouble;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(j, "types");
+    cJSON_bool types_ok = cJSON_IsObject(types) && cJSON_GetArraySize(types) > 0;
+    cJSON_Delete(j);
+    CHECK(bpt < file, "bytes per token %.0f must be less than the file, %.0f", bpt, file);
+    CHECK(fabs(share - bpt * tg / (bw * 1e9)) <= 1e-3 * share, "share %g", share);
+    CHECK(hwm >= rss, "VmHWM %g < VmRSS %g", hwm, rss);
+    CHECK(types_ok, "a type mix");
+}
+
+TEST(bench_text_stories260k) {
+    REQUIRE_SHARED(shared);
+    if (!bench_quill_built()) return;
+    char *model = path_join(shared, "models/stories260K.gguf");
+    size_t n = strlen(model) + 64;
+    char *args = malloc(n);
+    snprintf(args, n, "bench -m '%s' -p 8 -n 0 -r 1 -t 1", model);
+    free(model);
+    char *out = NULL;
+    int rc = bench_quill(args, &out, false);
+    free(args);
+    bool ok = rc == 0 && strstr(out, "| stories260K.gguf ") && strstr(out, " pp8 |") && !strstr(out, "tg0") &&
+              strstr(out, "memory bandwidth") && strstr(out, "bytes per token") && strstr(out, "resident memory");
+    if (!ok) test_fail(__FILE__, __LINE__, "exit %d, output:\n%s", rc, out);
+    free(out);
+}
+
+TEST(bench_bad_flags) {
+    if (!bench_quill_built()) return;
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"bench", "no model given"},
+        {"bench -p 16", "no model given"},
+        {"bench -m x.gguf -p", "option -p needs a value"},
+        {"bench -m x.gguf -p abc", "-p: 'abc' is not a whole number"},
+        {"bench -m x.gguf -n -1", "-n: '-1' is not a whole number"},
+        {"bench -m x.gguf -r 0", "-r: '0' is not a whole number in 1..1000"},
+        {"bench -m x.gguf -t 0", "-t: '0' is not a whole number in 1..1024"},
+        {"bench -m x.gguf -t 2x", "-t: '2x' is not a whole number"},
+        {"bench -m x.gguf --bogus", "unknown option '--bogus'"},
+        {"bench x.gguf", "unexpected argument 'x.gguf'"},
+        {"bench -m x.gguf -p 0 -n 0", "nothing to measure"},
+        {"bench -m /nonexistent/model.gguf -p 4 -n 4", "/nonexistent/model.gguf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        char args[128];
+        snprintf(args, sizeof args, "bench --json%s", cases[i].args + strlen("bench"));
+        int rc = bench_quill(args, &out, true);
+        bool ok = rc != 0 && strstr(out, cases[i].message) && !strchr(out, '{');
+        if (!ok) {
+            test_fail(__FILE__, __LINE__, "'quill %s': exit %d, expected an error with \"%s\", got: %s", args, rc,
+                      cases[i].message, out);
+            free(out);
+            return;
+        }
+        free(out);
+    }
+    char *out = NULL;
+    int rc = bench_quill("bench --help", &out, true);
+    CHECK(rc == 0 && strstr(out, "usage: quill bench"), "exit %d: %s", rc, out);
+    free(out);
+}
