@@ -68,6 +68,22 @@ static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, 
     for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
 }
 
+/* SwiGLU over rows of the feed-forward activations: gate = silu(gate) * up. */
+typedef struct {
+    float *gate;
+    const float *up;
+    int64_t n_ff;
+} swiglu_job;
+
+static void swiglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const swiglu_job *j = arg;
+    for (int64_t i = t0 * j->n_ff; i < t1 * j->n_ff; i++) {
+        float g = j->gate[i];
+        j->gate[i] = g / (1.0f + expf(-g)) * j->up[i];
+    }
+}
+
 typedef struct {
     quill_context *c;
     int layer, n_tok;
@@ -180,10 +196,8 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
         matmul(c, &L->w_gate, c->xb, n, c->ffn_gate);
         matmul(c, &L->w_up, c->xb, n, c->ffn_up);
-        for (int64_t i = 0; i < n * ff; i++) {
-            float g = c->ffn_gate[i];
-            c->ffn_gate[i] = g / (1.0f + expf(-g)) * c->ffn_up[i];
-        }
+        swiglu_job sj = {c->ffn_gate, c->ffn_up, ff};
+        quill_pool_run(c->pool, swiglu_rows, &sj, n, 1);
         matmul(c, &L->w_down, c->ffn_gate, n, c->xb);
         trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
         for (int64_t i = 0; i < n * d; i++) c->x[i] += c->xb[i];
