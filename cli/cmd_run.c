@@ -260,7 +260,9 @@ int cmd_run(int argc, char **argv) {
     if (o.logits_path) {
         FILE *f = fopen(o.logits_path, "wb");
         size_t count = n_prompt * (size_t)n_vocab;
-        if (!f || fwrite(logits, sizeof *logits, count, f) != count || fclose(f) != 0) {
+        bool written = f && fwrite(logits, sizeof *logits, count, f) == count;
+        if (f && fclose(f) != 0) written = false;
+        if (!written) {
             cli_fail("%s: cannot write the logits: %s", o.logits_path, strerror(errno));
             goto done;
         }
@@ -270,16 +272,16 @@ int cmd_run(int argc, char **argv) {
     /* Generation: sample, stream, feed back. */
     quill_detokenizer dt;
     quill_detokenizer_init(&dt, tok, false);
-    /* Without BOS the prompt's own first piece carried the space prefix; the continuation is
-     * not the start of the text, so nothing is stripped from it. */
+    /* The continuation follows the prompt: it is not the start of the text, so its leading
+     * space is real and stays. */
     dt.at_start = false;
-    const float *last = all ? logits + (n_prompt - 1) * (size_t)n_vocab : logits;
+    float *last = all ? logits + (n_prompt - 1) * (size_t)n_vocab : logits; /* the sampler may modify it */
     size_t n_gen = 0;
     bool context_full = false;
     double t1 = now_ms();
     char piece[512];
     while ((long)n_gen < o.n_predict) {
-        int32_t next = quill_sampler_sample(smp, (float *)last);
+        int32_t next = quill_sampler_sample(smp, last);
         if (quill_tokenizer_is_eog(tok, next)) break;
         gen[n_gen++] = next;
         quill_sampler_accept(smp, next);
