@@ -142,6 +142,165 @@ static void dequant_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
+static inline __m512 nib_ps(__m128i q, int high) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    return bytes_to_ps(_mm_and_si128(high ? _mm_srli_epi16(q, 4) : q, low));
+}
+
+static void dequant_q4_1(const void *src, float *y, int64_t n) {
+    const block_q4_1 *b = src;
+    for (int64_t ib = 0; ib < n / QK4_1; ib++, y += QK4_1) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), m = _mm512_set1_ps(quill_half_to_float(b[ib].m));
+        __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(nib_ps(q, 0), d), m));
+        _mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(nib_ps(q, 1), d), m));
+    }
+}
+
+/* The fifth bits of q5_0 / q5_1 weights j and j+16 are bits j and j+16 of qh. */
+static inline void q5_unpack(const uint8_t *qs, const uint8_t *qh4, __m512 *lo, __m512 *hi) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m512i a = _mm512_cvtepu8_epi32(_mm_and_si128(q, low));
+    __m512i b = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low));
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    a = _mm512_mask_add_epi32(a, (__mmask16)(qh & 0xFFFF), a, sixteen);
+    b = _mm512_mask_add_epi32(b, (__mmask16)(qh >> 16), b, sixteen);
+    *lo = _mm512_cvtepi32_ps(a);
+    *hi = _mm512_cvtepi32_ps(b);
+}
+
+static void dequant_q5_0(const void *src, float *y, int64_t n) {
+    const block_q5_0 *b = src;
+    const __m512 off = _mm512_set1_ps(16.0f);
+    for (int64_t ib = 0; ib < n / QK5_0; ib++, y += QK5_0) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), lo, hi;
+        q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_sub_ps(lo, off), d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_sub_ps(hi, off), d));
+    }
+}
+
+static void dequant_q5_1(const void *src, float *y, int64_t n) {
+    const block_q5_1 *b = src;
+    for (int64_t ib = 0; ib < n / QK5_1; ib++, y += QK5_1) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), m = _mm512_set1_ps(quill_half_to_float(b[ib].m));
+        __m512 lo, hi;
+        q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
+        _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(lo, d), m));
+        _mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(hi, d), m));
+    }
+}
+
+static void dequant_q5_K(const void *src, float *y, int64_t n) {
+    const block_q5_K *b = src;
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const uint8_t *ql = b[ib].qs;
+        for (int is = 0; is < 8; is += 2, ql += 32) {
+            for (int part = 0; part < 2; part++, y += 32) {
+                uint8_t sc, m;
+                quill_scale_min_k4(is + part, b[ib].scales, &sc, &m);
+                __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(dmin * (float)m);
+                const __m128i bit = _mm_set1_epi8((char)(1u << (is + part)));
+                for (int h = 0; h < 2; h++) {
+                    __m128i q = _mm_loadu_si128((const __m128i *)(ql + 16 * h));
+                    if (part) q = _mm_srli_epi16(q, 4);
+                    __m512i v = _mm512_cvtepu8_epi32(_mm_and_si128(q, low));
+                    __mmask16 hb = _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(b[ib].qh + 16 * h)), bit);
+                    v = _mm512_mask_add_epi32(v, hb, v, sixteen);
+                    _mm512_storeu_ps(y + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(v)), m1));
+                }
+            }
+        }
+    }
+}
+
+static void dequant_q2_K(const void *src, float *y, int64_t n) {
+    const block_q2_K *b = src;
+    const __m128i three = _mm_set1_epi8(3);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const uint8_t *q = b[ib].qs;
+        int is = 0;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2)
+                for (int k = 0; k < 2; k++, y += 16) {
+                    const uint8_t sc = b[ib].scales[is++];
+                    __m512 dl = _mm512_set1_ps(d * (float)(sc & 0xF)), ml = _mm512_set1_ps(dmin * (float)(sc >> 4));
+                    __m128i v = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(dl, bytes_to_ps(v)), ml));
+                }
+    }
+}
+
+static void dequant_q3_K(const void *src, float *y, int64_t n) {
+    const block_q3_K *b = src;
+    const __m128i three = _mm_set1_epi8(3);
+    const __m512i four = _mm512_set1_epi32(4);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d_all = quill_half_to_float(b[ib].d);
+        const uint8_t *s = b[ib].scales;
+        int8_t scales[16];
+        for (int j = 0; j < 16; j++) {
+            const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+            const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            scales[j] = (int8_t)((lo | hi << 4) - 32);
+        }
+        const uint8_t *q = b[ib].qs;
+        int is = 0;
+        unsigned m = 1;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+                for (int k = 0; k < 2; k++, y += 16) {
+                    __m512 dl = _mm512_set1_ps(d_all * (float)scales[is++]);
+                    __m128i v = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    __m512i vi = _mm512_cvtepu8_epi32(v);
+                    /* a clear hmask bit means the weight sits 4 lower */
+                    __mmask16 set = _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(b[ib].hmask + 16 * k)),
+                                                       _mm_set1_epi8((char)m));
+                    vi = _mm512_mask_sub_epi32(vi, (__mmask16)~set, vi, four);
+                    _mm512_storeu_ps(y, _mm512_mul_ps(dl, _mm512_cvtepi32_ps(vi)));
+                }
+    }
+}
+
+static inline __m512 iq4_values(__m128i q, int high) {
+    const __m512 table = _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    __m512i idx = _mm512_cvtepu8_epi32(_mm_and_si128(high ? _mm_srli_epi16(q, 4) : q, low));
+    return _mm512_permutexvar_ps(idx, table);
+}
+
+static void dequant_iq4_nl(const void *src, float *y, int64_t n) {
+    const block_iq4_nl *b = src;
+    for (int64_t ib = 0; ib < n / QK4_NL; ib++, y += QK4_NL) {
+        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        _mm512_storeu_ps(y, _mm512_mul_ps(d, iq4_values(q, 0)));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, iq4_values(q, 1)));
+    }
+}
+
+static void dequant_iq4_xs(const void *src, float *y, int64_t n) {
+    const block_iq4_xs *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = quill_half_to_float(b[ib].d);
+        const uint8_t *qs = b[ib].qs;
+        for (int j = 0; j < QK_K / 32; j++, qs += 16, y += 32) {
+            const int ls = ((b[ib].scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b[ib].scales_h >> 2 * j) & 3) << 4;
+            __m512 dl = _mm512_set1_ps(d * (float)(ls - 32));
+            __m128i q = _mm_loadu_si128((const __m128i *)qs);
+            _mm512_storeu_ps(y, _mm512_mul_ps(dl, iq4_values(q, 0)));
+            _mm512_storeu_ps(y + 16, _mm512_mul_ps(dl, iq4_values(q, 1)));
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- fused quantized products
  *
  * Up to 8 tokens share each unpacked chunk of 32 weights (two registers); per token the
@@ -286,6 +445,14 @@ const quill_kernels quill_kernels_avx512_table = {
         [QUILL_TYPE_Q8_0] = dequant_q8_0,
         [QUILL_TYPE_Q4_K] = dequant_q4_K,
         [QUILL_TYPE_Q6_K] = dequant_q6_K,
+        [QUILL_TYPE_Q4_1] = dequant_q4_1,
+        [QUILL_TYPE_Q5_0] = dequant_q5_0,
+        [QUILL_TYPE_Q5_1] = dequant_q5_1,
+        [QUILL_TYPE_Q2_K] = dequant_q2_K,
+        [QUILL_TYPE_Q3_K] = dequant_q3_K,
+        [QUILL_TYPE_Q5_K] = dequant_q5_K,
+        [QUILL_TYPE_IQ4_NL] = dequant_iq4_nl,
+        [QUILL_TYPE_IQ4_XS] = dequant_iq4_xs,
     },
     .vec_dot = {
         [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
