@@ -5,6 +5,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+/* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
+static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -15,10 +18,12 @@ static inline float hsum256(__m256 v) {
 static inline __attribute__((always_inline)) void dot_nt(const float *w, const float *x, int64_t n,
                                                          int64_t xs, float *out, int64_t os, int NT) {
     __m256 a[4], b[4];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+        #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             a[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + i), a[t]);
             b[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + i + 8), b[t]);
@@ -26,7 +31,9 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     }
     float tail[4] = {0};
     for (; i < n; i++)
+        #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) tail[t] += w[i] * x[t * xs + i];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t])) + tail[t];
 }
 
@@ -45,13 +52,13 @@ static void dequant_f16(const void *src, float *y, int64_t n) {
     const uint16_t *h = src;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < n; i++) y[i] = quill_half_to_float(h[i]);
+    for (; i < n; i++) y[i] = half_to_float(h[i]);
 }
 
 static void dequant_q8_0(const void *src, float *y, int64_t n) {
     const block_q8_0 *b = src;
     for (int64_t ib = 0; ib < n / QK8_0; ib++, y += QK8_0) {
-        __m256 d = _mm256_set1_ps(quill_half_to_float(b[ib].d));
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d));
         for (int k = 0; k < 4; k++) {
             __m128i q = _mm_loadl_epi64((const __m128i *)(b[ib].qs + 8 * k));
             _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
@@ -64,7 +71,7 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m256 eight = _mm256_set1_ps(8.0f);
     for (int64_t ib = 0; ib < n / QK4_0; ib++, y += QK4_0) {
-        __m256 d = _mm256_set1_ps(quill_half_to_float(b[ib].d));
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d));
         __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
         __m128i lo = _mm_and_si128(q, low), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
         for (int k = 0; k < 2; k++) {

@@ -6,6 +6,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+/* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
+static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
 /* Dot products of one weight row with NT token rows; NT is a compile-time constant at every call
  * site so the accumulators stay in registers. Each token owns two accumulators (even and odd
  * 16-lane halves of each 32-element chunk) updated in the same order for any NT: the result of a
@@ -13,10 +16,12 @@
 static inline __attribute__((always_inline)) void dot_nt(const float *w, const float *x, int64_t n,
                                                          int64_t xs, float *out, int64_t os, int NT) {
     __m512 a[4], b[4];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
+        #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             a[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs + i), a[t]);
             b[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + i + 16), b[t]);
@@ -27,11 +32,13 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
         __mmask16 m0 = rest >= 16 ? 0xFFFF : (__mmask16)((1u << rest) - 1);
         __mmask16 m1 = rest <= 16 ? 0 : (__mmask16)((1u << (rest - 16)) - 1);
         __m512 w0 = _mm512_maskz_loadu_ps(m0, w + i), w1 = _mm512_maskz_loadu_ps(m1, w + i + 16);
+        #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             a[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + t * xs + i), a[t]);
             b[t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + t * xs + i + 16), b[t]);
         }
     }
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
 }
 
@@ -50,7 +57,7 @@ static void dequant_f16(const void *src, float *y, int64_t n) {
     const uint16_t *h = src;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
-    for (; i < n; i++) y[i] = quill_half_to_float(h[i]);
+    for (; i < n; i++) y[i] = half_to_float(h[i]);
 }
 
 static void dequant_bf16(const void *src, float *y, int64_t n) {
@@ -70,7 +77,7 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m512 eight = _mm512_set1_ps(8.0f);
     for (int64_t ib = 0; ib < n / QK4_0; ib++, y += QK4_0) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d));
         __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
         /* (q - 8) is an exact small integer either way; subtracting in float keeps it simple */
         __m512 lo = _mm512_sub_ps(bytes_to_ps(_mm_and_si128(q, low)), eight);
@@ -83,7 +90,7 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
 static void dequant_q8_0(const void *src, float *y, int64_t n) {
     const block_q8_0 *b = src;
     for (int64_t ib = 0; ib < n / QK8_0; ib++, y += QK8_0) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d));
         __m128i q0 = _mm_loadu_si128((const __m128i *)b[ib].qs);
         __m128i q1 = _mm_loadu_si128((const __m128i *)(b[ib].qs + 16));
         _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
@@ -95,7 +102,7 @@ static void dequant_q4_K(const void *src, float *y, int64_t n) {
     const block_q4_K *b = src;
     const __m128i low = _mm_set1_epi8(0x0F);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
         const uint8_t *q = b[ib].qs;
         for (int j = 0; j < 4; j++, q += 32) {
             uint8_t sc, m;
@@ -120,7 +127,7 @@ static void dequant_q6_K(const void *src, float *y, int64_t n) {
     const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
     const __m512 off = _mm512_set1_ps(32.0f);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(b[ib].d);
+        const float d = half_to_float(b[ib].d);
         const uint8_t *ql = b[ib].ql, *qh = b[ib].qh;
         const int8_t *sc = b[ib].scales;
         for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
@@ -150,7 +157,7 @@ static inline __m512 nib_ps(__m128i q, int high) {
 static void dequant_q4_1(const void *src, float *y, int64_t n) {
     const block_q4_1 *b = src;
     for (int64_t ib = 0; ib < n / QK4_1; ib++, y += QK4_1) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), m = _mm512_set1_ps(quill_half_to_float(b[ib].m));
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d)), m = _mm512_set1_ps(half_to_float(b[ib].m));
         __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
         _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(nib_ps(q, 0), d), m));
         _mm512_storeu_ps(y + 16, _mm512_add_ps(_mm512_mul_ps(nib_ps(q, 1), d), m));
@@ -176,7 +183,7 @@ static void dequant_q5_0(const void *src, float *y, int64_t n) {
     const block_q5_0 *b = src;
     const __m512 off = _mm512_set1_ps(16.0f);
     for (int64_t ib = 0; ib < n / QK5_0; ib++, y += QK5_0) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), lo, hi;
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d)), lo, hi;
         q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
         _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_sub_ps(lo, off), d));
         _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_sub_ps(hi, off), d));
@@ -186,7 +193,7 @@ static void dequant_q5_0(const void *src, float *y, int64_t n) {
 static void dequant_q5_1(const void *src, float *y, int64_t n) {
     const block_q5_1 *b = src;
     for (int64_t ib = 0; ib < n / QK5_1; ib++, y += QK5_1) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d)), m = _mm512_set1_ps(quill_half_to_float(b[ib].m));
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d)), m = _mm512_set1_ps(half_to_float(b[ib].m));
         __m512 lo, hi;
         q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
         _mm512_storeu_ps(y, _mm512_add_ps(_mm512_mul_ps(lo, d), m));
@@ -199,7 +206,7 @@ static void dequant_q5_K(const void *src, float *y, int64_t n) {
     const __m512i sixteen = _mm512_set1_epi32(16);
     const __m128i low = _mm_set1_epi8(0x0F);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
         const uint8_t *ql = b[ib].qs;
         for (int is = 0; is < 8; is += 2, ql += 32) {
             for (int part = 0; part < 2; part++, y += 32) {
@@ -224,7 +231,7 @@ static void dequant_q2_K(const void *src, float *y, int64_t n) {
     const block_q2_K *b = src;
     const __m128i three = _mm_set1_epi8(3);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(b[ib].d), dmin = quill_half_to_float(b[ib].dmin);
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
         const uint8_t *q = b[ib].qs;
         int is = 0;
         for (int half = 0; half < 2; half++, q += 32)
@@ -243,7 +250,7 @@ static void dequant_q3_K(const void *src, float *y, int64_t n) {
     const __m128i three = _mm_set1_epi8(3);
     const __m512i four = _mm512_set1_epi32(4);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d_all = quill_half_to_float(b[ib].d);
+        const float d_all = half_to_float(b[ib].d);
         const uint8_t *s = b[ib].scales;
         int8_t scales[16];
         for (int j = 0; j < 16; j++) {
@@ -279,7 +286,7 @@ static inline __m512 iq4_values(__m128i q, int high) {
 static void dequant_iq4_nl(const void *src, float *y, int64_t n) {
     const block_iq4_nl *b = src;
     for (int64_t ib = 0; ib < n / QK4_NL; ib++, y += QK4_NL) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(b[ib].d));
+        __m512 d = _mm512_set1_ps(half_to_float(b[ib].d));
         __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
         _mm512_storeu_ps(y, _mm512_mul_ps(d, iq4_values(q, 0)));
         _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, iq4_values(q, 1)));
@@ -289,7 +296,7 @@ static void dequant_iq4_nl(const void *src, float *y, int64_t n) {
 static void dequant_iq4_xs(const void *src, float *y, int64_t n) {
     const block_iq4_xs *b = src;
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(b[ib].d);
+        const float d = half_to_float(b[ib].d);
         const uint8_t *qs = b[ib].qs;
         for (int j = 0; j < QK_K / 32; j++, qs += 16, y += 32) {
             const int ls = ((b[ib].scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b[ib].scales_h >> 2 * j) & 3) << 4;
@@ -309,6 +316,7 @@ static void dequant_iq4_xs(const void *src, float *y, int64_t n) {
 
 static inline __attribute__((always_inline)) void acc_chunk(__m512 w0, __m512 w1, const float *x, int64_t xs,
                                                             __m512 *a, __m512 *b, int NT) {
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) {
         a[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs), a[t]);
         b[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + 16), b[t]);
@@ -316,6 +324,7 @@ static inline __attribute__((always_inline)) void acc_chunk(__m512 w0, __m512 w1
 }
 
 static inline __attribute__((always_inline)) void finish(const __m512 *a, const __m512 *b, float *out, int64_t os, int NT) {
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
 }
 
@@ -325,9 +334,10 @@ static inline __attribute__((always_inline)) void q4_0_nt(const void *row, const
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m512 eight = _mm512_set1_ps(8.0f);
     __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK4_0; ib++) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(bl[ib].d));
+        __m512 d = _mm512_set1_ps(half_to_float(bl[ib].d));
         __m128i q = _mm_loadu_si128((const __m128i *)bl[ib].qs);
         __m512 w0 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(q, low)), eight), d);
         __m512 w1 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight), d);
@@ -340,9 +350,10 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
                                                           float *out, int64_t os, int NT) {
     const block_q8_0 *bl = row;
     __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        __m512 d = _mm512_set1_ps(quill_half_to_float(bl[ib].d));
+        __m512 d = _mm512_set1_ps(half_to_float(bl[ib].d));
         __m128i q0 = _mm_loadu_si128((const __m128i *)bl[ib].qs);
         __m128i q1 = _mm_loadu_si128((const __m128i *)(bl[ib].qs + 16));
         __m512 w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
@@ -357,9 +368,10 @@ static inline __attribute__((always_inline)) void q4_K_nt(const void *row, const
     const block_q4_K *bl = row;
     const __m128i low = _mm_set1_epi8(0x0F);
     __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(bl[ib].d), dmin = quill_half_to_float(bl[ib].dmin);
+        const float d = half_to_float(bl[ib].d), dmin = half_to_float(bl[ib].dmin);
         const uint8_t *q = bl[ib].qs;
         const float *xb = x + ib * QK_K;
         for (int j = 0; j < 8; j++) {
@@ -386,9 +398,10 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
     const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
     const __m512 off = _mm512_set1_ps(32.0f);
     __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = quill_half_to_float(bl[ib].d);
+        const float d = half_to_float(bl[ib].d);
         for (int half = 0; half < 2; half++) {
             const uint8_t *ql = bl[ib].ql + 64 * half, *qh = bl[ib].qh + 32 * half;
             const int8_t *sc = bl[ib].scales + 8 * half;
