@@ -69,12 +69,14 @@ static void quantize_progress(const quill_quantize_progress *p, void *user) {
 
 static int quantize_usage(FILE *f) {
     fprintf(f,
-            "usage: quill quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
+            "usage: quill quantize IN.gguf OUT.gguf TYPE [-t THREADS] [--pure]\n"
             "  Quantizes a Llama GGUF with F32, F16 or BF16 weights. Per-tensor types follow the reference\n"
             "  quantizer's mixes (e.g. q4_k_m keeps attn_v and ffn_down of some layers in q6_K, output.weight\n"
             "  in q6_K, norms in f32); all metadata is copied.\n"
             "  TYPE: %s\n"
-            "  -t, --threads N   worker threads (default: all CPUs)\n",
+            "  -t, --threads N   worker threads (default: all CPUs)\n"
+            "  --pure            every quantized tensor in TYPE's base type, no mix rules (output.weight\n"
+            "                    included); rows the type cannot split still fall back\n",
             quill_ftype_names());
     return f == stdout ? 0 : 1;
 }
@@ -82,6 +84,7 @@ static int quantize_usage(FILE *f) {
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
+    bool pure = false;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
@@ -91,6 +94,8 @@ int cmd_quantize(int argc, char **argv) {
         if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (++i >= argc || !cli_parse_long(argv[i], 1, 1024, &threads))
                 return cli_fail("quantize: %s needs a thread count from 1 to 1024", a);
+        } else if (!strcmp(a, "--pure")) {
+            pure = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_fail("quantize: unknown option '%s' (see quill quantize --help)", a);
         } else if (n_pos < 3) {
@@ -109,12 +114,13 @@ int cmd_quantize(int argc, char **argv) {
     if (same_file(pos[0], pos[1]))
         return cli_fail("quantize: the output %s is the input file; choose another name", pos[1]);
     params.n_threads = (int)threads;
+    params.pure = pure;
     quantize_totals totals = {0};
     params.progress = quantize_progress;
     params.user = &totals;
 
-    fprintf(stderr, "quantize: %s -> %s as %s (general.file_type %d), %ld threads\n", pos[0], pos[1],
-            quill_ftype_name(params.ftype), (int)params.ftype, threads);
+    fprintf(stderr, "quantize: %s -> %s as %s%s (general.file_type %d), %ld threads\n", pos[0], pos[1],
+            quill_ftype_name(params.ftype), pure ? " (pure)" : "", (int)params.ftype, threads);
     const double t0 = now_seconds();
     quill_error err;
     if (quill_quantize_file(pos[0], pos[1], &params, &err) != QUILL_OK) return cli_fail("%s", err.message);

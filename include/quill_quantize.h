@@ -88,6 +88,9 @@ typedef void (*quill_quantize_progress_fn)(const quill_quantize_progress *p, voi
 
 typedef struct quill_quantize_params {
     quill_ftype ftype;
+    bool pure;                            /* every quantized tensor in the base type, no mix rules
+                                           * (the reference's --pure); rows that do not fit still
+                                           * take the fallback type */
     int n_threads;                        /* <= 1: the calling thread only */
     quill_quantize_progress_fn progress;  /* called after each tensor is written; may be NULL */
     void *user;
@@ -97,7 +100,7 @@ typedef struct quill_quantize_params {
  * quill_gguf_n_tensors(in) entries in output order. Fails (QUILL_E_UNSUPPORTED) when a tensor can
  * not be produced, e.g. rows of a length no type of the mix fits, or a quantized input tensor
  * that would need requantizing. */
-quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, quill_quant_choice *choices,
+quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, bool pure, quill_quant_choice *choices,
                                  quill_error *err);
 
 /* Quantizes a Llama GGUF with F32 / F16 / BF16 weights into `out_path`: all metadata is copied,

@@ -16,9 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+/* No fused multiply-add: the reference rounds every product (ISO C mode implies this for GCC,
+ * but not -std=gnu11 with FMA hardware enabled). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
 #endif
 
 /* Below this a group counts as all zeros (the reference's threshold). */
@@ -863,6 +868,23 @@ static int layer_of(const mix_state *s, int counter, const char *name) {
 
 static int64_t block_size_of(uint32_t type) { return quill_type_traits_of(type)->block_size; }
 
+/* Rows the chosen type cannot split take the reference's fallback: a 32-element block type of
+ * about the same size, else f16. QUILL_TYPE_COUNT when there is none (the 32-block types). */
+static uint32_t fit_rows(const quill_gguf_tensor *t, uint32_t type, bool *fallback) {
+    if (t->ne[0] % block_size_of(type) == 0) return type;
+    *fallback = true;
+    switch (type) {
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K:
+    case QUILL_TYPE_IQ4_XS: type = QUILL_TYPE_IQ4_NL; break;
+    case QUILL_TYPE_Q4_K: type = QUILL_TYPE_Q5_0; break;
+    case QUILL_TYPE_Q5_K: type = QUILL_TYPE_Q5_1; break;
+    case QUILL_TYPE_Q6_K: type = QUILL_TYPE_Q8_0; break;
+    default: return QUILL_TYPE_COUNT;
+    }
+    return t->ne[0] % block_size_of(type) == 0 ? type : QUILL_TYPE_F16;
+}
+
 /* The reference's choice for one tensor of a mix (llama_tensor_get_type, early 2025), for the
  * file types quill produces; `fallback` tells whether the row length forced another type.
  * Returns QUILL_TYPE_COUNT when no type fits the rows. */
@@ -928,21 +950,7 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
         s->i_ffn_up++;
     }
 
-    /* rows the chosen type cannot split: the reference's fallback */
-    if (t->ne[0] % block_size_of(type) != 0) {
-        *fallback = true;
-        switch (type) {
-        case QUILL_TYPE_Q2_K:
-        case QUILL_TYPE_Q3_K:
-        case QUILL_TYPE_IQ4_XS: type = QUILL_TYPE_IQ4_NL; break;
-        case QUILL_TYPE_Q4_K: type = QUILL_TYPE_Q5_0; break;
-        case QUILL_TYPE_Q5_K: type = QUILL_TYPE_Q5_1; break;
-        case QUILL_TYPE_Q6_K: type = QUILL_TYPE_Q8_0; break;
-        default: return QUILL_TYPE_COUNT;
-        }
-        if (t->ne[0] % block_size_of(type) != 0) type = QUILL_TYPE_F16;
-    }
-    return type;
+    return fit_rows(t, type, fallback);
 }
 
 /* Output order: tensors outside the blocks, then block 0, 1, ... (numerically), by name within
@@ -979,7 +987,7 @@ static int64_t get_int(const quill_gguf *g, const char *arch, size_t arch_len, c
     return v;
 }
 
-quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, quill_quant_choice *choices,
+quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, bool pure, quill_quant_choice *choices,
                                  quill_error *err) {
     const ftype_info *fi = ftype_lookup(ftype);
     if (!fi) return quill_fail(err, QUILL_E_ARG, "quantize: unsupported file type %d", (int)ftype);
@@ -1031,7 +1039,7 @@ quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, quill_
         if (!wants_quantization(t)) continue;
         uint32_t type = fi->base;
         if (mix) {
-            type = mix_type(&s, t, &c->fallback);
+            type = pure ? fit_rows(t, type, &c->fallback) : mix_type(&s, t, &c->fallback);
             if (type == QUILL_TYPE_COUNT) {
                 st = quill_fail(err, QUILL_E_UNSUPPORTED,
                                 "quantize: tensor '%s' has rows of %lld elements, which %s blocks of %lld do not "
@@ -1139,6 +1147,9 @@ quill_status quill_quantize_file(const char *in_path, const char *out_path, cons
                                  quill_error *err) {
     if (!params || !quill_ftype_name(params->ftype))
         return quill_fail(err, QUILL_E_ARG, "quantize: unsupported file type %d", params ? (int)params->ftype : -1);
+    struct stat sa, sb;
+    if (stat(in_path, &sa) == 0 && stat(out_path, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
+        return quill_fail(err, QUILL_E_ARG, "quantize: the output %s is the input file", out_path);
     quill_gguf *in;
     quill_status st = quill_gguf_open(in_path, &in, err);
     if (st) return st;
@@ -1152,7 +1163,7 @@ quill_status quill_quantize_file(const char *in_path, const char *out_path, cons
         st = quill_fail(err, QUILL_E_NOMEM, "quantize: out of memory");
         goto done;
     }
-    if ((st = quill_quantize_plan(in, params->ftype, plan, err))) goto done;
+    if ((st = quill_quantize_plan(in, params->ftype, params->pure, plan, err))) goto done;
 
     /* metadata: everything but the keys the reference resets, then those two, last */
     for (uint64_t i = 0; i < quill_gguf_n_kv(in) && !st; i++) {

@@ -304,7 +304,7 @@ TEST(quantize_mix_choices_match_reference_files) {
         }
         uint64_t file_type = 0;
         quill_gguf_get_u64(ref, "general.file_type", &file_type, NULL);
-        ok = file_type == (uint64_t)ft && quill_quantize_plan(src, ft, plan, &err) == QUILL_OK &&
+        ok = file_type == (uint64_t)ft && quill_quantize_plan(src, ft, false, plan, &err) == QUILL_OK &&
              quill_gguf_n_tensors(ref) == n;
         if (!ok) test_fail(__FILE__, __LINE__, "%s: file_type %llu, plan: %s", mixes[m], (unsigned long long)file_type, err.message);
         for (uint64_t i = 0; ok && i < n; i++) {
@@ -353,17 +353,35 @@ static char *write_shape_model(const char *file, int n_layer, int n_head, int n_
     return path;
 }
 
-/* Type of `name` in the plan of `ftype`. */
+/* Type of `name` in the plan of `ftype`. The last plan is kept: the rule tests ask for many
+ * tensors of one plan (plan_forget before closing the file). */
+static const quill_gguf *plan_g;
+static quill_ftype plan_f;
+static uint32_t *plan_types; /* by tensor index in the file */
+static void plan_forget(void) {
+    free(plan_types);
+    plan_types = NULL;
+    plan_g = NULL;
+}
 static uint32_t planned(const quill_gguf *g, quill_ftype ftype, const char *name) {
     const uint64_t n = quill_gguf_n_tensors(g);
-    quill_quant_choice *plan = calloc(n, sizeof *plan);
-    uint32_t type = QUILL_TYPE_COUNT;
-    quill_error err;
-    if (quill_quantize_plan(g, ftype, plan, &err) == QUILL_OK)
-        for (uint64_t i = 0; i < n; i++)
-            if (!strcmp(quill_gguf_tensor_at(g, plan[i].src_index)->name, name)) type = plan[i].type;
-    free(plan);
-    return type;
+    if (plan_g != g || plan_f != ftype || !plan_types) {
+        plan_forget();
+        quill_quant_choice *plan = calloc(n, sizeof *plan);
+        quill_error err;
+        if (quill_quantize_plan(g, ftype, false, plan, &err) != QUILL_OK) {
+            free(plan);
+            return QUILL_TYPE_COUNT;
+        }
+        plan_types = malloc(n * sizeof *plan_types);
+        for (uint64_t i = 0; i < n; i++) plan_types[plan[i].src_index] = plan[i].type;
+        free(plan);
+        plan_g = g;
+        plan_f = ftype;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (!strcmp(quill_gguf_tensor_at(g, i)->name, name)) return plan_types[i];
+    return QUILL_TYPE_COUNT;
 }
 
 static uint32_t layer_type(const quill_gguf *g, quill_ftype ftype, int layer, const char *kind) {
@@ -381,18 +399,26 @@ TEST(quantize_mix_rules_llama_32_layers) {
     CHECK(quill_gguf_open(path, &g, &err) == QUILL_OK, "%s", err.message);
     free(path);
     const bool more[32] = {1, 1, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1};
+    /* one loop per mix, so each plan is computed once */
     for (int l = 0; l < 32; l++) {
         const uint32_t want = more[l] ? QUILL_TYPE_Q6_K : QUILL_TYPE_Q4_K;
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_M, l, "attn_v") == want, "q4_k_m attn_v layer %d", l);
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_M, l, "ffn_down") == want, "q4_k_m ffn_down layer %d", l);
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_M, l, "attn_q") == QUILL_TYPE_Q4_K);
+    }
+    for (int l = 0; l < 32; l++)
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q5_K_M, l, "attn_v") == (more[l] ? QUILL_TYPE_Q6_K : QUILL_TYPE_Q5_K));
+    for (int l = 0; l < 32; l++) {
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_S, l, "attn_v") == (l < 4 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K));
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_S, l, "ffn_down") == (l < 4 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K));
+    }
+    for (int l = 0; l < 32; l++) {
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_M, l, "attn_v") == (l < 2 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K));
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_M, l, "ffn_down") == (l < 2 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K));
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_M, l, "attn_output") == QUILL_TYPE_Q4_K);
-        CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_L, l, "attn_v") == QUILL_TYPE_Q5_K);
+    }
+    for (int l = 0; l < 32; l++) CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_L, l, "attn_v") == QUILL_TYPE_Q5_K);
+    for (int l = 0; l < 32; l++) {
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, l, "attn_v") == QUILL_TYPE_Q3_K); /* no GQA */
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, l, "ffn_down") == QUILL_TYPE_Q3_K);
         CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, l, "ffn_up") == QUILL_TYPE_Q2_K);
@@ -404,6 +430,16 @@ TEST(quantize_mix_rules_llama_32_layers) {
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_Q4_K_M, "output_norm.weight") == QUILL_TYPE_F32);
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_F16, "output.weight") == QUILL_TYPE_F16);
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_F16, "blk.3.attn_norm.weight") == QUILL_TYPE_F32);
+    plan_forget();
+    /* pure: the base type everywhere, output included */
+    const uint64_t n = quill_gguf_n_tensors(g);
+    quill_quant_choice *plan = calloc(n, sizeof *plan);
+    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, true, plan, &err) == QUILL_OK, "%s", err.message);
+    for (uint64_t i = 0; i < n; i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, plan[i].src_index);
+        CHECK(plan[i].type == (t->n_dims == 2 ? QUILL_TYPE_Q4_K : QUILL_TYPE_F32), "%s", t->name);
+    }
+    free(plan);
     quill_gguf_close(g);
 }
 
@@ -427,6 +463,7 @@ TEST(quantize_mix_rules_70b_gqa_and_tied) {
     /* no output.weight: the token embeddings double as the output and get its type */
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_Q4_K_M, "token_embd.weight") == QUILL_TYPE_Q6_K);
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_Q8_0, "token_embd.weight") == QUILL_TYPE_Q8_0);
+    plan_forget();
     quill_gguf_close(g);
 }
 
@@ -439,7 +476,7 @@ TEST(quantize_mix_fallback_for_short_rows) {
     CHECK(quill_gguf_open(path, &g, &err) == QUILL_OK, "%s", err.message);
     const uint64_t n = quill_gguf_n_tensors(g);
     quill_quant_choice *plan = calloc(n, sizeof *plan);
-    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, plan, &err) == QUILL_OK, "%s", err.message);
+    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, false, plan, &err) == QUILL_OK, "%s", err.message);
     int fallbacks = 0;
     for (uint64_t i = 0; i < n; i++) fallbacks += plan[i].fallback;
     free(plan);
@@ -452,6 +489,9 @@ TEST(quantize_mix_fallback_for_short_rows) {
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, 0, "attn_q") == QUILL_TYPE_IQ4_NL);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q6_K, 0, "attn_q") == QUILL_TYPE_Q8_0);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_0, 0, "attn_q") == QUILL_TYPE_Q4_0);
+    quill_quant_choice pure[32];
+    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, true, pure, &err) == QUILL_OK, "%s", err.message);
+    CHECK(pure[0].type == QUILL_TYPE_Q5_0 && pure[0].fallback); /* output.weight: q4_K -> q5_0 */
     /* and the file quantizes (iq4_nl included) */
     char *out = tmp_path("shape64-q3ks.gguf");
     quill_quantize_params p = {.ftype = QUILL_FTYPE_MOSTLY_Q3_K_S};
@@ -463,6 +503,7 @@ TEST(quantize_mix_fallback_for_short_rows) {
     remove(out);
     free(out);
     free(path);
+    plan_forget();
     quill_gguf_close(g);
 }
 
@@ -493,17 +534,19 @@ TEST(quantize_refuses_requantizing_and_bad_rows) {
     /* rows of 48 fit no block type: q4_0 cannot be made; the k-quant mixes fall back to f16 */
     char *bad = write_shape_model("shape48.gguf", 1, 1, 1, 256, 48, true);
     CHECK(quill_gguf_open(bad, &g, &err) == QUILL_OK, "%s", err.message);
-    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_0, plan, &err) == QUILL_E_UNSUPPORTED);
+    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_0, false, plan, &err) == QUILL_E_UNSUPPORTED);
     CHECK_STR_CONTAINS(err.message, "48");
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_M, 0, "attn_q") == QUILL_TYPE_F16);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_S, 0, "ffn_up") == QUILL_TYPE_F16);
+    plan_forget();
     quill_gguf_close(g);
     free(bad);
     /* ... except the output matrix, whose q8_0 has no fallback (as in the reference) */
     bad = write_shape_model("shape48o.gguf", 1, 1, 1, 48, 48, true);
     CHECK(quill_gguf_open(bad, &g, &err) == QUILL_OK, "%s", err.message);
-    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, plan, &err) == QUILL_E_UNSUPPORTED);
+    CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, false, plan, &err) == QUILL_E_UNSUPPORTED);
     CHECK_STR_CONTAINS(err.message, "output.weight");
+    plan_forget();
     quill_gguf_close(g);
     free(bad);
 }
@@ -639,6 +682,7 @@ TEST(quantize_cli_synth_quantize_inspect) {
     free(w);
     for (int i = 0; i < 256; i++) CHECK(fabsf(((const float *)nrm->data)[i] - 1.0f) <= 0.0175f); /* 1 + 0.01 sqrt(3) U(-1, 1) */
     quill_gguf_close(v);
+    plan_forget();
     quill_gguf_close(g);
 
     /* quantize it and inspect the result */
@@ -667,6 +711,7 @@ TEST(quantize_cli_synth_quantize_inspect) {
     CHECK(quill_gguf_find_tensor(g, "token_embd.weight")->type == QUILL_TYPE_Q4_K);
     CHECK(quill_gguf_find_tensor(g, "blk.0.ffn_norm.weight")->type == QUILL_TYPE_F32);
     /* the model loads */
+    plan_forget();
     quill_gguf_close(g);
     quill_model *model;
     CHECK(quill_model_load(q, &model, &err) == QUILL_OK, "%s", err.message);
@@ -718,4 +763,35 @@ TEST(quantize_cli_errors) {
     free(text);
     free(in);
     free(out);
+}
+
+TEST(quantize_cli_synth_copies_chat_template) {
+    REQUIRE_SHARED(sd);
+    /* synth-32k carries TinyLlama's vocabulary and chat template */
+    char *vocab = shared_path(sd, "models/synth-32k-q8_0.gguf"), *out = tmp_path("cli-synth-32k.gguf");
+    char args[2048];
+    char *text = NULL;
+    snprintf(args, sizeof args, "synth --embd 64 --layers 1 --heads 2 --ff 128 --type f32 --ctx 4096 --vocab %s -o %s",
+             vocab, out);
+    CHECK(run_quill(args, &text) == 0, "%s", text);
+    free(text);
+    quill_gguf *g, *v;
+    quill_error err;
+    CHECK(quill_gguf_open(out, &g, &err) == QUILL_OK, "%s", err.message);
+    CHECK(quill_gguf_open(vocab, &v, &err) == QUILL_OK, "%s", err.message);
+    const char *a, *b;
+    size_t na, nb;
+    CHECK(quill_gguf_get_str(g, "tokenizer.chat_template", &a, &na, &err) == QUILL_OK, "%s", err.message);
+    CHECK(quill_gguf_get_str(v, "tokenizer.chat_template", &b, &nb, &err) == QUILL_OK, "%s", err.message);
+    CHECK(na == nb && !memcmp(a, b, na) && na > 0);
+    uint64_t u;
+    CHECK(quill_gguf_get_u64(g, "llama.vocab_size", &u, NULL) == QUILL_OK && u == 32000);
+    CHECK(quill_gguf_get_u64(g, "llama.context_length", &u, NULL) == QUILL_OK && u == 4096);
+    CHECK(quill_gguf_get_u64(g, "general.file_type", &u, NULL) == QUILL_OK && u == 0);
+    CHECK(quill_gguf_find_tensor(g, "output.weight")->type == QUILL_TYPE_F32);
+    quill_gguf_close(v);
+    quill_gguf_close(g);
+    remove(out);
+    free(out);
+    free(vocab);
 }
