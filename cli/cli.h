@@ -22,6 +22,9 @@ int cmd_synth(int argc, char **argv);
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Writes s as a JSON string literal (quotes included). */
 void cli_json_string(FILE *f, const char *s, size_t len);
+/* A whole file, NUL-terminated and malloc'd; NULL with errno set on failure (files over 1 GiB
+ * are refused). */
+char *cli_read_file(const char *path, size_t *len);
 /* Parses a whole decimal number into *out within [lo, hi]; false on junk or out of range. */
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);

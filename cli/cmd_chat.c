@@ -144,16 +144,9 @@ int cmd_chat(int argc, char **argv) {
     int rc = 1;
     bool raw = false;
     if (!logits) { cli_fail("out of memory"); goto done; }
-    if (template_path) {
-        FILE *f = fopen(template_path, "rb");
-        if (!f) { cli_fail("%s: %s", template_path, strerror(errno)); goto done; }
-        size_t cap = 1 << 16, len = 0, got;
-        override = malloc(cap + 1);
-        while (override && (got = fread(override + len, 1, cap - len, f)) > 0)
-            if ((len += got) == cap) override = realloc(override, (cap *= 2) + 1);
-        fclose(f);
-        if (!override) { cli_fail("out of memory"); goto done; }
-        override[len] = 0;
+    if (template_path && !(override = cli_read_file(template_path, NULL))) {
+        cli_fail("%s: cannot read the chat template: %s", template_path, strerror(errno));
+        goto done;
     }
     if (quill_chat_template_for(m, override, format, &tmpl, &err)) {
         /* Without any template the session still works in /raw mode. */

@@ -68,24 +68,6 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n) {
     return 0;
 }
 
-static char *read_text_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *g = realloc(buf, (cap *= 2) + 1);
-            if (!g) { free(buf); buf = NULL; }
-            else buf = g;
-        }
-    }
-    fclose(f);
-    if (buf) buf[len] = 0;
-    return buf;
-}
-
 /* Returns 0 and fills opts, or an exit code (2 for --help handled). */
 static int parse_run_opts(int argc, char **argv, run_opts *o, const char *usage) {
     memset(o, 0, sizeof *o);
@@ -173,7 +155,7 @@ static int prompt_tokens(const run_opts *o, const quill_model *m, int32_t **ids,
     if (!o->prompt) return cli_fail("no prompt given: use -p TEXT or --tokens IDS");
     if (o->chat) {
         char *override = NULL, *tmpl = NULL;
-        if (o->template_path && !(override = read_text_file(o->template_path)))
+        if (o->template_path && !(override = cli_read_file(o->template_path, NULL)))
             return cli_fail("%s: cannot read the chat template: %s", o->template_path, strerror(errno));
         quill_status s = quill_chat_template_for(m, override, o->format, &tmpl, &err);
         free(override);

@@ -60,6 +60,36 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
     fputc('"', f);
 }
 
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap + 1);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *grown = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+                errno = ENOMEM;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (!buf || failed) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
 bool cli_parse_long(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return false;
     char *end;
