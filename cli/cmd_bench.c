@@ -24,6 +24,8 @@ static const char bench_usage[] =
     "  -r N     timed repetitions of each test, after one untimed warm-up (default 3)\n"
     "  -t N     threads, for the model and the bandwidth test (default: all online CPUs)\n"
     "  --json   print one JSON object instead of the table\n"
+    "  --bw-mib N  size of the bandwidth test's buffer in MiB (default 1024, at most a quarter of\n"
+    "           the available memory); small buffers partly fit in the caches and read too fast\n"
     "Token ids are deterministic pseudo-random ordinary tokens. Speeds are tokens/s, mean ± sample\n"
     "standard deviation over the repetitions. The bandwidth is the best of 4 multi-threaded passes\n"
     "reading a ~1 GiB buffer; tg's share of it is bytes_per_token × tg t/s / bandwidth.\n";
@@ -90,9 +92,9 @@ static void *bw_thread(void *arg) {
     return NULL;
 }
 
-/* Size of the buffer: 1 GiB, or a quarter of the available memory when that is less. */
-static size_t bw_buffer_size(void) {
-    size_t size = (size_t)1 << 30;
+/* Size of the buffer: `want` bytes, or a quarter of the available memory when that is less. */
+static size_t bw_buffer_size(size_t want) {
+    size_t size = want;
     unsigned long long avail_kb = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {
@@ -106,15 +108,15 @@ static size_t bw_buffer_size(void) {
         if (pages > 0 && page > 0) avail_kb = (unsigned long long)pages * (unsigned long long)page / 1024;
     }
     if (avail_kb && avail_kb * 1024 / 4 < size) size = (size_t)(avail_kb * 1024 / 4);
-    if (size < ((size_t)16 << 20)) size = (size_t)16 << 20;
+    if (size < ((size_t)16 << 20)) size = want < ((size_t)16 << 20) ? want : (size_t)16 << 20;
     return size;
 }
 
 static volatile uint64_t bw_sink;
 
 /* Best of `passes` streaming reads of the buffer by n_threads threads, in GB/s (1e9 bytes); 0 on failure. */
-static double measure_bandwidth(int n_threads, int passes, size_t *buffer_bytes) {
-    size_t size = bw_buffer_size();
+static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *buffer_bytes) {
+    size_t size = bw_buffer_size(want);
     const size_t piece = 64 * (size_t)n_threads; /* every slice a multiple of 64 bytes */
     size -= size % piece;
     *buffer_bytes = size;
@@ -369,7 +371,7 @@ static void print_table(const char *rows[][6], int n_rows) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0;
+    long p = 512, n = 128, reps = 3, threads = 0, bw_mib = 1024;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -382,7 +384,8 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         bool is_model = !strcmp(a, "-m") || !strcmp(a, "--model");
-        if (!is_model && strcmp(a, "-p") && strcmp(a, "-n") && strcmp(a, "-r") && strcmp(a, "-t")) {
+        if (!is_model && strcmp(a, "-p") && strcmp(a, "-n") && strcmp(a, "-r") && strcmp(a, "-t") &&
+            strcmp(a, "--bw-mib")) {
             if (a[0] == '-') return cli_fail("unknown option '%s' (see quill bench --help)", a);
             return cli_fail("unexpected argument '%s': give the model with -m (see quill bench --help)", a);
         }
@@ -396,6 +399,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-n")) dst = &n;
         else if (!strcmp(a, "-r")) lo = 1, hi = 1000, dst = &reps;
         else if (!strcmp(a, "-t")) lo = 1, hi = 1024, dst = &threads;
+        else if (!strcmp(a, "--bw-mib")) lo = 1, hi = 1 << 20, dst = &bw_mib;
         if (!cli_parse_long(v, lo, hi, dst))
             return cli_fail("%s: '%s' is not a whole number in %ld..%ld", a, v, lo, hi);
     }
@@ -462,13 +466,13 @@ int cmd_bench(int argc, char **argv) {
     summarize(&tg);
     long long rss_kb, hwm_kb;
     read_memory(&rss_kb, &hwm_kb);
-    /* The engine's threads sleep once the context is gone: they must not compete for memory. */
+    /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
     quill_context_free(c);
     c = NULL;
 
     if (isatty(STDERR_FILENO)) fputs("\rquill bench: memory bandwidth          ", stderr);
     size_t bw_bytes = 0;
-    double bw = measure_bandwidth((int)threads, 4, &bw_bytes);
+    double bw = measure_bandwidth((int)threads, 4, (size_t)bw_mib << 20, &bw_bytes);
     progress_done();
     if (bw <= 0) {
         cli_fail("could not measure the memory bandwidth (%.0f MiB buffer)", mib((double)bw_bytes));

@@ -2,6 +2,8 @@
  * speed: the machine may be busy), and bad flags fail with a clear message. */
 #include "test.h"
 
+#include "quill.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -108,13 +110,13 @@ TEST(bench_text_stories260k) {
     char *model = path_join(shared, "models/stories260K.gguf");
     size_t n = strlen(model) + 64;
     char *args = malloc(n);
-    snprintf(args, n, "bench -m '%s' -p 8 -n 0 -r 1 -t 1", model);
+    snprintf(args, n, "bench -m '%s' -p 8 -n 0 -r 1 -t 1 --bw-mib 64", model);
     free(model);
     char *out = NULL;
     int rc = bench_quill(args, &out, false);
     free(args);
     bool ok = rc == 0 && strstr(out, "| stories260K.gguf ") && strstr(out, " pp8 |") && !strstr(out, "tg0") &&
-              strstr(out, "memory bandwidth") && strstr(out, "bytes per token") && strstr(out, "resident memory");
+              strstr(out, "memory bandwidth") && strstr(out, "64 MiB buffer") && strstr(out, "bytes per token") && strstr(out, "resident memory");
     if (!ok) test_fail(__FILE__, __LINE__, "exit %d, output:\n%s", rc, out);
     free(out);
 }
@@ -132,6 +134,7 @@ TEST(bench_bad_flags) {
         {"bench -m x.gguf -r 0", "-r: '0' is not a whole number in 1..1000"},
         {"bench -m x.gguf -t 0", "-t: '0' is not a whole number in 1..1024"},
         {"bench -m x.gguf -t 2x", "-t: '2x' is not a whole number"},
+        {"bench -m x.gguf --bw-mib 0", "--bw-mib: '0' is not a whole number"},
         {"bench -m x.gguf --bogus", "unknown option '--bogus'"},
         {"bench x.gguf", "unexpected argument 'x.gguf'"},
         {"bench -m x.gguf -p 0 -n 0", "nothing to measure"},
@@ -155,4 +158,69 @@ TEST(bench_bad_flags) {
     int rc = bench_quill("bench --help", &out, true);
     CHECK(rc == 0 && strstr(out, "usage: quill bench"), "exit %d: %s", rc, out);
     free(out);
+}
+
+/* bytes_per_token of the file at `path` by the formula: all tensors, one row of the embedding
+ * unless there is no output.weight. */
+static double expected_bytes_per_token(const quill_gguf *g) {
+    bool tied = quill_gguf_find_tensor(g, "output.weight") == NULL;
+    double total = 0;
+    for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        bool embd = !strcmp(t->name, "token_embd.weight");
+        total += embd && !tied ? (double)t->nbytes / (double)t->ne[1] : (double)t->nbytes;
+    }
+    return total;
+}
+
+static double bench_bytes_per_token(const char *path) {
+    size_t n = strlen(path) + 96;
+    char *args = malloc(n);
+    snprintf(args, n, "bench -m '%s' -p 2 -n 2 -r 1 -t 1 --bw-mib 16 --json", path);
+    char *out = NULL;
+    int rc = bench_quill(args, &out, false);
+    free(args);
+    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
+    free(out);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "bytes_per_token");
+    double r = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    cJSON_Delete(j);
+    return r;
+}
+
+/* The bytes a token reads, for stories260K and for a copy of it without output.weight, whose
+ * logits then reuse the embedding (read in full, counted once). */
+TEST(bench_bytes_per_token_tied_and_untied) {
+    REQUIRE_SHARED(shared);
+    if (!bench_quill_built()) return;
+    char *model = path_join(shared, "models/stories260K.gguf");
+    char *tied = path_join(tmp_dir(), "bench-tied.gguf");
+    quill_gguf *g = NULL, *t = NULL;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_error err = {0};
+    bool ok = w && quill_gguf_open(model, &g, &err) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *x = quill_gguf_tensor_at(g, i);
+        if (strcmp(x->name, "output.weight") != 0)
+            ok = quill_gguf_writer_add_tensor(w, x->name, x->type, x->n_dims, x->ne, x->data) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_write(w, tied, &err) == QUILL_OK && quill_gguf_open(tied, &t, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    double want_untied = ok ? expected_bytes_per_token(g) : 0, want_tied = ok ? expected_bytes_per_token(t) : 0;
+    quill_gguf_close(g);
+    quill_gguf_close(t);
+    double got_untied = ok ? bench_bytes_per_token(model) : 0, got_tied = ok ? bench_bytes_per_token(tied) : 0;
+    remove(tied);
+    free(model);
+    free(tied);
+    CHECK(ok, "building the tied copy: %s", err.message);
+    CHECK(got_untied == want_untied, "untied: %.0f bytes per token, expected %.0f", got_untied, want_untied);
+    CHECK(got_tied == want_tied, "tied: %.0f bytes per token, expected %.0f", got_tied, want_tied);
+    /* stories260K's output.weight and token_embd.weight are both 64 x 512 f32 (131072 bytes): the
+     * copy loses output.weight and reads the whole embedding instead of one 256-byte row */
+    CHECK(got_tied == got_untied - 256, "tied %.0f, untied %.0f", got_tied, got_untied);
 }
