@@ -56,6 +56,10 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
 static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    if (c->kern->matmul[w->type]) {
+        c->kern->matmul[w->type](w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, c->pool);
+        return;
+    }
     matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c->kern->vec_dot[w->type], c};
     int64_t grain = w->rows / (c->n_threads * 16);
     quill_pool_run(c->pool, matmul_rows, &j, w->rows, grain < 1 ? 1 : grain);

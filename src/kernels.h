@@ -24,14 +24,23 @@ typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_to
 typedef void (*quill_vec_dot_fn)(const void *row, const float *x, int64_t n, int n_tok, int64_t x_stride,
                                  float *out, int64_t out_stride);
 
+/* Optional whole-matrix product: y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, where W
+ * holds `rows` rows of `cols` elements, row_bytes apart; the kernel splits the work over the pool
+ * itself. A (row, token) result must not depend on n_tok or on the thread count. */
+struct quill_pool;
+typedef void (*quill_matmul_fn)(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
+                                int n_tok, float *y, struct quill_pool *pool);
+
 typedef struct quill_kernels {
     const char *isa;
     quill_dot_fn dot;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
+    quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
 } quill_kernels;
 
-/* The fastest kernels this CPU runs ($QUILL_ISA=scalar|avx2|avx512 can force a lower one). */
+/* The fastest kernels this CPU runs ($QUILL_ISA=scalar|avx2|avx512 can force a lower one;
+ * $QUILL_ISA=amx selects the AMX products, which are opt-in). */
 const quill_kernels *quill_kernels_best(void);
 /* Kernels for one instruction set, or NULL when this CPU lacks it. */
 const quill_kernels *quill_kernels_for(const char *isa);
@@ -43,5 +52,7 @@ quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type
 /* Instruction-set specific tables (defined only when compiled for x86-64). */
 extern const quill_kernels quill_kernels_avx2_table;
 extern const quill_kernels quill_kernels_avx512_table;
+/* The AVX-512 table plus AMX matrix products, or NULL without AMX (or the kernel's permission). */
+const quill_kernels *quill_kernels_amx(void);
 
 #endif
