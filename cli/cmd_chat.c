@@ -219,8 +219,8 @@ int cmd_chat(int argc, char **argv) {
             if (!s) {
                 full = malloc((cached.n + n + 1) * sizeof *full);
                 if (full) {
-                    memcpy(full, cached.ids, cached.n * sizeof *full);
-                    memcpy(full + cached.n, ids, n * sizeof *full);
+                    if (cached.n) memcpy(full, cached.ids, cached.n * sizeof *full);
+                    if (n) memcpy(full + cached.n, ids, n * sizeof *full);
                     n_full = cached.n + n;
                 }
                 free(ids);

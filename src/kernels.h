@@ -10,7 +10,8 @@
 
 #include "quill.h"
 
-/* Dequantizes one row of n elements (a multiple of the block size) to f32. */
+/* Dequantizes one row of n elements (a multiple of the block size) to f32. Rows are only
+ * assumed 2-byte aligned (4 for f32), which GGUF data always is: every block size is even. */
 typedef void (*quill_row_dequant_fn)(const void *src, float *dst, int64_t n);
 
 /* out[t * out_stride] = dot(w[0..n), x[t * x_stride + 0..n)) for t < n_tok. */
