@@ -33,7 +33,7 @@ enum {
     MAX_RANGE = 100000,      /* the sandbox's MAX_RANGE */
 };
 #define MAX_STR_BYTES ((size_t)64 << 20) /* any single string, including the whole output */
-#define MAX_ITEMS ((size_t)1 << 22)      /* elements of one list or dict */
+#define MAX_ITEMS ((size_t)1 << 20)      /* elements of one list or dict */
 #define MAX_STEPS 5000000ull             /* work units in one render; real templates use ~100 per message */
 
 /* ------------------------------------------------------------------ values */
@@ -904,7 +904,7 @@ static bool put_value(J *j, jbuf *b, jv v, bool repr, int depth) {
         return repr ? put_repr_str(j, b, v.u.s->s, v.u.s->len) : bput(j, b, v.u.s->s, v.u.s->len);
     case T_LIST: {
         jlist *l = v.u.l;
-        if (!bputc(j, b, l->tuple ? '(' : '[')) return false;
+        if (!charge(j, l->n) || !bputc(j, b, l->tuple ? '(' : '[')) return false;
         for (size_t i = 0; i < l->n; i++) {
             if (i && !bput(j, b, ", ", 2)) return false;
             if (!put_value(j, b, l->v[i], true, depth + 1)) return false;
@@ -914,6 +914,7 @@ static bool put_value(J *j, jbuf *b, jv v, bool repr, int depth) {
     }
     case T_DICT: case T_NS: {
         jdict *d = v.u.d;
+        if (!charge(j, d->n)) return false;
         if (v.t == T_NS && !bputs(j, b, "<Namespace ")) return false;
         if (!bputc(j, b, '{')) return false;
         for (size_t i = 0; i < d->n; i++) {
@@ -1120,8 +1121,9 @@ static bool lex_number(J *j, size_t *pi) {
     uint64_t v = 0;
     size_t nd = 0;
     for (;;) {
-        if (i < n && s[i] == '_' && nd > 0 && i + 1 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 1]) < base) { i++; continue; }
-        if (base != 10 && i < n && s[i] == '_' && nd == 0 && i + 1 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 1]) < base) { i++; continue; }
+        /* one '_' between digits, or right after a 0x/0o/0b prefix */
+        bool digit_next = i + 1 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 1]) < base;
+        if (i < n && s[i] == '_' && digit_next && (nd > 0 || base != 10)) { i++; continue; }
         int h = i < n ? hexval(s[i]) : -1;
         if (h < 0 || h >= base) break;
         if (v > (UINT64_MAX - (uint64_t)h) / (uint64_t)base) { lex_err(j, t, "integer literal too large"); return false; }
@@ -1452,7 +1454,10 @@ static bool parse_call_args(J *j, node *n) {
             if (is_op(cur(j), P_RPAREN)) break;
         }
         tok *t = cur(j);
-        if (is_op(t, P_MUL) || is_op(t, P_POW)) { synerr(j, t->line, t->col, "*args and **kwargs in calls are not supported"); return false; }
+        if (is_op(t, P_MUL) || is_op(t, P_POW)) {
+            synerr(j, t->line, t->col, "*args and **kwargs in calls are not supported");
+            return false;
+        }
         if (t->type == TK_NAME && is_op(look(j), P_ASSIGN)) {
             const char *k = arena_strndup(j, t->s, t->n);
             adv(j);
@@ -2626,13 +2631,19 @@ static bool int_result(J *j, bool overflow, int64_t r, jv *out) {
 static bool repeat(J *j, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
     if (seq.t == T_STR) {
-        if (times && seq.u.s->len > MAX_STR_BYTES / (uint64_t)times) { rterr(j, NULL, "string larger than %zu bytes", MAX_STR_BYTES); return false; }
+        if (times && seq.u.s->len > MAX_STR_BYTES / (uint64_t)times) {
+            rterr(j, NULL, "string larger than %zu bytes", MAX_STR_BYTES);
+            return false;
+        }
         jbuf b = {0};
         for (int64_t i = 0; i < times; i++)
             if (!bput(j, &b, seq.u.s->s, seq.u.s->len)) { bfree(&b); return false; }
         return buf_to_str(j, &b, out);
     }
-    if (times && seq.u.l->n > MAX_ITEMS / (uint64_t)times) { rterr(j, NULL, "list longer than %zu items", MAX_ITEMS); return false; }
+    if (times && seq.u.l->n > MAX_ITEMS / (uint64_t)times) {
+        rterr(j, NULL, "list longer than %zu items", MAX_ITEMS);
+        return false;
+    }
     jlist *l = list_new(j, 0);
     if (!l) return false;
     l->tuple = seq.u.l->tuple;
@@ -2837,7 +2848,10 @@ static bool call_macro(J *j, const jmacro *m, const jargs *a, jv caller, jv *out
         for (uint32_t p = 0; p < def->nnames; p++)
             if (strcmp(def->names[p], a->kwn[i]) == 0) {
                 is_param = true;
-                if (p < a->npos) { rterr(j, NULL, "macro '%s' got multiple values for argument '%s'", mname, a->kwn[i]); ok = false; }
+                if (p < a->npos) {
+                    rterr(j, NULL, "macro '%s' got multiple values for argument '%s'", mname, a->kwn[i]);
+                    ok = false;
+                }
             }
         if (!is_param && ok) {
             if (!take_kwargs) { rterr(j, NULL, "macro '%s' takes no keyword argument '%s'", mname, a->kwn[i]); ok = false; }
@@ -2906,7 +2920,10 @@ static bool call_builtin(J *j, int fn, const jargs *a, jv *out) {
         return false;
     }
     case F_NAMESPACE: case F_DICT: {
-        if (a->npos > 1) { rterr(j, NULL, "%s() takes at most 1 positional argument", fn == F_DICT ? "dict" : "namespace"); return false; }
+        if (a->npos > 1) {
+            rterr(j, NULL, "%s() takes at most 1 positional argument", fn == F_DICT ? "dict" : "namespace");
+            return false;
+        }
         if (fn == F_NAMESPACE) { if (!ns_new(j, out)) return false; }
         else {
             jdict *d = dict_new(j);
@@ -2916,7 +2933,10 @@ static bool call_builtin(J *j, int fn, const jargs *a, jv *out) {
         jdict *d = out->u.d;
         if (a->npos == 1) {
             jv src = a->pos[0];
-            if (src.t != T_DICT && src.t != T_NS) { rterr(j, NULL, "cannot build a mapping from '%s'", type_name(src)); return false; }
+            if (src.t != T_DICT && src.t != T_NS) {
+                rterr(j, NULL, "cannot build a mapping from '%s'", type_name(src));
+                return false;
+            }
             for (size_t i = 0; i < src.u.d->n; i++)
                 if (!dict_set(j, d, ref(src.u.d->e[i].k), ref(src.u.d->e[i].v))) return false;
         }
@@ -3090,7 +3110,8 @@ static bool eval_inner(J *j, const node *e, scope *sc, jv *out) {
         unref(a);
         if (ok) return eval(j, e->a, sc, out);
         if (e->c) return eval(j, e->c, sc, out);
-        *out = mk_undef_msg(j, "the inline if-expression on line %d evaluated to false and no else section was defined.", e->line);
+        *out = mk_undef_msg(j, "the inline if-expression on line %d evaluated to false and no else section was defined.",
+                            e->line);
         return !j->failed;
     default:
         rterr(j, e, "internal error: not an expression");
@@ -3536,7 +3557,10 @@ static bool py_format(J *j, const char *fmt, size_t n, jv args, bool args_is_tup
             char e[4];
             size_t el;
             if (is_intlike(*val) && as_int(*val) >= 0 && as_int(*val) <= 0x10FFFF) el = u8enc((uint32_t)as_int(*val), e);
-            else if (val->t == T_STR && u8len(val->u.s->s, val->u.s->len) == 1) { el = val->u.s->len; memcpy(e, val->u.s->s, el); }
+            else if (val->t == T_STR && u8len(val->u.s->s, val->u.s->len) == 1) {
+                el = val->u.s->len;
+                memcpy(e, val->u.s->s, el);
+            }
             else { rterr(j, NULL, "%%c requires int or char"); ok = false; break; }
             for (int64_t k = 1; ok && !minus && k < width; k++) ok = bputc(j, &b, ' ');
             if (ok) ok = bput(j, &b, e, el);
@@ -3626,7 +3650,7 @@ static bool put_json(J *j, jbuf *b, jv v, const jsonopt *o, int level) {
     case T_STR: return json_str(j, b, v.u.s->s, v.u.s->len, o->ascii);
     case T_LIST: {
         if (v.u.l->n == 0) return bputs(j, b, "[]");
-        if (!bputc(j, b, '[')) return false;
+        if (!charge(j, v.u.l->n) || !bputc(j, b, '[')) return false;
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i && !bput(j, b, o->isep, o->isepn)) return false;
             if (o->pretty && !json_newline(j, b, o, level + 1)) return false;
@@ -3638,6 +3662,7 @@ static bool put_json(J *j, jbuf *b, jv v, const jsonopt *o, int level) {
     case T_DICT: {
         jdict *d = v.u.d;
         if (d->n == 0) return bputs(j, b, "{}");
+        if (!charge(j, d->n)) return false;
         /* keys as json.dumps converts them */
         jv *keys = jmalloc(j, d->n * sizeof(jv));
         size_t *order = jmalloc(j, d->n * sizeof(size_t));
@@ -4074,7 +4099,9 @@ static bool f_indent(J *j, jv v, const jargs *a, jv *out) {
     if (!check_args(j, a, 3, kw, "indent")) return false;
     const jv *w = arg(a, 0, "width"), *fi = arg(a, 1, "first"), *bl = arg(a, 2, "blank");
     jv s, ind;
-    if (!to_str(j, v, &s)) return false;
+    if (v.t == T_UNDEF) { undef_err(j, NULL, v); return false; }
+    if (v.t != T_STR) { rterr(j, NULL, "unsupported operand type(s) for +=: '%s' and 'str'", type_name(v)); return false; }
+    s = ref(v);
     if (w && w->t == T_STR) ind = ref(*w);
     else {
         int64_t n;
@@ -4119,7 +4146,16 @@ static bool f_truncate(J *j, jv v, const jargs *a, jv *out) {
     if (!int_arg(j, arg(a, 0, "length"), 255, "length", &length) || !int_arg(j, arg(a, 3, "leeway"), 5, "leeway", &leeway))
         return false;
     jv s;
-    if (!to_str(j, v, &s)) return false;
+    if (v.t != T_STR) {
+        /* Jinja returns short sized values as they are and fails on the rest */
+        bool ok;
+        size_t n = value_len(j, v, &ok);
+        if (!ok) return false;
+        if ((int64_t)n > length + leeway) { rterr(j, NULL, "truncate needs a string, not %s", type_name(v)); return false; }
+        *out = ref(v);
+        return true;
+    }
+    s = ref(v);
     const char *end = endv && endv->t == T_STR ? endv->u.s->s : "...";
     int64_t endlen = (int64_t)u8len(end, strlen(end));
     int64_t len = (int64_t)u8len(s.u.s->s, s.u.s->len);
@@ -4618,7 +4654,8 @@ static bool call_method(J *j, const jmethod *m, const jargs *a, jv *out) {
                 int64_t c = 0;
                 if (t->len == 0) c = (int64_t)u8len(s->s, s->len) + 1;
                 else
-                    for (const char *f = s->s; (f = find_bytes(f, s->len - (size_t)(f - s->s), t->s, t->len)) != NULL; f += t->len)
+                    for (const char *f = s->s; (f = find_bytes(f, s->len - (size_t)(f - s->s), t->s, t->len)) != NULL;
+                         f += t->len)
                         c++;
                 *out = mk_int(c);
                 return true;
@@ -4706,7 +4743,10 @@ static bool call_method(J *j, const jmethod *m, const jargs *a, jv *out) {
             }
             const char *fill = " ";
             if (a1) {
-                if (a1->t != T_STR || u8len(a1->u.s->s, a1->u.s->len) != 1) { rterr(j, NULL, "the fill character must be exactly one character long"); return false; }
+                if (a1->t != T_STR || u8len(a1->u.s->s, a1->u.s->len) != 1) {
+                    rterr(j, NULL, "the fill character must be exactly one character long");
+                    return false;
+                }
                 fill = a1->u.s->s;
             }
             return pad_str(j, s->s, s->len, w, m->id == M_CENTER ? '^' : m->id == M_LJUST ? '<' : '>', fill, out);
