@@ -332,15 +332,17 @@ static inline __attribute__((always_inline)) void q4_0_nt(const void *row, const
                                                           float *out, int64_t os, int NT) {
     const block_q4_0 *bl = row;
     const __m128i low = _mm_set1_epi8(0x0F);
-    const __m512 eight = _mm512_set1_ps(8.0f);
     __m512 a[MAX_NT], b[MAX_NT];
     #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK4_0; ib++) {
-        __m512 d = _mm512_set1_ps(half_to_float(bl[ib].d));
+        /* (q - 8)·d == q·d - 8d exactly (both products are exact), so one FMA does it and the
+         * single 512-bit FP port this CPU has does less work */
+        const float dh = half_to_float(bl[ib].d);
+        __m512 d = _mm512_set1_ps(dh), m8d = _mm512_set1_ps(-8.0f * dh);
         __m128i q = _mm_loadu_si128((const __m128i *)bl[ib].qs);
-        __m512 w0 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(q, low)), eight), d);
-        __m512 w1 = _mm512_mul_ps(_mm512_sub_ps(bytes_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight), d);
+        __m512 w0 = _mm512_fmadd_ps(bytes_to_ps(_mm_and_si128(q, low)), d, m8d);
+        __m512 w1 = _mm512_fmadd_ps(bytes_to_ps(_mm_and_si128(_mm_srli_epi16(q, 4), low)), d, m8d);
         acc_chunk(w0, w1, x + ib * QK4_0, xs, a, b, NT);
     }
     finish(a, b, out, os, NT);
@@ -384,8 +386,9 @@ static inline __attribute__((always_inline)) void q4_K_nt(const void *row, const
                 q0 = _mm_srli_epi16(q0, 4);
                 q1 = _mm_srli_epi16(q1, 4);
             }
-            __m512 w0 = _mm512_sub_ps(_mm512_mul_ps(d1, bytes_to_ps(_mm_and_si128(q0, low))), m1);
-            __m512 w1 = _mm512_sub_ps(_mm512_mul_ps(d1, bytes_to_ps(_mm_and_si128(q1, low))), m1);
+            /* d1·q is exact (6+11+4 bits), so fusing the subtraction rounds exactly as before */
+            __m512 w0 = _mm512_fmsub_ps(d1, bytes_to_ps(_mm_and_si128(q0, low)), m1);
+            __m512 w1 = _mm512_fmsub_ps(d1, bytes_to_ps(_mm_and_si128(q1, low)), m1);
             acc_chunk(w0, w1, xb + 32 * j, xs, a, b, NT);
         }
     }
@@ -396,7 +399,7 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
                                                           float *out, int64_t os, int NT) {
     const block_q6_K *bl = row;
     const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
-    const __m512 off = _mm512_set1_ps(32.0f);
+    const __m512i off32 = _mm512_set1_epi32(32);
     __m512 a[MAX_NT], b[MAX_NT];
     #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
@@ -413,8 +416,9 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
                     if (k >= 2) l = _mm_srli_epi16(l, 4);
                     l = _mm_and_si128(l, low);
                     __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
-                    __m512 qf = _mm512_sub_ps(bytes_to_ps(_mm_or_si128(l, _mm_slli_epi16(hb, 4))), off);
-                    w[h] = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * k + h]), qf);
+                    /* the -32 offset in the integer domain keeps the FP port for the products */
+                    __m512i qi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_or_si128(l, _mm_slli_epi16(hb, 4))), off32);
+                    w[h] = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * k + h]), _mm512_cvtepi32_ps(qi));
                 }
                 acc_chunk(w[0], w[1], xb + 32 * k, xs, a, b, NT);
             }
