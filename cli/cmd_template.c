@@ -23,29 +23,6 @@ static void usage(FILE *f) {
           f);
 }
 
-/* The whole file, NUL-terminated; NULL with errno set on failure. */
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) { free(buf); return NULL; }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 /* Parses the messages file into msgs (pointing into *root, which the caller deletes). Returns
  * an exit code: 0 on success. */
 static int load_messages(const char *path, cJSON **root, quill_chat_message **msgs, size_t *n) {
@@ -53,7 +30,7 @@ static int load_messages(const char *path, cJSON **root, quill_chat_message **ms
     *msgs = NULL;
     *n = 0;
     size_t len;
-    char *text = read_text(path, &len);
+    char *text = cli_read_file(path, &len);
     if (!text) return cli_fail("template: cannot read messages file %s", path);
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -189,7 +166,7 @@ int cmd_template(int argc, char **argv) {
     if (model && (rc = read_model(model, &tmpl, &bos, &eos)) != 0) goto done;
     if (tmpl_arg) {
         free(tmpl);
-        tmpl = read_text(tmpl_arg, NULL);
+        tmpl = cli_read_file(tmpl_arg, NULL);
         if (!tmpl) {
             /* a built-in name, unless a file of that name exists (then the error is real) */
             const char *b = quill_chat_builtin_template(tmpl_arg);
