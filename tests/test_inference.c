@@ -41,10 +41,6 @@ static float *eval_logits(const char *model_path, const int32_t *tokens, size_t 
     return logits;
 }
 
-static bool is_float_model(const char *name) {
-    return strstr(name, "-f32") || strstr(name, "-f16") || strncmp(name, "s260", 4) == 0;
-}
-
 /* Default path vs float64 truth, and vs the reference implementation's own error. */
 TEST(infer_golden_logits_accuracy) {
     REQUIRE_SHARED(shared);
@@ -79,7 +75,6 @@ TEST(infer_golden_logits_accuracy) {
                       gc.name, ours_err, ref_err);
             ok = false;
         }
-        (void)is_float_model;
         free(ours);
         golden_free(&gc);
         if (!ok) break;
