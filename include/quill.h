@@ -167,7 +167,11 @@ bool quill_gguf_array_next(const quill_gguf_value *arr, uint64_t *cursor, quill_
 
 /* ---------------------------------------------------------------- GGUF writer */
 
-/* Builds a GGUF v3 file in memory and writes it out; used for traces, quantized models and tests. */
+/* Builds a GGUF v3 file in memory and writes it out; used for traces, quantized models and tests.
+ * The adders refuse (QUILL_E_ARG) what would make an unreadable file: a duplicate key or tensor
+ * name, bad dimensions, rows that are not whole blocks. `general.alignment` (set with
+ * set_alignment, or added like any key) both writes the key once and lays out the data; an invalid
+ * alignment makes write() fail with QUILL_E_ARG. */
 typedef struct quill_gguf_writer quill_gguf_writer;
 
 quill_gguf_writer *quill_gguf_writer_new(void);
