@@ -75,8 +75,8 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
         __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
         __m128i lo = _mm_and_si128(q, low), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
         for (int k = 0; k < 2; k++) {
-            __m256 l = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 0))), eight);
-            __m256 h = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 0))), eight);
+            __m256 l = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), eight);
+            __m256 h = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), eight);
             _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(l, d));
             _mm256_storeu_ps(y + 16 + 8 * k, _mm256_mul_ps(h, d));
             lo = _mm_srli_si128(lo, 8);
@@ -85,6 +85,79 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
     }
 }
 
+/* Fused products straight from q4_0 / q8_0 rows: each 16-element chunk is unpacked into two
+ * registers exactly as the dequantizers above produce it and accumulated as dot_nt does, so the
+ * results are bit-identical to dequantize + dot. */
+static inline __attribute__((always_inline)) void acc16(__m256 w0, __m256 w1, const float *x, int64_t xs,
+                                                        __m256 *a, __m256 *b, int NT) {
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        a[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs), a[t]);
+        b[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + 8), b[t]);
+    }
+}
+
+static inline __attribute__((always_inline)) void q4_0_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q4_0 *bl = row;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK4_0; ib++) {
+        __m256 d = _mm256_set1_ps(half_to_float(bl[ib].d));
+        __m128i q = _mm_loadu_si128((const __m128i *)bl[ib].qs);
+        __m128i nib[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+        for (int h = 0; h < 2; h++) {
+            __m256 w0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib[h])), eight), d);
+            __m256 w1 = _mm256_mul_ps(
+                _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib[h], 8))), eight), d);
+            acc16(w0, w1, x + ib * QK4_0 + 16 * h, xs, a, b, NT);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
+static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q8_0 *bl = row;
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
+        __m256 d = _mm256_set1_ps(half_to_float(bl[ib].d));
+        for (int h = 0; h < 2; h++) {
+            __m128i q0 = _mm_loadl_epi64((const __m128i *)(bl[ib].qs + 16 * h));
+            __m128i q1 = _mm_loadl_epi64((const __m128i *)(bl[ib].qs + 16 * h + 8));
+            __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)), d);
+            __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1)), d);
+            acc16(w0, w1, x + ib * QK8_0 + 16 * h, xs, a, b, NT);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
+#define FUSED_DISPATCH(name, impl)                                                                  \
+    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
+                     int64_t os) {                                                                  \
+        int t = 0;                                                                                  \
+        for (; t + 4 <= n_tok; t += 4) impl(row, x + t * xs, n, xs, out + t * os, os, 4);           \
+        x += t * xs;                                                                                \
+        out += t * os;                                                                              \
+        switch (n_tok - t) {                                                                        \
+        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
+        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
+        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
+        default: break;                                                                             \
+        }                                                                                           \
+    }
+
+FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
+FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
+
 const quill_kernels quill_kernels_avx2_table = {
     .isa = "avx2",
     .dot = dot_avx2,
@@ -92,6 +165,10 @@ const quill_kernels quill_kernels_avx2_table = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,
         [QUILL_TYPE_Q8_0] = dequant_q8_0,
+    },
+    .vec_dot = {
+        [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
+        [QUILL_TYPE_Q8_0] = vec_dot_q8_0,
     },
 };
 #endif

@@ -335,3 +335,41 @@ TEST(infer_errors_are_clear) {
     CHECK_EQ_INT(quill_model_load(path, &m, &err), QUILL_E_UNSUPPORTED);
     CHECK_STR_CONTAINS(err.message, "unsupported model architecture 'qwen2'");
 }
+
+/* Every kernel set the CPU has (the scalar one always) meets the accuracy bar and is thread- and
+ * batch-invariant on its own: the run-time choice must not matter for correctness. */
+TEST(infer_every_instruction_set) {
+    REQUIRE_SHARED(shared);
+    const char *isas[] = {"scalar", "avx2", "avx512", "amx"};
+    const char *cases[] = {"synth-k-q4_0", "synth-k-q4_k_m", "synth-k-f16"};
+    const char *saved = getenv("QUILL_ISA");
+    char *restore = saved ? strdup(saved) : NULL;
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        setenv("QUILL_ISA", isas[k], 1);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            golden_case gc;
+            if (!golden_load(shared, cases[i], &gc)) { golden_free(&gc); break; }
+            size_t count = gc.n_prompt * (size_t)gc.n_vocab;
+            float *one = eval_logits(gc.model_path, gc.prompt_tokens, gc.n_prompt, 1, 0, false);
+            float *tok = eval_logits(gc.model_path, gc.prompt_tokens, gc.n_prompt, 2, 1, false);
+            double err = one ? rms_rel_error(one, gc.exact, count) : 1, ref = rms_rel_error(gc.logits, gc.exact, count);
+            bool same = one && tok && memcmp(one, tok, count * sizeof(float)) == 0;
+            bool f16 = strstr(cases[i], "f16") != NULL;
+            free(one);
+            free(tok);
+            golden_free(&gc);
+            if (f16 ? err > 1e-5 : err > 0.5 * ref) {
+                test_fail(__FILE__, __LINE__, "%s on %s: rms error %.3g (reference %.3g)", isas[k], cases[i], err, ref);
+                break;
+            }
+            if (!same) {
+                test_fail(__FILE__, __LINE__, "%s on %s: one batch on 1 thread differs from token by token on 2",
+                          isas[k], cases[i]);
+                break;
+            }
+        }
+    }
+    if (restore) setenv("QUILL_ISA", restore, 1);
+    else unsetenv("QUILL_ISA");
+    free(restore);
+}
