@@ -21,6 +21,7 @@
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
+#include "unpack_avx512.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,6 @@
 /* One packed activation item, in uint16 units: hi tile, lo tile, then 16 f32 sums of the step's x */
 #define ITEM (TILE_BYTES + 32)
 #define CHUNK 8                 /* k steps converted at once: 256 weights of each row */
-
-static inline __m512 bytes_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
 
 /* ---------------------------------------------------------------- hi + lo bf16 split */
 
@@ -84,27 +83,15 @@ static inline float half(quill_half h) { return _cvtsh_ss(h); }
  * does (same float operations in the same order). */
 static inline __attribute__((always_inline)) void convert_row(uint32_t type, const uint8_t *row, int64_t c0, int ns,
                                                               wchunk *dst, int r, float *out) {
-    const __m128i low = _mm_set1_epi8(0x0F);
     (void)ns;
     switch (type) {
     case QUILL_TYPE_Q6_K: {
         const block_q6_K *b = (const block_q6_K *)row + c0 / 8;
-        const __m128i three = _mm_set1_epi8(3);
-        const __m512 off = _mm512_set1_ps(32.0f);
         const float d = half(b->d);
         for (int hf = 0; hf < 2; hf++) {
-            const uint8_t *ql = b->ql + 64 * hf, *qh = b->qh + 32 * hf;
-            const int8_t *sc = b->scales + 8 * hf;
             for (int k = 0; k < 4; k++) {
                 __m512 w[2];
-                for (int h = 0; h < 2; h++) {
-                    __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
-                    if (k >= 2) l = _mm_srli_epi16(l, 4);
-                    l = _mm_and_si128(l, low);
-                    __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
-                    __m512 qf = _mm512_sub_ps(bytes_to_ps(_mm_or_si128(l, _mm_slli_epi16(hb, 4))), off);
-                    w[h] = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * k + h]), qf);
-                }
+                quill_q6_K_unpack32(b, d, hf, k, w);
                 put32(w[0], w[1], dst, 4 * hf + k, r, out);
             }
         }

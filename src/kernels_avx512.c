@@ -2,6 +2,7 @@
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
 #include "kernels.h"
 #include "types_internal.h"
+#include "unpack_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -124,28 +125,15 @@ static void dequant_q4_K(const void *src, float *y, int64_t n) {
 
 static void dequant_q6_K(const void *src, float *y, int64_t n) {
     const block_q6_K *b = src;
-    const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
-    const __m512 off = _mm512_set1_ps(32.0f);
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         const float d = half_to_float(b[ib].d);
-        const uint8_t *ql = b[ib].ql, *qh = b[ib].qh;
-        const int8_t *sc = b[ib].scales;
-        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
-            /* quarter k of this 128-element half: low nibbles of ql[0..31] (k=0), of ql[32..63]
-             * (k=1), high nibbles (k=2, 3); the top two bits come from qh at shift 2k */
-            for (int k = 0; k < 4; k++) {
-                for (int h = 0; h < 2; h++) {
-                    __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
-                    if (k >= 2) l = _mm_srli_epi16(l, 4);
-                    l = _mm_and_si128(l, low);
-                    __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
-                    __m128i q = _mm_or_si128(l, _mm_slli_epi16(hb, 4));
-                    __m512 qf = _mm512_sub_ps(bytes_to_ps(q), off);
-                    __m512 ds = _mm512_set1_ps(d * sc[2 * k + h]);
-                    _mm512_storeu_ps(y + 32 * k + 16 * h, _mm512_mul_ps(ds, qf));
-                }
+        for (int hf = 0; hf < 2; hf++)
+            for (int k = 0; k < 4; k++, y += 32) {
+                __m512 w[2];
+                quill_q6_K_unpack32(&b[ib], d, hf, k, w);
+                _mm512_storeu_ps(y, w[0]);
+                _mm512_storeu_ps(y + 16, w[1]);
             }
-        }
     }
 }
 
@@ -398,31 +386,17 @@ static inline __attribute__((always_inline)) void q4_K_nt(const void *row, const
 static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
                                                           float *out, int64_t os, int NT) {
     const block_q6_K *bl = row;
-    const __m128i low = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3);
-    const __m512i off32 = _mm512_set1_epi32(32);
     __m512 a[MAX_NT], b[MAX_NT];
     #pragma GCC unroll 8
     for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         const float d = half_to_float(bl[ib].d);
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *ql = bl[ib].ql + 64 * half, *qh = bl[ib].qh + 32 * half;
-            const int8_t *sc = bl[ib].scales + 8 * half;
-            const float *xb = x + ib * QK_K + 128 * half;
+        for (int hf = 0; hf < 2; hf++)
             for (int k = 0; k < 4; k++) {
                 __m512 w[2];
-                for (int h = 0; h < 2; h++) {
-                    __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
-                    if (k >= 2) l = _mm_srli_epi16(l, 4);
-                    l = _mm_and_si128(l, low);
-                    __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
-                    /* the -32 offset in the integer domain keeps the FP port for the products */
-                    __m512i qi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_or_si128(l, _mm_slli_epi16(hb, 4))), off32);
-                    w[h] = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * k + h]), _mm512_cvtepi32_ps(qi));
-                }
-                acc_chunk(w[0], w[1], xb + 32 * k, xs, a, b, NT);
+                quill_q6_K_unpack32(&bl[ib], d, hf, k, w);
+                acc_chunk(w[0], w[1], x + ib * QK_K + 128 * hf + 32 * k, xs, a, b, NT);
             }
-        }
     }
     finish(a, b, out, os, NT);
 }
