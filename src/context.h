@@ -26,6 +26,7 @@ struct quill_context {
     float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up, *logits;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;
+    void *matmul_scratch;           /* for kern->matmul (NULL when the kernels have none) */
 
     /* reference path: everything in double */
     double *ref_k, *ref_v;

@@ -57,7 +57,7 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
 static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
     if (c->kern->matmul[w->type]) {
-        c->kern->matmul[w->type](w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, c->pool);
+        c->kern->matmul[w->type](w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, c->pool, c->matmul_scratch);
         return;
     }
     matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c->kern->vec_dot[w->type], c};
@@ -287,6 +287,9 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
              (c->ffn_gate = malloc(ub * hp->n_ff * sizeof(float))) &&
              (c->ffn_up = malloc(ub * hp->n_ff * sizeof(float))) &&
              (c->thread_scratch = malloc((size_t)n_threads * c->thread_scratch_len * sizeof(float)));
+        /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
+        if (ok && c->kern->matmul_scratch)
+            ok = (c->matmul_scratch = malloc(c->kern->matmul_scratch(widest, (int)ub))) != NULL;
         if (ok) {
             /* θ_i = pos · base^(-2i/n_rot), computed in double and rounded once. */
             for (int pos = 0; pos < n_ctx; pos++)
@@ -324,6 +327,7 @@ void quill_context_free(quill_context *c) {
     free(c->ffn_gate);
     free(c->ffn_up);
     free(c->thread_scratch);
+    free(c->matmul_scratch);
     free(c->ref_k);
     free(c->ref_v);
     free(c);

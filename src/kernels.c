@@ -52,7 +52,7 @@ const quill_kernels *quill_kernels_best(void) {
         if (k) return k;
     }
     const quill_kernels *k;
-    /* AMX ("amx") is opt-in for now: ~3x faster prompts, but ~2x slower decoding (see kernels_amx.c) */
+    if ((k = quill_kernels_amx())) return k;
     if ((k = quill_kernels_for("avx512"))) return k;
     if ((k = quill_kernels_for("avx2"))) return k;
     return &scalar_table;

@@ -27,10 +27,11 @@ typedef void (*quill_vec_dot_fn)(const void *row, const float *x, int64_t n, int
 
 /* Optional whole-matrix product: y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, where W
  * holds `rows` rows of `cols` elements, row_bytes apart; the kernel splits the work over the pool
- * itself. A (row, token) result must not depend on n_tok or on the thread count. */
+ * (NULL: the caller's thread only) itself and uses `scratch`, at least matmul_scratch(cols, n_tok)
+ * bytes. A (row, token) result must not depend on n_tok or on the thread count. */
 struct quill_pool;
 typedef void (*quill_matmul_fn)(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
-                                int n_tok, float *y, struct quill_pool *pool);
+                                int n_tok, float *y, struct quill_pool *pool, void *scratch);
 
 typedef struct quill_kernels {
     const char *isa;
@@ -38,10 +39,10 @@ typedef struct quill_kernels {
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
+    size_t (*matmul_scratch)(int64_t cols, int n_tok); /* set when any matmul entry is */
 } quill_kernels;
 
-/* The fastest kernels this CPU runs ($QUILL_ISA=scalar|avx2|avx512 can force a lower one;
- * $QUILL_ISA=amx selects the AMX products, which are opt-in). */
+/* The fastest kernels this CPU runs: amx > avx512 > avx2 > scalar ($QUILL_ISA forces one). */
 const quill_kernels *quill_kernels_best(void);
 /* Kernels for one instruction set, or NULL when this CPU lacks it. */
 const quill_kernels *quill_kernels_for(const char *isa);

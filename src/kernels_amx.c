@@ -1,30 +1,235 @@
-/* AMX kernels: batched products of quantized matrices on the tile unit (Sapphire Rapids and later).
+/* AMX kernels: quantized matrix products on the tile unit's exact integer dot products
+ * (Sapphire Rapids and later), for decoding and prompts alike.
  *
- * y[t][r] = Σ_k W[r][k] · x[t][k] with weight rows as the 16 rows of a tile and tokens as its 16
- * columns, 32 k (one tile product) at a time:
- *   - activations: every f32 x is split in two bf16 parts, hi = x with its low 16 bits cleared
- *     (exact) and lo = bf16(x - hi) (x - hi is exact in f32; rounding it loses < 2^-15 |x|);
- *   - q4_0, q8_0, q4_K: a k step is one block (sub-block for q4_K) and its integer codes (q - 8,
- *     q, q) are exact in bf16, so the tile unit computes S = Σ q·hi(x) + q·lo(x) from exact
- *     products, rounded only by its f32 sums; then acc += d·S (- m·Σx for q4_K's minimums) in f32,
- *     step after step;
- *   - q6_K (16-element scales inside a step): weights are unpacked to f32 exactly as to_float and
- *     split like x; the tile unit accumulates hi·hi, hi·lo, lo·hi (lo·lo, < 2^-14 |w·x|, dropped).
- * A (row, token) result depends only on that row, that token and the fixed order of the k steps
- * and tile products, never on how many other rows or tokens share the tiles (unused tile rows and
- * columns hold zeros) nor on which thread computes it: one token alone (decoding) gets the same
- * bits as inside a batch, for any thread count.
+ * The arithmetic, for weight row r and token t (kernels_amx.h has it as plain C):
+ *   - activations: each block of 32 x is scaled to 16-bit integers, a = round(x · 32639 / max|x|),
+ *     with scale da = max|x| / 32639, and split exactly into two signed bytes, a = 256·h + l. Sixteen
+ *     bits put the activations ~100x closer to their f32 values than the reference's 8-bit ones;
+ *   - weights: each sub-block (32 weights; 16 for q6_K) enters the tile unit as its integer codes
+ *     (q - 8, q, q, q - 32), unpacked from the mapping, never copied to a wider type;
+ *   - the tile unit computes, per sub-block, Ch = Σ q·h and Cl = Σ q·l in int32: exact;
+ *   - then in f32, sub-block after sub-block:  acc_h = fma(Ch, s·256da, acc_h),
+ *     acc_l = fma(Cl, s·da, acc_l), with s the sub-block's scale (d, or d·sc for k-quants), and
+ *     for q4_K acc_h -= m·(da·Σa) for its minimums; y = acc_h + acc_l.
+ * Every step is a function of that row and that token alone, done by the same instructions whether
+ * the token comes alone (decoding: the tile's columns are its two byte planes, its lanes are rows)
+ * or in a batch (columns are 8 tokens × 2 planes, lanes are tokens), on any thread: results are
+ * bitwise batch- and thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them
+ * bit for bit.
  *
- * Speed: a 64-token batch runs ~4-6x faster per core than the AVX-512 fused products, but one token
- * costs the same weight conversion and tile round trips as a batch and runs ~2-3x slower than them,
- * so decoding regresses; the table is therefore opt-in ($QUILL_ISA=amx). */
+ * Speed comes from the tile unit doing 16 rows × 32 k × 16 columns per ~16 cycles while the vector
+ * unit unpacks the next weights and scales the last sums: the weights are read once per 16 rows ×
+ * 8 tokens instead of once per token. */
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
-#include "unpack_avx512.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels_amx.h"
+
+#define TR 16         /* weight rows per tile */
+#define GT 8          /* tokens per token group (tile columns: 8 tokens × 2 byte planes) */
+#define CW 256        /* weight columns unpacked at a time (one k-quant super-block) */
+#define QMAX 32639    /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
+#define MAX_GROUPS 8  /* token groups accumulated per pass over the weights (64 tokens) */
+
+/* ---------------------------------------------------------------- per-type facts */
+
+/* Width of the sub-blocks that share one scale: one tile product each. */
+static int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
+
+bool quill_amx_supports(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q6_K;
+}
+
+/* ---------------------------------------------------------------- activations
+ *
+ * Layout for n_groups groups of T tokens (T = 1 when decoding, GT otherwise; missing tokens are
+ * zero): bytes B[g][k/4][T][8] holding h of k..k+3 then l of k..k+3 (the tile unit's operand
+ * layout: 4 k per column entry, one column per (token, plane)); per block of 32 columns, dapat =
+ * 16 floats (256·da, da) per token and sfpat = (da·Σa, 0) per token. When T = 1 the pair is
+ * repeated 8 times, so the 16 lanes can stand for 8 rows × 2 planes. */
+
+typedef struct {
+    int n_groups, T;
+    int64_t cols;
+    int8_t *b;
+    float *dapat, *sfpat;
+} acts;
+
+static size_t acts_bytes(int64_t cols, int n_tok) {
+    int T = n_tok == 1 ? 1 : GT, groups = (n_tok + T - 1) / T;
+    return (size_t)groups * ((size_t)cols * 2 * T + (size_t)(cols / 32) * 16 * sizeof(float) * 2) + 64;
+}
+
+/* One block of 32 activations to codes; returns da and sets *sum = Σa. */
+static inline float quantize_block(const float *x, int16_t *a, int32_t *sum) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    *sum = 0;
+    if (!(amax > 0) || !isfinite(amax)) {
+        memset(a, 0, 32 * sizeof *a);
+        return amax > 0 ? NAN : 0; /* inf or nan in: nan out, as f32 math would (mostly) give */
+    }
+    const float id = (float)QMAX / amax;
+    for (int i = 0; i < 32; i++) {
+        float v = nearbyintf(x[i] * id);
+        v = v > QMAX ? QMAX : v < -QMAX ? -QMAX : v;
+        a[i] = (int16_t)v;
+        *sum += a[i];
+    }
+    return amax / (float)QMAX;
+}
+
+void quill_amx_quantize_block(const float *x, int16_t *a, float *da, int32_t *sum) { *da = quantize_block(x, a, sum); }
+
+static inline void split16(int16_t a, int8_t *h, int8_t *l) {
+    *l = (int8_t)(a & 0xFF);
+    *h = (int8_t)((a - *l) / 256);
+}
+
+/* Quantizes token t (index tg inside group g). */
+static void quantize_token(const acts *A, const float *x, int g, int tg) {
+    const int T = A->T;
+    int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
+    float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
+    float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
+    for (int64_t blk = 0; blk < A->cols / 32; blk++) {
+        int16_t a[32];
+        int32_t sum;
+        float da = x ? quantize_block(x + blk * 32, a, &sum) : 0;
+        if (!x) memset(a, 0, sizeof a), sum = 0;
+        for (int k = 0; k < 32; k++) {
+            int8_t *e = bg + ((size_t)(blk * 8 + k / 4) * T + tg) * 8;
+            split16(a[k], &e[k % 4], &e[4 + k % 4]);
+        }
+        const float sf = da * (float)sum;
+        for (int rep = 0; rep < (T == 1 ? 8 : 1); rep++) {
+            const int lane = 2 * (T == 1 ? rep : tg);
+            dap[blk * 16 + lane] = 256.0f * da;
+            dap[blk * 16 + lane + 1] = da;
+            sfp[blk * 16 + lane] = sf;
+            sfp[blk * 16 + lane + 1] = 0;
+        }
+    }
+}
+
+typedef struct {
+    const acts *A;
+    const float *x;
+    int n_tok;
+} quant_job;
+
+static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
+    (void)thread;
+    const quant_job *j = arg;
+    for (int64_t t = i0; t < i1; t++)
+        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / j->A->T), (int)(t % j->A->T));
+}
+
+/* ---------------------------------------------------------------- the scalar model */
+
+/* The sub-block scales of row `row` for its sub-blocks in [k0, k0 + CW): s[i], and for q4_K m[i]. */
+static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, float *s, float *m) {
+    for (int i = 0; i < n; i++) {
+        int64_t k = k0 + (int64_t)i * slot_width(type);
+        switch (type) {
+        case QUILL_TYPE_Q4_0: s[i] = quill_half_to_float(((const block_q4_0 *)row)[k / 32].d); break;
+        case QUILL_TYPE_Q8_0: s[i] = quill_half_to_float(((const block_q8_0 *)row)[k / 32].d); break;
+        case QUILL_TYPE_Q4_K: {
+            const block_q4_K *b = (const block_q4_K *)row + k / 256;
+            uint8_t sc, mn;
+            quill_scale_min_k4((int)(k % 256 / 32), b->scales, &sc, &mn);
+            s[i] = quill_half_to_float(b->d) * (float)sc;
+            m[i] = quill_half_to_float(b->dmin) * (float)mn;
+            break;
+        }
+        case QUILL_TYPE_Q6_K: {
+            const block_q6_K *b = (const block_q6_K *)row + k / 256;
+            s[i] = quill_half_to_float(b->d) * (float)b->scales[k % 256 / 16];
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* Integer codes of row `row` at columns [k0, k0 + n), as the tile unit sees them. */
+static void row_codes(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *q) {
+    for (int i = 0; i < n; i++) {
+        int64_t k = k0 + i;
+        switch (type) {
+        case QUILL_TYPE_Q4_0: {
+            const block_q4_0 *b = (const block_q4_0 *)row + k / 32;
+            int j = (int)(k % 32);
+            q[i] = (int8_t)((j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4) - 8);
+            break;
+        }
+        case QUILL_TYPE_Q8_0: q[i] = ((const block_q8_0 *)row)[k / 32].qs[k % 32]; break;
+        case QUILL_TYPE_Q4_K: {
+            const block_q4_K *b = (const block_q4_K *)row + k / 256;
+            int j = (int)(k % 256), chunk = j / 64, l = j % 32;
+            q[i] = (int8_t)((j % 64) < 32 ? b->qs[chunk * 32 + l] & 0xF : b->qs[chunk * 32 + l] >> 4);
+            break;
+        }
+        case QUILL_TYPE_Q6_K: {
+            const block_q6_K *b = (const block_q6_K *)row + k / 256;
+            int j = (int)(k % 256), half = j / 128, qd = (j % 128) / 32, l = j % 32;
+            const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+            int lo = qd & 1 ? ql[l + 32] : ql[l];
+            lo = qd >= 2 ? lo >> 4 : lo & 0xF;
+            q[i] = (int8_t)((lo | ((qh[l] >> (2 * qd)) & 3) << 4) - 32);
+            break;
+        }
+        default: q[i] = 0;
+        }
+    }
+}
+
+void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                            const float *x, int n_tok, float *y) {
+    const int kb = slot_width(type);
+    int8_t *q = malloc((size_t)cols);
+    int16_t *a = malloc((size_t)cols * sizeof *a);
+    float *s = malloc((size_t)(cols / kb) * sizeof *s), *m = malloc((size_t)(cols / kb) * sizeof *m);
+    float *da = malloc((size_t)(cols / 32) * sizeof *da), *sf = malloc((size_t)(cols / 32) * sizeof *sf);
+    if (q && a && s && m && da && sf)
+        for (int t = 0; t < n_tok; t++) {
+            for (int64_t blk = 0; blk < cols / 32; blk++) {
+                int32_t sum;
+                da[blk] = quantize_block(x + t * cols + blk * 32, a + blk * 32, &sum);
+                sf[blk] = da[blk] * (float)sum;
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                const uint8_t *row = (const uint8_t *)w + r * row_bytes;
+                row_codes(type, row, 0, (int)cols, q);
+                row_scales(type, row, 0, (int)(cols / kb), s, m);
+                float acc_h = 0, acc_l = 0;
+                for (int64_t i = 0; i < cols / kb; i++) {
+                    int32_t ch = 0, cl = 0;
+                    for (int k = 0; k < kb; k++) {
+                        int8_t h, l;
+                        split16(a[i * kb + k], &h, &l);
+                        ch += q[i * kb + k] * h;
+                        cl += q[i * kb + k] * l;
+                    }
+                    const int64_t blk = i * kb / 32;
+                    acc_h = fmaf((float)ch, s[i] * (256.0f * da[blk]), acc_h);
+                    acc_l = fmaf((float)cl, s[i] * da[blk], acc_l);
+                    if (type == QUILL_TYPE_Q4_K) {
+                        acc_h = fmaf(-m[i], sf[blk], acc_h);
+                        acc_l = fmaf(-m[i], 0.0f, acc_l);
+                    }
+                }
+                y[(size_t)t * rows + r] = acc_h + acc_l;
+            }
+        }
+    free(q), free(a), free(s), free(m), free(da), free(sf);
+}
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -33,118 +238,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels_amx.h"
-
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-
-#define TOK 16                  /* tokens per tile (N) */
-#define KSTEP 32                /* k per tile product (K, in bf16) */
-#define ROWS 16                 /* weight rows per tile (M) */
-#define MAX_TB 4                /* token tiles accumulated at once: 64 tokens */
-#define TILE_BYTES 1024
-/* One packed activation item, in uint16 units: hi tile, lo tile, then 16 f32 sums of the step's x */
-#define ITEM (TILE_BYTES + 32)
-#define CHUNK 8                 /* k steps converted at once: 256 weights of each row */
-
-/* ---------------------------------------------------------------- hi + lo bf16 split */
-
-/* 32 values (v0: k 0..15, v1: k 16..31) to 32 bf16 hi parts and 32 bf16 lo parts, k in order. */
-static inline __attribute__((always_inline)) void split32(__m512 v0, __m512 v1, __m512i *hi, __m512i *lo) {
-    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v0), top));
-    __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v1), top));
-    *hi = (__m512i)_mm512_cvtne2ps_pbh(h1, h0); /* exact: h0, h1 are bf16 values */
-    *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
-}
-
-/* ---------------------------------------------------------------- exact unpacking of weights */
-
-/* A converted weight chunk: for each of CHUNK k steps, a hi tile and a lo tile (16 rows x 32). */
-typedef uint16_t wchunk[CHUNK][2][ROWS * KSTEP];
-
-/* Stores 32 weights (k steps q of row r) split into dst, or as f32 into out (tests). */
-static inline __attribute__((always_inline)) void put32(__m512 w0, __m512 w1, wchunk *dst, int q, int r, float *out) {
-    if (out) {
-        _mm512_storeu_ps(out + q * KSTEP, w0);
-        _mm512_storeu_ps(out + q * KSTEP + 16, w1);
-        return;
-    }
-    __m512i h, l;
-    split32(w0, w1, &h, &l);
-    _mm512_store_si512((*dst)[q][0] + r * KSTEP, h);
-    _mm512_store_si512((*dst)[q][1] + r * KSTEP, l);
-}
-
-/* Exact half -> float (F16C converts every half exactly, as quill_half_to_float does). */
-static inline float half(quill_half h) { return _cvtsh_ss(h); }
-
-/* Weights of k steps c0 .. c0+7 (one super-block) of a q6_K row, computed as the dequantizer
- * does (same float operations in the same order). */
-static inline __attribute__((always_inline)) void convert_row(uint32_t type, const uint8_t *row, int64_t c0, int ns,
-                                                              wchunk *dst, int r, float *out) {
-    (void)ns;
-    switch (type) {
-    case QUILL_TYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)row + c0 / 8;
-        const float d = half(b->d);
-        for (int hf = 0; hf < 2; hf++) {
-            for (int k = 0; k < 4; k++) {
-                __m512 w[2];
-                quill_q6_K_unpack32(b, d, hf, k, w);
-                put32(w[0], w[1], dst, 4 * hf + k, r, out);
-            }
-        }
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-/* ---------------------------------------------------------------- activations, once per product
- *
- * Token tile tb, step s: a hi tile then a lo tile, each 16 rows (k pairs) x 16 tokens of
- * (x[2k], x[2k+1]) bf16 pairs: the pair ("VNNI") layout the tile unit expects for its B operand. */
-typedef struct {
-    const float *x;
-    int64_t cols, n_steps;
-    int n_tok;
-    uint16_t *packed;
-} pack_job;
-
-/* One item at dst: a hi tile and a lo tile of tokens tb*16 .. tb*16+15 (zeros past n_tok), k of
- * step s, then each token's sum of those 32 x (for the minimums of q4_K). */
-static void pack_tile(const float *x, int64_t cols, int n_tok, int64_t tb, int64_t s, uint16_t *dst) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(TOK));
-    uint16_t *hi = dst, *lo = dst + TILE_BYTES / 2;
-    float *sum = (float *)(dst + TILE_BYTES);
-    for (int i = 0; i < TOK; i++) {
-        int64_t t = tb * TOK + i;
-        __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
-        sum[i] = 0;
-        if (t < n_tok) {
-            const float *xt = x + t * cols + s * KSTEP;
-            __m512 x0 = _mm512_loadu_ps(xt), x1 = _mm512_loadu_ps(xt + 16);
-            split32(x0, x1, &h, &l);
-            sum[i] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));
-        }
-        /* token i's 16 pairs go down column i */
-        _mm512_i32scatter_epi32(hi + 2 * i, idx, h, 4);
-        _mm512_i32scatter_epi32(lo + 2 * i, idx, l, 4);
-    }
-}
-
-static void pack_items(void *arg, int64_t i0, int64_t i1, int thread) {
-    (void)thread;
-    const pack_job *j = arg;
-    for (int64_t item = i0; item < i1; item++)
-        pack_tile(j->x, j->cols, j->n_tok, item / j->n_steps, item % j->n_steps,
-                  j->packed + (size_t)item * ITEM);
-}
-
-/* ---------------------------------------------------------------- the tile loop */
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -152,338 +247,361 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
+/* ---------------------------------------------------------------- weights into tile rows
+ *
+ * A chunk: TR rows × CW columns of codes at abuf[r][CW], and each sub-block's scales for the TR
+ * rows at s[i][TR] (m[i][TR] for q4_K). Gathers read a row's scales at `idx` (row offsets). */
+
 typedef struct {
+    uint32_t type;
+    const uint8_t *w; /* first row of the tile */
+    size_t row_bytes;
+    int nr;           /* rows present (the rest are zero) */
+    __m512i idx;
+    __mmask16 mask;
+} tile_src;
+
+static inline __m512 gather_half_lo(const tile_src *t, const uint8_t *base) {
+    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), t->mask, t->idx, base, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)[TR], float (*m)[TR]) {
+    switch (t->type) {
+    case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q8_0: {
+        const size_t bs = t->type == QUILL_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+        for (int i = 0; i < n_slots; i++) _mm512_store_ps(s[i], gather_half_lo(t, t->w + (size_t)(k0 / 32 + i) * bs));
+        break;
+    }
+    case QUILL_TYPE_Q4_K: {
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * sizeof(block_q4_K);
+        const __m512i z = _mm512_setzero_si512();
+        __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b, 1);
+        __m512i u0 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4, 1);
+        __m512i u1 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 8, 1);
+        __m512i u2 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 12, 1);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
+                      m2 = _mm512_set1_epi32(0x30303030);
+        /* bytes j of sc_lo/m_lo are sub-blocks j < 4, of sc_hi/m_hi sub-blocks 4 + j (see quill_scale_min_k4) */
+        __m512i sc[2], mn[2];
+        sc[0] = _mm512_and_si512(u0, m6);
+        mn[0] = _mm512_and_si512(u1, m6);
+        sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m2));
+        mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi32(u1, 2), m2));
+        const __m512i ff = _mm512_set1_epi32(0xFF);
+        for (int j = 0; j < 8; j++) {
+            __m512i vs = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), ff);
+            __m512i vm = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
+            _mm512_store_ps(s[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(vs)));
+            _mm512_store_ps(m[j], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(vm)));
+        }
+        break;
+    }
+    case QUILL_TYPE_Q6_K: {
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * sizeof(block_q6_K);
+        const __m512i z = _mm512_setzero_si512();
+        /* d is the last 2 bytes of the block: read the 4 ending there, keep the high half */
+        __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + offsetof(block_q6_K, d) - 2, 1);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        for (int g = 0; g < 4; g++) {
+            __m512i u = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + offsetof(block_q6_K, scales) + 4 * g, 1);
+            for (int j = 0; j < 4; j++) {
+                __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(u, 24 - 8 * j), 24);
+                _mm512_store_ps(s[4 * g + j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+            }
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* Codes of one row, columns [k0, k0 + n) (n a multiple of the block), to dst. */
+static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *dst) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: {
+        /* two blocks per step: bytes j of both 16-byte nibble arrays to positions j and 16 + j of each
+         * 32-byte half, then the upper 16 of each half take the high nibble */
+        const __m512i perm = _mm512_set_epi8(
+            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25,
+            24, 23, 22, 21, 20, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 17, 16, 15, 14, 13, 12, 11, 10,
+            9, 8, 7, 6, 5, 4, 3, 2);
+        const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+        const uint8_t *b = row + (size_t)(k0 / 32) * sizeof(block_q4_0);
+        int i = 0;
+        for (; i + 64 <= n; i += 64, b += 2 * sizeof(block_q4_0)) {
+            __m512i v = _mm512_maskz_loadu_epi8(0xFFFFFFFFFull, b); /* 36 bytes: two blocks */
+            v = _mm512_permutexvar_epi8(perm, v);
+            v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
+            v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+            _mm512_storeu_si512(dst + i, v);
+        }
+        if (i < n) {
+            __m512i v = _mm512_maskz_loadu_epi8(0x3FFFFull, b); /* one block */
+            v = _mm512_permutexvar_epi8(perm, v);
+            v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
+            v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+            _mm256_storeu_si256((__m256i *)(dst + i), _mm512_castsi512_si256(v));
+        }
+        break;
+    }
+    case QUILL_TYPE_Q8_0: {
+        const block_q8_0 *b = (const block_q8_0 *)row + k0 / 32;
+        for (int i = 0; i < n; i += 32, b++) _mm256_storeu_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)b->qs));
+        break;
+    }
+    case QUILL_TYPE_Q4_K: {
+        const block_q4_K *b = (const block_q4_K *)row + k0 / 256;
+        const __m512i low = _mm512_set1_epi8(0x0F);
+        const __m512i i0 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), i1 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
+        for (int c = 0; c < 2; c++) {
+            /* 64 bytes = sub-blocks 4c (low nibbles of the first 32), 4c+1 (their high nibbles),
+             * 4c+2, 4c+3 (the same for the next 32) */
+            __m512i v = _mm512_loadu_si512(b->qs + 64 * c);
+            __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            _mm512_storeu_si512(dst + 128 * c, _mm512_permutex2var_epi64(lo, i0, hi));
+            _mm512_storeu_si512(dst + 128 * c + 64, _mm512_permutex2var_epi64(lo, i1, hi));
+        }
+        (void)n;
+        break;
+    }
+    case QUILL_TYPE_Q6_K: {
+        const block_q6_K *b = (const block_q6_K *)row + k0 / 256;
+        const __m512i low = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+        const __m512i sh01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   /* << 4 (v0), << 2 (v1) */
+        const __m512i sh23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);   /* >> 0 (v2), >> 2 (v3) */
+        for (int half = 0; half < 2; half++) {
+            __m512i ql = _mm512_loadu_si512(b->ql + 64 * half);
+            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * half)));
+            __m512i h01 = _mm512_and_si512(_mm512_sllv_epi64(qh, sh01), m30);
+            __m512i h23 = _mm512_and_si512(_mm512_srlv_epi64(qh, sh23), m30);
+            __m512i v01 = _mm512_or_si512(_mm512_and_si512(ql, low), h01);
+            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low), h23);
+            _mm512_storeu_si512(dst + 128 * half, _mm512_sub_epi8(v01, k32));
+            _mm512_storeu_si512(dst + 128 * half + 64, _mm512_sub_epi8(v23, k32));
+        }
+        (void)n;
+        break;
+    }
+    default: break;
+    }
+}
+
+/* ---------------------------------------------------------------- the tile loop */
+
+typedef struct {
+    uint32_t type;
     const uint8_t *w;
     size_t row_bytes;
-    int64_t rows, cols, n_steps;
+    int64_t rows, cols;
     int n_tok;
-    const float *x;
-    const uint16_t *packed; /* NULL: pack each step's activation tiles on the spot */
+    const acts *A;
     float *y;
-} rows_job;
+} tiles_job;
 
-/* Tiles: 0..3 accumulators (token tiles), 4/5 weight hi/lo, 6/7 activation hi/lo. */
-#define TILE_STEP(J)                                                                                \
-    do {                                                                                            \
-        const uint16_t *b_ = bt + (size_t)(J) * bstride;                                            \
-        _tile_loadd(6, b_, 64);                                                                     \
-        _tile_loadd(7, b_ + TILE_BYTES / 2, 64);                                                    \
-        _tile_dpbf16ps(J, 4, 6);                                                                    \
-        _tile_dpbf16ps(J, 4, 7);                                                                    \
-        _tile_dpbf16ps(J, 5, 6);                                                                    \
+/* Tiles: 0-3 sums (C), 4-5 weight codes (A), 6-7 activations (B). Tile numbers are immediates,
+ * hence the macros. ap/bp(i): the operands of slot i. */
+#define TILE_DP(ap, C, AT, BT, i)                                                                    \
+    do {                                                                                             \
+        _tile_loadd(AT, ap(i), astride);                                                             \
+        _tile_loadd(BT, bbase + (size_t)((i) * kb / 4) * bstride, bstride);                          \
+        _tile_zero(C);                                                                               \
+        if (signed_a) _tile_dpbssd(C, AT, BT);                                                       \
+        else _tile_dpbusd(C, AT, BT);                                                                \
     } while (0)
 
-#define TILE_STORE(J)                                                                               \
-    do {                                                                                            \
-        _tile_stored(J, cbuf, TOK * sizeof(float));                                                 \
-        int t0_ = (tb0 + (J)) * TOK;                                                                \
-        for (int i_ = 0; i_ < TOK && t0_ + i_ < j->n_tok; i_++)                                     \
-            for (int r_ = 0; r_ < nr; r_++) j->y[(size_t)(t0_ + i_) * j->rows + r0 + r_] = cbuf[r_][i_]; \
+/* The tile unit's sums for slots [0, n) of a chunk into cbuf[i] (TR rows × `cstride` bytes):
+ * loads and products run ahead of the stores by two slots. */
+#define RUN_SLOTS(ap)                                                                                \
+    do {                                                                                             \
+        for (int s0 = 0; s0 < n; s0 += 4) {                                                          \
+            if (s0 + 0 < n) TILE_DP(ap, 0, 4, 6, s0 + 0);                                                \
+            if (s0 + 1 < n) TILE_DP(ap, 1, 5, 7, s0 + 1);                                                \
+            if (s0 > 0) {                                                                            \
+                _tile_stored(2, cbuf[s0 - 2], cstride);                                              \
+                _tile_stored(3, cbuf[s0 - 1], cstride);                                              \
+            }                                                                                        \
+            if (s0 + 2 < n) TILE_DP(ap, 2, 4, 6, s0 + 2);                                                \
+            if (s0 + 3 < n) TILE_DP(ap, 3, 5, 7, s0 + 3);                                                \
+            if (s0 + 0 < n) _tile_stored(0, cbuf[s0 + 0], cstride);                                  \
+            if (s0 + 1 < n) _tile_stored(1, cbuf[s0 + 1], cstride);                                  \
+        }                                                                                            \
+        int last_ = (n - 1) / 4 * 4;                                                                 \
+        if (last_ + 2 < n) _tile_stored(2, cbuf[last_ + 2], cstride);                                \
+        if (last_ + 3 < n) _tile_stored(3, cbuf[last_ + 3], cstride);                                \
     } while (0)
 
-static inline __attribute__((always_inline)) void rows_impl(const rows_job *j, int64_t blk0, int64_t blk1,
-                                                            uint32_t type) {
-    static const tile_config cfg = {
-        .palette = 1,
-        .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-        .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-    };
-    /* Weight tiles CHUNK steps at a time, converted row by row (each row read in order) into one
-     * buffer while the tile unit works on the other: step q of chunk c also converts rows
-     * [q nr / ns, (q+1) nr / ns) of chunk c+1. */
-    _Alignas(64) wchunk abuf[2];
-    _Alignas(64) float cbuf[ROWS][TOK];
-    _Alignas(64) uint16_t local[MAX_TB * ITEM];  /* activation tiles when not packed */
-    const int n_tb = (j->n_tok + TOK - 1) / TOK;
+static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
+                                                             uint32_t type) {
+    const int kb = slot_width(type);
+    const bool signed_a = type != QUILL_TYPE_Q4_K;
+    const acts *A = j->A;
+    const bool decode = A->T == 1;
+    const int cstride = decode ? 8 : 64, bstride = 8 * A->T;
+    tile_config cfg = {.palette = 1};
+    for (int i = 0; i < 4; i++) cfg.colsb[i] = (uint16_t)cstride, cfg.rows[i] = TR;
+    for (int i = 4; i < 6; i++) cfg.colsb[i] = (uint16_t)kb, cfg.rows[i] = TR;
+    for (int i = 6; i < 8; i++) cfg.colsb[i] = (uint16_t)bstride, cfg.rows[i] = (uint8_t)(kb / 4);
     _tile_loadconfig(&cfg);
-    for (int64_t blk = blk0; blk < blk1; blk++) {
-        const int64_t r0 = blk * ROWS;
-        const int nr = j->rows - r0 < ROWS ? (int)(j->rows - r0) : ROWS;
-        const uint8_t *w = j->w + (size_t)r0 * j->row_bytes;
-        if (nr < ROWS) memset(abuf, 0, sizeof abuf); /* missing rows stay zero */
-        for (int tb0 = 0; tb0 < n_tb; tb0 += MAX_TB) {
-            const int nb = n_tb - tb0 < MAX_TB ? n_tb - tb0 : MAX_TB;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            int ns = j->n_steps < CHUNK ? (int)j->n_steps : CHUNK;
-            for (int r = 0; r < nr; r++) convert_row(type, w + (size_t)r * j->row_bytes, 0, ns, &abuf[0], r, NULL);
-            for (int64_t c0 = 0, ci = 0; c0 < j->n_steps; c0 += CHUNK, ci ^= 1) {
-                ns = j->n_steps - c0 < CHUNK ? (int)(j->n_steps - c0) : CHUNK;
-                const int64_t c1 = c0 + CHUNK;
-                const int ns1 = j->n_steps - c1 <= 0 ? 0 : j->n_steps - c1 < CHUNK ? (int)(j->n_steps - c1) : CHUNK;
-                for (int q = 0; q < ns; q++) {
-                    const int64_t s = c0 + q;
-                    _tile_loadd(4, abuf[ci][q][0], 64);
-                    _tile_loadd(5, abuf[ci][q][1], 64);
-                    const uint16_t *bt = local;
-                    size_t bstride = ITEM;
-                    if (j->packed) {
-                        bt = j->packed + ((size_t)tb0 * j->n_steps + s) * ITEM;
-                        bstride = (size_t)j->n_steps * ITEM;
+
+    _Alignas(64) int8_t abuf[TR * CW];
+    _Alignas(64) int32_t cbuf[CW / 16][TR * 16];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    _Alignas(64) float accbuf[MAX_GROUPS][TR][16];
+    const __m512i dup0 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i dup1 = _mm512_add_epi32(dup0, _mm512_set1_epi32(8));
+    const __m512i swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
+    const int64_t blocks = A->cols / 32;
+
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        const tile_src src = {type, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, nr,
+                              _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32((int)j->row_bytes)),
+                              (__mmask16)((1u << nr) - 1)};
+        /* a full q8_0 tile is read straight from the mapping: its codes are the file's bytes */
+        const bool direct = type == QUILL_TYPE_Q8_0 && src.nr == TR;
+        if (src.nr < TR) memset(abuf, 0, sizeof abuf);
+        for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
+            const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+            memset(accbuf, 0, sizeof accbuf);
+            for (int64_t k0 = 0; k0 < A->cols; k0 += CW) {
+                const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
+                if (!direct)
+                    for (int r = 0; r < src.nr; r++) unpack_row(type, src.w + (size_t)r * j->row_bytes, k0, cw, abuf + r * CW);
+                unpack_scales(&src, k0, n, sbuf, mbuf);
+                const int8_t *a_chunk = abuf;
+                const size_t astride = direct ? j->row_bytes : CW;
+                const uint8_t *a_direct = src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+#define AP_BUF(i) (a_chunk + (i) * kb)
+#define AP_DIRECT(i) (a_direct + (size_t)(i) * sizeof(block_q8_0))
+                for (int g = g0; g < g0 + ng; g++) {
+                    const int8_t *bbase = A->b + (size_t)g * (size_t)A->cols * 2 * A->T + (size_t)k0 * 2 * A->T;
+                    if (direct) RUN_SLOTS(AP_DIRECT);
+                    else RUN_SLOTS(AP_BUF);
+                    const float *dap = A->dapat + ((size_t)g * blocks + k0 / 32) * 16;
+                    const float *sfp = A->sfpat + ((size_t)g * blocks + k0 / 32) * 16;
+                    if (decode) {
+                        /* lanes: (row, plane) for rows 0-7 (acc0) and 8-15 (acc1) */
+                        for (int i = 0; i < n; i++) {
+                            const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
+                            const __m512 s = _mm512_load_ps(sbuf[i]);
+                            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i])),
+                                                   _mm512_mul_ps(_mm512_permutexvar_ps(dup0, s), da), acc0);
+                            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i] + 16)),
+                                                   _mm512_mul_ps(_mm512_permutexvar_ps(dup1, s), da), acc1);
+                            if (type == QUILL_TYPE_Q4_K) {
+                                const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
+                                const __m512 m = _mm512_load_ps(mbuf[i]);
+                                acc0 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup0, m), sf, acc0);
+                                acc1 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup1, m), sf, acc1);
+                            }
+                        }
                     } else {
-                        for (int b = 0; b < nb; b++)
-                            pack_tile(j->x, j->cols, j->n_tok, tb0 + b, s, local + b * ITEM);
+                        /* lanes: (token, plane); one accumulator per row */
+                        __m512 acc[TR];
+#pragma GCC unroll 16
+                        for (int r = 0; r < TR; r++) acc[r] = _mm512_load_ps(accbuf[g - g0][r]);
+                        for (int i = 0; i < n; i++) {
+                            const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
+                            const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
+#pragma GCC unroll 16
+                            for (int r = 0; r < TR; r++) {
+                                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i] + 16 * r)),
+                                                         _mm512_mul_ps(da, _mm512_set1_ps(sbuf[i][r])), acc[r]);
+                                if (type == QUILL_TYPE_Q4_K) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mbuf[i][r]), sf, acc[r]);
+                            }
+                        }
+#pragma GCC unroll 16
+                        for (int r = 0; r < TR; r++) _mm512_store_ps(accbuf[g - g0][r], acc[r]);
                     }
-                    TILE_STEP(0);
-                    if (nb > 1) TILE_STEP(1);
-                    if (nb > 2) TILE_STEP(2);
-                    if (nb > 3) TILE_STEP(3);
-                    if (ns1)
-                        for (int r = q * nr / ns; r < (q + 1) * nr / ns; r++)
-                            convert_row(type, w + (size_t)r * j->row_bytes, c1, ns1, &abuf[ci ^ 1], r, NULL);
                 }
+#undef AP_BUF
+#undef AP_DIRECT
             }
-            TILE_STORE(0);
-            if (nb > 1) TILE_STORE(1);
-            if (nb > 2) TILE_STORE(2);
-            if (nb > 3) TILE_STORE(3);
-        }
-    }
-    _tile_release();
-}
-
-/* q4_0 and q8_0: a block is one k step, and its integer codes (q - 8, or q) are exact in bf16, so
- * the tile unit computes S = Σ_k q_k (hi(x_k) + lo(x_k)) exactly per product, rounded only by its
- * f32 sums; then acc += d · S in f32 (one fused multiply-add per row and token, in block order). */
-static inline __attribute__((always_inline)) __m512i codes32(uint32_t type, const uint8_t *row, int64_t s, float *d,
-                                                            float *m) {
-    if (type == QUILL_TYPE_Q4_K) {
-        const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4170, 0x4160, 0x4150,
-                                             0x4140, 0x4130, 0x4120, 0x4110, 0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080,
-                                             0x4040, 0x4000, 0x3F80, 0x0000);
-        const block_q4_K *b = (const block_q4_K *)row + s / 8;
-        const int jj = (int)(s % 8);
-        uint8_t sc, mn;
-        quill_scale_min_k4(jj, b->scales, &sc, &mn);
-        *d = half(b->d) * sc;
-        *m = half(b->dmin) * mn;
-        __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + (jj / 2) * 32));
-        if (jj & 1) v = _mm256_srli_epi16(v, 4);
-        v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-        return _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(v), lut);
-    }
-    (void)m;
-    if (type == QUILL_TYPE_Q4_0) {
-        const block_q4_0 *b = (const block_q4_0 *)row + s;
-        /* bf16 of i - 8 for nibble i (only the low 16 entries are used) */
-        const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40E0, 0x40C0, 0x40A0,
-                                             0x4080, 0x4040, 0x4000, 0x3F80, 0x0000, (short)0xBF80, (short)0xC000,
-                                             (short)0xC040, (short)0xC080, (short)0xC0A0, (short)0xC0C0,
-                                             (short)0xC0E0, (short)0xC100);
-        *d = half(b->d);
-        __m128i v = _mm_loadu_si128((const __m128i *)b->qs), low = _mm_set1_epi8(0x0F);
-        __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
-        return _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(nib), lut);
-    }
-    const block_q8_0 *b = (const block_q8_0 *)row + s;
-    *d = half(b->d);
-    __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->qs));
-    __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16)));
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(q1), _mm512_cvtepi32_ps(q0)); /* exact: |q| <= 128 */
-}
-
-/* acc[r][t] += d[r] S[r][t] (- m[r] X[t] for q4_K, X the token's sum of the step's x). */
-static inline __attribute__((always_inline)) void scale_acc(uint32_t type, float (*acc)[TOK], const float (*S)[TOK],
-                                                            const float *d, const float *m, const float *xsum) {
-    const __m512 x = _mm512_loadu_ps(xsum);
-    for (int r = 0; r < ROWS; r++) {
-        __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(d[r]), _mm512_load_ps(S[r]), _mm512_load_ps(acc[r]));
-        if (type == QUILL_TYPE_Q4_K) a = _mm512_fnmadd_ps(_mm512_set1_ps(m[r]), x, a);
-        _mm512_store_ps(acc[r], a);
-    }
-}
-
-#define SC_STEP(J)                                                                                  \
-    do {                                                                                            \
-        const uint16_t *b_ = bt + (size_t)(J) * bstride;                                            \
-        _tile_zero(J);                                                                              \
-        _tile_loadd(6, b_, 64);                                                                     \
-        _tile_loadd(7, b_ + TILE_BYTES / 2, 64);                                                    \
-        _tile_dpbf16ps(J, 4, 6);                                                                    \
-        _tile_dpbf16ps(J, 4, 7);                                                                    \
-        _tile_stored(J, sbuf[J], TOK * sizeof(float));                                              \
-    } while (0)
-
-#define SC_STEP_A(J, A)                                                                             \
-    do {                                                                                            \
-        _tile_zero(J);                                                                              \
-        _tile_loadd(6, bt, 64);                                                                     \
-        _tile_loadd(7, bt + TILE_BYTES / 2, 64);                                                    \
-        _tile_dpbf16ps(J, A, 6);                                                                    \
-        _tile_dpbf16ps(J, A, 7);                                                                    \
-        _tile_stored(J, sbuf[J], TOK * sizeof(float));                                              \
-    } while (0)
-
-static inline __attribute__((always_inline)) void rows_scaled_impl(const rows_job *j, int64_t blk0, int64_t blk1,
-                                                                   uint32_t type) {
-    static const tile_config cfg = {
-        .palette = 1,
-        .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-        .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-    };
-    _Alignas(64) uint16_t abuf[ROWS * KSTEP];
-    _Alignas(64) float sbuf[MAX_TB][ROWS][TOK], acc[MAX_TB][ROWS][TOK], dbuf[ROWS], mbuf[ROWS];
-    _Alignas(64) uint16_t local[MAX_TB * ITEM];  /* activation tiles when not packed */
-    const int n_tb = (j->n_tok + TOK - 1) / TOK;
-    _tile_loadconfig(&cfg);
-    for (int64_t blk = blk0; blk < blk1; blk++) {
-        const int64_t r0 = blk * ROWS;
-        const int nr = j->rows - r0 < ROWS ? (int)(j->rows - r0) : ROWS;
-        const uint8_t *w = j->w + (size_t)r0 * j->row_bytes;
-        if (nr < ROWS) {
-            memset(abuf, 0, sizeof abuf);
-            memset(dbuf, 0, sizeof dbuf);
-            memset(mbuf, 0, sizeof mbuf);
-        }
-        for (int tb0 = 0; tb0 < n_tb; tb0 += MAX_TB) {
-            const int nb = n_tb - tb0 < MAX_TB ? n_tb - tb0 : MAX_TB;
-            memset(acc, 0, sizeof acc);
-            if (nb == 1 && j->packed) {
-                /* one token tile (decoding): four steps at a time, each in its own accumulator tile,
-                 * so the tile unit's latency is paid once per four steps; the scaling is then done
-                 * in step order, exactly as below */
-                _Alignas(64) uint16_t a4[4][ROWS * KSTEP];
-                float d4[4][ROWS], m4[4][ROWS];
-                if (nr < ROWS) {
-                    memset(a4, 0, sizeof a4);
-                    memset(d4, 0, sizeof d4);
-                    memset(m4, 0, sizeof m4);
-                }
-                const uint16_t *bt0 = j->packed + (size_t)tb0 * j->n_steps * ITEM;
-                const size_t bstride = 0;
-                for (int64_t s0 = 0; s0 < j->n_steps; s0 += 4) {
-                    const int n4 = j->n_steps - s0 < 4 ? (int)(j->n_steps - s0) : 4;
-                    for (int r = 0; r < nr; r++) {
-                        const uint8_t *row = w + (size_t)r * j->row_bytes;
-                        for (int q = 0; q < n4; q++)
-                            _mm512_store_si512(a4[q] + r * KSTEP, codes32(type, row, s0 + q, &d4[q][r], &m4[q][r]));
+            /* y = acc_h + acc_l */
+            if (decode) {
+                _Alignas(64) float out[TR][2];
+                _mm512_store_ps(out[0], _mm512_add_ps(acc0, _mm512_permutexvar_ps(swap, acc0)));
+                _mm512_store_ps(out[8], _mm512_add_ps(acc1, _mm512_permutexvar_ps(swap, acc1)));
+                for (int r = 0; r < src.nr; r++) j->y[r0 + r] = out[r][0];
+            } else {
+                for (int g = g0; g < g0 + ng; g++)
+                    for (int r = 0; r < src.nr; r++) {
+                        _Alignas(64) float out[16];
+                        __m512 v = _mm512_load_ps(accbuf[g - g0][r]);
+                        _mm512_store_ps(out, _mm512_add_ps(v, _mm512_permutexvar_ps(swap, v)));
+                        for (int t = 0; t < GT && g * GT + t < j->n_tok; t++)
+                            j->y[(size_t)(g * GT + t) * j->rows + r0 + r] = out[2 * t];
                     }
-                    const uint16_t *bt = bt0 + (size_t)s0 * ITEM;
-                    _tile_loadd(4, a4[0], 64);
-                    SC_STEP(0);
-                    if (n4 > 1) {
-                        _tile_loadd(5, a4[1], 64);
-                        bt += ITEM;
-                        SC_STEP_A(1, 5);
-                    }
-                    if (n4 > 2) {
-                        _tile_loadd(4, a4[2], 64);
-                        bt += ITEM;
-                        SC_STEP(2);
-                    }
-                    if (n4 > 3) {
-                        _tile_loadd(5, a4[3], 64);
-                        bt += ITEM;
-                        SC_STEP_A(3, 5);
-                    }
-                    for (int q = 0; q < n4; q++)
-                        scale_acc(type, acc[0], sbuf[q], d4[q], m4[q], (const float *)(bt0 + (size_t)(s0 + q) * ITEM + TILE_BYTES));
-                }
-            } else
-            for (int64_t s = 0; s < j->n_steps; s++) {
-                for (int r = 0; r < nr; r++)
-                    _mm512_store_si512(abuf + r * KSTEP, codes32(type, w + (size_t)r * j->row_bytes, s, &dbuf[r], &mbuf[r]));
-                _tile_loadd(4, abuf, 64);
-                const uint16_t *bt = local;
-                size_t bstride = ITEM;
-                if (j->packed) {
-                    bt = j->packed + ((size_t)tb0 * j->n_steps + s) * ITEM;
-                    bstride = (size_t)j->n_steps * ITEM;
-                } else {
-                    for (int b = 0; b < nb; b++) pack_tile(j->x, j->cols, j->n_tok, tb0 + b, s, local + b * ITEM);
-                }
-                SC_STEP(0);
-                if (nb > 1) SC_STEP(1);
-                if (nb > 2) SC_STEP(2);
-                if (nb > 3) SC_STEP(3);
-                for (int b = 0; b < nb; b++)
-                    scale_acc(type, acc[b], sbuf[b], dbuf, mbuf, (const float *)(bt + (size_t)b * bstride + TILE_BYTES));
-            }
-            for (int b = 0; b < nb; b++) {
-                int t0 = (tb0 + b) * TOK;
-                for (int i = 0; i < TOK && t0 + i < j->n_tok; i++)
-                    for (int r = 0; r < nr; r++) j->y[(size_t)(t0 + i) * j->rows + r0 + r] = acc[b][r][i];
             }
         }
     }
     _tile_release();
 }
 
-#define ROWS_SCALED_FN(name, type)                                                                  \
-    static void name(void *arg, int64_t b0, int64_t b1, int thread) {                               \
-        (void)thread;                                                                               \
-        rows_scaled_impl(arg, b0, b1, type);                                                        \
+#define TILES_FN(name, type)                                                                         \
+    static void name(void *arg, int64_t t0, int64_t t1, int thread) {                                \
+        (void)thread;                                                                                \
+        tiles_impl(arg, t0, t1, type);                                                               \
     }
+TILES_FN(tiles_q4_0, QUILL_TYPE_Q4_0)
+TILES_FN(tiles_q8_0, QUILL_TYPE_Q8_0)
+TILES_FN(tiles_q4_K, QUILL_TYPE_Q4_K)
+TILES_FN(tiles_q6_K, QUILL_TYPE_Q6_K)
 
-#define ROWS_FN(name, type)                                                                         \
-    static void name(void *arg, int64_t b0, int64_t b1, int thread) {                               \
-        (void)thread;                                                                               \
-        rows_impl(arg, b0, b1, type);                                                               \
-    }
-ROWS_SCALED_FN(rows_q4_0, QUILL_TYPE_Q4_0)
-ROWS_SCALED_FN(rows_q8_0, QUILL_TYPE_Q8_0)
-ROWS_SCALED_FN(rows_q4_K, QUILL_TYPE_Q4_K)
-ROWS_FN(rows_q6_K, QUILL_TYPE_Q6_K)
-
-static quill_task_fn rows_fn(uint32_t type) {
+static quill_task_fn tiles_fn(uint32_t type) {
     switch (type) {
-    case QUILL_TYPE_Q4_0: return rows_q4_0;
-    case QUILL_TYPE_Q8_0: return rows_q8_0;
-    case QUILL_TYPE_Q4_K: return rows_q4_K;
-    case QUILL_TYPE_Q6_K: return rows_q6_K;
-    default: return NULL;
+    case QUILL_TYPE_Q4_0: return tiles_q4_0;
+    case QUILL_TYPE_Q8_0: return tiles_q8_0;
+    case QUILL_TYPE_Q4_K: return tiles_q4_K;
+    default: return tiles_q6_K;
     }
 }
 
 /* ---------------------------------------------------------------- the matmul entry point */
 
-/* Tokens at a time: bounds the packed activations (64 tokens x 5632 cols = 1.4 MB). */
-#define TOK_CHUNK 64
+static size_t amx_scratch(int64_t cols, int n_tok) { return acts_bytes(cols, n_tok); }
 
-int quill_amx_test_unpacked;
-
-static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
-                       const float *x, int n_tok, float *y, quill_pool *pool) {
-    const int64_t n_steps = cols / KSTEP;
-    const int n_threads = pool ? quill_pool_size(pool) : 1;
-    const int chunk = n_tok < TOK_CHUNK ? n_tok : TOK_CHUNK;
-    const size_t bytes = (size_t)((chunk + TOK - 1) / TOK) * (size_t)n_steps * ITEM * sizeof(uint16_t);
-    /* without memory for the packed activations, the same arithmetic packs them tile by tile */
-    uint16_t *packed = quill_amx_test_unpacked ? NULL : aligned_alloc(64, bytes);
-    for (int t0 = 0; t0 < n_tok; t0 += TOK_CHUNK) {
-        int nt = n_tok - t0 < TOK_CHUNK ? n_tok - t0 : TOK_CHUNK;
-        const float *xc = x + (size_t)t0 * cols;
-        if (packed) {
-            pack_job pj = {xc, cols, n_steps, nt, packed};
-            int64_t n_items = (int64_t)((nt + TOK - 1) / TOK) * n_steps, grain = n_items / (n_threads * 4);
-            if (pool) quill_pool_run(pool, pack_items, &pj, n_items, grain < 1 ? 1 : grain);
-            else pack_items(&pj, 0, n_items, 0);
-        }
-        rows_job rj = {w, row_bytes, rows, cols, n_steps, nt, xc, packed, y + (size_t)t0 * rows};
-        int64_t n_blk = (rows + ROWS - 1) / ROWS, grain = n_blk / (n_threads * 8);
-        if (pool) quill_pool_run(pool, rows_fn(type), &rj, n_blk, grain < 1 ? 1 : grain);
-        else rows_fn(type)(&rj, 0, n_blk, 0);
-    }
-    free(packed);
+static void run(quill_pool *pool, quill_task_fn fn, void *ctx, int64_t n, int64_t grain) {
+    if (pool) quill_pool_run(pool, fn, ctx, n, grain);
+    else fn(ctx, 0, n, 0);
 }
 
-#define MATMUL_FN(name, type)                                                                       \
-    static void name(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,   \
-                     int n_tok, float *y, quill_pool *pool) {                                       \
-        amx_matmul(type, w, row_bytes, rows, cols, x, n_tok, y, pool);                              \
+static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
+                       int n_tok, float *y, quill_pool *pool, void *scratch) {
+    const int n_threads = pool ? quill_pool_size(pool) : 1;
+    acts A = {.T = n_tok == 1 ? 1 : GT, .cols = cols};
+    A.n_groups = (n_tok + A.T - 1) / A.T;
+    const size_t nb = (size_t)A.n_groups * (size_t)cols * 2 * A.T, nf = (size_t)A.n_groups * (size_t)(cols / 32) * 16;
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    A.b = (int8_t *)base;
+    A.dapat = (float *)(base + nb);
+    A.sfpat = A.dapat + nf;
+    quant_job qj = {&A, x, n_tok};
+    const int64_t padded = (int64_t)A.n_groups * A.T;
+    run(n_tok > 1 ? pool : NULL, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
+    tiles_job tj = {type, w, row_bytes, rows, cols, n_tok, &A, y};
+    const int64_t n_tiles = (rows + TR - 1) / TR;
+    int64_t grain = n_tiles / (n_threads * 4);
+    run(pool, tiles_fn(type), &tj, n_tiles, grain < 1 ? 1 : grain);
+}
+
+#define MATMUL_FN(name, type)                                                                        \
+    static void name(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,    \
+                     int n_tok, float *y, quill_pool *pool, void *scratch) {                         \
+        amx_matmul(type, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);                      \
     }
 MATMUL_FN(matmul_q4_0, QUILL_TYPE_Q4_0)
 MATMUL_FN(matmul_q8_0, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_q4_K, QUILL_TYPE_Q4_K)
 MATMUL_FN(matmul_q6_K, QUILL_TYPE_Q6_K)
-
-void quill_amx_unpack_row(uint32_t type, const void *row, float *out, int64_t n) {
-    if (type != QUILL_TYPE_Q6_K) return;
-    for (int64_t c0 = 0; c0 < n / KSTEP; c0 += CHUNK)
-        convert_row(QUILL_TYPE_Q6_K, row, c0, CHUNK, NULL, 0, out + c0 * KSTEP);
-}
 
 /* ---------------------------------------------------------------- detection */
 
@@ -494,15 +612,15 @@ static void amx_init(void) {
     unsigned a, b, c, d;
     __builtin_cpu_init();
     if (!quill_kernels_for("avx512")) return;
-    /* CPUID.(7,0).EDX: AMX-BF16 (22), AMX-TILE (24), AMX-INT8 (25); CPUID.(7,1).EAX: AVX512-BF16 (5) */
+    /* CPUID.(7,0): ECX AVX512-VBMI (1); EDX AMX-TILE (24), AMX-INT8 (25) */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
-    const unsigned need = (1u << 22) | (1u << 24) | (1u << 25);
-    if ((d & need) != need) return;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return;
+    const unsigned need = (1u << 24) | (1u << 25);
+    if ((d & need) != need || !(c & (1u << 1))) return;
     /* the kernel must let this process use the 8 KiB of tile data state */
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
     amx_table = quill_kernels_avx512_table;
     amx_table.isa = "amx";
+    amx_table.matmul_scratch = amx_scratch;
     amx_table.matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
     amx_table.matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
     amx_table.matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;

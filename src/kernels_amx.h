@@ -2,12 +2,17 @@
 #ifndef QUILL_KERNELS_AMX_H
 #define QUILL_KERNELS_AMX_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-/* Unpacks a q6_K row of n elements (a multiple of 256) to f32 the way the AMX product does; it
- * must equal to_float bit for bit. (The other types enter the tile unit as exact integer codes.) */
-void quill_amx_unpack_row(uint32_t type, const void *row, float *out, int64_t n);
-/* Tests set this to take the path used when the packed activations cannot be allocated. */
-extern int quill_amx_test_unpacked;
+/* Types with AMX products: q4_0, q8_0, q4_K, q6_K. */
+bool quill_amx_supports(uint32_t type);
+/* One block of 32 activations to 16-bit codes a (|a| <= 32639), their scale *da and Σa. */
+void quill_amx_quantize_block(const float *x, int16_t *a, float *da, int32_t *sum);
+/* The AMX product computed by plain C, one (row, token) at a time with the same arithmetic: it
+ * must give the same bits as the tile kernels. Portable; slow. */
+void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                            const float *x, int n_tok, float *y);
 
 #endif
