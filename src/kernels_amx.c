@@ -358,6 +358,7 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
         const block_q4_K *b = (const block_q4_K *)row + k0 / 256;
         const __m512i low = _mm512_set1_epi8(0x0F);
         const __m512i i0 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), i1 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
+        for (int i = 0; i < n; i += 256, b++, dst += 256)
         for (int c = 0; c < 2; c++) {
             /* 64 bytes = sub-blocks 4c (low nibbles of the first 32), 4c+1 (their high nibbles),
              * 4c+2, 4c+3 (the same for the next 32) */
@@ -366,7 +367,6 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
             _mm512_storeu_si512(dst + 128 * c, _mm512_permutex2var_epi64(lo, i0, hi));
             _mm512_storeu_si512(dst + 128 * c + 64, _mm512_permutex2var_epi64(lo, i1, hi));
         }
-        (void)n;
         break;
     }
     case QUILL_TYPE_Q6_K: {
@@ -374,6 +374,7 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
         const __m512i low = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
         const __m512i sh01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   /* << 4 (v0), << 2 (v1) */
         const __m512i sh23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);   /* >> 0 (v2), >> 2 (v3) */
+        for (int i = 0; i < n; i += 256, b++, dst += 256)
         for (int half = 0; half < 2; half++) {
             __m512i ql = _mm512_loadu_si512(b->ql + 64 * half);
             __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * half)));
@@ -384,7 +385,6 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
             _mm512_storeu_si512(dst + 128 * half, _mm512_sub_epi8(v01, k32));
             _mm512_storeu_si512(dst + 128 * half + 64, _mm512_sub_epi8(v23, k32));
         }
-        (void)n;
         break;
     }
     default: break;
@@ -435,6 +435,181 @@ typedef struct {
         if (last_ + 3 < n) _tile_stored(3, cbuf[last_ + 3], cstride);                                \
     } while (0)
 
+/* Codes and scales of columns [k0, k0 + cw) of a row tile, into abuf / s / m. */
+static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
+                                                             int kb, bool direct, int8_t *abuf, float (*s)[TR],
+                                                             float (*m)[TR]) {
+    /* the tile unit's loads get no help from the hardware prefetchers: fetch the same columns of
+     * the next row tile while this one is computed */
+    const int64_t cols_bytes_from = k0 / kb, cols_bytes_to = (k0 + cw) / kb; /* in slots */
+    const size_t slot_bytes = quill_row_size(type, 256) / (size_t)(256 / kb);
+    const uint8_t *next = src->w + TR * src->row_bytes;
+    for (int r = 0; r < TR; r++)
+        for (size_t o = (size_t)cols_bytes_from * slot_bytes & ~(size_t)63; o < (size_t)cols_bytes_to * slot_bytes; o += 64)
+            _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
+    if (!direct)
+        for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf + r * CW);
+    unpack_scales(src, k0, cw / kb, s, m);
+}
+
+/* ---------------------------------------------------------------- decoding on the vector unit
+ *
+ * One token leaves 14 of the tile's 16 columns empty and pays a tile store and reload per 512
+ * weights, which made the tile unit ~3x slower than the vector unit here. The vector unit computes
+ * the same exact integer sums (vpdpbusd: unsigned codes u = q + bias times signed h or l bytes, four
+ * products per lane, then C = Σu·h - bias·Σh), reduces them so that lanes are rows, and applies the
+ * same f32 steps as the tile loop: bit-identical results. */
+
+typedef struct {
+    int8_t *h, *l;         /* byte planes of the codes, column order */
+    int32_t *sh, *sl;      /* their sums per 16 columns */
+    float *da, *sf;        /* per block of 32: scale, da·Σa */
+} planes;
+
+static size_t planes_bytes(int64_t cols) { return (size_t)cols * 2 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 8 + 256; }
+
+static void quantize_planes(const float *x, int64_t cols, const planes *P) {
+    for (int64_t blk = 0; blk < cols / 32; blk++) {
+        int16_t a[32];
+        int32_t sum, sh[2] = {0, 0}, sl[2] = {0, 0};
+        P->da[blk] = quantize_block(x + blk * 32, a, &sum);
+        P->sf[blk] = P->da[blk] * (float)sum;
+        for (int k = 0; k < 32; k++) {
+            int8_t h, l;
+            split16(a[k], &h, &l);
+            P->h[blk * 32 + k] = h;
+            P->l[blk * 32 + k] = l;
+            sh[k / 16] += h;
+            sl[k / 16] += l;
+        }
+        for (int q = 0; q < 2; q++) P->sh[blk * 2 + q] = sh[q], P->sl[blk * 2 + q] = sl[q];
+    }
+}
+
+/* Sixteen rows' sums of u·plane over 64 columns with rows in lanes, by quarter (16 columns):
+ * Q[q][r] = Σ_{i<16} u[r][16q + i] · plane[16q + i]. vpdpbusd leaves four products per lane; the
+ * lanes are then added pairwise across rows as they come (integer sums: any order is exact). */
+static inline __attribute__((always_inline)) void quarter_sums(const int8_t *abuf, __mmask64 live, __m512i vbias,
+                                                               __m512i plane, __m512i Q[4]) {
+    __m512i s1[8], s2[4];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const __m512i ua = _mm512_maskz_add_epi8(live, _mm512_load_si512(abuf + (2 * p) * CW), vbias);
+        const __m512i ub = _mm512_maskz_add_epi8(live, _mm512_load_si512(abuf + (2 * p + 1) * CW), vbias);
+        const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, plane);
+        const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ub, plane);
+        s1[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+        s2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(s1[2 * p], s1[2 * p + 1]), _mm512_unpackhi_epi64(s1[2 * p], s1[2 * p + 1]));
+    /* s2[p]: 128-bit lane q holds quarter q of rows 4p..4p+3; transpose the 4x4 lanes */
+    const __m512i t0 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t1 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i t2 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t3 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(3, 2, 3, 2));
+    Q[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+    Q[1] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    Q[2] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    Q[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
+static int code_bias(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 8;
+    case QUILL_TYPE_Q8_0: return 128;
+    case QUILL_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+typedef struct {
+    uint32_t type;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const planes *P;
+    float *y;
+} decode_job;
+
+static inline __attribute__((always_inline)) void decode_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                              uint32_t type) {
+    const int kb = slot_width(type), bias = code_bias(type);
+    const planes *P = j->P;
+    const __m512i vbias = _mm512_set1_epi8((char)bias);
+    _Alignas(64) int8_t abuf[TR * CW];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        const tile_src src = {type, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, nr,
+                              _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32((int)j->row_bytes)),
+                              (__mmask16)((1u << nr) - 1)};
+        if (nr < TR) memset(abuf, 0, sizeof abuf);
+        __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+            prep_chunk(&src, type, k0, cw, kb, false, abuf, sbuf, mbuf);
+            for (int c = 0; c < cw; c += 64) {
+                /* a last group of 32 columns reads zeros for the missing half */
+                const __mmask64 live = cw - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cw - c)) - 1;
+                const __m512i H = _mm512_maskz_loadu_epi8(live, P->h + k0 + c), L = _mm512_maskz_loadu_epi8(live, P->l + k0 + c);
+                __m512i Qh[4], Ql[4];
+                quarter_sums(abuf + c, live, vbias, H, Qh);
+                quarter_sums(abuf + c, live, vbias, L, Ql);
+                const int64_t q0 = (k0 + c) / 16; /* first quarter */
+                const int n_q = cw - c >= 64 ? 4 : 2;
+                for (int q = 0; q < n_q; q += kb / 16) {
+                    __m512i ch = Qh[q], cl = Ql[q];
+                    int32_t sh = P->sh[q0 + q], sl = P->sl[q0 + q];
+                    if (kb == 32) {
+                        ch = _mm512_add_epi32(ch, Qh[q + 1]);
+                        cl = _mm512_add_epi32(cl, Ql[q + 1]);
+                        sh += P->sh[q0 + q + 1];
+                        sl += P->sl[q0 + q + 1];
+                    }
+                    ch = _mm512_sub_epi32(ch, _mm512_set1_epi32(bias * sh));
+                    cl = _mm512_sub_epi32(cl, _mm512_set1_epi32(bias * sl));
+                    const int slot = (int)((c + q * 16) / kb);
+                    const int64_t blk = (q0 + q) / 2;
+                    const __m512 s = _mm512_load_ps(sbuf[slot]);
+                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ch), _mm512_mul_ps(s, _mm512_set1_ps(256.0f * P->da[blk])), acc_h);
+                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(cl), _mm512_mul_ps(s, _mm512_set1_ps(P->da[blk])), acc_l);
+                    if (type == QUILL_TYPE_Q4_K) {
+                        const __m512 m = _mm512_load_ps(mbuf[slot]);
+                        acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
+                        acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
+                    }
+                }
+            }
+        }
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
+    }
+}
+
+#define DECODE_FN(name, type)                                                                        \
+    static void name(void *arg, int64_t t0, int64_t t1, int thread) {                                \
+        (void)thread;                                                                                \
+        decode_impl(arg, t0, t1, type);                                                              \
+    }
+DECODE_FN(decode_q4_0, QUILL_TYPE_Q4_0)
+DECODE_FN(decode_q8_0, QUILL_TYPE_Q8_0)
+DECODE_FN(decode_q4_K, QUILL_TYPE_Q4_K)
+DECODE_FN(decode_q6_K, QUILL_TYPE_Q6_K)
+
+static quill_task_fn decode_fn(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return decode_q4_0;
+    case QUILL_TYPE_Q8_0: return decode_q8_0;
+    case QUILL_TYPE_Q4_K: return decode_q4_K;
+    default: return decode_q6_K;
+    }
+}
+
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int kb = slot_width(type);
@@ -448,14 +623,16 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     for (int i = 6; i < 8; i++) cfg.colsb[i] = (uint16_t)bstride, cfg.rows[i] = (uint8_t)(kb / 4);
     _tile_loadconfig(&cfg);
 
-    _Alignas(64) int8_t abuf[TR * CW];
-    _Alignas(64) int32_t cbuf[CW / 16][TR * 16];
-    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    /* Two of each buffer: while the tile unit works on one chunk (or token group), the vector unit
+     * unpacks the next chunk and scales the previous sums. */
+    _Alignas(64) int8_t abuf[2][TR * CW];
+    _Alignas(64) int32_t cbuf[2][CW / 16][TR * 16];
+    _Alignas(64) float sbuf[2][CW / 16][TR], mbuf[2][CW / 16][TR];
     _Alignas(64) float accbuf[MAX_GROUPS][TR][16];
     const __m512i dup0 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i dup1 = _mm512_add_epi32(dup0, _mm512_set1_epi32(8));
     const __m512i swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
-    const int64_t blocks = A->cols / 32;
+    const int64_t blocks = A->cols / 32, n_chunks = (A->cols + CW - 1) / CW;
 
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
@@ -471,34 +648,48 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
             __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
             memset(accbuf, 0, sizeof accbuf);
-            for (int64_t k0 = 0; k0 < A->cols; k0 += CW) {
+            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, direct, abuf[0], sbuf[0], mbuf[0]);
+            for (int64_t c = 0; c < n_chunks; c++) {
+                const int64_t k0 = c * CW;
                 const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
-                if (!direct)
-                    for (int r = 0; r < src.nr; r++) unpack_row(type, src.w + (size_t)r * j->row_bytes, k0, cw, abuf + r * CW);
-                unpack_scales(&src, k0, n, sbuf, mbuf);
-                const int8_t *a_chunk = abuf;
+                const int8_t *a_chunk = abuf[c & 1];
                 const size_t astride = direct ? j->row_bytes : CW;
                 const uint8_t *a_direct = src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+                const float(*sb)[TR] = sbuf[c & 1], (*mb)[TR] = mbuf[c & 1];
 #define AP_BUF(i) (a_chunk + (i) * kb)
 #define AP_DIRECT(i) (a_direct + (size_t)(i) * sizeof(block_q8_0))
-                for (int g = g0; g < g0 + ng; g++) {
-                    const int8_t *bbase = A->b + (size_t)g * (size_t)A->cols * 2 * A->T + (size_t)k0 * 2 * A->T;
-                    if (direct) RUN_SLOTS(AP_DIRECT);
-                    else RUN_SLOTS(AP_BUF);
+                for (int gi = 0; gi <= ng; gi++) {
+                    if (gi < ng) {
+                        const int8_t *bbase = A->b + (size_t)(g0 + gi) * (size_t)A->cols * 2 * A->T + (size_t)k0 * 2 * A->T;
+                        int32_t(*cb)[TR * 16] = cbuf[gi & 1];
+#define cbuf cb
+                        if (direct) RUN_SLOTS(AP_DIRECT);
+                        else RUN_SLOTS(AP_BUF);
+#undef cbuf
+                        if (gi == 0 && c + 1 < n_chunks) {
+                            const int64_t k1 = k0 + CW;
+                            prep_chunk(&src, type, k1, A->cols - k1 < CW ? (int)(A->cols - k1) : CW, kb, direct,
+                                       abuf[(c + 1) & 1], sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
+                        }
+                    }
+                    if (gi == 0) continue;
+                    /* scale the sums of the previous group */
+                    const int g = g0 + gi - 1;
+                    const int32_t(*cb)[TR * 16] = (const int32_t(*)[TR * 16])cbuf[(gi - 1) & 1];
                     const float *dap = A->dapat + ((size_t)g * blocks + k0 / 32) * 16;
                     const float *sfp = A->sfpat + ((size_t)g * blocks + k0 / 32) * 16;
                     if (decode) {
                         /* lanes: (row, plane) for rows 0-7 (acc0) and 8-15 (acc1) */
                         for (int i = 0; i < n; i++) {
                             const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
-                            const __m512 s = _mm512_load_ps(sbuf[i]);
-                            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i])),
+                            const __m512 s = _mm512_load_ps(sb[i]);
+                            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i])),
                                                    _mm512_mul_ps(_mm512_permutexvar_ps(dup0, s), da), acc0);
-                            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i] + 16)),
+                            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i] + 16)),
                                                    _mm512_mul_ps(_mm512_permutexvar_ps(dup1, s), da), acc1);
                             if (type == QUILL_TYPE_Q4_K) {
                                 const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
-                                const __m512 m = _mm512_load_ps(mbuf[i]);
+                                const __m512 m = _mm512_load_ps(mb[i]);
                                 acc0 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup0, m), sf, acc0);
                                 acc1 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup1, m), sf, acc1);
                             }
@@ -507,19 +698,19 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                         /* lanes: (token, plane); one accumulator per row */
                         __m512 acc[TR];
 #pragma GCC unroll 16
-                        for (int r = 0; r < TR; r++) acc[r] = _mm512_load_ps(accbuf[g - g0][r]);
+                        for (int r = 0; r < TR; r++) acc[r] = _mm512_load_ps(accbuf[gi - 1][r]);
                         for (int i = 0; i < n; i++) {
                             const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
                             const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
 #pragma GCC unroll 16
                             for (int r = 0; r < TR; r++) {
-                                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i] + 16 * r)),
-                                                         _mm512_mul_ps(da, _mm512_set1_ps(sbuf[i][r])), acc[r]);
-                                if (type == QUILL_TYPE_Q4_K) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mbuf[i][r]), sf, acc[r]);
+                                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i] + 16 * r)),
+                                                         _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), acc[r]);
+                                if (type == QUILL_TYPE_Q4_K) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);
                             }
                         }
 #pragma GCC unroll 16
-                        for (int r = 0; r < TR; r++) _mm512_store_ps(accbuf[g - g0][r], acc[r]);
+                        for (int r = 0; r < TR; r++) _mm512_store_ps(accbuf[gi - 1][r], acc[r]);
                     }
                 }
 #undef AP_BUF
@@ -567,7 +758,10 @@ static quill_task_fn tiles_fn(uint32_t type) {
 
 /* ---------------------------------------------------------------- the matmul entry point */
 
-static size_t amx_scratch(int64_t cols, int n_tok) { return acts_bytes(cols, n_tok); }
+static size_t amx_scratch(int64_t cols, int n_tok) {
+    size_t a = acts_bytes(cols, n_tok), p = planes_bytes(cols);
+    return a > p ? a : p;
+}
 
 static void run(quill_pool *pool, quill_task_fn fn, void *ctx, int64_t n, int64_t grain) {
     if (pool) quill_pool_run(pool, fn, ctx, n, grain);
@@ -577,7 +771,20 @@ static void run(quill_pool *pool, quill_task_fn fn, void *ctx, int64_t n, int64_
 static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
                        int n_tok, float *y, quill_pool *pool, void *scratch) {
     const int n_threads = pool ? quill_pool_size(pool) : 1;
-    acts A = {.T = n_tok == 1 ? 1 : GT, .cols = cols};
+    const int64_t n_tiles = (rows + TR - 1) / TR;
+    int64_t grain = n_tiles / (n_threads * 4);
+    if (n_tok == 1) {
+        uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+        planes P = {(int8_t *)base, (int8_t *)base + cols, (int32_t *)(base + 2 * cols), NULL, NULL, NULL};
+        P.sl = P.sh + cols / 16;
+        P.da = (float *)(P.sl + cols / 16);
+        P.sf = P.da + cols / 32;
+        quantize_planes(x, cols, &P);
+        decode_job dj = {type, w, row_bytes, rows, cols, &P, y};
+        run(pool, decode_fn(type), &dj, n_tiles, grain < 1 ? 1 : grain);
+        return;
+    }
+    acts A = {.T = GT, .cols = cols};
     A.n_groups = (n_tok + A.T - 1) / A.T;
     const size_t nb = (size_t)A.n_groups * (size_t)cols * 2 * A.T, nf = (size_t)A.n_groups * (size_t)(cols / 32) * 16;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
@@ -588,8 +795,6 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     const int64_t padded = (int64_t)A.n_groups * A.T;
     run(n_tok > 1 ? pool : NULL, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
     tiles_job tj = {type, w, row_bytes, rows, cols, n_tok, &A, y};
-    const int64_t n_tiles = (rows + TR - 1) / TR;
-    int64_t grain = n_tiles / (n_threads * 4);
     run(pool, tiles_fn(type), &tj, n_tiles, grain < 1 ? 1 : grain);
 }
 
@@ -612,10 +817,10 @@ static void amx_init(void) {
     unsigned a, b, c, d;
     __builtin_cpu_init();
     if (!quill_kernels_for("avx512")) return;
-    /* CPUID.(7,0): ECX AVX512-VBMI (1); EDX AMX-TILE (24), AMX-INT8 (25) */
+    /* CPUID.(7,0): ECX AVX512-VBMI (1), AVX512-VNNI (11); EDX AMX-TILE (24), AMX-INT8 (25) */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     const unsigned need = (1u << 24) | (1u << 25);
-    if ((d & need) != need || !(c & (1u << 1))) return;
+    if ((d & need) != need || !(c & (1u << 1)) || !(c & (1u << 11))) return;
     /* the kernel must let this process use the 8 KiB of tile data state */
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
     amx_table = quill_kernels_avx512_table;
