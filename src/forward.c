@@ -120,13 +120,8 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
             sum += scores[p];
         }
         float inv = (float)(1.0 / sum);
-        float *out = c->att + t * q_dim + h * hd;
-        memset(out, 0, (size_t)hd * sizeof *out);
-        for (int p = 0; p < n_keys; p++) {
-            const float *v = vc + (size_t)p * kv_dim + kvh * hd;
-            float wgt = scores[p] * inv;
-            for (int64_t d = 0; d < hd; d++) out[d] += wgt * v[d];
-        }
+        for (int p = 0; p < n_keys; p++) scores[p] *= inv;
+        c->kern->weighted_sum(scores, vc + kvh * hd, n_keys, kv_dim, hd, c->att + t * q_dim + h * hd);
     }
 }
 

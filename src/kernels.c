@@ -18,7 +18,18 @@ static void dot_scalar(const float *w, const float *x, int64_t n, int n_tok, int
     }
 }
 
-static const quill_kernels scalar_table = {.isa = "scalar", .dot = dot_scalar};
+void quill_weighted_sum_scalar(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
+    for (int64_t d = 0; d < n; d++) out[d] = 0;
+    for (int p = 0; p < n_rows; p++) {
+        const float *vp = v + p * stride;
+        for (int64_t d = 0; d < n; d++) {
+            float term = wgt[p] * vp[d];
+            out[d] = out[d] + term;
+        }
+    }
+}
+
+static const quill_kernels scalar_table = {.isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

@@ -18,6 +18,12 @@ typedef void (*quill_row_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride,
                              float *out, int64_t out_stride);
 
+/* out[d] = Σ_p wgt[p] · v[p * stride + d] for d < n, summed over p in order, each term a product
+ * then a sum (no fused multiply-add), so every instruction set gives the same bits: attention's
+ * weighted sum of values. */
+typedef void (*quill_weighted_sum_fn)(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n,
+                                      float *out);
+
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
  * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
@@ -36,6 +42,7 @@ typedef void (*quill_matmul_fn)(const void *w, size_t row_bytes, int64_t rows, i
 typedef struct quill_kernels {
     const char *isa;
     quill_dot_fn dot;
+    quill_weighted_sum_fn weighted_sum;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
@@ -50,6 +57,9 @@ const quill_kernels *quill_kernels_for(const char *isa);
 const quill_kernels *quill_kernels_scalar(void);
 /* The row dequantizer of a kernel set for a type (its own, or the type's to_float). */
 quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type);
+
+/* The scalar weighted sum, which SIMD versions use for widths they do not cover. */
+void quill_weighted_sum_scalar(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out);
 
 /* Instruction-set specific tables (defined only when compiled for x86-64). */
 extern const quill_kernels quill_kernels_avx2_table;

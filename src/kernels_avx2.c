@@ -158,9 +158,26 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 
+static void weighted_sum_avx2(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
+    if (n % 8 || n > 128) {
+        quill_weighted_sum_scalar(wgt, v, n_rows, stride, n, out);
+        return;
+    }
+    __m256 acc[16];
+    const int nv = (int)(n / 8);
+    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+    for (int p = 0; p < n_rows; p++) {
+        const __m256 w = _mm256_set1_ps(wgt[p]);
+        const float *vp = v + p * stride;
+        for (int i = 0; i < nv; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8 * i)));
+    }
+    for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
 const quill_kernels quill_kernels_avx2_table = {
     .isa = "avx2",
     .dot = dot_avx2,
+    .weighted_sum = weighted_sum_avx2,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,

@@ -426,9 +426,27 @@ FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
 
+/* Values of up to 128 dims stay in registers across all rows. */
+static void weighted_sum_avx512(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
+    if (n % 16 || n > 128) {
+        quill_weighted_sum_scalar(wgt, v, n_rows, stride, n, out);
+        return;
+    }
+    __m512 acc[8];
+    const int nv = (int)(n / 16);
+    for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+    for (int p = 0; p < n_rows; p++) {
+        const __m512 w = _mm512_set1_ps(wgt[p]);
+        const float *vp = v + p * stride;
+        for (int i = 0; i < nv; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(vp + 16 * i)));
+    }
+    for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
 const quill_kernels quill_kernels_avx512_table = {
     .isa = "avx512",
     .dot = dot_avx512,
+    .weighted_sum = weighted_sum_avx512,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_BF16] = dequant_bf16,

@@ -110,6 +110,30 @@ TEST(kernels_dot_matches_scalar_for_every_size) {
     }
 }
 
+/* Attention's weighted sum: every instruction set gives the scalar bits (product, then sum, rows
+ * in order), for head sizes it vectorizes and ones it hands back to the scalar loop. */
+TEST(kernels_weighted_sum_bit_identical_to_scalar) {
+    const quill_kernels *scalar = quill_kernels_scalar();
+    const int64_t sizes[] = {8, 16, 48, 64, 128, 100, 256, 3};
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        if (!kern) continue;
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const int64_t n = sizes[si], stride = n + 7;
+            const int rows = 37;
+            float *v = malloc((size_t)(rows * stride) * sizeof *v), wgt[37], *fast = malloc((size_t)n * sizeof *fast),
+                  *ref = malloc((size_t)n * sizeof *ref);
+            for (int64_t i = 0; i < rows * stride; i++) v[i] = rndf();
+            for (int p = 0; p < rows; p++) wgt[p] = rndf() * rndf();
+            kern->weighted_sum(wgt, v, rows, stride, n, fast);
+            scalar->weighted_sum(wgt, v, rows, stride, n, ref);
+            CHECK(memcmp(fast, ref, (size_t)n * sizeof *fast) == 0, "%s weighted sum of %lld dims differs", isas[k],
+                  (long long)n);
+            free(v); free(fast); free(ref);
+        }
+    }
+}
+
 TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = quill_kernels_for(isas[k]);
