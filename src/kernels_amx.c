@@ -11,15 +11,11 @@
  *   - then in f32, sub-block after sub-block:  acc_h = fma(Ch, s·256da, acc_h),
  *     acc_l = fma(Cl, s·da, acc_l), with s the sub-block's scale (d, or d·sc for k-quants), and
  *     for q4_K acc_h -= m·(da·Σa) for its minimums; y = acc_h + acc_l.
- * Every step is a function of that row and that token alone, done by the same instructions whether
- * the token comes alone (decoding: the tile's columns are its two byte planes, its lanes are rows)
- * or in a batch (columns are 8 tokens × 2 planes, lanes are tokens), on any thread: results are
- * bitwise batch- and thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them
- * bit for bit.
- *
- * Speed comes from the tile unit doing 16 rows × 32 k × 16 columns per ~16 cycles while the vector
- * unit unpacks the next weights and scales the last sums: the weights are read once per 16 rows ×
- * 8 tokens instead of once per token. */
+ * Every step is a function of that row and that token alone: a batch runs on the tile unit (16
+ * rows × 32 k × 8 tokens × 2 planes per product, lanes are tokens), one token (decoding) on the
+ * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
+ * the same f32 steps in the same order, on any thread: results are bitwise batch- and
+ * thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them bit for bit. */
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
@@ -48,11 +44,10 @@ bool quill_amx_supports(uint32_t type) {
 
 /* ---------------------------------------------------------------- activations
  *
- * Layout for n_groups groups of T tokens (T = 1 when decoding, GT otherwise; missing tokens are
- * zero): bytes B[g][k/4][T][8] holding h of k..k+3 then l of k..k+3 (the tile unit's operand
- * layout: 4 k per column entry, one column per (token, plane)); per block of 32 columns, dapat =
- * 16 floats (256·da, da) per token and sfpat = (da·Σa, 0) per token. When T = 1 the pair is
- * repeated 8 times, so the 16 lanes can stand for 8 rows × 2 planes. */
+ * Layout for n_groups groups of T = GT tokens (missing tokens are zero): bytes B[g][k/4][T][8]
+ * holding h of k..k+3 then l of k..k+3 (the tile unit's operand layout: 4 k per column entry, one
+ * column per (token, plane)); per block of 32 columns, dapat = 16 floats (256·da, da) per token
+ * and sfpat = (da·Σa, 0) per token. */
 
 typedef struct {
     int n_groups, T;
@@ -62,7 +57,7 @@ typedef struct {
 } acts;
 
 static size_t acts_bytes(int64_t cols, int n_tok) {
-    int T = n_tok == 1 ? 1 : GT, groups = (n_tok + T - 1) / T;
+    int T = GT, groups = (n_tok + T - 1) / T;
     return (size_t)groups * ((size_t)cols * 2 * T + (size_t)(cols / 32) * 16 * sizeof(float) * 2) + 64;
 }
 
@@ -107,14 +102,10 @@ static void quantize_token(const acts *A, const float *x, int g, int tg) {
             int8_t *e = bg + ((size_t)(blk * 8 + k / 4) * T + tg) * 8;
             split16(a[k], &e[k % 4], &e[4 + k % 4]);
         }
-        const float sf = da * (float)sum;
-        for (int rep = 0; rep < (T == 1 ? 8 : 1); rep++) {
-            const int lane = 2 * (T == 1 ? rep : tg);
-            dap[blk * 16 + lane] = 256.0f * da;
-            dap[blk * 16 + lane + 1] = da;
-            sfp[blk * 16 + lane] = sf;
-            sfp[blk * 16 + lane + 1] = 0;
-        }
+        dap[blk * 16 + 2 * tg] = 256.0f * da;
+        dap[blk * 16 + 2 * tg + 1] = da;
+        sfp[blk * 16 + 2 * tg] = da * (float)sum;
+        sfp[blk * 16 + 2 * tg + 1] = 0;
     }
 }
 
@@ -615,8 +606,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     const int kb = slot_width(type);
     const bool signed_a = type != QUILL_TYPE_Q4_K;
     const acts *A = j->A;
-    const bool decode = A->T == 1;
-    const int cstride = decode ? 8 : 64, bstride = 8 * A->T;
+    const int cstride = 64, bstride = 8 * A->T;
     tile_config cfg = {.palette = 1};
     for (int i = 0; i < 4; i++) cfg.colsb[i] = (uint16_t)cstride, cfg.rows[i] = TR;
     for (int i = 4; i < 6; i++) cfg.colsb[i] = (uint16_t)kb, cfg.rows[i] = TR;
@@ -629,8 +619,6 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     _Alignas(64) int32_t cbuf[2][CW / 16][TR * 16];
     _Alignas(64) float sbuf[2][CW / 16][TR], mbuf[2][CW / 16][TR];
     _Alignas(64) float accbuf[MAX_GROUPS][TR][16];
-    const __m512i dup0 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i dup1 = _mm512_add_epi32(dup0, _mm512_set1_epi32(8));
     const __m512i swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
     const int64_t blocks = A->cols / 32, n_chunks = (A->cols + CW - 1) / CW;
 
@@ -646,7 +634,6 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         if (src.nr < TR) memset(abuf, 0, sizeof abuf);
         for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
-            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
             memset(accbuf, 0, sizeof accbuf);
             prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, direct, abuf[0], sbuf[0], mbuf[0]);
             for (int64_t c = 0; c < n_chunks; c++) {
@@ -678,23 +665,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                     const int32_t(*cb)[TR * 16] = (const int32_t(*)[TR * 16])cbuf[(gi - 1) & 1];
                     const float *dap = A->dapat + ((size_t)g * blocks + k0 / 32) * 16;
                     const float *sfp = A->sfpat + ((size_t)g * blocks + k0 / 32) * 16;
-                    if (decode) {
-                        /* lanes: (row, plane) for rows 0-7 (acc0) and 8-15 (acc1) */
-                        for (int i = 0; i < n; i++) {
-                            const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
-                            const __m512 s = _mm512_load_ps(sb[i]);
-                            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i])),
-                                                   _mm512_mul_ps(_mm512_permutexvar_ps(dup0, s), da), acc0);
-                            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i] + 16)),
-                                                   _mm512_mul_ps(_mm512_permutexvar_ps(dup1, s), da), acc1);
-                            if (type == QUILL_TYPE_Q4_K) {
-                                const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
-                                const __m512 m = _mm512_load_ps(mb[i]);
-                                acc0 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup0, m), sf, acc0);
-                                acc1 = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dup1, m), sf, acc1);
-                            }
-                        }
-                    } else {
+                    {
                         /* lanes: (token, plane); one accumulator per row */
                         __m512 acc[TR];
 #pragma GCC unroll 16
@@ -717,12 +688,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 #undef AP_DIRECT
             }
             /* y = acc_h + acc_l */
-            if (decode) {
-                _Alignas(64) float out[TR][2];
-                _mm512_store_ps(out[0], _mm512_add_ps(acc0, _mm512_permutexvar_ps(swap, acc0)));
-                _mm512_store_ps(out[8], _mm512_add_ps(acc1, _mm512_permutexvar_ps(swap, acc1)));
-                for (int r = 0; r < src.nr; r++) j->y[r0 + r] = out[r][0];
-            } else {
+            {
                 for (int g = g0; g < g0 + ng; g++)
                     for (int r = 0; r < src.nr; r++) {
                         _Alignas(64) float out[16];
