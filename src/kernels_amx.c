@@ -582,24 +582,27 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     }
 }
 
-#define DECODE_FN(name, type)                                                                        \
-    static void name(void *arg, int64_t t0, int64_t t1, int thread) {                                \
-        (void)thread;                                                                                \
-        decode_impl(arg, t0, t1, type);                                                              \
+/* One task per type, the type a constant inside the always-inlined body, and its lookup. */
+#define TYPED_TASK(prefix, impl, sfx, type)                                                          \
+    static void prefix##_##sfx(void *a, int64_t t0, int64_t t1, int th) {                            \
+        (void)th;                                                                                    \
+        impl(a, t0, t1, type);                                                                       \
     }
-DECODE_FN(decode_q4_0, QUILL_TYPE_Q4_0)
-DECODE_FN(decode_q8_0, QUILL_TYPE_Q8_0)
-DECODE_FN(decode_q4_K, QUILL_TYPE_Q4_K)
-DECODE_FN(decode_q6_K, QUILL_TYPE_Q6_K)
+#define TYPED_TASKS(prefix, impl)                                                                    \
+    TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
+    TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
+    TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
+    TYPED_TASK(prefix, impl, q6_K, QUILL_TYPE_Q6_K)                                                  \
+    static quill_task_fn prefix##_fn(uint32_t type) {                                                \
+        switch (type) {                                                                              \
+        case QUILL_TYPE_Q4_0: return prefix##_q4_0;                                                  \
+        case QUILL_TYPE_Q8_0: return prefix##_q8_0;                                                  \
+        case QUILL_TYPE_Q4_K: return prefix##_q4_K;                                                  \
+        default: return prefix##_q6_K;                                                               \
+        }                                                                                            \
+    }
+TYPED_TASKS(decode, decode_impl)
 
-static quill_task_fn decode_fn(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return decode_q4_0;
-    case QUILL_TYPE_Q8_0: return decode_q8_0;
-    case QUILL_TYPE_Q4_K: return decode_q4_K;
-    default: return decode_q6_K;
-    }
-}
 
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
@@ -703,24 +706,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     _tile_release();
 }
 
-#define TILES_FN(name, type)                                                                         \
-    static void name(void *arg, int64_t t0, int64_t t1, int thread) {                                \
-        (void)thread;                                                                                \
-        tiles_impl(arg, t0, t1, type);                                                               \
-    }
-TILES_FN(tiles_q4_0, QUILL_TYPE_Q4_0)
-TILES_FN(tiles_q8_0, QUILL_TYPE_Q8_0)
-TILES_FN(tiles_q4_K, QUILL_TYPE_Q4_K)
-TILES_FN(tiles_q6_K, QUILL_TYPE_Q6_K)
+TYPED_TASKS(tiles, tiles_impl)
 
-static quill_task_fn tiles_fn(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return tiles_q4_0;
-    case QUILL_TYPE_Q8_0: return tiles_q8_0;
-    case QUILL_TYPE_Q4_K: return tiles_q4_K;
-    default: return tiles_q6_K;
-    }
-}
 
 /* ---------------------------------------------------------------- the matmul entry point */
 
