@@ -426,18 +426,22 @@ typedef struct {
         if (last_ + 3 < n) _tile_stored(3, cbuf[last_ + 3], cstride);                                \
     } while (0)
 
+/* Reading 16 rows a little at a time defeats the hardware prefetchers: fetch the same columns
+ * [k0, k0 + cw) of the next row tile while this one is computed. */
+static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
+                                                                     int cw) {
+    const size_t from = quill_row_size(type, k0), to = quill_row_size(type, k0 + cw);
+    const uint8_t *next = src->w + TR * src->row_bytes;
+    for (int r = 0; r < TR; r++)
+        for (size_t o = from & ~(size_t)63; o < to; o += 64)
+            _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
+}
+
 /* Codes and scales of columns [k0, k0 + cw) of a row tile, into abuf / s / m. */
 static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
                                                              int kb, bool direct, int8_t *abuf, float (*s)[TR],
                                                              float (*m)[TR]) {
-    /* the tile unit's loads get no help from the hardware prefetchers: fetch the same columns of
-     * the next row tile while this one is computed */
-    const int64_t cols_bytes_from = k0 / kb, cols_bytes_to = (k0 + cw) / kb; /* in slots */
-    const size_t slot_bytes = quill_row_size(type, 256) / (size_t)(256 / kb);
-    const uint8_t *next = src->w + TR * src->row_bytes;
-    for (int r = 0; r < TR; r++)
-        for (size_t o = (size_t)cols_bytes_from * slot_bytes & ~(size_t)63; o < (size_t)cols_bytes_to * slot_bytes; o += 64)
-            _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
+    prefetch_next_tile(src, type, k0, cw);
     if (!direct)
         for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf + r * CW);
     unpack_scales(src, k0, cw / kb, s, m);
@@ -477,20 +481,10 @@ static void quantize_planes(const float *x, int64_t cols, const planes *P) {
     }
 }
 
-/* Sixteen rows' sums of u·plane over 64 columns with rows in lanes, by quarter (16 columns):
- * Q[q][r] = Σ_{i<16} u[r][16q + i] · plane[16q + i]. vpdpbusd leaves four products per lane; the
- * lanes are then added pairwise across rows as they come (integer sums: any order is exact). */
-static inline __attribute__((always_inline)) void quarter_sums(const int8_t *abuf, __mmask64 live, __m512i vbias,
-                                                               __m512i plane, __m512i Q[4]) {
-    __m512i s1[8], s2[4];
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) {
-        const __m512i ua = _mm512_maskz_add_epi8(live, _mm512_load_si512(abuf + (2 * p) * CW), vbias);
-        const __m512i ub = _mm512_maskz_add_epi8(live, _mm512_load_si512(abuf + (2 * p + 1) * CW), vbias);
-        const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, plane);
-        const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ub, plane);
-        s1[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-    }
+/* Eight row pairs' lane sums (s1[p] = pairwise sums of rows 2p, 2p+1, see decode_impl) to the
+ * sums of each quarter (16 columns) with rows in lanes: Q[q][r]. Integer sums: any order is exact. */
+static inline __attribute__((always_inline)) void quarters(const __m512i s1[8], __m512i Q[4]) {
+    __m512i s2[4];
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++)
         s2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(s1[2 * p], s1[2 * p + 1]), _mm512_unpackhi_epi64(s1[2 * p], s1[2 * p + 1]));
@@ -503,6 +497,50 @@ static inline __attribute__((always_inline)) void quarter_sums(const int8_t *abu
     Q[1] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
     Q[2] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
     Q[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
+ * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
+ * unpacked in registers. */
+static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, const uint8_t *row, int64_t k, bool half) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    switch (type) {
+    case QUILL_TYPE_Q4_0: {
+        /* as unpack_row, without the - 8 */
+        const __m512i perm = _mm512_set_epi8(
+            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25,
+            24, 23, 22, 21, 20, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 17, 16, 15, 14, 13, 12, 11, 10,
+            9, 8, 7, 6, 5, 4, 3, 2);
+        __m512i v = _mm512_maskz_loadu_epi8(half ? 0x3FFFFull : 0xFFFFFFFFFull, row + (size_t)(k / 32) * sizeof(block_q4_0));
+        v = _mm512_permutexvar_epi8(perm, v);
+        return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), low);
+    }
+    case QUILL_TYPE_Q8_0: {
+        const block_q8_0 *b = (const block_q8_0 *)row + k / 32;
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)b->qs);
+        const __m256i hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)b[1].qs);
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+    }
+    case QUILL_TYPE_Q4_K: {
+        /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones */
+        const block_q4_K *b = (const block_q4_K *)row + k / 256;
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + k % 256 / 2)));
+        return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), low);
+    }
+    default: {
+        /* q6_K, as unpack_row: columns 0-63 of a 128-half take the low nibbles of ql, 64-127 the high */
+        const block_q6_K *b = (const block_q6_K *)row + k / 256;
+        const int hf = (int)(k % 256) / 128;
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        const __m512i ql = _mm512_loadu_si512(b->ql + 64 * hf);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * hf)));
+        if (k % 128 == 0)
+            return _mm512_or_si512(_mm512_and_si512(ql, low),
+                                   _mm512_and_si512(_mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4)), m30));
+        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                               _mm512_and_si512(_mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)), m30));
+    }
+    }
 }
 
 /* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
@@ -528,8 +566,6 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                                                               uint32_t type) {
     const int kb = slot_width(type), bias = code_bias(type);
     const planes *P = j->P;
-    const __m512i vbias = _mm512_set1_epi8((char)bias);
-    _Alignas(64) int8_t abuf[TR * CW];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
@@ -538,18 +574,33 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                               _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32((int)j->row_bytes)),
                               (__mmask16)((1u << nr) - 1)};
-        if (nr < TR) memset(abuf, 0, sizeof abuf);
         __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
-            prep_chunk(&src, type, k0, cw, kb, false, abuf, sbuf, mbuf);
+            prefetch_next_tile(&src, type, k0, cw);
+            unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
             for (int c = 0; c < cw; c += 64) {
                 /* a last group of 32 columns reads zeros for the missing half */
-                const __mmask64 live = cw - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cw - c)) - 1;
+                const bool half = cw - c < 64;
+                const __mmask64 live = half ? 0xFFFFFFFFull : ~(__mmask64)0;
                 const __m512i H = _mm512_maskz_loadu_epi8(live, P->h + k0 + c), L = _mm512_maskz_loadu_epi8(live, P->l + k0 + c);
-                __m512i Qh[4], Ql[4];
-                quarter_sums(abuf + c, live, vbias, H, Qh);
-                quarter_sums(abuf + c, live, vbias, L, Ql);
+                /* rows 2p and 2p+1: u·H and u·L, four products per lane, then their lanes
+                 * interleaved and added (the first step of the reduction to rows in lanes) */
+                __m512i s1h[8], s1l[8], Qh[4], Ql[4];
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    const __m512i ua = 2 * p < nr ? codes64(type, src.w + (size_t)(2 * p) * j->row_bytes, k0 + c, half)
+                                                  : _mm512_setzero_si512();
+                    const __m512i ub = 2 * p + 1 < nr ? codes64(type, src.w + (size_t)(2 * p + 1) * j->row_bytes, k0 + c, half)
+                                                      : _mm512_setzero_si512();
+                    const __m512i z = _mm512_setzero_si512();
+                    const __m512i ah = _mm512_dpbusd_epi32(z, ua, H), bh = _mm512_dpbusd_epi32(z, ub, H);
+                    const __m512i al = _mm512_dpbusd_epi32(z, ua, L), bl = _mm512_dpbusd_epi32(z, ub, L);
+                    s1h[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(ah, bh), _mm512_unpackhi_epi32(ah, bh));
+                    s1l[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(al, bl), _mm512_unpackhi_epi32(al, bl));
+                }
+                quarters(s1h, Qh);
+                quarters(s1l, Ql);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
                 for (int q = 0; q < n_q; q += kb / 16) {
