@@ -87,41 +87,6 @@ static inline void split16(int16_t a, int8_t *h, int8_t *l) {
     *h = (int8_t)((a - *l) / 256);
 }
 
-/* Quantizes token t (index tg inside group g). */
-static void quantize_token(const acts *A, const float *x, int g, int tg) {
-    const int T = A->T;
-    int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
-    float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
-    float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
-    for (int64_t blk = 0; blk < A->cols / 32; blk++) {
-        int16_t a[32];
-        int32_t sum;
-        float da = x ? quantize_block(x + blk * 32, a, &sum) : 0;
-        if (!x) memset(a, 0, sizeof a), sum = 0;
-        for (int k = 0; k < 32; k++) {
-            int8_t *e = bg + ((size_t)(blk * 8 + k / 4) * T + tg) * 8;
-            split16(a[k], &e[k % 4], &e[4 + k % 4]);
-        }
-        dap[blk * 16 + 2 * tg] = 256.0f * da;
-        dap[blk * 16 + 2 * tg + 1] = da;
-        sfp[blk * 16 + 2 * tg] = da * (float)sum;
-        sfp[blk * 16 + 2 * tg + 1] = 0;
-    }
-}
-
-typedef struct {
-    const acts *A;
-    const float *x;
-    int n_tok;
-} quant_job;
-
-static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
-    (void)thread;
-    const quant_job *j = arg;
-    for (int64_t t = i0; t < i1; t++)
-        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / j->A->T), (int)(t % j->A->T));
-}
-
 /* ---------------------------------------------------------------- the scalar model */
 
 /* The sub-block scales of row `row` for its sub-blocks in [k0, k0 + CW): s[i], and for q4_K m[i]. */
@@ -237,6 +202,77 @@ typedef struct {
     uint16_t colsb[16];
     uint8_t rows[16];
 } tile_config;
+
+/* quantize_block and the split into h and l bytes on AVX-512, giving the same codes: the same
+ * f32 max, division and product, rounded to nearest even as nearbyintf does by default. Also
+ * returns the sums of h and l over each 16 columns. */
+static float quantize_block_fast(const float *x, int8_t *h, int8_t *l, int32_t *sum, int32_t sh[2], int32_t sl[2]) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    if (!(amax > 0) || !isfinite(amax)) { /* zeros, or inf / nan: the scalar path decides */
+        int16_t a[32];
+        const float da = quantize_block(x, a, sum);
+        for (int k = 0; k < 32; k++) split16(a[k], &h[k], &l[k]);
+        sh[0] = sh[1] = sl[0] = sl[1] = 0;
+        for (int k = 0; k < 32; k++) sh[k / 16] += h[k], sl[k / 16] += l[k];
+        return da;
+    }
+    const __m512 id = _mm512_set1_ps((float)QMAX / amax);
+    const __m512i qmax = _mm512_set1_epi32(QMAX), qmin = _mm512_set1_epi32(-QMAX);
+    __m512i a[2];
+    a[0] = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), qmin), qmax);
+    a[1] = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), qmin), qmax);
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(a[0], a[1]));
+    for (int i = 0; i < 2; i++) {
+        const __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(a[i], 24), 24);
+        const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(a[i], lo), 8);
+        _mm_storeu_si128((__m128i *)(h + 16 * i), _mm512_cvtepi32_epi8(hi));
+        _mm_storeu_si128((__m128i *)(l + 16 * i), _mm512_cvtepi32_epi8(lo));
+        sh[i] = _mm512_reduce_add_epi32(hi);
+        sl[i] = _mm512_reduce_add_epi32(lo);
+    }
+    return amax / (float)QMAX;
+}
+
+/* Quantizes token t (index tg inside group g). */
+static void quantize_token(const acts *A, const float *x, int g, int tg) {
+    const int T = A->T;
+    int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
+    float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
+    float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
+    for (int64_t blk = 0; blk < A->cols / 32; blk++) {
+        _Alignas(64) int8_t h[32], l[32];
+        int32_t sum = 0, sh[2], sl[2];
+        float da = 0;
+        if (x) da = quantize_block_fast(x + blk * 32, h, l, &sum, sh, sl);
+        else memset(h, 0, sizeof h), memset(l, 0, sizeof l);
+        /* 4 k at a time: their h bytes then their l bytes */
+        const __m256i hv = _mm256_load_si256((const __m256i *)h), lv = _mm256_load_si256((const __m256i *)l);
+        _Alignas(64) uint64_t pairs[8];
+        _mm256_store_si256((__m256i *)pairs, _mm256_unpacklo_epi32(hv, lv));
+        _mm256_store_si256((__m256i *)pairs + 1, _mm256_unpackhi_epi32(hv, lv));
+        /* unpack works within 128-bit halves: pairs holds k4 = 0,1,4,5 | 2,3,6,7 */
+        static const int order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+        for (int i = 0; i < 8; i++) memcpy(bg + ((size_t)(blk * 8 + order[i]) * T + tg) * 8, &pairs[i], 8);
+        dap[blk * 16 + 2 * tg] = 256.0f * da;
+        dap[blk * 16 + 2 * tg + 1] = da;
+        sfp[blk * 16 + 2 * tg] = da * (float)sum;
+        sfp[blk * 16 + 2 * tg + 1] = 0;
+    }
+}
+
+typedef struct {
+    const acts *A;
+    const float *x;
+    int n_tok;
+} quant_job;
+
+static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
+    (void)thread;
+    const quant_job *j = arg;
+    for (int64_t t = i0; t < i1; t++)
+        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / j->A->T), (int)(t % j->A->T));
+}
 
 /* ---------------------------------------------------------------- weights into tile rows
  *
@@ -465,18 +501,9 @@ static size_t planes_bytes(int64_t cols) { return (size_t)cols * 2 + (size_t)(co
 
 static void quantize_planes(const float *x, int64_t cols, const planes *P) {
     for (int64_t blk = 0; blk < cols / 32; blk++) {
-        int16_t a[32];
-        int32_t sum, sh[2] = {0, 0}, sl[2] = {0, 0};
-        P->da[blk] = quantize_block(x + blk * 32, a, &sum);
+        int32_t sum, sh[2], sl[2];
+        P->da[blk] = quantize_block_fast(x + blk * 32, P->h + blk * 32, P->l + blk * 32, &sum, sh, sl);
         P->sf[blk] = P->da[blk] * (float)sum;
-        for (int k = 0; k < 32; k++) {
-            int8_t h, l;
-            split16(a[k], &h, &l);
-            P->h[blk * 32 + k] = h;
-            P->l[blk * 32 + k] = l;
-            sh[k / 16] += h;
-            sl[k / 16] += l;
-        }
         for (int q = 0; q < 2; q++) P->sh[blk * 2 + q] = sh[q], P->sl[blk * 2 + q] = sl[q];
     }
 }
