@@ -347,8 +347,24 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     }
 }
 
-/* Codes of one row, columns [k0, k0 + n) (n a multiple of the block), to dst. */
-static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *dst) {
+/* A chunk's codes are stored slot by slot, each slot a contiguous TR x kb tile operand (a tile
+ * load touching fewer cache lines is faster): column `col` of row r of the chunk lives at
+ * abuf[(col / kb) * TR * kb + r * kb + col % kb]. These store 64 or 32 codes from column col. */
+static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
+    if (kb == 32) {
+        _mm256_storeu_si256((__m256i *)(abuf + (col / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
+        _mm256_storeu_si256((__m256i *)(abuf + (col / 32 + 1) * TR * 32 + r * 32), _mm512_extracti64x4_epi64(v, 1));
+    } else {
+        int8_t *d = abuf + (col / 16) * TR * 16 + r * 16;
+        _mm_storeu_si128((__m128i *)d, _mm512_extracti32x4_epi32(v, 0));
+        _mm_storeu_si128((__m128i *)(d + TR * 16), _mm512_extracti32x4_epi32(v, 1));
+        _mm_storeu_si128((__m128i *)(d + 2 * TR * 16), _mm512_extracti32x4_epi32(v, 2));
+        _mm_storeu_si128((__m128i *)(d + 3 * TR * 16), _mm512_extracti32x4_epi32(v, 3));
+    }
+}
+
+/* Codes of row r of a tile, columns [k0, k0 + n) (n a multiple of the block), into a chunk. */
+static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *abuf, int r) {
     switch (type) {
     case QUILL_TYPE_Q4_0: {
         /* two blocks per step: bytes j of both 16-byte nibble arrays to positions j and 16 + j of each
@@ -365,34 +381,35 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
             v = _mm512_permutexvar_epi8(perm, v);
             v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
             v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-            _mm512_storeu_si512(dst + i, v);
+            put64(abuf, 32, r, i, v);
         }
         if (i < n) {
             __m512i v = _mm512_maskz_loadu_epi8(0x3FFFFull, b); /* one block */
             v = _mm512_permutexvar_epi8(perm, v);
             v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
             v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-            _mm256_storeu_si256((__m256i *)(dst + i), _mm512_castsi512_si256(v));
+            _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
         }
         break;
     }
     case QUILL_TYPE_Q8_0: {
         const block_q8_0 *b = (const block_q8_0 *)row + k0 / 32;
-        for (int i = 0; i < n; i += 32, b++) _mm256_storeu_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)b->qs));
+        for (int i = 0; i < n; i += 32, b++)
+            _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm256_loadu_si256((const __m256i *)b->qs));
         break;
     }
     case QUILL_TYPE_Q4_K: {
         const block_q4_K *b = (const block_q4_K *)row + k0 / 256;
         const __m512i low = _mm512_set1_epi8(0x0F);
         const __m512i i0 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), i1 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
-        for (int i = 0; i < n; i += 256, b++, dst += 256)
+        (void)n; /* a chunk is one super-block */
         for (int c = 0; c < 2; c++) {
             /* 64 bytes = sub-blocks 4c (low nibbles of the first 32), 4c+1 (their high nibbles),
              * 4c+2, 4c+3 (the same for the next 32) */
             __m512i v = _mm512_loadu_si512(b->qs + 64 * c);
             __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-            _mm512_storeu_si512(dst + 128 * c, _mm512_permutex2var_epi64(lo, i0, hi));
-            _mm512_storeu_si512(dst + 128 * c + 64, _mm512_permutex2var_epi64(lo, i1, hi));
+            put64(abuf, 32, r, 128 * c, _mm512_permutex2var_epi64(lo, i0, hi));
+            put64(abuf, 32, r, 128 * c + 64, _mm512_permutex2var_epi64(lo, i1, hi));
         }
         break;
     }
@@ -401,7 +418,7 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
         const __m512i low = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
         const __m512i sh01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   /* << 4 (v0), << 2 (v1) */
         const __m512i sh23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);   /* >> 0 (v2), >> 2 (v3) */
-        for (int i = 0; i < n; i += 256, b++, dst += 256)
+        (void)n; /* a chunk is one super-block */
         for (int half = 0; half < 2; half++) {
             __m512i ql = _mm512_loadu_si512(b->ql + 64 * half);
             __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * half)));
@@ -409,8 +426,8 @@ static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int
             __m512i h23 = _mm512_and_si512(_mm512_srlv_epi64(qh, sh23), m30);
             __m512i v01 = _mm512_or_si512(_mm512_and_si512(ql, low), h01);
             __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low), h23);
-            _mm512_storeu_si512(dst + 128 * half, _mm512_sub_epi8(v01, k32));
-            _mm512_storeu_si512(dst + 128 * half + 64, _mm512_sub_epi8(v23, k32));
+            put64(abuf, 16, r, 128 * half, _mm512_sub_epi8(v01, k32));
+            put64(abuf, 16, r, 128 * half + 64, _mm512_sub_epi8(v23, k32));
         }
         break;
     }
@@ -479,7 +496,7 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
                                                              float (*m)[TR]) {
     prefetch_next_tile(src, type, k0, cw);
     if (!direct)
-        for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf + r * CW);
+        for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
     unpack_scales(src, k0, cw / kb, s, m);
 }
 
@@ -721,10 +738,10 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                 const int64_t k0 = c * CW;
                 const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
                 const int8_t *a_chunk = abuf[c & 1];
-                const size_t astride = direct ? j->row_bytes : CW;
+                const size_t astride = direct ? j->row_bytes : (size_t)kb;
                 const uint8_t *a_direct = src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
                 const float(*sb)[TR] = sbuf[c & 1], (*mb)[TR] = mbuf[c & 1];
-#define AP_BUF(i) (a_chunk + (i) * kb)
+#define AP_BUF(i) (a_chunk + (i) * TR * kb)
 #define AP_DIRECT(i) (a_direct + (size_t)(i) * sizeof(block_q8_0))
                 for (int gi = 0; gi <= ng; gi++) {
                     if (gi < ng) {
