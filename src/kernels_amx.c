@@ -525,24 +525,6 @@ static void quantize_planes(const float *x, int64_t cols, const planes *P) {
     }
 }
 
-/* Eight row pairs' lane sums (s1[p] = pairwise sums of rows 2p, 2p+1, see decode_impl) to the
- * sums of each quarter (16 columns) with rows in lanes: Q[q][r]. Integer sums: any order is exact. */
-static inline __attribute__((always_inline)) void quarters(const __m512i s1[8], __m512i Q[4]) {
-    __m512i s2[4];
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++)
-        s2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(s1[2 * p], s1[2 * p + 1]), _mm512_unpackhi_epi64(s1[2 * p], s1[2 * p + 1]));
-    /* s2[p]: 128-bit lane q holds quarter q of rows 4p..4p+3; transpose the 4x4 lanes */
-    const __m512i t0 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i t1 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i t2 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i t3 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(3, 2, 3, 2));
-    Q[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
-    Q[1] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
-    Q[2] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
-    Q[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
-}
-
 /* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
  * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
  * unpacked in registers. */
@@ -587,6 +569,52 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
     }
 }
 
+/* The reduction of sixteen rows' lane sums (16 lanes of 4 products each, over 64 columns) to
+ * sums per quarter (16 columns) with rows in lanes, Q[q][r]: rows are paired (2p, 2p+1) and their
+ * lanes interleaved and added, then pairs of pairs; s2[p] then holds in its 128-bit lane q the
+ * quarter-q sums of rows 4p..4p+3, and a 4x4 transpose of those lanes gives Q. Integer sums:
+ * any order is exact. */
+static inline __attribute__((always_inline)) __m512i pair_rows(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+
+static inline __attribute__((always_inline)) __m512i pair_pairs(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+static inline __attribute__((always_inline)) void quarters(const __m512i s2[4], __m512i Q[4]) {
+    const __m512i t0 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t1 = _mm512_shuffle_i32x4(s2[0], s2[1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i t2 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t3 = _mm512_shuffle_i32x4(s2[2], s2[3], _MM_SHUFFLE(3, 2, 3, 2));
+    Q[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+    Q[1] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    Q[2] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    Q[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* Exact sums Σ u·H and Σ u·L of 16 rows over 64 columns from column k, by quarter, rows in lanes. */
+static inline __attribute__((always_inline)) void group_sums(uint32_t type, const uint8_t *const rp[TR], int64_t k,
+                                                             bool half, __m512i H, __m512i L, __m512i Qh[4],
+                                                             __m512i Ql[4]) {
+    __m512i s2h[4], s2l[4];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m512i s1h[2], s1l[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            const __m512i ua = codes64(type, rp[4 * p + 2 * i], k, half), ub = codes64(type, rp[4 * p + 2 * i + 1], k, half);
+            const __m512i z = _mm512_setzero_si512();
+            s1h[i] = pair_rows(_mm512_dpbusd_epi32(z, ua, H), _mm512_dpbusd_epi32(z, ub, H));
+            s1l[i] = pair_rows(_mm512_dpbusd_epi32(z, ua, L), _mm512_dpbusd_epi32(z, ub, L));
+        }
+        s2h[p] = pair_pairs(s1h[0], s1h[1]);
+        s2l[p] = pair_pairs(s1l[0], s1l[1]);
+    }
+    quarters(s2h, Qh);
+    quarters(s2l, Ql);
+}
+
 /* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
 static int code_bias(uint32_t type) {
     switch (type) {
@@ -618,6 +646,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                               _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32((int)j->row_bytes)),
                               (__mmask16)((1u << nr) - 1)};
+        /* rows past the matrix repeat its first row: their lanes are computed and never stored */
+        const uint8_t *rp[TR];
+        for (int r = 0; r < TR; r++) rp[r] = src.w + (size_t)(r < nr ? r : 0) * j->row_bytes;
         __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
@@ -628,23 +659,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 const bool half = cw - c < 64;
                 const __mmask64 live = half ? 0xFFFFFFFFull : ~(__mmask64)0;
                 const __m512i H = _mm512_maskz_loadu_epi8(live, P->h + k0 + c), L = _mm512_maskz_loadu_epi8(live, P->l + k0 + c);
-                /* rows 2p and 2p+1: u·H and u·L, four products per lane, then their lanes
-                 * interleaved and added (the first step of the reduction to rows in lanes) */
-                __m512i s1h[8], s1l[8], Qh[4], Ql[4];
-#pragma GCC unroll 8
-                for (int p = 0; p < 8; p++) {
-                    const __m512i ua = 2 * p < nr ? codes64(type, src.w + (size_t)(2 * p) * j->row_bytes, k0 + c, half)
-                                                  : _mm512_setzero_si512();
-                    const __m512i ub = 2 * p + 1 < nr ? codes64(type, src.w + (size_t)(2 * p + 1) * j->row_bytes, k0 + c, half)
-                                                      : _mm512_setzero_si512();
-                    const __m512i z = _mm512_setzero_si512();
-                    const __m512i ah = _mm512_dpbusd_epi32(z, ua, H), bh = _mm512_dpbusd_epi32(z, ub, H);
-                    const __m512i al = _mm512_dpbusd_epi32(z, ua, L), bl = _mm512_dpbusd_epi32(z, ub, L);
-                    s1h[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(ah, bh), _mm512_unpackhi_epi32(ah, bh));
-                    s1l[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(al, bl), _mm512_unpackhi_epi32(al, bl));
-                }
-                quarters(s1h, Qh);
-                quarters(s1l, Ql);
+                __m512i Qh[4], Ql[4];
+                if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
+                else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
                 for (int q = 0; q < n_q; q += kb / 16) {
