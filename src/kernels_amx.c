@@ -288,6 +288,16 @@ typedef struct {
     __mmask16 mask;
 } tile_src;
 
+/* The tile of rows [r0, r0 + TR) of a matrix (fewer at its end). */
+static inline tile_src tile_at(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t r0) {
+    const int nr = rows - r0 < TR ? (int)(rows - r0) : TR;
+    const tile_src t = {type, w + (size_t)r0 * row_bytes, row_bytes, nr,
+                        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)row_bytes)),
+                        (__mmask16)((1u << nr) - 1)};
+    return t;
+}
+
 static inline __m512 gather_half_lo(const tile_src *t, const uint8_t *base) {
     __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), t->mask, t->idx, base, 1);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
@@ -363,75 +373,71 @@ static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
     }
 }
 
-/* Codes of row r of a tile, columns [k0, k0 + n) (n a multiple of the block), into a chunk. */
-static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *abuf, int r) {
+/* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
+static int code_bias(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 8;
+    case QUILL_TYPE_Q8_0: return 128;
+    case QUILL_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+/* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
+ * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
+ * unpacked in registers. */
+static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, const uint8_t *row, int64_t k, bool half) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
     switch (type) {
     case QUILL_TYPE_Q4_0: {
-        /* two blocks per step: bytes j of both 16-byte nibble arrays to positions j and 16 + j of each
-         * 32-byte half, then the upper 16 of each half take the high nibble */
+        /* bytes j of both 16-byte nibble arrays to positions j and 16 + j of each 32-byte half,
+         * then the upper 16 of each half take the high nibble */
         const __m512i perm = _mm512_set_epi8(
             35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25,
             24, 23, 22, 21, 20, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 17, 16, 15, 14, 13, 12, 11, 10,
             9, 8, 7, 6, 5, 4, 3, 2);
-        const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-        const uint8_t *b = row + (size_t)(k0 / 32) * sizeof(block_q4_0);
-        int i = 0;
-        for (; i + 64 <= n; i += 64, b += 2 * sizeof(block_q4_0)) {
-            __m512i v = _mm512_maskz_loadu_epi8(0xFFFFFFFFFull, b); /* 36 bytes: two blocks */
-            v = _mm512_permutexvar_epi8(perm, v);
-            v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
-            v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-            put64(abuf, 32, r, i, v);
-        }
-        if (i < n) {
-            __m512i v = _mm512_maskz_loadu_epi8(0x3FFFFull, b); /* one block */
-            v = _mm512_permutexvar_epi8(perm, v);
-            v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
-            v = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-            _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
-        }
-        break;
+        __m512i v = _mm512_maskz_loadu_epi8(half ? 0x3FFFFull : 0xFFFFFFFFFull, row + (size_t)(k / 32) * sizeof(block_q4_0));
+        v = _mm512_permutexvar_epi8(perm, v);
+        return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), low);
     }
     case QUILL_TYPE_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)row + k0 / 32;
-        for (int i = 0; i < n; i += 32, b++)
-            _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm256_loadu_si256((const __m256i *)b->qs));
-        break;
+        const block_q8_0 *b = (const block_q8_0 *)row + k / 32;
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)b->qs);
+        const __m256i hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)b[1].qs);
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
     }
     case QUILL_TYPE_Q4_K: {
-        const block_q4_K *b = (const block_q4_K *)row + k0 / 256;
-        const __m512i low = _mm512_set1_epi8(0x0F);
-        const __m512i i0 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), i1 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
-        (void)n; /* a chunk is one super-block */
-        for (int c = 0; c < 2; c++) {
-            /* 64 bytes = sub-blocks 4c (low nibbles of the first 32), 4c+1 (their high nibbles),
-             * 4c+2, 4c+3 (the same for the next 32) */
-            __m512i v = _mm512_loadu_si512(b->qs + 64 * c);
-            __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-            put64(abuf, 32, r, 128 * c, _mm512_permutex2var_epi64(lo, i0, hi));
-            put64(abuf, 32, r, 128 * c + 64, _mm512_permutex2var_epi64(lo, i1, hi));
-        }
-        break;
+        /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones */
+        const block_q4_K *b = (const block_q4_K *)row + k / 256;
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + k % 256 / 2)));
+        return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), low);
     }
-    case QUILL_TYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)row + k0 / 256;
-        const __m512i low = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
-        const __m512i sh01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);   /* << 4 (v0), << 2 (v1) */
-        const __m512i sh23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);   /* >> 0 (v2), >> 2 (v3) */
-        (void)n; /* a chunk is one super-block */
-        for (int half = 0; half < 2; half++) {
-            __m512i ql = _mm512_loadu_si512(b->ql + 64 * half);
-            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * half)));
-            __m512i h01 = _mm512_and_si512(_mm512_sllv_epi64(qh, sh01), m30);
-            __m512i h23 = _mm512_and_si512(_mm512_srlv_epi64(qh, sh23), m30);
-            __m512i v01 = _mm512_or_si512(_mm512_and_si512(ql, low), h01);
-            __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low), h23);
-            put64(abuf, 16, r, 128 * half, _mm512_sub_epi8(v01, k32));
-            put64(abuf, 16, r, 128 * half + 64, _mm512_sub_epi8(v23, k32));
-        }
-        break;
+    default: {
+        /* q6_K: columns 0-63 of a 128-half take the low nibbles of ql, 64-127 the high, and two
+         * bits of qh each (shifted by 0, 2, 4, 6 for its four 32-column quarters) */
+        const block_q6_K *b = (const block_q6_K *)row + k / 256;
+        const int hf = (int)(k % 256) / 128;
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        const __m512i ql = _mm512_loadu_si512(b->ql + 64 * hf);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * hf)));
+        if (k % 128 == 0)
+            return _mm512_or_si512(_mm512_and_si512(ql, low),
+                                   _mm512_and_si512(_mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4)), m30));
+        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                               _mm512_and_si512(_mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)), m30));
     }
-    default: break;
+    }
+}
+
+/* Signed codes q of row r of a tile, columns [k0, k0 + n) (n a multiple of the block), into a
+ * chunk: the unsigned codes less the bias (for q8_0 that gives back the file's bytes). */
+static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *abuf, int r) {
+    const __m512i bias = _mm512_set1_epi8((char)code_bias(type));
+    for (int i = 0; i < n; i += 64) {
+        const bool half = n - i < 64;
+        const __m512i v = _mm512_sub_epi8(codes64(type, row, k0 + i, half), bias);
+        if (half) _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
+        else put64(abuf, slot_width(type), r, i, v);
     }
 }
 
@@ -525,50 +531,6 @@ static void quantize_planes(const float *x, int64_t cols, const planes *P) {
     }
 }
 
-/* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
- * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
- * unpacked in registers. */
-static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, const uint8_t *row, int64_t k, bool half) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    switch (type) {
-    case QUILL_TYPE_Q4_0: {
-        /* as unpack_row, without the - 8 */
-        const __m512i perm = _mm512_set_epi8(
-            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25,
-            24, 23, 22, 21, 20, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 17, 16, 15, 14, 13, 12, 11, 10,
-            9, 8, 7, 6, 5, 4, 3, 2);
-        __m512i v = _mm512_maskz_loadu_epi8(half ? 0x3FFFFull : 0xFFFFFFFFFull, row + (size_t)(k / 32) * sizeof(block_q4_0));
-        v = _mm512_permutexvar_epi8(perm, v);
-        return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), low);
-    }
-    case QUILL_TYPE_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)row + k / 32;
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)b->qs);
-        const __m256i hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)b[1].qs);
-        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
-    }
-    case QUILL_TYPE_Q4_K: {
-        /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones */
-        const block_q4_K *b = (const block_q4_K *)row + k / 256;
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + k % 256 / 2)));
-        return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), low);
-    }
-    default: {
-        /* q6_K, as unpack_row: columns 0-63 of a 128-half take the low nibbles of ql, 64-127 the high */
-        const block_q6_K *b = (const block_q6_K *)row + k / 256;
-        const int hf = (int)(k % 256) / 128;
-        const __m512i m30 = _mm512_set1_epi8(0x30);
-        const __m512i ql = _mm512_loadu_si512(b->ql + 64 * hf);
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * hf)));
-        if (k % 128 == 0)
-            return _mm512_or_si512(_mm512_and_si512(ql, low),
-                                   _mm512_and_si512(_mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4)), m30));
-        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
-                               _mm512_and_si512(_mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)), m30));
-    }
-    }
-}
-
 /* The reduction of sixteen rows' lane sums (16 lanes of 4 products each, over 64 columns) to
  * sums per quarter (16 columns) with rows in lanes, Q[q][r]: rows are paired (2p, 2p+1) and their
  * lanes interleaved and added, then pairs of pairs; s2[p] then holds in its 128-bit lane q the
@@ -615,16 +577,6 @@ static inline __attribute__((always_inline)) void group_sums(uint32_t type, cons
     quarters(s2l, Ql);
 }
 
-/* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
-static int code_bias(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return 8;
-    case QUILL_TYPE_Q8_0: return 128;
-    case QUILL_TYPE_Q6_K: return 32;
-    default: return 0;
-    }
-}
-
 typedef struct {
     uint32_t type;
     const uint8_t *w;
@@ -641,11 +593,8 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
-        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-        const tile_src src = {type, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, nr,
-                              _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                 _mm512_set1_epi32((int)j->row_bytes)),
-                              (__mmask16)((1u << nr) - 1)};
+        const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
+        const int nr = src.nr;
         /* rows past the matrix repeat its first row: their lanes are computed and never stored */
         const uint8_t *rp[TR];
         for (int r = 0; r < TR; r++) rp[r] = src.w + (size_t)(r < nr ? r : 0) * j->row_bytes;
@@ -739,11 +688,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
-        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-        const tile_src src = {type, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, nr,
-                              _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                 _mm512_set1_epi32((int)j->row_bytes)),
-                              (__mmask16)((1u << nr) - 1)};
+        const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
         /* a full q8_0 tile is read straight from the mapping: its codes are the file's bytes */
         const bool direct = type == QUILL_TYPE_Q8_0 && src.nr == TR;
         if (src.nr < TR) memset(abuf, 0, sizeof abuf);
