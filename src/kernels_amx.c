@@ -38,10 +38,6 @@
 /* Width of the sub-blocks that share one scale: one tile product each. */
 static int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
 
-bool quill_amx_supports(uint32_t type) {
-    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q6_K;
-}
-
 /* ---------------------------------------------------------------- activations
  *
  * Layout for n_groups groups of T = GT tokens (missing tokens are zero): bytes B[g][k/4][T][8]
@@ -50,25 +46,26 @@ bool quill_amx_supports(uint32_t type) {
  * and sfpat = (da·Σa, 0) per token. */
 
 typedef struct {
-    int n_groups, T;
+    int n_groups;
     int64_t cols;
     int8_t *b;
     float *dapat, *sfpat;
 } acts;
 
 static size_t acts_bytes(int64_t cols, int n_tok) {
-    int T = GT, groups = (n_tok + T - 1) / T;
-    return (size_t)groups * ((size_t)cols * 2 * T + (size_t)(cols / 32) * 16 * sizeof(float) * 2) + 64;
+    const int groups = (n_tok + GT - 1) / GT;
+    return (size_t)groups * ((size_t)cols * 2 * GT + (size_t)(cols / 32) * 16 * sizeof(float) * 2) + 64;
 }
 
 /* One block of 32 activations to codes; returns da and sets *sum = Σa. */
 static inline float quantize_block(const float *x, int16_t *a, int32_t *sum) {
     float amax = 0;
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    bool nan = false;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i])), nan |= isnan(x[i]);
     *sum = 0;
-    if (!(amax > 0) || !isfinite(amax)) {
+    if (!(amax > 0) || !isfinite(amax) || nan) {
         memset(a, 0, 32 * sizeof *a);
-        return amax > 0 ? NAN : 0; /* inf or nan in: nan out, as f32 math would (mostly) give */
+        return amax > 0 || nan ? NAN : 0; /* inf or nan in: nan out, as f32 math would (mostly) give */
     }
     const float id = (float)QMAX / amax;
     for (int i = 0; i < 32; i++) {
@@ -209,7 +206,8 @@ typedef struct {
 static float quantize_block_fast(const float *x, int8_t *h, int8_t *l, int32_t *sum, int32_t sh[2], int32_t sl[2]) {
     const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    if (!(amax > 0) || !isfinite(amax)) { /* zeros, or inf / nan: the scalar path decides */
+    const bool nan = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
+    if (!(amax > 0) || !isfinite(amax) || nan) { /* zeros, or inf / nan: the scalar path decides */
         int16_t a[32];
         const float da = quantize_block(x, a, sum);
         for (int k = 0; k < 32; k++) split16(a[k], &h[k], &l[k]);
@@ -236,7 +234,7 @@ static float quantize_block_fast(const float *x, int8_t *h, int8_t *l, int32_t *
 
 /* Quantizes token t (index tg inside group g). */
 static void quantize_token(const acts *A, const float *x, int g, int tg) {
-    const int T = A->T;
+    const int T = GT;
     int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
     float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
     float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
@@ -271,7 +269,7 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
     (void)thread;
     const quant_job *j = arg;
     for (int64_t t = i0; t < i1; t++)
-        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / j->A->T), (int)(t % j->A->T));
+        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / GT), (int)(t % GT));
 }
 
 /* ---------------------------------------------------------------- weights into tile rows
@@ -670,7 +668,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     const int kb = slot_width(type);
     const bool signed_a = type != QUILL_TYPE_Q4_K;
     const acts *A = j->A;
-    const int cstride = 64, bstride = 8 * A->T;
+    const int cstride = 64, bstride = 8 * GT;
     tile_config cfg = {.palette = 1};
     for (int i = 0; i < 4; i++) cfg.colsb[i] = (uint16_t)cstride, cfg.rows[i] = TR;
     for (int i = 4; i < 6; i++) cfg.colsb[i] = (uint16_t)kb, cfg.rows[i] = TR;
@@ -707,7 +705,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 #define AP_DIRECT(i) (a_direct + (size_t)(i) * sizeof(block_q8_0))
                 for (int gi = 0; gi <= ng; gi++) {
                     if (gi < ng) {
-                        const int8_t *bbase = A->b + (size_t)(g0 + gi) * (size_t)A->cols * 2 * A->T + (size_t)k0 * 2 * A->T;
+                        const int8_t *bbase = A->b + (size_t)(g0 + gi) * (size_t)A->cols * 2 * GT + (size_t)k0 * 2 * GT;
                         int32_t(*cb)[TR * 16] = cbuf[gi & 1];
 #define cbuf cb
                         if (direct) RUN_SLOTS(AP_DIRECT);
@@ -794,16 +792,15 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
         run(pool, decode_fn(type), &dj, n_tiles, grain < 1 ? 1 : grain);
         return;
     }
-    acts A = {.T = GT, .cols = cols};
-    A.n_groups = (n_tok + A.T - 1) / A.T;
-    const size_t nb = (size_t)A.n_groups * (size_t)cols * 2 * A.T, nf = (size_t)A.n_groups * (size_t)(cols / 32) * 16;
+    acts A = {.n_groups = (n_tok + GT - 1) / GT, .cols = cols};
+    const size_t nb = (size_t)A.n_groups * (size_t)cols * 2 * GT, nf = (size_t)A.n_groups * (size_t)(cols / 32) * 16;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     A.b = (int8_t *)base;
     A.dapat = (float *)(base + nb);
     A.sfpat = A.dapat + nf;
     quant_job qj = {&A, x, n_tok};
-    const int64_t padded = (int64_t)A.n_groups * A.T;
-    run(n_tok > 1 ? pool : NULL, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
+    const int64_t padded = (int64_t)A.n_groups * GT;
+    run(pool, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
     tiles_job tj = {type, w, row_bytes, rows, cols, n_tok, &A, y};
     run(pool, tiles_fn(type), &tj, n_tiles, grain < 1 ? 1 : grain);
 }

@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Types with AMX products: q4_0, q8_0, q4_K, q6_K. */
-bool quill_amx_supports(uint32_t type);
 /* One block of 32 activations to 16-bit codes a (|a| <= 32639), their scale *da and Σa. */
 void quill_amx_quantize_block(const float *x, int16_t *a, float *da, int32_t *sum);
 /* The AMX product computed by plain C, one (row, token) at a time with the same arithmetic: it

@@ -73,10 +73,16 @@ TEST(kernels_amx_activation_codes) {
     for (int trial = 0; trial < 200; trial++) {
         for (int i = 0; i < 32; i++) x[i] = rndf() * (trial % 3 == 0 ? 1e-30f : trial % 3 == 1 ? 1.0f : 3e4f);
         if (trial == 7) memset(x, 0, sizeof x);
+        if (trial == 8) x[5] = NAN;
+        if (trial == 9) x[31] = -INFINITY;
         int16_t a[32];
         float da;
         int32_t sum, s2 = 0;
         quill_amx_quantize_block(x, a, &da, &sum);
+        if (trial == 8 || trial == 9) {
+            CHECK(isnan(da) && sum == 0, "a non-finite block must give a NaN scale and zero codes");
+            continue;
+        }
         for (int i = 0; i < 32; i++) {
             s2 += a[i];
             CHECK(a[i] >= -32639 && a[i] <= 32639, "code %d out of range", a[i]);
@@ -119,6 +125,39 @@ TEST(kernels_amx_bit_identical_to_scalar_model) {
         free(w);
     }
     quill_pool_free(pool);
+}
+
+/* A NaN or an infinity among a token's activations makes that token's outputs NaN (as f32 math
+ * would give NaN or inf), a zero token gives zeros, and the other tokens are unaffected: on the
+ * tile loop (batch) and on the vector path (one token). */
+TEST(kernels_amx_nonfinite_activations) {
+    const quill_kernels *k = amx_or_skip();
+    if (!k) return;
+    const int64_t rows = 20;
+    const int nt = 5;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = amx_types[ti];
+        const int64_t cols = cols_for(type);
+        size_t rb;
+        uint8_t *w = random_matrix(type, rows, cols, &rb);
+        float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y), one[20];
+        x[1 * cols + 40] = NAN;
+        x[2 * cols + 3] = INFINITY;
+        memset(x + 3 * cols, 0, (size_t)cols * sizeof *x);
+        amx_product(k, type, w, rb, rows, cols, x, nt, y, NULL);
+        for (int t = 0; t < nt; t++) {
+            amx_product(k, type, w, rb, rows, cols, x + t * cols, 1, one, NULL);
+            for (int64_t r = 0; r < rows; r++) {
+                float v = y[t * rows + r];
+                if (t == 1 || t == 2) CHECK(isnan(v) && isnan(one[r]), "%s token %d row %lld: %g / %g, want NaN",
+                                             quill_type_traits_of(type)->name, t, (long long)r, v, one[r]);
+                else if (t == 3) CHECK(v == 0 && one[r] == 0, "%s zero token gives %g", quill_type_traits_of(type)->name, v);
+                else CHECK(isfinite(v) && !memcmp(&v, &one[r], sizeof v), "%s token %d row %lld: %g vs %g alone",
+                           quill_type_traits_of(type)->name, t, (long long)r, v, one[r]);
+            }
+        }
+        free(w); free(x); free(y);
+    }
 }
 
 /* Against a double product of the dequantized weights: each activation moves by at most half a
