@@ -600,7 +600,6 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             prefetch_next_tile(&src, type, k0, cw);
-            unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
             for (int c = 0; c < cw; c += 64) {
                 /* a last group of 32 columns reads zeros for the missing half */
                 const bool half = cw - c < 64;
@@ -609,6 +608,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 __m512i Qh[4], Ql[4];
                 if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
                 else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
+                /* the scales, gathered once the codes' loads have brought their cache lines in */
+                if (kb == 32 && type != QUILL_TYPE_Q4_K) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
+                else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
                 for (int q = 0; q < n_q; q += kb / 16) {
