@@ -274,8 +274,9 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
 
 /* ---------------------------------------------------------------- weights into tile rows
  *
- * A chunk: TR rows × CW columns of codes at abuf[r][CW], and each sub-block's scales for the TR
- * rows at s[i][TR] (m[i][TR] for q4_K). Gathers read a row's scales at `idx` (row offsets). */
+ * A chunk: TR rows × CW columns of codes in abuf (slot by slot, see put64), and each sub-block's
+ * scales for the TR rows at s[i][TR] (m[i][TR] for q4_K's minimums). Gathers read a row's scales
+ * at `idx` (row offsets). */
 
 typedef struct {
     uint32_t type;
@@ -452,7 +453,7 @@ typedef struct {
 } tiles_job;
 
 /* Tiles: 0-3 sums (C), 4-5 weight codes (A), 6-7 activations (B). Tile numbers are immediates,
- * hence the macros. ap/bp(i): the operands of slot i. */
+ * hence the macros; ap(i) is slot i's weight operand. */
 #define TILE_DP(ap, C, AT, BT, i)                                                                    \
     do {                                                                                             \
         _tile_loadd(AT, ap(i), astride);                                                             \
