@@ -20,7 +20,8 @@ struct quill_context {
     quill_trace_fn trace;
     void *trace_user;
 
-    /* fast path: f32 KV cache [n_layer][n_ctx][kv_dim], RoPE table [n_ctx][n_rot/2] */
+    /* fast path: f32 KV cache, keys [n_layer][kv head][head dim][n_ctx] (dimension-major for the
+     * score kernel), values [n_layer][n_ctx][kv_dim]; RoPE table [n_ctx][n_rot/2] */
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
     float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up, *logits;

@@ -102,13 +102,13 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const int64_t group = hp->n_head / hp->n_head_kv;
     const float scale = (float)(1.0 / sqrt((double)hd));
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
-    const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][dim][pos] */
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     for (int64_t item = i0; item < i1; item++) {
         int64_t t = item / hp->n_head, h = item % hp->n_head, kvh = h / group;
         int n_keys = c->pos + (int)t + 1;
         const float *q = c->q + t * q_dim + h * hd;
-        c->kern->dot(q, kc + kvh * hd, hd, n_keys, kv_dim, scores, 1);
+        c->kern->dot_columns(q, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores);
         float max = -INFINITY;
         for (int p = 0; p < n_keys; p++) {
             scores[p] *= scale;
@@ -178,9 +178,11 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
         trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
         trace(c, "Vcur", l, c->v, 2, kv_dim, n, 1);
-        size_t cache_at = ((size_t)l * c->n_ctx + (size_t)c->pos) * kv_dim;
-        memcpy(c->k_cache + cache_at, c->k, (size_t)n * kv_dim * sizeof(float));
-        memcpy(c->v_cache + cache_at, c->v, (size_t)n * kv_dim * sizeof(float));
+        /* keys dimension-major, so that scores are computed for 16 positions at a time */
+        float *kt = c->k_cache + (size_t)l * c->n_ctx * kv_dim;
+        for (int t = 0; t < n; t++)
+            for (int64_t i = 0; i < kv_dim; i++) kt[i * c->n_ctx + c->pos + t] = c->k[t * kv_dim + i];
+        memcpy(c->v_cache + ((size_t)l * c->n_ctx + (size_t)c->pos) * kv_dim, c->v, (size_t)n * kv_dim * sizeof(float));
 
         attn_job aj = {c, l, n};
         quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head, 1);

@@ -1,6 +1,7 @@
 /* Scalar kernels and the run-time choice of instruction set. */
 #include "kernels.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -29,7 +30,16 @@ void quill_weighted_sum_scalar(const float *wgt, const float *v, int n_rows, int
     }
 }
 
-static const quill_kernels scalar_table = {.isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar};
+static void dot_columns_scalar(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
+    for (int p = 0; p < n_cols; p++) {
+        float acc = 0;
+        for (int64_t d = 0; d < n; d++) acc = fmaf(q[d], kt[d * stride + p], acc);
+        out[p] = acc;
+    }
+}
+
+static const quill_kernels scalar_table = {
+    .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

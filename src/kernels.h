@@ -25,6 +25,12 @@ typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_to
 typedef void (*quill_weighted_sum_fn)(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n,
                                       float *out);
 
+/* out[p] = Σ_d q[d] · kt[d * stride + p] for p < n_cols, d < n: dot products with the columns of a
+ * transposed matrix (attention's scores against a key cache stored dimension-major), each a chain
+ * of fused multiply-adds in d order, so every instruction set gives the same bits. */
+typedef void (*quill_dot_columns_fn)(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols,
+                                     float *out);
+
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
  * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
@@ -44,6 +50,7 @@ typedef struct quill_kernels {
     const char *isa;
     quill_dot_fn dot;
     quill_weighted_sum_fn weighted_sum;
+    quill_dot_columns_fn dot_columns;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */

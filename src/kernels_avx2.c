@@ -4,6 +4,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -174,10 +175,25 @@ static void weighted_sum_avx2(const float *wgt, const float *v, int n_rows, int6
     for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+static void dot_columns_avx2(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
+    int p = 0;
+    for (; p + 8 <= n_cols; p += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t d = 0; d < n; d++) acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + d * stride + p), acc);
+        _mm256_storeu_ps(out + p, acc);
+    }
+    for (; p < n_cols; p++) {
+        float acc = 0;
+        for (int64_t d = 0; d < n; d++) acc = fmaf(q[d], kt[d * stride + p], acc);
+        out[p] = acc;
+    }
+}
+
 const quill_kernels quill_kernels_avx2_table = {
     .isa = "avx2",
     .dot = dot_avx2,
     .weighted_sum = weighted_sum_avx2,
+    .dot_columns = dot_columns_avx2,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,

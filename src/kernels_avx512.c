@@ -443,10 +443,39 @@ static void weighted_sum_avx512(const float *wgt, const float *v, int n_rows, in
     for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
+/* Sixteen columns per vector, each lane its own chain of fused multiply-adds in d order; four
+ * vectors at a time so that the chains' latencies overlap. */
+static void dot_columns_avx512(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
+    int p = 0;
+    for (; p + 64 <= n_cols; p += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t d = 0; d < n; d++) {
+            const __m512 qd = _mm512_set1_ps(q[d]);
+            const float *row = kt + d * stride + p;
+            a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row), a0);
+            a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 16), a1);
+            a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 32), a2);
+            a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 48), a3);
+        }
+        _mm512_storeu_ps(out + p, a0);
+        _mm512_storeu_ps(out + p + 16, a1);
+        _mm512_storeu_ps(out + p + 32, a2);
+        _mm512_storeu_ps(out + p + 48, a3);
+    }
+    for (; p < n_cols; p += 16) {
+        const __mmask16 m = n_cols - p >= 16 ? 0xFFFF : (__mmask16)((1u << (n_cols - p)) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t d = 0; d < n; d++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + d * stride + p), acc);
+        _mm512_mask_storeu_ps(out + p, m, acc);
+    }
+}
+
 const quill_kernels quill_kernels_avx512_table = {
     .isa = "avx512",
     .dot = dot_avx512,
     .weighted_sum = weighted_sum_avx512,
+    .dot_columns = dot_columns_avx512,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_BF16] = dequant_bf16,

@@ -134,6 +134,26 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
     }
 }
 
+/* Attention's scores against the dimension-major key cache: every instruction set gives the
+ * scalar bits (one fused multiply-add chain per column), for column counts with every tail. */
+TEST(kernels_dot_columns_bit_identical_to_scalar) {
+    const quill_kernels *scalar = quill_kernels_scalar();
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        if (!kern) continue;
+        for (int cols = 1; cols <= 150; cols += cols < 20 ? 3 : 13) {
+            const int64_t n = 64, stride = 157;
+            float q[64], *kt = malloc((size_t)(n * stride) * sizeof *kt), fast[160], ref[160];
+            for (int64_t i = 0; i < n; i++) q[i] = rndf();
+            for (int64_t i = 0; i < n * stride; i++) kt[i] = rndf();
+            kern->dot_columns(q, kt, n, stride, cols, fast);
+            scalar->dot_columns(q, kt, n, stride, cols, ref);
+            CHECK(memcmp(fast, ref, (size_t)cols * sizeof *fast) == 0, "%s scores of %d columns differ", isas[k], cols);
+            free(kt);
+        }
+    }
+}
+
 TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = quill_kernels_for(isas[k]);
