@@ -6,11 +6,11 @@
  *     with scale da = max|x| / 32639, and split exactly into two signed bytes, a = 256·h + l. Sixteen
  *     bits put the activations ~100x closer to their f32 values than the reference's 8-bit ones;
  *   - weights: each sub-block (32 weights; 16 for q6_K) enters the tile unit as its integer codes
- *     (q - 8, q, q, q - 32), unpacked from the mapping, never copied to a wider type;
+ *     (q - 8 for q4_0, q for q8_0, q4_K and q5_K, q - 32 for q6_K), unpacked from the mapping;
  *   - the tile unit computes, per sub-block, Ch = Σ q·h and Cl = Σ q·l in int32: exact;
  *   - then in f32, sub-block after sub-block:  acc_h = fma(Ch, s·256da, acc_h),
  *     acc_l = fma(Cl, s·da, acc_l), with s the sub-block's scale (d, or d·sc for k-quants), and
- *     for q4_K acc_h -= m·(da·Σa) for its minimums; y = acc_h + acc_l.
+ *     for q4_K and q5_K acc_h -= m·(da·Σa) for their minimums; y = acc_h + acc_l.
  * Every step is a function of that row and that token alone: a batch runs on the tile unit (16
  * rows × 32 k × 8 tokens × 2 planes per product, lanes are tokens), one token (decoding) on the
  * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
@@ -37,6 +37,9 @@
 
 /* Width of the sub-blocks that share one scale: one tile product each. */
 static int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
+
+/* q4_K and q5_K: unsigned codes with a minimum per sub-block, value = d·sc·q - dmin·m. */
+static bool has_min(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K; }
 
 /* ---------------------------------------------------------------- activations
  *
@@ -93,8 +96,10 @@ static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, flo
         switch (type) {
         case QUILL_TYPE_Q4_0: s[i] = quill_half_to_float(((const block_q4_0 *)row)[k / 32].d); break;
         case QUILL_TYPE_Q8_0: s[i] = quill_half_to_float(((const block_q8_0 *)row)[k / 32].d); break;
-        case QUILL_TYPE_Q4_K: {
-            const block_q4_K *b = (const block_q4_K *)row + k / 256;
+        case QUILL_TYPE_Q4_K:
+        case QUILL_TYPE_Q5_K: {
+            /* the two share d, dmin and the scales' packing at the start of the block */
+            const block_q4_K *b = (const block_q4_K *)(row + (size_t)(k / 256) * quill_row_size(type, 256));
             uint8_t sc, mn;
             quill_scale_min_k4((int)(k % 256 / 32), b->scales, &sc, &mn);
             s[i] = quill_half_to_float(b->d) * (float)sc;
@@ -127,6 +132,13 @@ static void row_codes(uint32_t type, const uint8_t *row, int64_t k0, int n, int8
             const block_q4_K *b = (const block_q4_K *)row + k / 256;
             int j = (int)(k % 256), chunk = j / 64, l = j % 32;
             q[i] = (int8_t)((j % 64) < 32 ? b->qs[chunk * 32 + l] & 0xF : b->qs[chunk * 32 + l] >> 4);
+            break;
+        }
+        case QUILL_TYPE_Q5_K: {
+            const block_q5_K *b = (const block_q5_K *)row + k / 256;
+            int j = (int)(k % 256), chunk = j / 64, l = j % 32, hi = (j % 64) >= 32;
+            int lo = hi ? b->qs[chunk * 32 + l] >> 4 : b->qs[chunk * 32 + l] & 0xF;
+            q[i] = (int8_t)(lo | ((b->qh[l] >> (2 * chunk + hi)) & 1) << 4);
             break;
         }
         case QUILL_TYPE_Q6_K: {
@@ -173,7 +185,7 @@ void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int6
                     const int64_t blk = i * kb / 32;
                     acc_h = fmaf((float)ch, s[i] * (256.0f * da[blk]), acc_h);
                     acc_l = fmaf((float)cl, s[i] * da[blk], acc_l);
-                    if (type == QUILL_TYPE_Q4_K) {
+                    if (has_min(type)) {
                         acc_h = fmaf(-m[i], sf[blk], acc_h);
                         acc_l = fmaf(-m[i], 0.0f, acc_l);
                     }
@@ -275,7 +287,7 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
 /* ---------------------------------------------------------------- weights into tile rows
  *
  * A chunk: TR rows × CW columns of codes in abuf (slot by slot, see put64), and each sub-block's
- * scales for the TR rows at s[i][TR] (m[i][TR] for q4_K's minimums). Gathers read a row's scales
+ * scales for the TR rows at s[i][TR] (m[i][TR] for the minimums of q4_K and q5_K). Gathers read a row's scales
  * at `idx` (row offsets). */
 
 typedef struct {
@@ -310,8 +322,9 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
         for (int i = 0; i < n_slots; i++) _mm512_store_ps(s[i], gather_half_lo(t, t->w + (size_t)(k0 / 32 + i) * bs));
         break;
     }
-    case QUILL_TYPE_Q4_K: {
-        const uint8_t *b = t->w + (size_t)(k0 / 256) * sizeof(block_q4_K);
+    case QUILL_TYPE_Q4_K:
+    case QUILL_TYPE_Q5_K: { /* the same d, dmin and scales at the start of the block */
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * quill_row_size(t->type, 256);
         const __m512i z = _mm512_setzero_si512();
         __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b, 1);
         __m512i u0 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4, 1);
@@ -372,7 +385,7 @@ static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
     }
 }
 
-/* The bias that makes a type's codes unsigned bytes (q4_K's already are). */
+/* The bias that makes a type's codes unsigned bytes (those of q4_K and q5_K already are). */
 static int code_bias(uint32_t type) {
     switch (type) {
     case QUILL_TYPE_Q4_0: return 8;
@@ -410,6 +423,17 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
         const block_q4_K *b = (const block_q4_K *)row + k / 256;
         const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + k % 256 / 2)));
         return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), low);
+    }
+    case QUILL_TYPE_Q5_K: {
+        /* as q4_K, plus bit 2c (low nibbles) or 2c + 1 (high nibbles) of qh as the fifth bit */
+        const block_q5_K *b = (const block_q5_K *)row + k / 256;
+        const int c = (int)(k % 256) / 64;
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + k % 256 / 2)));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+        const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), low);
+        const __m512i sh = _mm512_set_epi64(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c);
+        const __m512i bit = _mm512_and_si512(_mm512_srlv_epi64(qh, sh), _mm512_set1_epi8(1));
+        return _mm512_or_si512(lo, _mm512_slli_epi16(bit, 4));
     }
     default: {
         /* q6_K: columns 0-63 of a 128-half take the low nibbles of ql, 64-127 the high, and two
@@ -610,7 +634,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
                 else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
-                if (kb == 32 && type != QUILL_TYPE_Q4_K) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
+                if (kb == 32 && !has_min(type)) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
                 else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
@@ -630,7 +654,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                     const __m512 s = _mm512_load_ps(sbuf[slot]);
                     acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ch), _mm512_mul_ps(s, _mm512_set1_ps(256.0f * P->da[blk])), acc_h);
                     acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(cl), _mm512_mul_ps(s, _mm512_set1_ps(P->da[blk])), acc_l);
-                    if (type == QUILL_TYPE_Q4_K) {
+                    if (has_min(type)) {
                         const __m512 m = _mm512_load_ps(mbuf[slot]);
                         acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
                         acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
@@ -654,12 +678,14 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
     TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
     TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
+    TYPED_TASK(prefix, impl, q5_K, QUILL_TYPE_Q5_K)                                                  \
     TYPED_TASK(prefix, impl, q6_K, QUILL_TYPE_Q6_K)                                                  \
     static quill_task_fn prefix##_fn(uint32_t type) {                                                \
         switch (type) {                                                                              \
         case QUILL_TYPE_Q4_0: return prefix##_q4_0;                                                  \
         case QUILL_TYPE_Q8_0: return prefix##_q8_0;                                                  \
         case QUILL_TYPE_Q4_K: return prefix##_q4_K;                                                  \
+        case QUILL_TYPE_Q5_K: return prefix##_q5_K;                                                  \
         default: return prefix##_q6_K;                                                               \
         }                                                                                            \
     }
@@ -669,7 +695,7 @@ TYPED_TASKS(decode, decode_impl)
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int kb = slot_width(type);
-    const bool signed_a = type != QUILL_TYPE_Q4_K;
+    const bool signed_a = !has_min(type);
     const acts *A = j->A;
     const int cstride = 64, bstride = 8 * GT;
     tile_config cfg = {.palette = 1};
@@ -738,7 +764,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                             for (int r = 0; r < TR; r++) {
                                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i] + 16 * r)),
                                                          _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), acc[r]);
-                                if (type == QUILL_TYPE_Q4_K) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);
+                                if (has_min(type)) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);
                             }
                         }
 #pragma GCC unroll 16
@@ -816,6 +842,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
 MATMUL_FN(matmul_q4_0, QUILL_TYPE_Q4_0)
 MATMUL_FN(matmul_q8_0, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_q4_K, QUILL_TYPE_Q4_K)
+MATMUL_FN(matmul_q5_K, QUILL_TYPE_Q5_K)
 MATMUL_FN(matmul_q6_K, QUILL_TYPE_Q6_K)
 
 /* ---------------------------------------------------------------- detection */
@@ -839,6 +866,7 @@ static void amx_init(void) {
     amx_table.matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
     amx_table.matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
     amx_table.matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;
+    amx_table.matmul[QUILL_TYPE_Q5_K] = matmul_q5_K;
     amx_table.matmul[QUILL_TYPE_Q6_K] = matmul_q6_K;
     amx_ok = true;
 }
