@@ -246,7 +246,7 @@ static float quantize_block_fast(const float *x, int8_t *h, int8_t *l, int32_t *
 
 /* Quantizes token t (index tg inside group g). */
 static void quantize_token(const acts *A, const float *x, int g, int tg) {
-    const int T = GT;
+    enum { T = GT };
     int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
     float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
     float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
@@ -287,8 +287,8 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
 /* ---------------------------------------------------------------- weights into tile rows
  *
  * A chunk: TR rows × CW columns of codes in abuf (slot by slot, see put64), and each sub-block's
- * scales for the TR rows at s[i][TR] (m[i][TR] for the minimums of q4_K and q5_K). Gathers read a row's scales
- * at `idx` (row offsets). */
+ * scales for the TR rows at s[i][TR] (m[i][TR] for the minimums of q4_K and q5_K). Gathers read
+ * a row's scales at `idx` (row offsets). */
 
 typedef struct {
     uint32_t type;
