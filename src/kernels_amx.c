@@ -6,11 +6,13 @@
  *     with scale da = max|x| / 32639, and split exactly into two signed bytes, a = 256·h + l. Sixteen
  *     bits put the activations ~100x closer to their f32 values than the reference's 8-bit ones;
  *   - weights: each sub-block (32 weights; 16 for q6_K) enters the tile unit as its integer codes
- *     (q - 8 for q4_0, q for q8_0, q4_K and q5_K, q - 32 for q6_K), unpacked from the mapping;
+ *     (q - 8 for q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the others), unpacked from the
+ *     mapping;
  *   - the tile unit computes, per sub-block, Ch = Σ q·h and Cl = Σ q·l in int32: exact;
  *   - then in f32, sub-block after sub-block:  acc_h = fma(Ch, s·256da, acc_h),
  *     acc_l = fma(Cl, s·da, acc_l), with s the sub-block's scale (d, or d·sc for k-quants), and
- *     for q4_K and q5_K acc_h -= m·(da·Σa) for their minimums; y = acc_h + acc_l.
+ *     for the types with minimums (q4_K, q5_K; q4_1, q5_1 add theirs) acc_h -= m·(da·Σa);
+ *     y = acc_h + acc_l.
  * Every step is a function of that row and that token alone: a batch runs on the tile unit (16
  * rows × 32 k × 8 tokens × 2 planes per product, lanes are tokens), one token (decoding) on the
  * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
@@ -38,8 +40,38 @@
 /* Width of the sub-blocks that share one scale: one tile product each. */
 static int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
 
-/* q4_K and q5_K: unsigned codes with a minimum per sub-block, value = d·sc·q - dmin·m. */
-static bool has_min(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K; }
+/* Types whose value subtracts a minimum per sub-block: value = s·q - m (q4_1 and q5_1 add theirs:
+ * there m is the negated block minimum). */
+static bool has_min(uint32_t type) {
+    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q4_1 || type == QUILL_TYPE_Q5_1;
+}
+
+/* The bias that makes a type's codes unsigned bytes (those of q4_K and q5_K already are). */
+static int code_bias(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 8;
+    case QUILL_TYPE_Q5_0: return 16;
+    case QUILL_TYPE_Q8_0: return 128;
+    case QUILL_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+/* The 32-element formats q4_0, q4_1, q5_0, q5_1: where a block keeps its 16 bytes of nibbles,
+ * and where the 5-bit ones keep the 32 fifth bits (0: none). */
+static size_t legacy_qs(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return offsetof(block_q4_0, qs);
+    case QUILL_TYPE_Q4_1: return offsetof(block_q4_1, qs);
+    case QUILL_TYPE_Q5_0: return offsetof(block_q5_0, qs);
+    case QUILL_TYPE_Q5_1: return offsetof(block_q5_1, qs);
+    default: return 0;
+    }
+}
+
+static size_t legacy_qh(uint32_t type) {
+    return type == QUILL_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : type == QUILL_TYPE_Q5_1 ? offsetof(block_q5_1, qh) : 0;
+}
 
 /* ---------------------------------------------------------------- activations
  *
@@ -94,7 +126,19 @@ static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, flo
     for (int i = 0; i < n; i++) {
         int64_t k = k0 + (int64_t)i * slot_width(type);
         switch (type) {
-        case QUILL_TYPE_Q4_0: s[i] = quill_half_to_float(((const block_q4_0 *)row)[k / 32].d); break;
+        case QUILL_TYPE_Q4_0:
+        case QUILL_TYPE_Q4_1:
+        case QUILL_TYPE_Q5_0:
+        case QUILL_TYPE_Q5_1: {
+            /* d first in every block; q4_1 and q5_1 keep their minimum next */
+            const uint8_t *b = row + (size_t)(k / 32) * quill_row_size(type, 32);
+            quill_half d, mn;
+            memcpy(&d, b, 2);
+            memcpy(&mn, b + 2, 2);
+            s[i] = quill_half_to_float(d);
+            if (has_min(type)) m[i] = -quill_half_to_float(mn);
+            break;
+        }
         case QUILL_TYPE_Q8_0: s[i] = quill_half_to_float(((const block_q8_0 *)row)[k / 32].d); break;
         case QUILL_TYPE_Q4_K:
         case QUILL_TYPE_Q5_K: {
@@ -121,10 +165,19 @@ static void row_codes(uint32_t type, const uint8_t *row, int64_t k0, int n, int8
     for (int i = 0; i < n; i++) {
         int64_t k = k0 + i;
         switch (type) {
-        case QUILL_TYPE_Q4_0: {
-            const block_q4_0 *b = (const block_q4_0 *)row + k / 32;
-            int j = (int)(k % 32);
-            q[i] = (int8_t)((j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4) - 8);
+        case QUILL_TYPE_Q4_0:
+        case QUILL_TYPE_Q4_1:
+        case QUILL_TYPE_Q5_0:
+        case QUILL_TYPE_Q5_1: {
+            const uint8_t *b = row + (size_t)(k / 32) * quill_row_size(type, 32);
+            const int j = (int)(k % 32);
+            int v = j < 16 ? b[legacy_qs(type) + j] & 0xF : b[legacy_qs(type) + j - 16] >> 4;
+            if (legacy_qh(type)) {
+                uint32_t qh;
+                memcpy(&qh, b + legacy_qh(type), 4);
+                v |= (int)((qh >> j) & 1) << 4;
+            }
+            q[i] = (int8_t)(v - code_bias(type));
             break;
         }
         case QUILL_TYPE_Q8_0: q[i] = ((const block_q8_0 *)row)[k / 32].qs[k % 32]; break;
@@ -317,9 +370,17 @@ static inline __m512 gather_half_lo(const tile_src *t, const uint8_t *base) {
 static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)[TR], float (*m)[TR]) {
     switch (t->type) {
     case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1:
     case QUILL_TYPE_Q8_0: {
-        const size_t bs = t->type == QUILL_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-        for (int i = 0; i < n_slots; i++) _mm512_store_ps(s[i], gather_half_lo(t, t->w + (size_t)(k0 / 32 + i) * bs));
+        /* d first in every block; q4_1 and q5_1 keep their minimum next (negated: they add it) */
+        const size_t bs = quill_row_size(t->type, 32);
+        for (int i = 0; i < n_slots; i++) {
+            const uint8_t *b = t->w + (size_t)(k0 / 32 + i) * bs;
+            _mm512_store_ps(s[i], gather_half_lo(t, b));
+            if (has_min(t->type)) _mm512_store_ps(m[i], _mm512_sub_ps(_mm512_setzero_ps(), gather_half_lo(t, b + 2)));
+        }
         break;
     }
     case QUILL_TYPE_Q4_K:
@@ -385,15 +446,6 @@ static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
     }
 }
 
-/* The bias that makes a type's codes unsigned bytes (those of q4_K and q5_K already are). */
-static int code_bias(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return 8;
-    case QUILL_TYPE_Q8_0: return 128;
-    case QUILL_TYPE_Q6_K: return 32;
-    default: return 0;
-    }
-}
 
 /* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
  * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
@@ -401,16 +453,33 @@ static int code_bias(uint32_t type) {
 static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, const uint8_t *row, int64_t k, bool half) {
     const __m512i low = _mm512_set1_epi8(0x0F);
     switch (type) {
-    case QUILL_TYPE_Q4_0: {
-        /* bytes j of both 16-byte nibble arrays to positions j and 16 + j of each 32-byte half,
-         * then the upper 16 of each half take the high nibble */
-        const __m512i perm = _mm512_set_epi8(
-            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25,
-            24, 23, 22, 21, 20, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 17, 16, 15, 14, 13, 12, 11, 10,
-            9, 8, 7, 6, 5, 4, 3, 2);
-        __m512i v = _mm512_maskz_loadu_epi8(half ? 0x3FFFFull : 0xFFFFFFFFFull, row + (size_t)(k / 32) * sizeof(block_q4_0));
-        v = _mm512_permutexvar_epi8(perm, v);
-        return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), low);
+    case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1: {
+        /* two blocks: byte j of each 16-byte nibble array to positions j and 16 + j of that block's
+         * 32-byte half, then the upper 16 of each half take the high nibble; the 5-bit formats
+         * add their fifth bits, bit j of qh for element j */
+        const int bs = (int)quill_row_size(type, 32), qs = (int)legacy_qs(type);
+        const __m512i lane = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46,
+                                             45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
+                                             27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9,
+                                             8, 7, 6, 5, 4, 3, 2, 1, 0);
+        /* index of lane i: (i / 32) * bs + qs + i % 16 */
+        const __m512i idx = _mm512_add_epi8(
+            _mm512_add_epi8(_mm512_and_si512(lane, _mm512_set1_epi8(15)), _mm512_set1_epi8((char)qs)),
+            _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_setzero_si512(), _mm512_set1_epi8((char)bs)));
+        const uint8_t *b = row + (size_t)(k / 32) * (size_t)bs;
+        const __mmask64 bytes = half ? ((__mmask64)1 << bs) - 1 : ((__mmask64)1 << (2 * bs)) - 1;
+        __m512i v = _mm512_permutexvar_epi8(idx, _mm512_maskz_loadu_epi8(bytes, b));
+        v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), low);
+        if (legacy_qh(type)) {
+            uint32_t h0, h1 = 0;
+            memcpy(&h0, b + legacy_qh(type), 4);
+            if (!half) memcpy(&h1, b + bs + legacy_qh(type), 4);
+            v = _mm512_or_si512(v, _mm512_maskz_set1_epi8((__mmask64)h0 | (__mmask64)h1 << 32, 0x10));
+        }
+        return v;
     }
     case QUILL_TYPE_Q8_0: {
         const block_q8_0 *b = (const block_q8_0 *)row + k / 32;
@@ -634,7 +703,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
                 else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
-                if (kb == 32 && !has_min(type)) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
+                if (quill_type_traits_of(type)->block_size == 32) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
                 else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
@@ -676,6 +745,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     }
 #define TYPED_TASKS(prefix, impl)                                                                    \
     TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
+    TYPED_TASK(prefix, impl, q4_1, QUILL_TYPE_Q4_1)                                                  \
+    TYPED_TASK(prefix, impl, q5_0, QUILL_TYPE_Q5_0)                                                  \
+    TYPED_TASK(prefix, impl, q5_1, QUILL_TYPE_Q5_1)                                                  \
     TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
     TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
     TYPED_TASK(prefix, impl, q5_K, QUILL_TYPE_Q5_K)                                                  \
@@ -683,6 +755,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     static quill_task_fn prefix##_fn(uint32_t type) {                                                \
         switch (type) {                                                                              \
         case QUILL_TYPE_Q4_0: return prefix##_q4_0;                                                  \
+        case QUILL_TYPE_Q4_1: return prefix##_q4_1;                                                  \
+        case QUILL_TYPE_Q5_0: return prefix##_q5_0;                                                  \
+        case QUILL_TYPE_Q5_1: return prefix##_q5_1;                                                  \
         case QUILL_TYPE_Q8_0: return prefix##_q8_0;                                                  \
         case QUILL_TYPE_Q4_K: return prefix##_q4_K;                                                  \
         case QUILL_TYPE_Q5_K: return prefix##_q5_K;                                                  \
@@ -695,7 +770,7 @@ TYPED_TASKS(decode, decode_impl)
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int kb = slot_width(type);
-    const bool signed_a = !has_min(type);
+    const bool signed_a = code_bias(type) != 0;
     const acts *A = j->A;
     const int cstride = 64, bstride = 8 * GT;
     tile_config cfg = {.palette = 1};
@@ -840,6 +915,9 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
         amx_matmul(type, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);                      \
     }
 MATMUL_FN(matmul_q4_0, QUILL_TYPE_Q4_0)
+MATMUL_FN(matmul_q4_1, QUILL_TYPE_Q4_1)
+MATMUL_FN(matmul_q5_0, QUILL_TYPE_Q5_0)
+MATMUL_FN(matmul_q5_1, QUILL_TYPE_Q5_1)
 MATMUL_FN(matmul_q8_0, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_q4_K, QUILL_TYPE_Q4_K)
 MATMUL_FN(matmul_q5_K, QUILL_TYPE_Q5_K)
@@ -864,6 +942,9 @@ static void amx_init(void) {
     amx_table.isa = "amx";
     amx_table.matmul_scratch = amx_scratch;
     amx_table.matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
+    amx_table.matmul[QUILL_TYPE_Q4_1] = matmul_q4_1;
+    amx_table.matmul[QUILL_TYPE_Q5_0] = matmul_q5_0;
+    amx_table.matmul[QUILL_TYPE_Q5_1] = matmul_q5_1;
     amx_table.matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
     amx_table.matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;
     amx_table.matmul[QUILL_TYPE_Q5_K] = matmul_q5_K;

@@ -21,7 +21,8 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
 
-static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0, QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q6_K};
+static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_1, QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1,
+                                     QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q6_K};
 #define N_TYPES (sizeof amx_types / sizeof amx_types[0])
 
 /* Random valid rows: random bytes, then a finite moderate half scale (and min) in every block. */
@@ -35,7 +36,8 @@ static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t 
         uint8_t *blk = w + b * tr->type_size;
         uint16_t h1 = quill_f32_to_f16(rndf() * 0.05f), h2 = quill_f32_to_f16(rndf() * 0.05f);
         switch (type) {
-        case QUILL_TYPE_Q4_0: case QUILL_TYPE_Q8_0: memcpy(blk, &h1, 2); break;
+        case QUILL_TYPE_Q4_0: case QUILL_TYPE_Q8_0: case QUILL_TYPE_Q5_0: memcpy(blk, &h1, 2); break;
+        case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
         default: break;
