@@ -46,7 +46,7 @@ static bool has_min(uint32_t type) {
     return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q4_1 || type == QUILL_TYPE_Q5_1;
 }
 
-/* The bias that makes a type's codes unsigned bytes (those of q4_K and q5_K already are). */
+/* The bias that makes a type's codes unsigned bytes (0 when they already are). */
 static int code_bias(uint32_t type) {
     switch (type) {
     case QUILL_TYPE_Q4_0: return 8;
@@ -340,7 +340,7 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
 /* ---------------------------------------------------------------- weights into tile rows
  *
  * A chunk: TR rows × CW columns of codes in abuf (slot by slot, see put64), and each sub-block's
- * scales for the TR rows at s[i][TR] (m[i][TR] for the minimums of q4_K and q5_K). Gathers read
+ * scales for the TR rows at s[i][TR] (m[i][TR] for the types with minimums). Gathers read
  * a row's scales at `idx` (row offsets). */
 
 typedef struct {
