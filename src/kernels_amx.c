@@ -69,6 +69,25 @@ static size_t legacy_qs(uint32_t type) {
     }
 }
 
+/* Bytes of one block (32 elements, or 256 for the k-quants): constants the compiler folds into
+ * the unpacking loops, unlike a call to quill_row_size. */
+static inline size_t block_bytes(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return sizeof(block_q4_0);
+    case QUILL_TYPE_Q4_1: return sizeof(block_q4_1);
+    case QUILL_TYPE_Q5_0: return sizeof(block_q5_0);
+    case QUILL_TYPE_Q5_1: return sizeof(block_q5_1);
+    case QUILL_TYPE_Q8_0: return sizeof(block_q8_0);
+    case QUILL_TYPE_Q4_K: return sizeof(block_q4_K);
+    case QUILL_TYPE_Q5_K: return sizeof(block_q5_K);
+    default: return sizeof(block_q6_K);
+    }
+}
+
+static inline bool is_kquant(uint32_t type) {
+    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
+}
+
 static size_t legacy_qh(uint32_t type) {
     return type == QUILL_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : type == QUILL_TYPE_Q5_1 ? offsetof(block_q5_1, qh) : 0;
 }
@@ -131,7 +150,7 @@ static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, flo
         case QUILL_TYPE_Q5_0:
         case QUILL_TYPE_Q5_1: {
             /* d first in every block; q4_1 and q5_1 keep their minimum next */
-            const uint8_t *b = row + (size_t)(k / 32) * quill_row_size(type, 32);
+            const uint8_t *b = row + (size_t)(k / 32) * block_bytes(type);
             quill_half d, mn;
             memcpy(&d, b, 2);
             memcpy(&mn, b + 2, 2);
@@ -143,7 +162,7 @@ static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, flo
         case QUILL_TYPE_Q4_K:
         case QUILL_TYPE_Q5_K: {
             /* the two share d, dmin and the scales' packing at the start of the block */
-            const block_q4_K *b = (const block_q4_K *)(row + (size_t)(k / 256) * quill_row_size(type, 256));
+            const block_q4_K *b = (const block_q4_K *)(row + (size_t)(k / 256) * block_bytes(type));
             uint8_t sc, mn;
             quill_scale_min_k4((int)(k % 256 / 32), b->scales, &sc, &mn);
             s[i] = quill_half_to_float(b->d) * (float)sc;
@@ -169,7 +188,7 @@ static void row_codes(uint32_t type, const uint8_t *row, int64_t k0, int n, int8
         case QUILL_TYPE_Q4_1:
         case QUILL_TYPE_Q5_0:
         case QUILL_TYPE_Q5_1: {
-            const uint8_t *b = row + (size_t)(k / 32) * quill_row_size(type, 32);
+            const uint8_t *b = row + (size_t)(k / 32) * block_bytes(type);
             const int j = (int)(k % 32);
             int v = j < 16 ? b[legacy_qs(type) + j] & 0xF : b[legacy_qs(type) + j - 16] >> 4;
             if (legacy_qh(type)) {
@@ -375,7 +394,7 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     case QUILL_TYPE_Q5_1:
     case QUILL_TYPE_Q8_0: {
         /* d first in every block; q4_1 and q5_1 keep their minimum next (negated: they add it) */
-        const size_t bs = quill_row_size(t->type, 32);
+        const size_t bs = block_bytes(t->type);
         for (int i = 0; i < n_slots; i++) {
             const uint8_t *b = t->w + (size_t)(k0 / 32 + i) * bs;
             _mm512_store_ps(s[i], gather_half_lo(t, b));
@@ -385,7 +404,7 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     }
     case QUILL_TYPE_Q4_K:
     case QUILL_TYPE_Q5_K: { /* the same d, dmin and scales at the start of the block */
-        const uint8_t *b = t->w + (size_t)(k0 / 256) * quill_row_size(t->type, 256);
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * block_bytes(t->type);
         const __m512i z = _mm512_setzero_si512();
         __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b, 1);
         __m512i u0 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4, 1);
@@ -447,6 +466,22 @@ static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
 }
 
 
+/* vpermb indices of the 32-element formats (q4_0, q4_1, q5_0, q5_1): lane i takes byte
+ * (i / 32) * block + qs + i % 16 of two consecutive blocks. */
+static _Alignas(64) const uint8_t legacy_perm[4][64] = {
+    {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+     16, 17, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 20, 21, 22, 23, 24, 25, 26, 27,
+     28, 29, 30, 31, 32, 33, 34, 35},
+    {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+     17, 18, 19, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 24, 25, 26, 27, 28, 29, 30,
+     31, 32, 33, 34, 35, 36, 37, 38, 39},
+    {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+     18, 19, 20, 21, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 28, 29, 30, 31, 32, 33,
+     34, 35, 36, 37, 38, 39, 40, 41, 42, 43},
+    {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+     19, 20, 21, 22, 23, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 32, 33, 34, 35, 36,
+     37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47}};
+
 /* Unsigned codes q + bias of one row's 64 columns from column k (a multiple of 64; with `half`,
  * the last 32 columns of a row of 32-blocks, and the upper half of the result is not used),
  * unpacked in registers. */
@@ -460,15 +495,9 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
         /* two blocks: byte j of each 16-byte nibble array to positions j and 16 + j of that block's
          * 32-byte half, then the upper 16 of each half take the high nibble; the 5-bit formats
          * add their fifth bits, bit j of qh for element j */
-        const int bs = (int)quill_row_size(type, 32), qs = (int)legacy_qs(type);
-        const __m512i lane = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46,
-                                             45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28,
-                                             27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9,
-                                             8, 7, 6, 5, 4, 3, 2, 1, 0);
-        /* index of lane i: (i / 32) * bs + qs + i % 16 */
-        const __m512i idx = _mm512_add_epi8(
-            _mm512_add_epi8(_mm512_and_si512(lane, _mm512_set1_epi8(15)), _mm512_set1_epi8((char)qs)),
-            _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_setzero_si512(), _mm512_set1_epi8((char)bs)));
+        const int bs = (int)block_bytes(type);
+        const int which = type == QUILL_TYPE_Q4_0 ? 0 : type == QUILL_TYPE_Q4_1 ? 1 : type == QUILL_TYPE_Q5_0 ? 2 : 3;
+        const __m512i idx = _mm512_load_si512(legacy_perm[which]);
         const uint8_t *b = row + (size_t)(k / 32) * (size_t)bs;
         const __mmask64 bytes = half ? ((__mmask64)1 << bs) - 1 : ((__mmask64)1 << (2 * bs)) - 1;
         __m512i v = _mm512_permutexvar_epi8(idx, _mm512_maskz_loadu_epi8(bytes, b));
@@ -581,7 +610,8 @@ typedef struct {
  * [k0, k0 + cw) of the next row tile while this one is computed. */
 static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
                                                                      int cw) {
-    const size_t from = quill_row_size(type, k0), to = quill_row_size(type, k0 + cw);
+    const int per = is_kquant(type) ? 256 : 32;
+    const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw) / per) * block_bytes(type);
     const uint8_t *next = src->w + TR * src->row_bytes;
     for (int r = 0; r < TR; r++)
         for (size_t o = from & ~(size_t)63; o < to; o += 64)
@@ -703,7 +733,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
                 else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
-                if (quill_type_traits_of(type)->block_size == 32) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
+                if (!is_kquant(type)) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
                 else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
                 const int64_t q0 = (k0 + c) / 16; /* first quarter */
                 const int n_q = cw - c >= 64 ? 4 : 2;
