@@ -4,6 +4,7 @@
 #define QUILL_TEST_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,5 +54,15 @@ const char *quill_bin(void);
 const char *tmp_dir(void);
 /* Runs a shell command, capturing stdout (and stderr when merge_stderr); returns the exit status. */
 int run_cmd(const char *cmd, char **out, bool merge_stderr);
+
+/* Reproducible random test data: xorshift64 over a state each file seeds itself. */
+static inline uint32_t test_rand(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 16);
+}
+/* Uniform in [-1, 1). */
+static inline float test_randf(uint64_t *state) { return (float)((double)test_rand(state) / 4294967296.0 * 2.0 - 1.0); }
 
 #endif

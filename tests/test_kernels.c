@@ -11,13 +11,8 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
+static uint32_t rnd(void) { return test_rand(&rng_state); }
+static float rndf(void) { return test_randf(&rng_state); }
 
 /* Random but valid blocks: random bytes everywhere, then finite, moderate half scales. */
 static void random_row(uint32_t type, uint8_t *row, int64_t n) {

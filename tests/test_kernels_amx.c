@@ -13,13 +13,8 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rndf(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
+static uint32_t rnd(void) { return test_rand(&rng_state); }
+static float rndf(void) { return test_randf(&rng_state); }
 
 static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_1, QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1,
                                      QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q6_K};
