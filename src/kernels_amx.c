@@ -638,22 +638,135 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
 
 typedef struct {
     int8_t *h, *l;         /* byte planes of the codes, column order */
-    int32_t *sh, *sl;      /* their sums per 16 columns */
+    __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
+    int32_t *sh, *sl;      /* sums of h and l per 16 columns */
     float *da, *sf;        /* per block of 32: scale, da·Σa */
 } planes;
 
-static size_t planes_bytes(int64_t cols) { return (size_t)cols * 2 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 8 + 256; }
+static size_t planes_bytes(int64_t cols) {
+    return (size_t)cols * 10 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 8 + 64;
+}
+
+/* The planes of one token in scratch (64-byte aligned). */
+static planes planes_at(void *scratch, int64_t cols) {
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    planes P;
+    P.hx = (__m512i *)base;
+    P.lx = P.hx + cols / 16;
+    P.sh = (int32_t *)(P.lx + cols / 16);
+    P.sl = P.sh + cols / 16;
+    P.da = (float *)(P.sl + cols / 16);
+    P.sf = P.da + cols / 32;
+    P.h = (int8_t *)(P.sf + cols / 32);
+    P.l = P.h + cols;
+    return P;
+}
 
 static void quantize_planes(const float *x, int64_t cols, const planes *P) {
     for (int64_t blk = 0; blk < cols / 32; blk++) {
+        int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
         int32_t sum, sh[2], sl[2];
-        P->da[blk] = quantize_block_fast(x + blk * 32, P->h + blk * 32, P->l + blk * 32, &sum, sh, sl);
+        P->da[blk] = quantize_block_fast(x + blk * 32, h, l, &sum, sh, sl);
         P->sf[blk] = P->da[blk] * (float)sum;
-        for (int q = 0; q < 2; q++) P->sh[blk * 2 + q] = sh[q], P->sl[blk * 2 + q] = sl[q];
+        for (int q = 0; q < 2; q++) {
+            P->sh[blk * 2 + q] = sh[q], P->sl[blk * 2 + q] = sl[q];
+            P->hx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(h + 16 * q)));
+            P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
+        }
     }
 }
 
-/* The reduction of sixteen rows' lane sums (16 lanes of 4 products each, over 64 columns) to
+/* Decoding works on four rows at a time in one register, each row in its own 128-bit lane
+ * (16 codes): vpdpbusd then adds, per lane, 4 products of one row, and a 32-column sub-block
+ * leaves 4 lane sums per row to add up instead of 16, so reducing sixteen rows to "rows in
+ * lanes" costs 9 instructions per sub-block and plane. Register j (0..3) holds rows j, j+4, j+8
+ * and j+12: with that order the reduction below ends with row r in lane r. */
+static inline __attribute__((always_inline)) __m512i load4(const uint8_t *const rp[TR], int j, size_t off) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[j] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[j + 4] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[j + 8] + off)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rp[j + 12] + off)), 3);
+}
+
+/* Lane sums of registers 0..3 (rows as above) to one sum per row, row r in lane r. Integer sums:
+ * any order is exact. */
+static inline __attribute__((always_inline)) __m512i reduce4(const __m512i a[4]) {
+    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+/* Adds 16 to the codes whose fifth bit is set, for the 32-element 5-bit formats: each lane's
+ * first 4 bytes hold its row's qh, bit i for element i; elements 0-15 are part 0, 16-31 part 1. */
+static inline __attribute__((always_inline)) void add_fifth_bits(__m512i qh, __m512i *p0, __m512i *p1) {
+    const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll), sixteen = _mm512_set1_epi8(16);
+    const __m512i spread0 = _mm512_set_epi64(0x0101010101010101ll, 0, 0x0101010101010101ll, 0, 0x0101010101010101ll, 0,
+                                             0x0101010101010101ll, 0);
+    const __m512i spread1 = _mm512_add_epi8(spread0, _mm512_set1_epi8(2));
+    *p0 = _mm512_mask_add_epi8(*p0, _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread0), bit), *p0, sixteen);
+    *p1 = _mm512_mask_add_epi8(*p1, _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread1), bit), *p1, sixteen);
+}
+
+/* Columns per step of the decoding loop: 64 for q4_K and q5_K, whose bytes hold two sub-blocks'
+ * codes 32 columns apart (and q6_K, see below), 32 for the others. */
+static inline int window_width(uint32_t type) { return is_kquant(type) ? 64 : 32; }
+
+/* Unsigned codes q + bias of rows j, j+4, j+8, j+12 (see load4) for the window_width(type)
+ * columns from column k, as parts of 16 columns in column order. */
+static inline __attribute__((always_inline)) void window_codes(uint32_t type, const uint8_t *const rp[TR], int j,
+                                                                int64_t k, __m512i part[4]) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    switch (type) {
+    case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1: {
+        /* 16 bytes of nibbles: element i low in byte i, element 16 + i high */
+        const size_t at = (size_t)(k / 32) * block_bytes(type);
+        const __m512i raw = load4(rp, j, at + legacy_qs(type));
+        part[0] = _mm512_and_si512(raw, low);
+        part[1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        if (legacy_qh(type)) add_fifth_bits(load4(rp, j, at + legacy_qh(type)), &part[0], &part[1]);
+        break;
+    }
+    case QUILL_TYPE_Q8_0: {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        const size_t at = (size_t)(k / 32) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+        part[0] = _mm512_xor_si512(load4(rp, j, at), flip);
+        part[1] = _mm512_xor_si512(load4(rp, j, at + 16), flip);
+        break;
+    }
+    case QUILL_TYPE_Q4_K:
+    case QUILL_TYPE_Q5_K: {
+        /* 32 bytes per 64 columns: sub-block 2c in the low nibbles, 2c + 1 in the high ones; q5_K
+         * adds bit 2c or 2c + 1 of qh[l] for element l of the sub-block */
+        const size_t at = (size_t)(k / 256) * block_bytes(type);
+        const int c = (int)(k % 256) / 64;
+        const size_t qs = type == QUILL_TYPE_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs);
+        for (int i = 0; i < 2; i++) {
+            const __m512i raw = load4(rp, j, at + qs + 32 * (size_t)c + 16 * (size_t)i);
+            part[i] = _mm512_and_si512(raw, low);
+            part[2 + i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            if (type == QUILL_TYPE_Q5_K) {
+                const __m512i qh = load4(rp, j, at + offsetof(block_q5_K, qh) + 16 * (size_t)i);
+                const __m512i sixteen = _mm512_set1_epi8(16);
+                part[i] = _mm512_mask_add_epi8(part[i], _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << (2 * c)))),
+                                               part[i], sixteen);
+                part[2 + i] = _mm512_mask_add_epi8(
+                    part[2 + i], _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << (2 * c + 1)))), part[2 + i], sixteen);
+            }
+        }
+        break;
+    }
+    default: break; /* q6_K: see row_sums */
+    }
+}
+
+/* q6_K decodes one row per register instead: a register holds a row's 64 codes in column order
+ * (codes64), whose 128-bit lanes are its four 16-column sub-blocks, so its codes need no
+ * transposing, and a sub-block of 16 leaves as many lane sums to add either way.
+ *
+ * The reduction of sixteen rows' lane sums (16 lanes of 4 products each, over 64 columns) to
  * sums per quarter (16 columns) with rows in lanes, Q[q][r]: rows are paired (2p, 2p+1) and their
  * lanes interleaved and added, then pairs of pairs; s2[p] then holds in its 128-bit lane q the
  * quarter-q sums of rows 4p..4p+3, and a 4x4 transpose of those lanes gives Q. Integer sums:
@@ -699,6 +812,7 @@ static inline __attribute__((always_inline)) void group_sums(uint32_t type, cons
     quarters(s2l, Ql);
 }
 
+
 typedef struct {
     uint32_t type;
     const uint8_t *w;
@@ -708,9 +822,38 @@ typedef struct {
     float *y;
 } decode_job;
 
+/* Exact sums Σu·h and Σu·l (u the unsigned codes) of the 16 rows of rp over each slot of the
+ * window_width(type) columns from k, rows in lanes: ch[s], cl[s] for slot s. */
+static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const uint8_t *const rp[TR], int64_t k,
+                                                            const planes *P, __m512i ch[4], __m512i cl[4]) {
+    const int parts_per_slot = slot_width(type) / 16, n_slots = window_width(type) / slot_width(type);
+    if (type == QUILL_TYPE_Q6_K) {
+        const __m512i H = _mm512_loadu_si512(P->h + k), L = _mm512_loadu_si512(P->l + k);
+        group_sums(type, rp, k, false, H, L, ch, cl);
+        return;
+    }
+    const __m512i *hx = P->hx + k / 16, *lx = P->lx + k / 16;
+    __m512i sh[2][4], sl[2][4]; /* [slot][register] lane sums */
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512i part[4];
+        window_codes(type, rp, r, k, part);
+        const __m512i z = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int s = 0; s < n_slots; s++) {
+            const int p = s * parts_per_slot;
+            sh[s][r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, part[p], hx[p]), part[p + 1], hx[p + 1]);
+            sl[s][r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, part[p], lx[p]), part[p + 1], lx[p + 1]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int s = 0; s < n_slots; s++) ch[s] = reduce4(sh[s]), cl[s] = reduce4(sl[s]);
+}
+
 static inline __attribute__((always_inline)) void decode_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                               uint32_t type) {
     const int kb = slot_width(type), bias = code_bias(type);
+    const int width = window_width(type), n_slots = width / kb;
     const planes *P = j->P;
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
@@ -724,35 +867,25 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             prefetch_next_tile(&src, type, k0, cw);
-            for (int c = 0; c < cw; c += 64) {
-                /* a last group of 32 columns reads zeros for the missing half */
-                const bool half = cw - c < 64;
-                const __mmask64 live = half ? 0xFFFFFFFFull : ~(__mmask64)0;
-                const __m512i H = _mm512_maskz_loadu_epi8(live, P->h + k0 + c), L = _mm512_maskz_loadu_epi8(live, P->l + k0 + c);
-                __m512i Qh[4], Ql[4];
-                if (half) group_sums(type, rp, k0 + c, true, H, L, Qh, Ql);
-                else group_sums(type, rp, k0 + c, false, H, L, Qh, Ql);
+            for (int c = 0; c < cw; c += width) {
+                const int64_t k = k0 + c;
+                __m512i ch[4], cl[4];
+                lane_sums(type, rp, k, P, ch, cl);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
-                if (!is_kquant(type)) unpack_scales(&src, k0 + c, half ? 1 : 2, sbuf + c / 32, mbuf + c / 32);
+                if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
                 else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
-                const int64_t q0 = (k0 + c) / 16; /* first quarter */
-                const int n_q = cw - c >= 64 ? 4 : 2;
-                for (int q = 0; q < n_q; q += kb / 16) {
-                    __m512i ch = Qh[q], cl = Ql[q];
-                    int32_t sh = P->sh[q0 + q], sl = P->sl[q0 + q];
-                    if (kb == 32) {
-                        ch = _mm512_add_epi32(ch, Qh[q + 1]);
-                        cl = _mm512_add_epi32(cl, Ql[q + 1]);
-                        sh += P->sh[q0 + q + 1];
-                        sl += P->sl[q0 + q + 1];
-                    }
-                    ch = _mm512_sub_epi32(ch, _mm512_set1_epi32(bias * sh));
-                    cl = _mm512_sub_epi32(cl, _mm512_set1_epi32(bias * sl));
-                    const int slot = (int)((c + q * 16) / kb);
-                    const int64_t blk = (q0 + q) / 2;
-                    const __m512 s = _mm512_load_ps(sbuf[slot]);
-                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ch), _mm512_mul_ps(s, _mm512_set1_ps(256.0f * P->da[blk])), acc_h);
-                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(cl), _mm512_mul_ps(s, _mm512_set1_ps(P->da[blk])), acc_l);
+#pragma GCC unroll 4
+                for (int s = 0; s < n_slots; s++) {
+                    const int64_t q0 = (k + s * kb) / 16; /* first 16 columns of the slot */
+                    int32_t bh = P->sh[q0], bl = P->sl[q0];
+                    if (kb == 32) bh += P->sh[q0 + 1], bl += P->sl[q0 + 1];
+                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(bias * bh));
+                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(bias * bl));
+                    const int slot = (c + s * kb) / kb;
+                    const int64_t blk = q0 / 2;
+                    const __m512 sc = _mm512_load_ps(sbuf[slot]);
+                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(256.0f * P->da[blk])), acc_h);
+                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc_l);
                     if (has_min(type)) {
                         const __m512 m = _mm512_load_ps(mbuf[slot]);
                         acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
@@ -916,11 +1049,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     const int64_t n_tiles = (rows + TR - 1) / TR;
     int64_t grain = n_tiles / (n_threads * 4);
     if (n_tok == 1) {
-        uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-        planes P = {(int8_t *)base, (int8_t *)base + cols, (int32_t *)(base + 2 * cols), NULL, NULL, NULL};
-        P.sl = P.sh + cols / 16;
-        P.da = (float *)(P.sl + cols / 16);
-        P.sf = P.da + cols / 32;
+        const planes P = planes_at(scratch, cols);
         quantize_planes(x, cols, &P);
         decode_job dj = {type, w, row_bytes, rows, cols, &P, y};
         run(pool, decode_fn(type), &dj, n_tiles, grain < 1 ? 1 : grain);
