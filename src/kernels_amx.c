@@ -607,13 +607,13 @@ typedef struct {
     } while (0)
 
 /* Reading 16 rows a little at a time defeats the hardware prefetchers: fetch the same columns
- * [k0, k0 + cw) of the next row tile while this one is computed. */
-static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
-                                                                     int cw) {
+ * [k0, k0 + cw) of rows [ra, rb) of the next row tile while this one is computed. */
+static inline __attribute__((always_inline)) void prefetch_next_rows(const tile_src *src, uint32_t type, int64_t k0,
+                                                                     int cw, int ra, int rb) {
     const int per = is_kquant(type) ? 256 : 32;
     const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw) / per) * block_bytes(type);
     const uint8_t *next = src->w + TR * src->row_bytes;
-    for (int r = 0; r < TR; r++)
+    for (int r = ra; r < rb; r++)
         for (size_t o = from & ~(size_t)63; o < to; o += 64)
             _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
 }
@@ -622,7 +622,7 @@ static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_
 static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
                                                              int kb, bool direct, int8_t *abuf, float (*s)[TR],
                                                              float (*m)[TR]) {
-    prefetch_next_tile(src, type, k0, cw);
+    prefetch_next_rows(src, type, k0, cw, 0, TR);
     if (!direct)
         for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
     unpack_scales(src, k0, cw / kb, s, m);
@@ -866,9 +866,12 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
-            prefetch_next_tile(&src, type, k0, cw);
             for (int c = 0; c < cw; c += width) {
                 const int64_t k = k0 + c;
+                /* a few rows' prefetches per step: a burst of them all would stall on the line
+                 * fill buffers (~10% slower on q4_0 and q8_0 here) */
+                const int n_steps = cw / width, step = c / width;
+                prefetch_next_rows(&src, type, k0, cw, TR * step / n_steps, TR * (step + 1) / n_steps);
                 __m512i ch[4], cl[4];
                 lane_sums(type, rp, k, P, ch, cl);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
