@@ -855,6 +855,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
     const int kb = slot_width(type), bias = code_bias(type);
     const int width = window_width(type), n_slots = width / kb;
     const planes *P = j->P;
+    const int64_t n_steps = (j->cols + width - 1) / width;
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
@@ -868,10 +869,15 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             for (int c = 0; c < cw; c += width) {
                 const int64_t k = k0 + c;
-                /* a few rows' prefetches per step: a burst of them all would stall on the line
-                 * fill buffers (~10% slower on q4_0 and q8_0 here) */
-                const int n_steps = cw / width, step = c / width;
-                prefetch_next_rows(&src, type, k0, cw, TR * step / n_steps, TR * (step + 1) / n_steps);
+                /* The tile two ahead is one contiguous range of memory: each step prefetches its
+                 * share of it in address order, which the hardware prefetchers follow, and a few
+                 * lines at a time, where a burst would stall on the line fill buffers (measured
+                 * 8-19% faster than a burst per chunk of the next tile's rows). */
+                const size_t tile_bytes = TR * j->row_bytes;
+                const size_t from = tile_bytes * (size_t)(k / width) / (size_t)n_steps;
+                const size_t to = tile_bytes * (size_t)(k / width + 1) / (size_t)n_steps;
+                for (size_t o = from & ~(size_t)63; o < to; o += 64)
+                    _mm_prefetch((const char *)(src.w + 2 * tile_bytes + o), _MM_HINT_T0);
                 __m512i ch[4], cl[4];
                 lane_sums(type, rp, k, P, ch, cl);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
