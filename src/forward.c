@@ -93,35 +93,44 @@ typedef struct {
     int layer, n_tok;
 } attn_job;
 
-/* One item = one (token, head): causal softmax attention over the cached positions. */
+/* Floats between two heads' scores: the context rounded up to a multiple of 16 (64 bytes). */
+static int64_t score_stride(int n_ctx) { return ((int64_t)n_ctx + 15) / 16 * 16; }
+
+/* One item = one (token, KV head): causal softmax attention over the cached positions for the
+ * query heads that share that KV head, which the kernels take together to reuse each key and
+ * value they load. */
 static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const attn_job *j = arg;
     quill_context *c = j->c;
     const quill_hparams *hp = c->hp;
     const int64_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
-    const int64_t group = hp->n_head / hp->n_head_kv;
+    const int group = (int)(hp->n_head / hp->n_head_kv);
     const float scale = (float)(1.0 / sqrt((double)hd));
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    const int64_t sstride = score_stride(c->n_ctx);
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][dim][pos] */
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     for (int64_t item = i0; item < i1; item++) {
-        int64_t t = item / hp->n_head, h = item % hp->n_head, kvh = h / group;
-        int n_keys = c->pos + (int)t + 1;
-        const float *q = c->q + t * q_dim + h * hd;
-        c->kern->dot_columns(q, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores);
-        float max = -INFINITY;
-        for (int p = 0; p < n_keys; p++) {
-            scores[p] *= scale;
-            if (scores[p] > max) max = scores[p];
+        const int64_t t = item / hp->n_head_kv, kvh = item % hp->n_head_kv, h0 = kvh * group;
+        const int n_keys = c->pos + (int)t + 1;
+        const float *q = c->q + t * q_dim + h0 * hd;
+        c->kern->dot_columns(q, hd, group, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores, sstride);
+        for (int g = 0; g < group; g++) {
+            float *sc = scores + g * sstride;
+            float max = -INFINITY;
+            for (int p = 0; p < n_keys; p++) {
+                sc[p] *= scale;
+                if (sc[p] > max) max = sc[p];
+            }
+            double sum = 0;
+            for (int p = 0; p < n_keys; p++) {
+                sc[p] = expf(sc[p] - max);
+                sum += sc[p];
+            }
+            float inv = (float)(1.0 / sum);
+            for (int p = 0; p < n_keys; p++) sc[p] *= inv;
         }
-        double sum = 0;
-        for (int p = 0; p < n_keys; p++) {
-            scores[p] = expf(scores[p] - max);
-            sum += scores[p];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int p = 0; p < n_keys; p++) scores[p] *= inv;
-        c->kern->weighted_sum(scores, vc + kvh * hd, n_keys, kv_dim, hd, c->att + t * q_dim + h * hd);
+        c->kern->weighted_sum(scores, sstride, group, vc + kvh * hd, n_keys, kv_dim, hd, c->att + t * q_dim + h0 * hd, hd);
     }
 }
 
@@ -185,7 +194,7 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         memcpy(c->v_cache + ((size_t)l * c->n_ctx + (size_t)c->pos) * kv_dim, c->v, (size_t)n * kv_dim * sizeof(float));
 
         attn_job aj = {c, l, n};
-        quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head, 1);
+        quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head_kv, 1);
         trace(c, "kqv_merged_cont", l, c->att, 2, q_dim, n, 1);
 
         matmul(c, &L->wo, c->att, n, c->xb);
@@ -269,7 +278,9 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     const size_t ub = QUILL_UBATCH;
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
-    c->thread_scratch_len = (size_t)(widest > n_ctx ? widest : n_ctx) + 64;
+    /* a dequantized row, or the scores of one KV head's query heads */
+    const size_t scores = (size_t)score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv);
+    c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
     bool ok = (c->pool = quill_pool_new(n_threads)) != NULL;
     if (c->reference) {
         ok = ok && (c->ref_k = calloc(cache, sizeof(double))) && (c->ref_v = calloc(cache, sizeof(double)));

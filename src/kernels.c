@@ -19,23 +19,25 @@ static void dot_scalar(const float *w, const float *x, int64_t n, int n_tok, int
     }
 }
 
-void quill_weighted_sum_scalar(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
-    for (int64_t d = 0; d < n; d++) out[d] = 0;
-    for (int p = 0; p < n_rows; p++) {
-        const float *vp = v + p * stride;
-        for (int64_t d = 0; d < n; d++) {
-            float term = wgt[p] * vp[d];
-            out[d] = out[d] + term;
-        }
+void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
+                               int64_t stride, int64_t n, float *out, int64_t out_stride) {
+    for (int h = 0; h < n_heads; h++) {
+        const float *w = wgt + h * wgt_stride;
+        float *o = out + h * out_stride;
+        for (int64_t d = 0; d < n; d++) o[d] = 0;
+        for (int p = 0; p < n_rows; p++)
+            for (int64_t d = 0; d < n; d++) o[d] = fmaf(w[p], v[p * stride + d], o[d]);
     }
 }
 
-static void dot_columns_scalar(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
-    for (int p = 0; p < n_cols; p++) {
-        float acc = 0;
-        for (int64_t d = 0; d < n; d++) acc = fmaf(q[d], kt[d * stride + p], acc);
-        out[p] = acc;
-    }
+static void dot_columns_scalar(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
+                               int64_t stride, int n_cols, float *out, int64_t out_stride) {
+    for (int h = 0; h < n_heads; h++)
+        for (int p = 0; p < n_cols; p++) {
+            float acc = 0;
+            for (int64_t d = 0; d < n; d++) acc = fmaf(q[h * q_stride + d], kt[d * stride + p], acc);
+            out[h * out_stride + p] = acc;
+        }
 }
 
 static const quill_kernels scalar_table = {

@@ -19,17 +19,21 @@ typedef void (*quill_row_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_tok, int64_t x_stride,
                              float *out, int64_t out_stride);
 
-/* out[d] = Σ_p wgt[p] · v[p * stride + d] for d < n, summed over p in order, each term a product
- * then a sum (no fused multiply-add), so every instruction set gives the same bits: attention's
- * weighted sum of values. */
-typedef void (*quill_weighted_sum_fn)(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n,
-                                      float *out);
+/* Attention for the n_heads query heads that share one key/value head.
+ *
+ * out[h * out_stride + d] = Σ_p wgt[h * wgt_stride + p] · v[p * stride + d] for h < n_heads,
+ * d < n: each (head, d) a chain of fused multiply-adds over p in order, so every instruction set
+ * gives the same bits (heads are batched only to reuse the loads of v and overlap the chains):
+ * attention's weighted sum of values. */
+typedef void (*quill_weighted_sum_fn)(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
+                                      int64_t stride, int64_t n, float *out, int64_t out_stride);
 
-/* out[p] = Σ_d q[d] · kt[d * stride + p] for p < n_cols, d < n: dot products with the columns of a
- * transposed matrix (attention's scores against a key cache stored dimension-major), each a chain
- * of fused multiply-adds in d order, so every instruction set gives the same bits. */
-typedef void (*quill_dot_columns_fn)(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols,
-                                     float *out);
+/* out[h * out_stride + p] = Σ_d q[h * q_stride + d] · kt[d * stride + p] for h < n_heads,
+ * p < n_cols, d < n: dot products with the columns of a transposed matrix (attention's scores
+ * against a key cache stored dimension-major), each a chain of fused multiply-adds in d order, so
+ * every instruction set gives the same bits. */
+typedef void (*quill_dot_columns_fn)(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
+                                     int64_t stride, int n_cols, float *out, int64_t out_stride);
 
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
@@ -67,7 +71,8 @@ const quill_kernels *quill_kernels_scalar(void);
 quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type);
 
 /* The scalar weighted sum, which SIMD versions use for widths they do not cover. */
-void quill_weighted_sum_scalar(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out);
+void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
+                               int64_t stride, int64_t n, float *out, int64_t out_stride);
 
 /* Instruction-set specific tables (defined only when compiled for x86-64). */
 extern const quill_kernels quill_kernels_avx2_table;

@@ -159,33 +159,43 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 
-static void weighted_sum_avx2(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
+/* One head at a time: up to 16 vectors of values stay in registers across all rows. */
+static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
+                              int64_t stride, int64_t n, float *out, int64_t out_stride) {
     if (n % 8 || n > 128) {
-        quill_weighted_sum_scalar(wgt, v, n_rows, stride, n, out);
+        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
         return;
     }
-    __m256 acc[16];
     const int nv = (int)(n / 8);
-    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
-    for (int p = 0; p < n_rows; p++) {
-        const __m256 w = _mm256_set1_ps(wgt[p]);
-        const float *vp = v + p * stride;
-        for (int i = 0; i < nv; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8 * i)));
+    for (int h = 0; h < n_heads; h++) {
+        __m256 acc[16];
+        for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+        for (int p = 0; p < n_rows; p++) {
+            const __m256 w = _mm256_set1_ps(wgt[h * wgt_stride + p]);
+            const float *vp = v + p * stride;
+            for (int i = 0; i < nv; i++) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + h * out_stride + 8 * i, acc[i]);
     }
-    for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-static void dot_columns_avx2(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
-    int p = 0;
-    for (; p + 8 <= n_cols; p += 8) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t d = 0; d < n; d++) acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + d * stride + p), acc);
-        _mm256_storeu_ps(out + p, acc);
-    }
-    for (; p < n_cols; p++) {
-        float acc = 0;
-        for (int64_t d = 0; d < n; d++) acc = fmaf(q[d], kt[d * stride + p], acc);
-        out[p] = acc;
+static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
+                             int64_t stride, int n_cols, float *out, int64_t out_stride) {
+    for (int h = 0; h < n_heads; h++) {
+        const float *qh = q + h * q_stride;
+        float *o = out + h * out_stride;
+        int p = 0;
+        for (; p + 8 <= n_cols; p += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t d = 0; d < n; d++)
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(qh[d]), _mm256_loadu_ps(kt + d * stride + p), acc);
+            _mm256_storeu_ps(o + p, acc);
+        }
+        for (; p < n_cols; p++) {
+            float acc = 0;
+            for (int64_t d = 0; d < n; d++) acc = fmaf(qh[d], kt[d * stride + p], acc);
+            o[p] = acc;
+        }
     }
 }
 

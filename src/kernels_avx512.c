@@ -426,48 +426,99 @@ FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
 
-/* Values of up to 128 dims stay in registers across all rows. */
-static void weighted_sum_avx512(const float *wgt, const float *v, int n_rows, int64_t stride, int64_t n, float *out) {
-    if (n % 16 || n > 128) {
-        quill_weighted_sum_scalar(wgt, v, n_rows, stride, n, out);
-        return;
-    }
-    __m512 acc[8];
-    const int nv = (int)(n / 16);
-    for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+/* hb heads of nv vectors of values each (nv·hb <= 16 accumulators, in registers across all rows):
+ * each row of values is loaded once for the hb heads, and the hb·nv chains of fused
+ * multiply-adds overlap. */
+static inline __attribute__((always_inline)) void weighted_heads(const int nv, const int hb, const float *wgt,
+                                                                 int64_t wgt_stride, const float *v, int n_rows,
+                                                                 int64_t stride, float *out, int64_t out_stride) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < nv * hb; i++) acc[i] = _mm512_setzero_ps();
     for (int p = 0; p < n_rows; p++) {
-        const __m512 w = _mm512_set1_ps(wgt[p]);
         const float *vp = v + p * stride;
-        for (int i = 0; i < nv; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(vp + 16 * i)));
+        __m512 vr[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) vr[i] = _mm512_loadu_ps(vp + 16 * i);
+#pragma GCC unroll 16
+        for (int h = 0; h < hb; h++) {
+            const __m512 w = _mm512_set1_ps(wgt[h * wgt_stride + p]);
+#pragma GCC unroll 8
+            for (int i = 0; i < nv; i++) acc[h * nv + i] = _mm512_fmadd_ps(w, vr[i], acc[h * nv + i]);
+        }
     }
-    for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+#pragma GCC unroll 16
+    for (int h = 0; h < hb; h++)
+#pragma GCC unroll 8
+        for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[h * nv + i]);
 }
 
-/* Sixteen columns per vector, each lane its own chain of fused multiply-adds in d order; four
- * vectors at a time so that the chains' latencies overlap. */
-static void dot_columns_avx512(const float *q, const float *kt, int64_t n, int64_t stride, int n_cols, float *out) {
+static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
+                                int64_t stride, int64_t n, float *out, int64_t out_stride) {
+    if (n % 16 || n > 128) {
+        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
+        return;
+    }
+    int h = 0;
+#define HEADS(NV)                                                                                    \
+    case NV:                                                                                         \
+        for (; h + 16 / NV <= n_heads; h += 16 / NV)                                                 \
+            weighted_heads(NV, 16 / NV, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, \
+                           out_stride);                                                              \
+        for (; h < n_heads; h++)                                                                     \
+            weighted_heads(NV, 1, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride); \
+        break;
+    switch (n / 16) {
+        HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8)
+    default: break;
+    }
+#undef HEADS
+}
+
+/* Sixteen columns per vector, each lane its own chain of fused multiply-adds in d order: 64
+ * columns of hb heads at a time (4·hb chains whose latencies overlap; the keys' loads are shared
+ * by the heads). */
+static inline __attribute__((always_inline)) void column_heads(const int hb, const float *q, int64_t q_stride,
+                                                               const float *kt, int64_t n, int64_t stride, int p,
+                                                               float *out, int64_t out_stride) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4 * hb; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < n; d++) {
+        const float *row = kt + d * stride + p;
+        const __m512 k0 = _mm512_loadu_ps(row), k1 = _mm512_loadu_ps(row + 16), k2 = _mm512_loadu_ps(row + 32),
+                     k3 = _mm512_loadu_ps(row + 48);
+#pragma GCC unroll 4
+        for (int h = 0; h < hb; h++) {
+            const __m512 qd = _mm512_set1_ps(q[h * q_stride + d]);
+            acc[4 * h] = _mm512_fmadd_ps(qd, k0, acc[4 * h]);
+            acc[4 * h + 1] = _mm512_fmadd_ps(qd, k1, acc[4 * h + 1]);
+            acc[4 * h + 2] = _mm512_fmadd_ps(qd, k2, acc[4 * h + 2]);
+            acc[4 * h + 3] = _mm512_fmadd_ps(qd, k3, acc[4 * h + 3]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < hb; h++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) _mm512_storeu_ps(out + h * out_stride + p + 16 * i, acc[4 * h + i]);
+}
+
+static void dot_columns_avx512(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
+                               int64_t stride, int n_cols, float *out, int64_t out_stride) {
     int p = 0;
     for (; p + 64 <= n_cols; p += 64) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t d = 0; d < n; d++) {
-            const __m512 qd = _mm512_set1_ps(q[d]);
-            const float *row = kt + d * stride + p;
-            a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row), a0);
-            a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 16), a1);
-            a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 32), a2);
-            a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 48), a3);
-        }
-        _mm512_storeu_ps(out + p, a0);
-        _mm512_storeu_ps(out + p + 16, a1);
-        _mm512_storeu_ps(out + p + 32, a2);
-        _mm512_storeu_ps(out + p + 48, a3);
+        int h = 0;
+        for (; h + 4 <= n_heads; h += 4) column_heads(4, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
+        for (; h < n_heads; h++) column_heads(1, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
     }
     for (; p < n_cols; p += 16) {
         const __mmask16 m = n_cols - p >= 16 ? 0xFFFF : (__mmask16)((1u << (n_cols - p)) - 1);
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t d = 0; d < n; d++)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + d * stride + p), acc);
-        _mm512_mask_storeu_ps(out + p, m, acc);
+        for (int h = 0; h < n_heads; h++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t d = 0; d < n; d++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(q[h * q_stride + d]), _mm512_maskz_loadu_ps(m, kt + d * stride + p), acc);
+            _mm512_mask_storeu_ps(out + h * out_stride + p, m, acc);
+        }
     }
 }
 

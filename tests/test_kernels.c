@@ -105,47 +105,57 @@ TEST(kernels_dot_matches_scalar_for_every_size) {
     }
 }
 
-/* Attention's weighted sum: every instruction set gives the scalar bits (product, then sum, rows
- * in order), for head sizes it vectorizes and ones it hands back to the scalar loop. */
+/* Attention's weighted sum: every instruction set gives the scalar bits (one chain of fused
+ * multiply-adds per head and dimension, rows in order), for 1 to 9 heads at a time (the vector
+ * kernels batch heads by 2, 4, 8 or 16), head sizes they vectorize and ones they hand back to the
+ * scalar loop. */
 TEST(kernels_weighted_sum_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
     const int64_t sizes[] = {8, 16, 48, 64, 128, 100, 256, 3};
+    const int heads[] = {1, 2, 3, 4, 5, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = quill_kernels_for(isas[k]);
         if (!kern) continue;
-        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-            const int64_t n = sizes[si], stride = n + 7;
-            const int rows = 37;
-            float *v = malloc((size_t)(rows * stride) * sizeof *v), wgt[37], *fast = malloc((size_t)n * sizeof *fast),
-                  *ref = malloc((size_t)n * sizeof *ref);
-            for (int64_t i = 0; i < rows * stride; i++) v[i] = rndf();
-            for (int p = 0; p < rows; p++) wgt[p] = rndf() * rndf();
-            kern->weighted_sum(wgt, v, rows, stride, n, fast);
-            scalar->weighted_sum(wgt, v, rows, stride, n, ref);
-            CHECK(memcmp(fast, ref, (size_t)n * sizeof *fast) == 0, "%s weighted sum of %lld dims differs", isas[k],
-                  (long long)n);
-            free(v); free(fast); free(ref);
-        }
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+                const int64_t n = sizes[si], stride = n + 7, wstride = 41, ostride = n + 3;
+                const int rows = 37, nh = heads[hi];
+                float *v = malloc((size_t)(rows * stride) * sizeof *v), *wgt = malloc((size_t)(nh * wstride) * sizeof *wgt),
+                      *fast = calloc((size_t)(nh * ostride), sizeof *fast), *ref = calloc((size_t)(nh * ostride), sizeof *ref);
+                for (int64_t i = 0; i < rows * stride; i++) v[i] = rndf();
+                for (int64_t i = 0; i < nh * wstride; i++) wgt[i] = rndf() * rndf();
+                kern->weighted_sum(wgt, wstride, nh, v, rows, stride, n, fast, ostride);
+                scalar->weighted_sum(wgt, wstride, nh, v, rows, stride, n, ref, ostride);
+                CHECK(memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0,
+                      "%s weighted sum of %lld dims, %d heads differs", isas[k], (long long)n, nh);
+                free(v); free(wgt); free(fast); free(ref);
+            }
     }
 }
 
 /* Attention's scores against the dimension-major key cache: every instruction set gives the
- * scalar bits (one fused multiply-add chain per column), for column counts with every tail. */
+ * scalar bits (one fused multiply-add chain per head and column), for column counts with every
+ * tail and 1 to 9 heads at a time. */
 TEST(kernels_dot_columns_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
+    const int heads[] = {1, 3, 4, 5, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = quill_kernels_for(isas[k]);
         if (!kern) continue;
-        for (int cols = 1; cols <= 150; cols += cols < 20 ? 3 : 13) {
-            const int64_t n = 64, stride = 157;
-            float q[64], *kt = malloc((size_t)(n * stride) * sizeof *kt), fast[160], ref[160];
-            for (int64_t i = 0; i < n; i++) q[i] = rndf();
-            for (int64_t i = 0; i < n * stride; i++) kt[i] = rndf();
-            kern->dot_columns(q, kt, n, stride, cols, fast);
-            scalar->dot_columns(q, kt, n, stride, cols, ref);
-            CHECK(memcmp(fast, ref, (size_t)cols * sizeof *fast) == 0, "%s scores of %d columns differ", isas[k], cols);
-            free(kt);
-        }
+        for (int cols = 1; cols <= 150; cols += cols < 20 ? 3 : 13)
+            for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+                const int64_t n = 64, stride = 157, qstride = 70, ostride = 163;
+                const int nh = heads[hi];
+                float *q = malloc((size_t)(nh * qstride) * sizeof *q), *kt = malloc((size_t)(n * stride) * sizeof *kt),
+                      *fast = calloc((size_t)(nh * ostride), sizeof *fast), *ref = calloc((size_t)(nh * ostride), sizeof *ref);
+                for (int64_t i = 0; i < nh * qstride; i++) q[i] = rndf();
+                for (int64_t i = 0; i < n * stride; i++) kt[i] = rndf();
+                kern->dot_columns(q, qstride, nh, kt, n, stride, cols, fast, ostride);
+                scalar->dot_columns(q, qstride, nh, kt, n, stride, cols, ref, ostride);
+                CHECK(memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0, "%s scores of %d columns, %d heads differ",
+                      isas[k], cols, nh);
+                free(q); free(kt); free(fast); free(ref);
+            }
     }
 }
 
