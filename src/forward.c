@@ -115,21 +115,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
         const int n_keys = c->pos + (int)t + 1;
         const float *q = c->q + t * q_dim + h0 * hd;
         c->kern->dot_columns(q, hd, group, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores, sstride);
-        for (int g = 0; g < group; g++) {
-            float *sc = scores + g * sstride;
-            float max = -INFINITY;
-            for (int p = 0; p < n_keys; p++) {
-                sc[p] *= scale;
-                if (sc[p] > max) max = sc[p];
-            }
-            double sum = 0;
-            for (int p = 0; p < n_keys; p++) {
-                sc[p] = expf(sc[p] - max);
-                sum += sc[p];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int p = 0; p < n_keys; p++) sc[p] *= inv;
-        }
+        for (int g = 0; g < group; g++) c->kern->softmax(scores + g * sstride, n_keys, scale);
         c->kern->weighted_sum(scores, sstride, group, vc + kvh * hd, n_keys, kv_dim, hd, c->att + t * q_dim + h0 * hd, hd);
     }
 }

@@ -1,5 +1,6 @@
 /* Scalar kernels and the run-time choice of instruction set. */
 #include "kernels.h"
+#include "exp_poly.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,8 +41,25 @@ static void dot_columns_scalar(const float *q, int64_t q_stride, int n_heads, co
         }
 }
 
+static void softmax_scalar(float *x, int n, float s) {
+    float max = -INFINITY, part[16] = {0};
+    for (int p = 0; p < n; p++) {
+        x[p] *= s;
+        if (x[p] > max) max = x[p];
+    }
+    for (int p = 0; p < n; p++) {
+        x[p] = exp_poly(x[p] - max);
+        part[p % 16] += x[p];
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) part[j] += part[j + w];
+    const float inv = 1.0f / part[0];
+    for (int p = 0; p < n; p++) x[p] *= inv;
+}
+
 static const quill_kernels scalar_table = {
-    .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar};
+    .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
+    .softmax = softmax_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

@@ -35,6 +35,11 @@ typedef void (*quill_weighted_sum_fn)(const float *wgt, int64_t wgt_stride, int 
 typedef void (*quill_dot_columns_fn)(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                                      int64_t stride, int n_cols, float *out, int64_t out_stride);
 
+/* x[p] = e^(s·x[p] - m) / Σ_p' e^(s·x[p'] - m) for p < n, with m the largest s·x[p]:
+ * attention's softmax. Every instruction set gives the same bits: the exponential of exp_poly.h
+ * and the sum as 16 partial sums (p mod 16, in p order) added pairwise 8, 4, 2, 1 apart. */
+typedef void (*quill_softmax_fn)(float *x, int n, float s);
+
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
  * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
@@ -55,6 +60,7 @@ typedef struct quill_kernels {
     quill_dot_fn dot;
     quill_weighted_sum_fn weighted_sum;
     quill_dot_columns_fn dot_columns;
+    quill_softmax_fn softmax;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */

@@ -1,5 +1,6 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
 #include "kernels.h"
+#include "exp_poly.h"
 #include "types_internal.h"
 
 #if defined(__x86_64__)
@@ -199,11 +200,68 @@ static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, cons
     }
 }
 
+/* exp_poly on 8 lanes, operation for operation (2^n built in the exponent bits: for the n that
+ * reach the product, -126 <= n <= 127, it is the exact power, so the product rounds as ldexpf). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_P0), r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN_ARG), _CMP_LT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* Lanes [p, p + 8) of x that exist, for maskload / maskstore. */
+static inline __m256i lanes_from(int p, int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n - p), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Sixteen partial sums as two vectors: lo holds p mod 16 = 0..7, hi 8..15. */
+static void softmax_avx2(float *x, int n, float s) {
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int p = 0; p < n; p += 8) {
+        const __m256i m = lanes_from(p, n);
+        const __m256 v = _mm256_mul_ps(_mm256_maskload_ps(x + p, m), vs);
+        _mm256_maskstore_ps(x + p, m, v);
+        vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, v), _mm256_castsi256_ps(m));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const __m256 max = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    __m256 part[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int p = 0; p < n; p += 8) {
+        const __m256i m = lanes_from(p, n);
+        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + p, m), max)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(x + p, m, e);
+        part[(p / 8) % 2] = _mm256_add_ps(part[(p / 8) % 2], e);
+    }
+    __m256 s8 = _mm256_add_ps(part[0], part[1]);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    const __m256 inv = _mm256_set1_ps(1.0f / _mm_cvtss_f32(s1));
+    for (int p = 0; p < n; p += 8) {
+        const __m256i m = lanes_from(p, n);
+        _mm256_maskstore_ps(x + p, m, _mm256_mul_ps(_mm256_maskload_ps(x + p, m), inv));
+    }
+}
+
 const quill_kernels quill_kernels_avx2_table = {
     .isa = "avx2",
     .dot = dot_avx2,
     .weighted_sum = weighted_sum_avx2,
     .dot_columns = dot_columns_avx2,
+    .softmax = softmax_avx2,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,

@@ -1,6 +1,7 @@
 /* AVX-512 kernels. Dequantizers perform the same float operations as the scalar to_float
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
 #include "kernels.h"
+#include "exp_poly.h"
 #include "types_internal.h"
 #include "unpack_avx512.h"
 
@@ -522,11 +523,58 @@ static void dot_columns_avx512(const float *q, int64_t q_stride, int n_heads, co
     }
 }
 
+/* exp_poly on 16 lanes, operation for operation. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 e = _mm512_scalef_ps(p, n);
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN_ARG), _CMP_LT_OQ), _mm512_setzero_ps());
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+static void softmax_avx512(float *x, int n, float s) {
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int p = 0; p < n; p += 16) {
+        const __mmask16 m = n - p >= 16 ? 0xFFFF : (__mmask16)((1u << (n - p)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + p), vs);
+        _mm512_mask_storeu_ps(x + p, m, v);
+        vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+    }
+    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 part = _mm512_setzero_ps();
+    for (int p = 0; p < n; p += 16) {
+        const __mmask16 m = n - p >= 16 ? 0xFFFF : (__mmask16)((1u << (n - p)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + p), max)));
+        _mm512_mask_storeu_ps(x + p, m, e);
+        part = _mm512_add_ps(part, e);
+    }
+    /* partial sums 8, 4, 2, 1 apart, as the scalar version adds them */
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(part), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(part), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm_cvtss_f32(s1));
+    for (int p = 0; p < n; p += 16) {
+        const __mmask16 m = n - p >= 16 ? 0xFFFF : (__mmask16)((1u << (n - p)) - 1);
+        _mm512_mask_storeu_ps(x + p, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + p), inv));
+    }
+}
+
 const quill_kernels quill_kernels_avx512_table = {
     .isa = "avx512",
     .dot = dot_avx512,
     .weighted_sum = weighted_sum_avx512,
     .dot_columns = dot_columns_avx512,
+    .softmax = softmax_avx512,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_BF16] = dequant_bf16,

@@ -159,6 +159,40 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
     }
 }
 
+/* Attention's softmax: every instruction set gives the scalar bits (same exponential, same
+ * partial sums) for every tail, and all of them stay within 1e-6 (relative, plus the f32
+ * argument's rounding) of a softmax in double with libm's exp. */
+TEST(kernels_softmax_bit_identical_and_accurate) {
+    const quill_kernels *scalar = quill_kernels_scalar();
+    for (int n = 1; n <= 300; n += n < 40 ? 1 : 37) {
+        float *x = malloc((size_t)n * sizeof *x), *ref = malloc((size_t)n * sizeof *ref), *fast = malloc((size_t)n * sizeof *fast);
+        for (int p = 0; p < n; p++) x[p] = (n % 2 ? 12 : 600) * rndf(); /* exponents down to -75 */
+        if (n > 3) x[n / 2] = -1e30f; /* far below the rest: its weight is 0 */
+        const float s = 0.125f;
+        double max = -INFINITY, sum = 0;
+        for (int p = 0; p < n; p++) max = fmax(max, (double)s * x[p]);
+        for (int p = 0; p < n; p++) sum += exp((double)s * x[p] - max);
+        memcpy(ref, x, (size_t)n * sizeof *x);
+        scalar->softmax(ref, n, s);
+        /* beyond a few ulp, the f32 argument s·x - m carries an absolute error up to |s·x - m|·2^-24,
+         * which e^ turns into that relative error */
+        double worst = 0;
+        for (int p = 0; p < n; p++) {
+            const double arg = (double)s * x[p] - max, want = exp(arg) / sum;
+            worst = fmax(worst, fabs(ref[p] - want) / fmax(want, 1e-30) / (1e-6 + fabs(arg) * 0x1p-24));
+        }
+        CHECK(worst < 1, "softmax of %d: error %.3g of the bound", n, worst);
+        for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+            const quill_kernels *kern = quill_kernels_for(isas[k]);
+            if (!kern) continue;
+            memcpy(fast, x, (size_t)n * sizeof *x);
+            kern->softmax(fast, n, s);
+            CHECK(memcmp(fast, ref, (size_t)n * sizeof *fast) == 0, "%s softmax of %d differs from scalar", isas[k], n);
+        }
+        free(x); free(ref); free(fast);
+    }
+}
+
 TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = quill_kernels_for(isas[k]);
