@@ -1074,7 +1074,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     const int64_t padded = (int64_t)A.n_groups * GT;
     run(pool, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
     tiles_job tj = {type, w, row_bytes, rows, cols, n_tok, &A, y};
-    run(pool, tiles_fn(type), &tj, n_tiles, grain < 1 ? 1 : grain);
+    run(pool, tiles_fn(type), &tj, n_tiles, 1);
 }
 
 #define MATMUL_FN(name, type)                                                                        \
