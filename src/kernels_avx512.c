@@ -454,26 +454,29 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
         for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[h * nv + i]);
 }
 
+/* Four heads of 64 dims (the usual size) at a time; other sizes one head at a time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                 int64_t stride, int64_t n, float *out, int64_t out_stride) {
-    if (n % 16 || n > 128) {
+    if (n % 16 || n > 128 || n == 0) {
         quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
         return;
     }
     int h = 0;
-#define HEADS(NV)                                                                                    \
-    case NV:                                                                                         \
-        for (; h + 16 / NV <= n_heads; h += 16 / NV)                                                 \
-            weighted_heads(NV, 16 / NV, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, \
-                           out_stride);                                                              \
-        for (; h < n_heads; h++)                                                                     \
-            weighted_heads(NV, 1, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride); \
-        break;
-    switch (n / 16) {
-        HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8)
-    default: break;
+    if (n == 64)
+        for (; h + 4 <= n_heads; h += 4)
+            weighted_heads(4, 4, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride);
+    for (; h < n_heads; h++) {
+        const float *w = wgt + h * wgt_stride;
+        __m512 acc[8];
+        const int nv = (int)(n / 16);
+        for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+        for (int p = 0; p < n_rows; p++) {
+            const __m512 wp = _mm512_set1_ps(w[p]);
+            const float *vp = v + p * stride;
+            for (int i = 0; i < nv; i++) acc[i] = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16 * i), acc[i]);
+        }
+        for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[i]);
     }
-#undef HEADS
 }
 
 /* Sixteen columns per vector, each lane its own chain of fused multiply-adds in d order: 64
