@@ -607,13 +607,13 @@ typedef struct {
     } while (0)
 
 /* Reading 16 rows a little at a time defeats the hardware prefetchers: fetch the same columns
- * [k0, k0 + cw) of rows [ra, rb) of the next row tile while this one is computed. */
-static inline __attribute__((always_inline)) void prefetch_next_rows(const tile_src *src, uint32_t type, int64_t k0,
-                                                                     int cw, int ra, int rb) {
+ * [k0, k0 + cw) of the next row tile while this one is computed. */
+static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
+                                                                     int cw) {
     const int per = is_kquant(type) ? 256 : 32;
     const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw) / per) * block_bytes(type);
     const uint8_t *next = src->w + TR * src->row_bytes;
-    for (int r = ra; r < rb; r++)
+    for (int r = 0; r < TR; r++)
         for (size_t o = from & ~(size_t)63; o < to; o += 64)
             _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
 }
@@ -622,7 +622,7 @@ static inline __attribute__((always_inline)) void prefetch_next_rows(const tile_
 static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
                                                              int kb, bool direct, int8_t *abuf, float (*s)[TR],
                                                              float (*m)[TR]) {
-    prefetch_next_rows(src, type, k0, cw, 0, TR);
+    prefetch_next_tile(src, type, k0, cw);
     if (!direct)
         for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
     unpack_scales(src, k0, cw / kb, s, m);
@@ -758,7 +758,7 @@ static inline __attribute__((always_inline)) void window_codes(uint32_t type, co
         }
         break;
     }
-    default: break; /* q6_K: see row_sums */
+    default: break; /* q6_K decodes a row per register: group_sums */
     }
 }
 
@@ -792,15 +792,14 @@ static inline __attribute__((always_inline)) void quarters(const __m512i s2[4], 
 
 /* Exact sums Σ u·H and Σ u·L of 16 rows over 64 columns from column k, by quarter, rows in lanes. */
 static inline __attribute__((always_inline)) void group_sums(uint32_t type, const uint8_t *const rp[TR], int64_t k,
-                                                             bool half, __m512i H, __m512i L, __m512i Qh[4],
-                                                             __m512i Ql[4]) {
+                                                             __m512i H, __m512i L, __m512i Qh[4], __m512i Ql[4]) {
     __m512i s2h[4], s2l[4];
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         __m512i s1h[2], s1l[2];
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
-            const __m512i ua = codes64(type, rp[4 * p + 2 * i], k, half), ub = codes64(type, rp[4 * p + 2 * i + 1], k, half);
+            const __m512i ua = codes64(type, rp[4 * p + 2 * i], k, false), ub = codes64(type, rp[4 * p + 2 * i + 1], k, false);
             const __m512i z = _mm512_setzero_si512();
             s1h[i] = pair_rows(_mm512_dpbusd_epi32(z, ua, H), _mm512_dpbusd_epi32(z, ub, H));
             s1l[i] = pair_rows(_mm512_dpbusd_epi32(z, ua, L), _mm512_dpbusd_epi32(z, ub, L));
@@ -829,7 +828,7 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
     const int parts_per_slot = slot_width(type) / 16, n_slots = window_width(type) / slot_width(type);
     if (type == QUILL_TYPE_Q6_K) {
         const __m512i H = _mm512_loadu_si512(P->h + k), L = _mm512_loadu_si512(P->l + k);
-        group_sums(type, rp, k, false, H, L, ch, cl);
+        group_sums(type, rp, k, H, L, ch, cl);
         return;
     }
     const __m512i *hx = P->hx + k / 16, *lx = P->lx + k / 16;
