@@ -386,6 +386,39 @@ static inline __m512 gather_half_lo(const tile_src *t, const uint8_t *base) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
+/* The sub-block scales of a k-quant super-block for 16 rows (rows in lanes) from its leading
+ * 32-bit words: for q4_K / q5_K words 0-3 are (d, dmin) and the 12 packed scale bytes; for q6_K
+ * words 0-3 are the 16 signed scales and word 4 holds d in its high half (the 4 bytes ending where
+ * the block ends). */
+static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, const __m512i *w, float (*s)[TR],
+                                                                float (*m)[TR]) {
+    if (type == QUILL_TYPE_Q6_K) {
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[4], 16)));
+        for (int g = 0; g < 4; g++)
+            for (int j = 0; j < 4; j++) {
+                __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(w[g], 24 - 8 * j), 24);
+                _mm512_store_ps(s[4 * g + j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+            }
+        return;
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w[0]));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[0], 16)));
+    const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F), m2 = _mm512_set1_epi32(0x30303030);
+    /* bytes j of sc[0]/mn[0] are sub-blocks j < 4, of sc[1]/mn[1] sub-blocks 4 + j (see quill_scale_min_k4) */
+    __m512i sc[2], mn[2];
+    sc[0] = _mm512_and_si512(w[1], m6);
+    mn[0] = _mm512_and_si512(w[2], m6);
+    sc[1] = _mm512_or_si512(_mm512_and_si512(w[3], m4), _mm512_and_si512(_mm512_srli_epi32(w[1], 2), m2));
+    mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w[3], 4), m4), _mm512_and_si512(_mm512_srli_epi32(w[2], 2), m2));
+    const __m512i ff = _mm512_set1_epi32(0xFF);
+    for (int j = 0; j < 8; j++) {
+        __m512i vs = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), ff);
+        __m512i vm = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
+        _mm512_store_ps(s[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(vs)));
+        _mm512_store_ps(m[j], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(vm)));
+    }
+}
+
 static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)[TR], float (*m)[TR]) {
     switch (t->type) {
     case QUILL_TYPE_Q4_0:
@@ -406,43 +439,19 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     case QUILL_TYPE_Q5_K: { /* the same d, dmin and scales at the start of the block */
         const uint8_t *b = t->w + (size_t)(k0 / 256) * block_bytes(t->type);
         const __m512i z = _mm512_setzero_si512();
-        __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b, 1);
-        __m512i u0 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4, 1);
-        __m512i u1 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 8, 1);
-        __m512i u2 = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 12, 1);
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-        const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
-                      m2 = _mm512_set1_epi32(0x30303030);
-        /* bytes j of sc_lo/m_lo are sub-blocks j < 4, of sc_hi/m_hi sub-blocks 4 + j (see quill_scale_min_k4) */
-        __m512i sc[2], mn[2];
-        sc[0] = _mm512_and_si512(u0, m6);
-        mn[0] = _mm512_and_si512(u1, m6);
-        sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m2));
-        mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                                _mm512_and_si512(_mm512_srli_epi32(u1, 2), m2));
-        const __m512i ff = _mm512_set1_epi32(0xFF);
-        for (int j = 0; j < 8; j++) {
-            __m512i vs = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), ff);
-            __m512i vm = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
-            _mm512_store_ps(s[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(vs)));
-            _mm512_store_ps(m[j], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(vm)));
-        }
+        __m512i w[4];
+        for (int i = 0; i < 4; i++) w[i] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4 * i, 1);
+        kquant_scales(t->type, w, s, m);
         break;
     }
     case QUILL_TYPE_Q6_K: {
-        const uint8_t *b = t->w + (size_t)(k0 / 256) * sizeof(block_q6_K);
+        _Static_assert(offsetof(block_q6_K, d) == offsetof(block_q6_K, scales) + 16, "q6_K: d follows the scales");
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * sizeof(block_q6_K) + offsetof(block_q6_K, scales);
         const __m512i z = _mm512_setzero_si512();
-        /* d is the last 2 bytes of the block: read the 4 ending there, keep the high half */
-        __m512i dd = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + offsetof(block_q6_K, d) - 2, 1);
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-        for (int g = 0; g < 4; g++) {
-            __m512i u = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + offsetof(block_q6_K, scales) + 4 * g, 1);
-            for (int j = 0; j < 4; j++) {
-                __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(u, 24 - 8 * j), 24);
-                _mm512_store_ps(s[4 * g + j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
-            }
-        }
+        __m512i w[5];
+        for (int i = 0; i < 4; i++) w[i] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4 * i, 1);
+        w[4] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 14, 1);
+        kquant_scales(t->type, w, s, m);
         break;
     }
     default: break;
@@ -696,6 +705,35 @@ static inline __attribute__((always_inline)) __m512i reduce4(const __m512i a[4])
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
 }
 
+/* The 32-bit words w of 16 bytes at offset `at` of the 16 rows, row r in lane r: load4's
+ * registers transposed within their 128-bit lanes. */
+static inline __attribute__((always_inline)) void words16(const uint8_t *const rp[TR], size_t at, __m512i w[4]) {
+    const __m512i a0 = load4(rp, 0, at), a1 = load4(rp, 1, at), a2 = load4(rp, 2, at), a3 = load4(rp, 3, at);
+    const __m512i t0 = _mm512_unpacklo_epi32(a0, a1), t1 = _mm512_unpackhi_epi32(a0, a1);
+    const __m512i t2 = _mm512_unpacklo_epi32(a2, a3), t3 = _mm512_unpackhi_epi32(a2, a3);
+    w[0] = _mm512_unpacklo_epi64(t0, t2);
+    w[1] = _mm512_unpackhi_epi64(t0, t2);
+    w[2] = _mm512_unpacklo_epi64(t1, t3);
+    w[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* unpack_scales for the k-quants when decoding: the same words from plain loads of the rows the
+ * codes come from, instead of gathers (which cost ~7 % of a q4_k_m token). */
+static inline __attribute__((always_inline)) void row_kquant_scales(uint32_t type, const uint8_t *const rp[TR],
+                                                                    int64_t k0, float (*s)[TR], float (*m)[TR]) {
+    const size_t at = (size_t)(k0 / 256) * block_bytes(type);
+    __m512i w[5];
+    if (type == QUILL_TYPE_Q6_K) {
+        __m512i dw[4];
+        words16(rp, at + offsetof(block_q6_K, scales), w);
+        words16(rp, at + offsetof(block_q6_K, scales) + 2, dw); /* its word 3 ends with d */
+        w[4] = dw[3];
+    } else {
+        words16(rp, at, w);
+    }
+    kquant_scales(type, w, s, m);
+}
+
 /* Adds 16 to the codes whose fifth bit is set, for the 32-element 5-bit formats: each lane's
  * first 4 bytes hold its row's qh, bit i for element i; elements 0-15 are part 0, 16-31 part 1. */
 static inline __attribute__((always_inline)) void add_fifth_bits(__m512i qh, __m512i *p0, __m512i *p1) {
@@ -881,7 +919,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 lane_sums(type, rp, k, P, ch, cl);
                 /* the scales, gathered once the codes' loads have brought their cache lines in */
                 if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
-                else if (c == 0) unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
+                else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
 #pragma GCC unroll 4
                 for (int s = 0; s < n_slots; s++) {
                     const int64_t q0 = (k + s * kb) / 16; /* first 16 columns of the slot */
