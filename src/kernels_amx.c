@@ -687,8 +687,9 @@ static void quantize_planes(const float *x, int64_t cols, const planes *P) {
 
 /* Decoding works on four rows at a time in one register, each row in its own 128-bit lane
  * (16 codes): vpdpbusd then adds, per lane, 4 products of one row, and a 32-column sub-block
- * leaves 4 lane sums per row to add up instead of 16, so reducing sixteen rows to "rows in
- * lanes" costs 9 instructions per sub-block and plane. Register j (0..3) holds rows j, j+4, j+8
+ * leaves 4 lane sums per row to add up (a row per register left 8, spread over more registers),
+ * so reducing sixteen rows to "rows in lanes" costs 9 instructions per sub-block and plane
+ * instead of ~22. Register j (0..3) holds rows j, j+4, j+8
  * and j+12: with that order the reduction below ends with row r in lane r. */
 static inline __attribute__((always_inline)) __m512i load4(const uint8_t *const rp[TR], int j, size_t off) {
     __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[j] + off)));
