@@ -646,7 +646,7 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
  * same f32 steps as the tile loop: bit-identical results. */
 
 typedef struct {
-    int8_t *h, *l;         /* byte planes of the codes, column order */
+    int8_t *h, *l;         /* byte planes of the codes, column order (q6_K's row-per-register path) */
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
     int32_t *sh, *sl;      /* sums of h and l per 16 columns */
     float *da, *sf;        /* per block of 32: scale, da·Σa */
