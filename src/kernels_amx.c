@@ -1094,12 +1094,15 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
                        int n_tok, float *y, quill_pool *pool, void *scratch) {
     const int n_threads = pool ? quill_pool_size(pool) : 1;
     const int64_t n_tiles = (rows + TR - 1) / TR;
-    int64_t grain = n_tiles / (n_threads * 4);
     if (n_tok == 1) {
         const planes P = planes_at(scratch, cols);
         quantize_planes(x, cols, &P);
         decode_job dj = {type, w, row_bytes, rows, cols, &P, y};
-        run(pool, decode_fn(type), &dj, n_tiles, grain < 1 ? 1 : grain);
+        /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
+         * the tile two ahead that a step prefetches is this thread's next but one, and the
+         * shares even out at the end one tile at a time (chunks of 16 tiles: 10.7-11.6 GB/s
+         * against 13.2-14.1 streaming through the q4_0 model's weights). */
+        run(pool, decode_fn(type), &dj, n_tiles, 1);
         return;
     }
     acts A = {.n_groups = (n_tok + GT - 1) / GT, .cols = cols};

@@ -1,6 +1,12 @@
 /* Workers spin briefly on a generation counter before sleeping on a condition variable: decoding
  * runs hundreds of small parallel loops per token, and waking a sleeping thread costs more than
- * many of them take. Chunks are claimed from an atomic counter so faster threads take more. */
+ * many of them take.
+ *
+ * Each thread owns a contiguous share of the items and claims chunks from the front of it; a
+ * thread done with its share then claims chunks of the others' shares, so faster threads take
+ * more. Contiguous shares matter for decoding: a matrix-vector product prefetches the rows it will
+ * read next, and with items dealt round-robin from one counter those rows were often the other
+ * thread's (chunks of 2 tiles ran at 7.4 GB/s against 12.4 for contiguous halves). */
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -25,6 +31,13 @@ typedef struct {
     int index;
 } worker_arg;
 
+/* A thread's share of the current job's items: [next, end) is still unclaimed. Own cache line, so
+ * that claiming from one's own share does not contend with the other threads. */
+typedef struct {
+    _Alignas(64) atomic_llong next;
+    int64_t end;
+} share;
+
 struct quill_pool {
     int n_threads;
     pthread_t *threads;
@@ -38,16 +51,20 @@ struct quill_pool {
     quill_task_fn fn;
     void *ctx;
     int64_t n_items, grain;
-    atomic_llong next;
+    share *shares; /* one per thread */
 };
 
-static void work(quill_pool *p, int thread) {
+static void work_share(quill_pool *p, share *s, int thread) {
     for (;;) {
-        int64_t begin = atomic_fetch_add(&p->next, p->grain);
-        if (begin >= p->n_items) return;
-        int64_t end = begin + p->grain < p->n_items ? begin + p->grain : p->n_items;
+        int64_t begin = atomic_fetch_add_explicit(&s->next, p->grain, memory_order_relaxed);
+        if (begin >= s->end) return;
+        int64_t end = begin + p->grain < s->end ? begin + p->grain : s->end;
         p->fn(p->ctx, begin, end, thread);
     }
+}
+
+static void work(quill_pool *p, int thread) {
+    for (int i = 0; i < p->n_threads; i++) work_share(p, &p->shares[(thread + i) % p->n_threads], thread);
 }
 
 static void *worker_main(void *arg) {
@@ -86,9 +103,11 @@ quill_pool *quill_pool_new(int n_threads) {
     pthread_cond_init(&p->wake, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->args = calloc((size_t)n_threads, sizeof *p->args);
-    if (!p->threads || !p->args) {
+    p->shares = aligned_alloc(_Alignof(share), (size_t)n_threads * sizeof *p->shares);
+    if (!p->threads || !p->args || !p->shares) {
         free(p->threads);
         free(p->args);
+        free(p->shares);
         free(p);
         return NULL;
     }
@@ -114,6 +133,7 @@ void quill_pool_free(quill_pool *p) {
     pthread_cond_destroy(&p->wake);
     free(p->threads);
     free(p->args);
+    free(p->shares);
     free(p);
 }
 
@@ -130,7 +150,10 @@ void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items,
     p->ctx = ctx;
     p->n_items = n_items;
     p->grain = grain;
-    atomic_store(&p->next, 0);
+    for (int t = 0; t < p->n_threads; t++) {
+        atomic_store_explicit(&p->shares[t].next, n_items * t / p->n_threads, memory_order_relaxed);
+        p->shares[t].end = n_items * (t + 1) / p->n_threads;
+    }
     atomic_store(&p->busy, p->n_threads - 1);
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

@@ -15,7 +15,8 @@ typedef void (*quill_task_fn)(void *ctx, int64_t begin, int64_t end, int thread)
 quill_pool *quill_pool_new(int n_threads);
 void quill_pool_free(quill_pool *p);
 int quill_pool_size(const quill_pool *p);
-/* Runs fn over [0, n_items) in chunks of `grain` items and returns when all are done. */
+/* Runs fn over [0, n_items) in chunks of `grain` items and returns when all are done. Each thread
+ * starts on its own contiguous share of the items, then helps with the others' (threadpool.c). */
 void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain);
 
 #endif
