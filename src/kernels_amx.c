@@ -648,12 +648,12 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
 typedef struct {
     int8_t *h, *l;         /* byte planes of the codes, column order (q6_K's row-per-register path) */
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
-    int32_t *sh, *sl;      /* sums of h and l per 16 columns */
-    float *da, *sf;        /* per block of 32: scale, da·Σa */
+    int32_t *bh, *bl;      /* per slot (the type's sub-block): bias·Σh and bias·Σl, see lane_sums */
+    float *da, *da256, *sf; /* per block of 32: scale, 256·scale, da·Σa */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)cols * 10 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 8 + 64;
+    return (size_t)cols * 10 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 12 + 64;
 }
 
 /* The planes of one token in scratch (64-byte aligned). */
@@ -662,23 +662,33 @@ static planes planes_at(void *scratch, int64_t cols) {
     planes P;
     P.hx = (__m512i *)base;
     P.lx = P.hx + cols / 16;
-    P.sh = (int32_t *)(P.lx + cols / 16);
-    P.sl = P.sh + cols / 16;
-    P.da = (float *)(P.sl + cols / 16);
-    P.sf = P.da + cols / 32;
+    P.bh = (int32_t *)(P.lx + cols / 16);
+    P.bl = P.bh + cols / 16;
+    P.da = (float *)(P.bl + cols / 16);
+    P.da256 = P.da + cols / 32;
+    P.sf = P.da256 + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
     return P;
 }
 
-static void quantize_planes(const float *x, int64_t cols, const planes *P) {
+/* The per-block numbers the decoding steps use, computed once per token here so that the steps
+ * take them straight from memory (embedded broadcasts) instead of computing and broadcasting them
+ * on the vector unit's shuffle port, which the steps keep busy. */
+static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
+    const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
         int32_t sum, sh[2], sl[2];
         P->da[blk] = quantize_block_fast(x + blk * 32, h, l, &sum, sh, sl);
+        P->da256[blk] = 256.0f * P->da[blk];
         P->sf[blk] = P->da[blk] * (float)sum;
+        if (slot_width(type) == 32) {
+            P->bh[blk] = bias * (sh[0] + sh[1]);
+            P->bl[blk] = bias * (sl[0] + sl[1]);
+        }
         for (int q = 0; q < 2; q++) {
-            P->sh[blk * 2 + q] = sh[q], P->sl[blk * 2 + q] = sl[q];
+            if (slot_width(type) == 16) P->bh[blk * 2 + q] = bias * sh[q], P->bl[blk * 2 + q] = bias * sl[q];
             P->hx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(h + 16 * q)));
             P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
         }
@@ -890,7 +900,7 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
 
 static inline __attribute__((always_inline)) void decode_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                               uint32_t type) {
-    const int kb = slot_width(type), bias = code_bias(type);
+    const int kb = slot_width(type);
     const int width = window_width(type), n_slots = width / kb;
     const planes *P = j->P;
     const int64_t n_steps = (j->cols + width - 1) / width;
@@ -923,15 +933,13 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
 #pragma GCC unroll 4
                 for (int s = 0; s < n_slots; s++) {
-                    const int64_t q0 = (k + s * kb) / 16; /* first 16 columns of the slot */
-                    int32_t bh = P->sh[q0], bl = P->sl[q0];
-                    if (kb == 32) bh += P->sh[q0 + 1], bl += P->sl[q0 + 1];
-                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(bias * bh));
-                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(bias * bl));
+                    const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
+                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
+                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
                     const int slot = (c + s * kb) / kb;
-                    const int64_t blk = q0 / 2;
+                    const int64_t blk = (k + s * kb) / 32;
                     const __m512 sc = _mm512_load_ps(sbuf[slot]);
-                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(256.0f * P->da[blk])), acc_h);
+                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])), acc_h);
                     acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc_l);
                     if (has_min(type)) {
                         const __m512 m = _mm512_load_ps(mbuf[slot]);
@@ -1096,7 +1104,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     const int64_t n_tiles = (rows + TR - 1) / TR;
     if (n_tok == 1) {
         const planes P = planes_at(scratch, cols);
-        quantize_planes(x, cols, &P);
+        quantize_planes(type, x, cols, &P);
         decode_job dj = {type, w, row_bytes, rows, cols, &P, y};
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
          * the tile two ahead that a step prefetches is this thread's next but one, and the
