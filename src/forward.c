@@ -109,14 +109,15 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
     const int64_t sstride = score_stride(c->n_ctx);
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][dim][pos] */
-    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
     for (int64_t item = i0; item < i1; item++) {
         const int64_t t = item / hp->n_head_kv, kvh = item % hp->n_head_kv, h0 = kvh * group;
         const int n_keys = c->pos + (int)t + 1;
         const float *q = c->q + t * q_dim + h0 * hd;
         c->kern->dot_columns(q, hd, group, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores, sstride);
         for (int g = 0; g < group; g++) c->kern->softmax(scores + g * sstride, n_keys, scale);
-        c->kern->weighted_sum(scores, sstride, group, vc + kvh * hd, n_keys, kv_dim, hd, c->att + t * q_dim + h0 * hd, hd);
+        c->kern->weighted_sum(scores, sstride, group, vc + (size_t)kvh * c->n_ctx * hd, n_keys, hd, hd,
+                              c->att + t * q_dim + h0 * hd, hd);
     }
 }
 
@@ -177,7 +178,14 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         float *kt = c->k_cache + (size_t)l * c->n_ctx * kv_dim;
         for (int t = 0; t < n; t++)
             for (int64_t i = 0; i < kv_dim; i++) kt[i * c->n_ctx + c->pos + t] = c->k[t * kv_dim + i];
-        memcpy(c->v_cache + ((size_t)l * c->n_ctx + (size_t)c->pos) * kv_dim, c->v, (size_t)n * kv_dim * sizeof(float));
+        /* values head-major: one head's values are one contiguous stream for the hardware
+         * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
+         * ran ~1.8x slower at 2000 positions) */
+        float *vt = c->v_cache + (size_t)l * c->n_ctx * kv_dim;
+        for (int t = 0; t < n; t++)
+            for (int64_t h = 0; h < hp->n_head_kv; h++)
+                memcpy(vt + ((size_t)h * c->n_ctx + (size_t)(c->pos + t)) * hd, c->v + t * kv_dim + h * hd,
+                       (size_t)hd * sizeof(float));
 
         attn_job aj = {c, l, n};
         quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head_kv, 1);
