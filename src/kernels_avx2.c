@@ -160,15 +160,46 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 
-/* One head at a time: up to 16 vectors of values stay in registers across all rows. */
+/* Four heads × 16 dims at a time (8 accumulators): each row's 16 values are loaded once for the
+ * four heads, where a head at a time loaded them once per head. */
+static inline __attribute__((always_inline)) void weighted4x16(const float *wgt, int64_t wgt_stride, const float *v,
+                                                               int n_rows, int64_t stride, float *out,
+                                                               int64_t out_stride) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int p = 0; p < n_rows; p++) {
+        const float *vp = v + p * stride;
+        const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) {
+            const __m256 w = _mm256_set1_ps(wgt[h * wgt_stride + p]);
+            acc[2 * h] = _mm256_fmadd_ps(w, v0, acc[2 * h]);
+            acc[2 * h + 1] = _mm256_fmadd_ps(w, v1, acc[2 * h + 1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        _mm256_storeu_ps(out + h * out_stride, acc[2 * h]);
+        _mm256_storeu_ps(out + h * out_stride + 8, acc[2 * h + 1]);
+    }
+}
+
+/* Every output is one chain of fused multiply-adds over the rows in order, as in the scalar
+ * version, however heads and dims are grouped. */
 static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                               int64_t stride, int64_t n, float *out, int64_t out_stride) {
     if (n % 8 || n > 128) {
         quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
         return;
     }
+    int h = 0;
+    if (n % 16 == 0)
+        for (; h + 4 <= n_heads; h += 4)
+            for (int64_t d = 0; d < n; d += 16)
+                weighted4x16(wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d, out_stride);
     const int nv = (int)(n / 8);
-    for (int h = 0; h < n_heads; h++) {
+    for (; h < n_heads; h++) {
         __m256 acc[16];
         for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
         for (int p = 0; p < n_rows; p++) {
@@ -180,22 +211,57 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
     }
 }
 
+/* hb heads × 16 columns at a time (2·hb accumulators, each lane a chain of fused multiply-adds in
+ * d order): a row's keys are loaded once for the hb heads. */
+static inline __attribute__((always_inline)) void columns16_heads(const int hb, const float *q, int64_t q_stride,
+                                                                  const float *kt, int64_t n, int64_t stride, int p,
+                                                                  float *out, int64_t out_stride) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * hb; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < n; d++) {
+        const float *row = kt + d * stride + p;
+        /* the n rows are n separate streams, more than the hardware prefetchers follow: this
+         * row's keys eight blocks on (see kernels_avx512.c) */
+        _mm_prefetch((const char *)(row + 128), _MM_HINT_T0);
+        const __m256 k0 = _mm256_loadu_ps(row), k1 = _mm256_loadu_ps(row + 8);
+#pragma GCC unroll 4
+        for (int h = 0; h < hb; h++) {
+            const __m256 qd = _mm256_set1_ps(q[h * q_stride + d]);
+            acc[2 * h] = _mm256_fmadd_ps(qd, k0, acc[2 * h]);
+            acc[2 * h + 1] = _mm256_fmadd_ps(qd, k1, acc[2 * h + 1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < hb; h++) {
+        _mm256_storeu_ps(out + h * out_stride + p, acc[2 * h]);
+        _mm256_storeu_ps(out + h * out_stride + p + 8, acc[2 * h + 1]);
+    }
+}
+
 static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                              int64_t stride, int n_cols, float *out, int64_t out_stride) {
+    int p = 0;
+    for (; p + 16 <= n_cols; p += 16) {
+        int h = 0;
+        for (; h + 4 <= n_heads; h += 4)
+            columns16_heads(4, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
+        for (; h < n_heads; h++) columns16_heads(1, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
+    }
     for (int h = 0; h < n_heads; h++) {
         const float *qh = q + h * q_stride;
         float *o = out + h * out_stride;
-        int p = 0;
-        for (; p + 8 <= n_cols; p += 8) {
+        int c = p;
+        for (; c + 8 <= n_cols; c += 8) {
             __m256 acc = _mm256_setzero_ps();
             for (int64_t d = 0; d < n; d++)
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(qh[d]), _mm256_loadu_ps(kt + d * stride + p), acc);
-            _mm256_storeu_ps(o + p, acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(qh[d]), _mm256_loadu_ps(kt + d * stride + c), acc);
+            _mm256_storeu_ps(o + c, acc);
         }
-        for (; p < n_cols; p++) {
+        for (; c < n_cols; c++) {
             float acc = 0;
-            for (int64_t d = 0; d < n; d++) acc = fmaf(qh[d], kt[d * stride + p], acc);
-            o[p] = acc;
+            for (int64_t d = 0; d < n; d++) acc = fmaf(qh[d], kt[d * stride + c], acc);
+            o[c] = acc;
         }
     }
 }
