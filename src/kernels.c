@@ -82,6 +82,7 @@ const quill_kernels *quill_kernels_for(const char *isa) {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has_f16c())
         return &quill_kernels_avx512_table;
     if (!strcmp(isa, "amx")) return quill_kernels_amx();
+    if (!strcmp(isa, "vnni")) return quill_kernels_vnni();
 #endif
     return NULL;
 }
@@ -94,6 +95,7 @@ const quill_kernels *quill_kernels_best(void) {
     }
     const quill_kernels *k;
     if ((k = quill_kernels_amx())) return k;
+    if ((k = quill_kernels_vnni())) return k;
     if ((k = quill_kernels_for("avx512"))) return k;
     if ((k = quill_kernels_for("avx2"))) return k;
     return &scalar_table;

@@ -85,5 +85,7 @@ extern const quill_kernels quill_kernels_avx2_table;
 extern const quill_kernels quill_kernels_avx512_table;
 /* The AVX-512 table plus AMX matrix products, or NULL without AMX (or the kernel's permission). */
 const quill_kernels *quill_kernels_amx(void);
+/* The same exact 16-bit products on the vector unit alone (AVX-512 VNNI, no AMX); NULL without. */
+const quill_kernels *quill_kernels_vnni(void);
 
 #endif

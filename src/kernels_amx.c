@@ -17,7 +17,9 @@
  * rows × 32 k × 8 tokens × 2 planes per product, lanes are tokens), one token (decoding) on the
  * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
  * the same f32 steps in the same order, on any thread: results are bitwise batch- and
- * thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them bit for bit. */
+ * thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them bit for bit.
+ * Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches through the decoding loop
+ * too, token after token on each tile. */
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
@@ -866,8 +868,9 @@ typedef struct {
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
-    const planes *P;
-    float *y;
+    int n_tok;
+    const planes *P; /* one per token */
+    float *y;        /* y[t · rows + r] */
 } decode_job;
 
 /* Exact sums Σu·h and Σu·l (u the unsigned codes) of the 16 rows of rp over each slot of the
@@ -902,7 +905,6 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                                                               uint32_t type) {
     const int kb = slot_width(type);
     const int width = window_width(type), n_slots = width / kb;
-    const planes *P = j->P;
     const int64_t n_steps = (j->cols + width - 1) / width;
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
@@ -912,46 +914,54 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         /* rows past the matrix repeat its first row: their lanes are computed and never stored */
         const uint8_t *rp[TR];
         for (int r = 0; r < TR; r++) rp[r] = src.w + (size_t)(r < nr ? r : 0) * j->row_bytes;
-        __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
-        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
-            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
-            for (int c = 0; c < cw; c += width) {
-                const int64_t k = k0 + c;
-                /* The tile two ahead is one contiguous range of memory: each step prefetches its
-                 * share of it in address order, which the hardware prefetchers follow, and a few
-                 * lines at a time, where a burst would stall on the line fill buffers (measured
-                 * 8-19% faster than a burst per chunk of the next tile's rows). */
-                const size_t tile_bytes = TR * j->row_bytes;
-                const size_t from = tile_bytes * (size_t)(k / width) / (size_t)n_steps;
-                const size_t to = tile_bytes * (size_t)(k / width + 1) / (size_t)n_steps;
-                for (size_t o = from & ~(size_t)63; o < to; o += 64)
-                    _mm_prefetch((const char *)(src.w + 2 * tile_bytes + o), _MM_HINT_T0);
-                __m512i ch[4], cl[4];
-                lane_sums(type, rp, k, P, ch, cl);
-                /* the scales, gathered once the codes' loads have brought their cache lines in */
-                if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
-                else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
-#pragma GCC unroll 4
-                for (int s = 0; s < n_slots; s++) {
-                    const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
-                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
-                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
-                    const int slot = (c + s * kb) / kb;
-                    const int64_t blk = (k + s * kb) / 32;
-                    const __m512 sc = _mm512_load_ps(sbuf[slot]);
-                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])), acc_h);
-                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc_l);
-                    if (has_min(type)) {
-                        const __m512 m = _mm512_load_ps(mbuf[slot]);
-                        acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
-                        acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
+        /* several tokens (the vnni kernel set's prompts): the tile, read from memory for the first,
+         * is in cache for the others */
+        for (int tok = 0; tok < j->n_tok; tok++) {
+            const planes *P = &j->P[tok];
+            __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
+            for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+                const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+                for (int c = 0; c < cw; c += width) {
+                    const int64_t k = k0 + c;
+                    /* The tile two ahead is one contiguous range of memory: each step prefetches its
+                     * share of it in address order, which the hardware prefetchers follow, and a few
+                     * lines at a time, where a burst would stall on the line fill buffers (measured
+                     * 8-19% faster than a burst per chunk of the next tile's rows). */
+                    const size_t tile_bytes = TR * j->row_bytes;
+                    const size_t from = tile_bytes * (size_t)(k / width) / (size_t)n_steps;
+                    const size_t to = tile_bytes * (size_t)(k / width + 1) / (size_t)n_steps;
+                    if (tok == 0)
+                        for (size_t o = from & ~(size_t)63; o < to; o += 64)
+                            _mm_prefetch((const char *)(src.w + 2 * tile_bytes + o), _MM_HINT_T0);
+                    __m512i ch[4], cl[4];
+                    lane_sums(type, rp, k, P, ch, cl);
+                    /* the scales, gathered once the codes' loads have brought their cache lines in */
+                    if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
+                    else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
+    #pragma GCC unroll 4
+                    for (int s = 0; s < n_slots; s++) {
+                        const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
+                        const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
+                        const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
+                        const int slot = (c + s * kb) / kb;
+                        const int64_t blk = (k + s * kb) / 32;
+                        const __m512 sc = _mm512_load_ps(sbuf[slot]);
+                        acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])),
+                                                acc_h);
+                        acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])),
+                                                acc_l);
+                        if (has_min(type)) {
+                            const __m512 m = _mm512_load_ps(mbuf[slot]);
+                            acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
+                            acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
+                        }
                     }
                 }
             }
+            _Alignas(64) float out[TR];
+            _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
+            for (int r = 0; r < nr; r++) j->y[(size_t)tok * (size_t)j->rows + (size_t)(r0 + r)] = out[r];
         }
-        _Alignas(64) float out[TR];
-        _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
-        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
     }
 }
 
@@ -1105,7 +1115,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     if (n_tok == 1) {
         const planes P = planes_at(scratch, cols);
         quantize_planes(type, x, cols, &P);
-        decode_job dj = {type, w, row_bytes, rows, cols, &P, y};
+        decode_job dj = {type, w, row_bytes, rows, cols, 1, &P, y};
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
          * the tile two ahead that a step prefetches is this thread's next but one, and the
          * shares even out at the end one tile at a time (chunks of 16 tiles: 10.7-11.6 GB/s
@@ -1126,46 +1136,96 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     run(pool, tiles_fn(type), &tj, n_tiles, 1);
 }
 
-#define MATMUL_FN(name, type)                                                                        \
+/* ---------------------------------------------------------------- without the tile unit
+ *
+ * CPUs with AVX-512 VNNI but no AMX (Ice Lake, Zen 4) run the same arithmetic on the vector
+ * unit for batches too: the decoding loop over up to VNNI_TOKENS tokens per tile, the tile read
+ * from memory once and from cache for the other tokens. Same bits as the tile loop and the model,
+ * so a batch evaluated here equals one evaluated token by token. */
+#define VNNI_TOKENS 64
+
+static size_t vnni_scratch(int64_t cols, int n_tok) {
+    return (size_t)(n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS) * planes_bytes(cols);
+}
+
+static void vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
+                        int n_tok, float *y, quill_pool *pool, void *scratch) {
+    const int64_t n_tiles = (rows + TR - 1) / TR;
+    planes P[VNNI_TOKENS];
+    for (int t0 = 0; t0 < n_tok; t0 += VNNI_TOKENS) {
+        const int nt = n_tok - t0 < VNNI_TOKENS ? n_tok - t0 : VNNI_TOKENS;
+        for (int t = 0; t < nt; t++) {
+            P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
+            quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
+        }
+        decode_job dj = {type, w, row_bytes, rows, cols, nt, P, y + (size_t)t0 * (size_t)rows};
+        run(pool, decode_fn(type), &dj, n_tiles, 1);
+    }
+}
+
+#define MATMUL_FN(name, impl, type)                                                                  \
     static void name(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,    \
                      int n_tok, float *y, quill_pool *pool, void *scratch) {                         \
-        amx_matmul(type, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);                      \
+        impl(type, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);                            \
     }
-MATMUL_FN(matmul_q4_0, QUILL_TYPE_Q4_0)
-MATMUL_FN(matmul_q4_1, QUILL_TYPE_Q4_1)
-MATMUL_FN(matmul_q5_0, QUILL_TYPE_Q5_0)
-MATMUL_FN(matmul_q5_1, QUILL_TYPE_Q5_1)
-MATMUL_FN(matmul_q8_0, QUILL_TYPE_Q8_0)
-MATMUL_FN(matmul_q4_K, QUILL_TYPE_Q4_K)
-MATMUL_FN(matmul_q5_K, QUILL_TYPE_Q5_K)
-MATMUL_FN(matmul_q6_K, QUILL_TYPE_Q6_K)
+#define MATMUL_FNS(prefix, impl)                                                                     \
+    MATMUL_FN(prefix##_q4_0, impl, QUILL_TYPE_Q4_0)                                                  \
+    MATMUL_FN(prefix##_q4_1, impl, QUILL_TYPE_Q4_1)                                                  \
+    MATMUL_FN(prefix##_q5_0, impl, QUILL_TYPE_Q5_0)                                                  \
+    MATMUL_FN(prefix##_q5_1, impl, QUILL_TYPE_Q5_1)                                                  \
+    MATMUL_FN(prefix##_q8_0, impl, QUILL_TYPE_Q8_0)                                                  \
+    MATMUL_FN(prefix##_q4_K, impl, QUILL_TYPE_Q4_K)                                                  \
+    MATMUL_FN(prefix##_q5_K, impl, QUILL_TYPE_Q5_K)                                                  \
+    MATMUL_FN(prefix##_q6_K, impl, QUILL_TYPE_Q6_K)                                                  \
+    static void prefix##_install(quill_kernels *k) {                                                 \
+        k->matmul[QUILL_TYPE_Q4_0] = prefix##_q4_0;                                                  \
+        k->matmul[QUILL_TYPE_Q4_1] = prefix##_q4_1;                                                  \
+        k->matmul[QUILL_TYPE_Q5_0] = prefix##_q5_0;                                                  \
+        k->matmul[QUILL_TYPE_Q5_1] = prefix##_q5_1;                                                  \
+        k->matmul[QUILL_TYPE_Q8_0] = prefix##_q8_0;                                                  \
+        k->matmul[QUILL_TYPE_Q4_K] = prefix##_q4_K;                                                  \
+        k->matmul[QUILL_TYPE_Q5_K] = prefix##_q5_K;                                                  \
+        k->matmul[QUILL_TYPE_Q6_K] = prefix##_q6_K;                                                  \
+    }
+MATMUL_FNS(matmul_amx, amx_matmul)
+MATMUL_FNS(matmul_vnni, vnni_matmul)
 
 /* ---------------------------------------------------------------- detection */
 
-static quill_kernels amx_table;
-static bool amx_ok;
+static quill_kernels amx_table, vnni_table;
+static bool amx_ok, vnni_ok;
+
+/* AVX-512 (F/BW/VL/DQ, as the avx512 set), VBMI and VNNI: what the vector path needs. */
+static bool has_vnni_path(void) {
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!quill_kernels_for("avx512")) return false;
+    /* CPUID.(7,0): ECX AVX512-VBMI (1), AVX512-VNNI (11) */
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 1)) && (c & (1u << 11));
+}
+
+static void vnni_init(void) {
+    if (!has_vnni_path()) return;
+    vnni_table = quill_kernels_avx512_table;
+    vnni_table.isa = "vnni";
+    vnni_table.matmul_scratch = vnni_scratch;
+    matmul_vnni_install(&vnni_table);
+    vnni_ok = true;
+}
 
 static void amx_init(void) {
     unsigned a, b, c, d;
-    __builtin_cpu_init();
-    if (!quill_kernels_for("avx512")) return;
-    /* CPUID.(7,0): ECX AVX512-VBMI (1), AVX512-VNNI (11); EDX AMX-TILE (24), AMX-INT8 (25) */
+    if (!has_vnni_path()) return;
+    /* CPUID.(7,0): EDX AMX-TILE (24), AMX-INT8 (25) */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     const unsigned need = (1u << 24) | (1u << 25);
-    if ((d & need) != need || !(c & (1u << 1)) || !(c & (1u << 11))) return;
+    if ((d & need) != need) return;
     /* the kernel must let this process use the 8 KiB of tile data state */
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
     amx_table = quill_kernels_avx512_table;
     amx_table.isa = "amx";
     amx_table.matmul_scratch = amx_scratch;
-    amx_table.matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
-    amx_table.matmul[QUILL_TYPE_Q4_1] = matmul_q4_1;
-    amx_table.matmul[QUILL_TYPE_Q5_0] = matmul_q5_0;
-    amx_table.matmul[QUILL_TYPE_Q5_1] = matmul_q5_1;
-    amx_table.matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
-    amx_table.matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;
-    amx_table.matmul[QUILL_TYPE_Q5_K] = matmul_q5_K;
-    amx_table.matmul[QUILL_TYPE_Q6_K] = matmul_q6_K;
+    matmul_amx_install(&amx_table);
     amx_ok = true;
 }
 
@@ -1174,6 +1234,13 @@ const quill_kernels *quill_kernels_amx(void) {
     pthread_once(&once, amx_init);
     return amx_ok ? &amx_table : NULL;
 }
+
+const quill_kernels *quill_kernels_vnni(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, vnni_init);
+    return vnni_ok ? &vnni_table : NULL;
+}
 #else
 const quill_kernels *quill_kernels_amx(void) { return NULL; }
+const quill_kernels *quill_kernels_vnni(void) { return NULL; }
 #endif

@@ -57,6 +57,12 @@ static const quill_kernels *amx_or_skip(void) {
     return k;
 }
 
+static const quill_kernels *vnni_or_skip(void) {
+    const quill_kernels *k = quill_kernels_vnni();
+    if (!k) test_skip("this CPU does not offer AVX-512 VNNI and VBMI");
+    return k;
+}
+
 static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
                         int64_t cols, const float *x, int nt, float *y, quill_pool *pool) {
     void *scratch = malloc(k->matmul_scratch(cols, nt));
@@ -90,18 +96,18 @@ TEST(kernels_amx_activation_codes) {
     }
 }
 
-/* The tile kernels give exactly the bits of the scalar model: rows not a multiple of the 16-row
- * tiles, columns with a short last chunk, decoding (1 token) and batches with partial groups. */
-TEST(kernels_amx_bit_identical_to_scalar_model) {
-    const quill_kernels *k = amx_or_skip();
-    if (!k) return;
+/* The kernels (amx: tile loop and decoding; vnni: the decoding loop over several tokens) give
+ * exactly the bits of the scalar model: rows not a multiple of the 16-row tiles, columns with a
+ * short last chunk, decoding (1 token) and batches with partial groups (and, for vnni, more than
+ * the 64 tokens it takes per pass). */
+static void bit_identical_to_scalar_model(const quill_kernels *k) {
     quill_pool *pool = quill_pool_new(2);
     const int64_t rows = 37;
     const int toks[] = {1, 3, 8, 17, 70};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = amx_types[ti];
         const int64_t cols = cols_for(type);
-        CHECK(k->matmul[type] != NULL, "no AMX product for %s", quill_type_traits_of(type)->name);
+        CHECK(k->matmul[type] != NULL, "no %s product for %s", k->isa, quill_type_traits_of(type)->name);
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
         for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
@@ -124,12 +130,20 @@ TEST(kernels_amx_bit_identical_to_scalar_model) {
     quill_pool_free(pool);
 }
 
+TEST(kernels_amx_bit_identical_to_scalar_model) {
+    const quill_kernels *k = amx_or_skip();
+    if (k) bit_identical_to_scalar_model(k);
+}
+
+TEST(kernels_vnni_bit_identical_to_scalar_model) {
+    const quill_kernels *k = vnni_or_skip();
+    if (k) bit_identical_to_scalar_model(k);
+}
+
 /* A NaN or an infinity among a token's activations makes that token's outputs NaN (as f32 math
  * would give NaN or inf), a zero token gives zeros, and the other tokens are unaffected: on the
  * tile loop (batch) and on the vector path (one token). */
-TEST(kernels_amx_nonfinite_activations) {
-    const quill_kernels *k = amx_or_skip();
-    if (!k) return;
+static void nonfinite_activations(const quill_kernels *k) {
     const int64_t rows = 20;
     const int nt = 5;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -155,6 +169,16 @@ TEST(kernels_amx_nonfinite_activations) {
         }
         free(w); free(x); free(y);
     }
+}
+
+TEST(kernels_amx_nonfinite_activations) {
+    const quill_kernels *k = amx_or_skip();
+    if (k) nonfinite_activations(k);
+}
+
+TEST(kernels_vnni_nonfinite_activations) {
+    const quill_kernels *k = vnni_or_skip();
+    if (k) nonfinite_activations(k);
 }
 
 /* Against a double product of the dequantized weights: each activation moves by at most half a
@@ -194,9 +218,7 @@ TEST(kernels_amx_model_within_activation_bound) {
 
 /* Token t alone (as when decoding) gives the bits it gets inside any batch of 1..70 tokens, for
  * 1, 2 or 3 threads. */
-TEST(kernels_amx_batch_and_thread_invariance) {
-    const quill_kernels *k = amx_or_skip();
-    if (!k) return;
+static void batch_and_thread_invariance(const quill_kernels *k) {
     quill_pool *pools[3] = {quill_pool_new(1), quill_pool_new(2), quill_pool_new(3)};
     const int64_t rows = 45, max_tok = 70;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -228,6 +250,16 @@ TEST(kernels_amx_batch_and_thread_invariance) {
     for (int p = 0; p < 3; p++) quill_pool_free(pools[p]);
 }
 
+TEST(kernels_amx_batch_and_thread_invariance) {
+    const quill_kernels *k = amx_or_skip();
+    if (k) batch_and_thread_invariance(k);
+}
+
+TEST(kernels_vnni_batch_and_thread_invariance) {
+    const quill_kernels *k = vnni_or_skip();
+    if (k) batch_and_thread_invariance(k);
+}
+
 TEST(kernels_amx_selected_by_default) {
     const quill_kernels *k = amx_or_skip();
     if (!k) return;
@@ -240,4 +272,16 @@ TEST(kernels_amx_selected_by_default) {
           "float types must keep the exact f32 path");
     CHECK(k->dot == quill_kernels_avx512_table.dot, "AVX-512 dot");
     CHECK(quill_kernels_avx512_table.matmul[QUILL_TYPE_Q4_0] == NULL, "the AVX-512 table has no AMX entries");
+}
+
+TEST(kernels_vnni_offered_after_amx) {
+    const quill_kernels *k = vnni_or_skip();
+    if (!k) return;
+    CHECK(strcmp(k->isa, "vnni") == 0, "isa %s", k->isa);
+    CHECK(quill_kernels_for("vnni") == k, "quill_kernels_for(\"vnni\")");
+    const char *forced = getenv("QUILL_ISA");
+    if (!forced || !*forced)
+        CHECK(quill_kernels_best() == (quill_kernels_amx() ? quill_kernels_amx() : k), "default: amx, else vnni");
+    CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL, "float types keep the f32 path");
+    CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q6_K] != NULL, "quantized products");
 }
