@@ -63,6 +63,17 @@ static const quill_kernels *vnni_or_skip(void) {
     return k;
 }
 
+/* A check of a kernel set, registered once for each set that runs the exact 16-bit products. */
+#define ON_AMX_AND_VNNI(check)                                                                       \
+    TEST(kernels_amx_##check) {                                                                      \
+        const quill_kernels *k = amx_or_skip();                                                      \
+        if (k) check(k);                                                                             \
+    }                                                                                                \
+    TEST(kernels_vnni_##check) {                                                                     \
+        const quill_kernels *k = vnni_or_skip();                                                     \
+        if (k) check(k);                                                                             \
+    }
+
 static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
                         int64_t cols, const float *x, int nt, float *y, quill_pool *pool) {
     void *scratch = malloc(k->matmul_scratch(cols, nt));
@@ -130,15 +141,7 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
     quill_pool_free(pool);
 }
 
-TEST(kernels_amx_bit_identical_to_scalar_model) {
-    const quill_kernels *k = amx_or_skip();
-    if (k) bit_identical_to_scalar_model(k);
-}
-
-TEST(kernels_vnni_bit_identical_to_scalar_model) {
-    const quill_kernels *k = vnni_or_skip();
-    if (k) bit_identical_to_scalar_model(k);
-}
+ON_AMX_AND_VNNI(bit_identical_to_scalar_model)
 
 /* A NaN or an infinity among a token's activations makes that token's outputs NaN (as f32 math
  * would give NaN or inf), a zero token gives zeros, and the other tokens are unaffected: on the
@@ -171,15 +174,7 @@ static void nonfinite_activations(const quill_kernels *k) {
     }
 }
 
-TEST(kernels_amx_nonfinite_activations) {
-    const quill_kernels *k = amx_or_skip();
-    if (k) nonfinite_activations(k);
-}
-
-TEST(kernels_vnni_nonfinite_activations) {
-    const quill_kernels *k = vnni_or_skip();
-    if (k) nonfinite_activations(k);
-}
+ON_AMX_AND_VNNI(nonfinite_activations)
 
 /* Against a double product of the dequantized weights: each activation moves by at most half a
  * code step (max|x of its block| / 65278), so |error| <= Σ_k |w_k| · step_k / 2, plus the f32 sums
@@ -250,15 +245,7 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
     for (int p = 0; p < 3; p++) quill_pool_free(pools[p]);
 }
 
-TEST(kernels_amx_batch_and_thread_invariance) {
-    const quill_kernels *k = amx_or_skip();
-    if (k) batch_and_thread_invariance(k);
-}
-
-TEST(kernels_vnni_batch_and_thread_invariance) {
-    const quill_kernels *k = vnni_or_skip();
-    if (k) batch_and_thread_invariance(k);
-}
+ON_AMX_AND_VNNI(batch_and_thread_invariance)
 
 TEST(kernels_amx_selected_by_default) {
     const quill_kernels *k = amx_or_skip();
