@@ -344,7 +344,7 @@ TEST(infer_errors_are_clear) {
  * batch-invariant on its own: the run-time choice must not matter for correctness. */
 TEST(infer_every_instruction_set) {
     REQUIRE_SHARED(shared);
-    const char *isas[] = {"scalar", "avx2", "avx512", "amx"};
+    const char *isas[] = {"scalar", "avx2", "avx512", "vnni", "amx"};
     const char *cases[] = {"synth-k-q4_0", "synth-k-q4_k_m", "synth-k-f16"};
     const char *saved = getenv("QUILL_ISA");
     char *restore = saved ? strdup(saved) : NULL;
