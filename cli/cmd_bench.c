@@ -466,6 +466,7 @@ int cmd_bench(int argc, char **argv) {
     summarize(&tg);
     long long rss_kb, hwm_kb;
     read_memory(&rss_kb, &hwm_kb);
+    const char *kernels = quill_context_kernels(c); /* a static name: outlives the context */
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
     quill_context_free(c);
     c = NULL;
@@ -492,6 +493,7 @@ int cmd_bench(int argc, char **argv) {
         printf("  \"bytes_per_token\": %llu,\n", (unsigned long long)bpt);
         if (tg.n) printf("  \"tg_roofline_share\": %.6f,\n", share);
         else printf("  \"tg_roofline_share\": null,\n");
+        printf("  \"kernels\": \"%s\",\n", kernels);
         printf("  \"load_ms\": %.3f,\n", load_ms);
         if (rss_kb >= 0) printf("  \"rss_mb\": %.2f,\n", rss_kb / 1024.0);
         else printf("  \"rss_mb\": null,\n");
@@ -526,6 +528,7 @@ int cmd_bench(int argc, char **argv) {
         if (tg.n)
             printf("tg roofline       %.1f %% of the bandwidth limit (%.2f t/s at %.2f GB/s)\n", share * 100,
                    bw * 1e9 / (double)bpt, bw);
+        printf("kernels           %s\n", kernels);
         printf("model load        %.1f ms\n", load_ms);
         if (rss_kb >= 0)
             printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",

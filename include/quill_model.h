@@ -105,6 +105,9 @@ void quill_context_free(quill_context *c);
 /* Tokens already in the KV cache. */
 int quill_context_pos(const quill_context *c);
 int quill_context_n_ctx(const quill_context *c);
+/* The kernel set it computes with: "amx", "vnni", "avx512", "avx2" or "scalar" (the best the CPU
+ * offers, or the one QUILL_ISA names), or "reference" for the float64 path. */
+const char *quill_context_kernels(const quill_context *c);
 /* Forgets cached tokens from position `pos` on (0 clears the conversation). */
 void quill_context_truncate(quill_context *c, int pos);
 void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);

@@ -338,6 +338,8 @@ void quill_context_free(quill_context *c) {
 int quill_context_pos(const quill_context *c) { return c->pos; }
 int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
 
+const char *quill_context_kernels(const quill_context *c) { return c->reference ? "reference" : c->kern->isa; }
+
 void quill_context_truncate(quill_context *c, int pos) {
     if (pos >= 0 && pos < c->pos) c->pos = pos;
 }

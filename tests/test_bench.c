@@ -2,6 +2,8 @@
  * speed: the machine may be busy), and bad flags fail with a clear message. */
 #include "test.h"
 
+#include "kernels.h"
+
 #include "quill.h"
 
 #include <cjson/cJSON.h>
@@ -97,7 +99,11 @@ TEST(bench_json_stories260k) {
     double hwm = cJSON_GetObjectItemCaseSensitive(j, "hwm_mb")->valuedouble;
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(j, "types");
     cJSON_bool types_ok = cJSON_IsObject(types) && cJSON_GetArraySize(types) > 0;
+    /* the kernel set that ran: the one this process would pick too */
+    const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(j, "kernels");
+    bool kernels_ok = cJSON_IsString(kernels) && !strcmp(kernels->valuestring, quill_kernels_best()->isa);
     cJSON_Delete(j);
+    CHECK(kernels_ok, "\"kernels\" names the kernel set (%s)", quill_kernels_best()->isa);
     CHECK(bpt < file, "bytes per token %.0f must be less than the file, %.0f", bpt, file);
     CHECK(fabs(share - bpt * tg / (bw * 1e9)) <= 1e-3 * share, "share %g", share);
     CHECK(hwm >= rss, "VmHWM %g < VmRSS %g", hwm, rss);
