@@ -938,7 +938,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                     /* the scales, gathered once the codes' loads have brought their cache lines in */
                     if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
                     else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
                     for (int s = 0; s < n_slots; s++) {
                         const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
                         const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));

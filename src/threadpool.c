@@ -50,7 +50,7 @@ struct quill_pool {
     /* the current job */
     quill_task_fn fn;
     void *ctx;
-    int64_t n_items, grain;
+    int64_t grain;
     share *shares; /* one per thread */
 };
 
@@ -148,7 +148,6 @@ void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items,
     }
     p->fn = fn;
     p->ctx = ctx;
-    p->n_items = n_items;
     p->grain = grain;
     for (int t = 0; t < p->n_threads; t++) {
         atomic_store_explicit(&p->shares[t].next, n_items * t / p->n_threads, memory_order_relaxed);
