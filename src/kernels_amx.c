@@ -35,7 +35,7 @@
 #define GT 8          /* tokens per token group (tile columns: 8 tokens × 2 byte planes) */
 #define CW 256        /* weight columns unpacked at a time (one k-quant super-block) */
 #define QMAX 32639    /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
-#define MAX_GROUPS 8  /* token groups accumulated per pass over the weights (64 tokens) */
+#define MAX_GROUPS 16 /* token groups accumulated per pass over the weights (128 tokens) */
 
 /* ---------------------------------------------------------------- per-type facts */
 
@@ -677,7 +677,7 @@ static planes planes_at(void *scratch, int64_t cols) {
 /* The per-block numbers the decoding steps use, computed once per token here so that the steps
  * take them straight from memory (embedded broadcasts) instead of computing and broadcasting them
  * on the vector unit's shuffle port, which the steps keep busy. */
-static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
+static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P, bool decoding) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
@@ -691,6 +691,7 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         }
         for (int q = 0; q < 2; q++) {
             if (slot_width(type) == 16) P->bh[blk * 2 + q] = bias * sh[q], P->bl[blk * 2 + q] = bias * sl[q];
+            if (!decoding) continue; /* the batch loop broadcasts from h and l */
             P->hx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(h + 16 * q)));
             P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
         }
@@ -1114,7 +1115,7 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
     const int64_t n_tiles = (rows + TR - 1) / TR;
     if (n_tok == 1) {
         const planes P = planes_at(scratch, cols);
-        quantize_planes(type, x, cols, &P);
+        quantize_planes(type, x, cols, &P, true);
         decode_job dj = {type, w, row_bytes, rows, cols, 1, &P, y};
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
          * the tile two ahead that a step prefetches is this thread's next but one, and the
@@ -1138,11 +1139,101 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
 
 /* ---------------------------------------------------------------- without the tile unit
  *
- * CPUs with AVX-512 VNNI but no AMX (Ice Lake, Zen 4) run the same arithmetic on the vector
- * unit for batches too: the decoding loop over up to VNNI_TOKENS tokens per tile, the tile read
- * from memory once and from cache for the other tokens. Same bits as the tile loop and the model,
- * so a batch evaluated here equals one evaluated token by token. */
-#define VNNI_TOKENS 64
+ * CPUs with AVX-512 VNNI but no AMX (Ice Lake, Zen 4) run the same arithmetic on the vector unit
+ * for batches too. For each row tile and chunk of columns the codes are unpacked once into the
+ * dot products' operand layout (per 4 columns, the 16 rows' 4 unsigned codes: 64 bytes, rows in
+ * lanes) and serve every token of the pass from L1, TB tokens at a time in registers: per slot
+ * and token, Σu·h and Σu·l by vpdpbusd with 4 bytes of h or l broadcast, then the decoding loop's
+ * f32 steps. Unlike the decoding loop there is no lane reduction: lanes are rows throughout.
+ * Same bits as the tile loop and the model, so a batch evaluated here equals one evaluated token
+ * by token. */
+#define VNNI_TOKENS 256
+#define TB 6 /* tokens per register block: 4 accumulators each */
+
+static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                            uint32_t type) {
+    const int kb = slot_width(type);
+    _Alignas(64) uint8_t rowbuf[TR][CW];
+    _Alignas(64) __m512i wbuf[CW / 4];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TB][2][TR];
+    const __m512i row_at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(CW));
+    const int n_tok = j->n_tok;
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * TR;
+        const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
+        memset(accbuf, 0, (size_t)(n_tok + TB) * sizeof accbuf[0]);
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW, n = cw / kb;
+            prefetch_next_tile(&src, type, k0, cw);
+            /* rows past the matrix repeat its first row: their lanes are computed and never stored */
+            for (int r = 0; r < TR; r++) {
+                const uint8_t *row = src.w + (size_t)(r < src.nr ? r : 0) * j->row_bytes;
+                for (int i = 0; i < cw; i += 64) {
+                    const __m512i v = codes64(type, row, k0 + i, cw - i < 64);
+                    if (cw - i < 64) _mm256_store_si256((__m256i *)&rowbuf[r][i], _mm512_castsi512_si256(v));
+                    else _mm512_store_si512(&rowbuf[r][i], v);
+                }
+            }
+            for (int g = 0; g < cw / 4; g++) wbuf[g] = _mm512_i32gather_epi32(row_at, rowbuf[0] + 4 * g, 1);
+            unpack_scales(&src, k0, n, sbuf, mbuf);
+            for (int tb = 0; tb < n_tok; tb += TB) {
+                const planes *pt[TB];
+                __m512 acc_h[TB], acc_l[TB];
+#pragma GCC unroll 8
+                for (int t = 0; t < TB; t++) {
+                    pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
+                    acc_h[t] = _mm512_load_ps(accbuf[tb + t][0]);
+                    acc_l[t] = _mm512_load_ps(accbuf[tb + t][1]);
+                }
+                for (int i = 0; i < n; i++) {
+                    const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
+                    __m512i sh[TB], sl[TB];
+#pragma GCC unroll 8
+                    for (int t = 0; t < TB; t++) sh[t] = sl[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                    for (int q = 0; q < kb / 4; q++) {
+                        const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
+#pragma GCC unroll 8
+                        for (int t = 0; t < TB; t++) {
+                            int32_t h4, l4;
+                            memcpy(&h4, pt[t]->h + col + 4 * q, 4);
+                            memcpy(&l4, pt[t]->l + col + 4 * q, 4);
+                            sh[t] = _mm512_dpbusd_epi32(sh[t], w, _mm512_set1_epi32(h4));
+                            sl[t] = _mm512_dpbusd_epi32(sl[t], w, _mm512_set1_epi32(l4));
+                        }
+                    }
+                    const __m512 sc = _mm512_load_ps(sbuf[i]);
+#pragma GCC unroll 8
+                    for (int t = 0; t < TB; t++) {
+                        const __m512i sub_h = _mm512_sub_epi32(sh[t], _mm512_set1_epi32(pt[t]->bh[slot_k]));
+                        const __m512i sub_l = _mm512_sub_epi32(sl[t], _mm512_set1_epi32(pt[t]->bl[slot_k]));
+                        acc_h[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da256[blk])),
+                                                   acc_h[t]);
+                        acc_l[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
+                                                   acc_l[t]);
+                        if (has_min(type)) {
+                            const __m512 m = _mm512_load_ps(mbuf[i]);
+                            acc_h[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(pt[t]->sf[blk]), acc_h[t]);
+                            acc_l[t] = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l[t]);
+                        }
+                    }
+                }
+#pragma GCC unroll 8
+                for (int t = 0; t < TB; t++) {
+                    _mm512_store_ps(accbuf[tb + t][0], acc_h[t]);
+                    _mm512_store_ps(accbuf[tb + t][1], acc_l[t]);
+                }
+            }
+        }
+        for (int t = 0; t < n_tok; t++)
+            _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, src.mask,
+                                  _mm512_add_ps(_mm512_load_ps(accbuf[t][0]), _mm512_load_ps(accbuf[t][1])));
+    }
+}
+
+TYPED_TASKS(gemm, gemm_impl)
 
 static size_t vnni_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS) * planes_bytes(cols);
@@ -1156,10 +1247,10 @@ static void vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t 
         const int nt = n_tok - t0 < VNNI_TOKENS ? n_tok - t0 : VNNI_TOKENS;
         for (int t = 0; t < nt; t++) {
             P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
-            quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
+            quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t], nt == 1);
         }
         decode_job dj = {type, w, row_bytes, rows, cols, nt, P, y + (size_t)t0 * (size_t)rows};
-        run(pool, decode_fn(type), &dj, n_tiles, 1);
+        run(pool, nt == 1 ? decode_fn(type) : gemm_fn(type), &dj, n_tiles, 1);
     }
 }
 

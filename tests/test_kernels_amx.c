@@ -109,12 +109,12 @@ TEST(kernels_amx_activation_codes) {
 
 /* The kernels (amx: tile loop and decoding; vnni: the decoding loop over several tokens) give
  * exactly the bits of the scalar model: rows not a multiple of the 16-row tiles, columns with a
- * short last chunk, decoding (1 token) and batches with partial groups (and, for vnni, more than
- * the 64 tokens it takes per pass). */
+ * short last chunk, decoding (1 token) and batches with partial groups and register blocks (and,
+ * for vnni, more than the 256 tokens it takes per pass, the last pass a single token). */
 static void bit_identical_to_scalar_model(const quill_kernels *k) {
     quill_pool *pool = quill_pool_new(2);
     const int64_t rows = 37;
-    const int toks[] = {1, 3, 8, 17, 70};
+    const int toks[] = {1, 3, 8, 17, 70, 257};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = amx_types[ti];
         const int64_t cols = cols_for(type);
