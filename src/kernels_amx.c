@@ -869,7 +869,7 @@ typedef struct {
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
-    int n_tok;
+    int n_tok;       /* 1 when decoding */
     const planes *P; /* one per token */
     float *y;        /* y[t · rows + r] */
 } decode_job;
@@ -915,54 +915,49 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         /* rows past the matrix repeat its first row: their lanes are computed and never stored */
         const uint8_t *rp[TR];
         for (int r = 0; r < TR; r++) rp[r] = src.w + (size_t)(r < nr ? r : 0) * j->row_bytes;
-        /* several tokens (the vnni kernel set's prompts): the tile, read from memory for the first,
-         * is in cache for the others */
-        for (int tok = 0; tok < j->n_tok; tok++) {
-            const planes *P = &j->P[tok];
-            __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
-            for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
-                const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
-                for (int c = 0; c < cw; c += width) {
-                    const int64_t k = k0 + c;
-                    /* The tile two ahead is one contiguous range of memory: each step prefetches its
-                     * share of it in address order, which the hardware prefetchers follow, and a few
-                     * lines at a time, where a burst would stall on the line fill buffers (measured
-                     * 8-19% faster than a burst per chunk of the next tile's rows). */
-                    const size_t tile_bytes = TR * j->row_bytes;
-                    const size_t from = tile_bytes * (size_t)(k / width) / (size_t)n_steps;
-                    const size_t to = tile_bytes * (size_t)(k / width + 1) / (size_t)n_steps;
-                    if (tok == 0)
-                        for (size_t o = from & ~(size_t)63; o < to; o += 64)
-                            _mm_prefetch((const char *)(src.w + 2 * tile_bytes + o), _MM_HINT_T0);
-                    __m512i ch[4], cl[4];
-                    lane_sums(type, rp, k, P, ch, cl);
-                    /* the scales, gathered once the codes' loads have brought their cache lines in */
-                    if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
-                    else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
+        const planes *P = j->P;
+        __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+            for (int c = 0; c < cw; c += width) {
+                const int64_t k = k0 + c;
+                /* The tile two ahead is one contiguous range of memory: each step prefetches its
+                 * share of it in address order, which the hardware prefetchers follow, and a few
+                 * lines at a time, where a burst would stall on the line fill buffers (measured
+                 * 8-19% faster than a burst per chunk of the next tile's rows). */
+                const size_t tile_bytes = TR * j->row_bytes;
+                const size_t from = tile_bytes * (size_t)(k / width) / (size_t)n_steps;
+                const size_t to = tile_bytes * (size_t)(k / width + 1) / (size_t)n_steps;
+                for (size_t o = from & ~(size_t)63; o < to; o += 64)
+                    _mm_prefetch((const char *)(src.w + 2 * tile_bytes + o), _MM_HINT_T0);
+                __m512i ch[4], cl[4];
+                lane_sums(type, rp, k, P, ch, cl);
+                /* the scales, gathered once the codes' loads have brought their cache lines in */
+                if (!is_kquant(type)) unpack_scales(&src, k, 1, sbuf + c / 32, mbuf + c / 32);
+                else if (c == 0) row_kquant_scales(type, rp, k0, sbuf, mbuf);
 #pragma GCC unroll 4
-                    for (int s = 0; s < n_slots; s++) {
-                        const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
-                        const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
-                        const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
-                        const int slot = (c + s * kb) / kb;
-                        const int64_t blk = (k + s * kb) / 32;
-                        const __m512 sc = _mm512_load_ps(sbuf[slot]);
-                        acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])),
-                                                acc_h);
-                        acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])),
-                                                acc_l);
-                        if (has_min(type)) {
-                            const __m512 m = _mm512_load_ps(mbuf[slot]);
-                            acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
-                            acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
-                        }
+                for (int s = 0; s < n_slots; s++) {
+                    const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
+                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
+                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
+                    const int slot = (c + s * kb) / kb;
+                    const int64_t blk = (k + s * kb) / 32;
+                    const __m512 sc = _mm512_load_ps(sbuf[slot]);
+                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])),
+                                            acc_h);
+                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])),
+                                            acc_l);
+                    if (has_min(type)) {
+                        const __m512 m = _mm512_load_ps(mbuf[slot]);
+                        acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
+                        acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
                     }
                 }
             }
-            _Alignas(64) float out[TR];
-            _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
-            for (int r = 0; r < nr; r++) j->y[(size_t)tok * (size_t)j->rows + (size_t)(r0 + r)] = out[r];
         }
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
     }
 }
 
