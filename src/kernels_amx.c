@@ -596,27 +596,6 @@ typedef struct {
         else _tile_dpbusd(C, AT, BT);                                                                \
     } while (0)
 
-/* The tile unit's sums for slots [0, n) of a chunk into cbuf[i] (TR rows × `cstride` bytes):
- * loads and products run ahead of the stores by two slots. */
-#define RUN_SLOTS(ap)                                                                                \
-    do {                                                                                             \
-        for (int s0 = 0; s0 < n; s0 += 4) {                                                          \
-            if (s0 + 0 < n) TILE_DP(ap, 0, 4, 6, s0 + 0);                                                \
-            if (s0 + 1 < n) TILE_DP(ap, 1, 5, 7, s0 + 1);                                                \
-            if (s0 > 0) {                                                                            \
-                _tile_stored(2, cbuf[s0 - 2], cstride);                                              \
-                _tile_stored(3, cbuf[s0 - 1], cstride);                                              \
-            }                                                                                        \
-            if (s0 + 2 < n) TILE_DP(ap, 2, 4, 6, s0 + 2);                                                \
-            if (s0 + 3 < n) TILE_DP(ap, 3, 5, 7, s0 + 3);                                                \
-            if (s0 + 0 < n) _tile_stored(0, cbuf[s0 + 0], cstride);                                  \
-            if (s0 + 1 < n) _tile_stored(1, cbuf[s0 + 1], cstride);                                  \
-        }                                                                                            \
-        int last_ = (n - 1) / 4 * 4;                                                                 \
-        if (last_ + 2 < n) _tile_stored(2, cbuf[last_ + 2], cstride);                                \
-        if (last_ + 3 < n) _tile_stored(3, cbuf[last_ + 3], cstride);                                \
-    } while (0)
-
 /* Reading 16 rows a little at a time defeats the hardware prefetchers: fetch the same columns
  * [k0, k0 + cw) of the next row tile while this one is computed. */
 static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
@@ -1025,53 +1004,84 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             for (int64_t c = 0; c < n_chunks; c++) {
                 const int64_t k0 = c * CW;
                 const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
-                const int8_t *a_chunk = abuf[c & 1];
+                /* slot i's weight operand: the chunk buffer, or a full q8_0 tile in place */
+                const int8_t *a_base = direct ? (const int8_t *)(src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) +
+                                                                 offsetof(block_q8_0, qs))
+                                              : abuf[c & 1];
                 const size_t astride = direct ? j->row_bytes : (size_t)kb;
-                const uint8_t *a_direct = src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+                const size_t a_step = direct ? sizeof(block_q8_0) : (size_t)TR * (size_t)kb;
                 const float(*sb)[TR] = sbuf[c & 1], (*mb)[TR] = mbuf[c & 1];
-#define AP_BUF(i) (a_chunk + (i) * TR * kb)
-#define AP_DIRECT(i) (a_direct + (size_t)(i) * sizeof(block_q8_0))
+                const int64_t k1 = k0 + CW;
+                const int cw1 = A->cols - k1 < CW ? (int)(A->cols - k1) : CW;
+                const int rows_per_slot = (src.nr + n - 1) / n;
+#define AP(i) (a_base + (size_t)(i) * a_step)
+                /* Group gi's products on the tile unit and, slot by slot between them, the vector
+                 * unit's work: scaling group gi - 1's sums, or (during group 0) unpacking the next
+                 * chunk's rows. Interleaved at this grain, both are in the core's window at once
+                 * and overlap; done one after the other they mostly did not. */
                 for (int gi = 0; gi <= ng; gi++) {
-                    if (gi < ng) {
-                        const int8_t *bbase = A->b + (size_t)(g0 + gi) * (size_t)A->cols * 2 * GT + (size_t)k0 * 2 * GT;
-                        int32_t(*cb)[TR * 16] = cbuf[gi & 1];
-#define cbuf cb
-                        if (direct) RUN_SLOTS(AP_DIRECT);
-                        else RUN_SLOTS(AP_BUF);
-#undef cbuf
-                        if (gi == 0 && c + 1 < n_chunks) {
-                            const int64_t k1 = k0 + CW;
-                            prep_chunk(&src, type, k1, A->cols - k1 < CW ? (int)(A->cols - k1) : CW, kb, direct,
-                                       abuf[(c + 1) & 1], sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
-                        }
-                    }
-                    if (gi == 0) continue;
-                    /* scale the sums of the previous group */
+                    const bool tiles = gi < ng, scale = gi > 0, unpack = gi == 0 && c + 1 < n_chunks && !direct;
+                    const int8_t *bbase = A->b + (size_t)(g0 + (tiles ? gi : 0)) * (size_t)A->cols * 2 * GT +
+                                          (size_t)k0 * 2 * GT;
+                    int32_t(*cb)[TR * 16] = cbuf[gi & 1];
+                    const int32_t(*prev)[TR * 16] = (const int32_t(*)[TR * 16])cbuf[(gi + 1) & 1];
                     const int g = g0 + gi - 1;
-                    const int32_t(*cb)[TR * 16] = (const int32_t(*)[TR * 16])cbuf[(gi - 1) & 1];
-                    const float *dap = A->dapat + ((size_t)g * blocks + k0 / 32) * 16;
-                    const float *sfp = A->sfpat + ((size_t)g * blocks + k0 / 32) * 16;
-                    {
-                        /* lanes: (token, plane); one accumulator per row */
-                        __m512 acc[TR];
+                    const float *dap = A->dapat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * 16;
+                    const float *sfp = A->sfpat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * 16;
+                    /* lanes: (token, plane); one accumulator per row */
+                    __m512 acc[TR];
 #pragma GCC unroll 16
-                        for (int r = 0; r < TR; r++) acc[r] = _mm512_load_ps(accbuf[gi - 1][r]);
-                        for (int i = 0; i < n; i++) {
-                            const __m512 da = _mm512_load_ps(dap + (i * kb / 32) * 16);
-                            const __m512 sf = _mm512_load_ps(sfp + (i * kb / 32) * 16);
-#pragma GCC unroll 16
-                            for (int r = 0; r < TR; r++) {
-                                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[i] + 16 * r)),
-                                                         _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), acc[r]);
-                                if (has_min(type)) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);
+                    for (int r = 0; r < TR; r++) acc[r] = scale ? _mm512_load_ps(accbuf[gi - 1][r]) : _mm512_setzero_ps();
+#define VECTOR_WORK(i)                                                                               \
+    do {                                                                                             \
+        if ((i) < n && scale) {                                                                      \
+            const __m512 da = _mm512_load_ps(dap + ((i) * kb / 32) * 16);                            \
+            const __m512 sf = _mm512_load_ps(sfp + ((i) * kb / 32) * 16);                            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < TR; r++) {                                  \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prev[i] + 16 * r)),      \
+                                         _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), acc[r]);         \
+                if (has_min(type)) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);   \
+            }                                                                                        \
+        }                                                                                            \
+        if ((i) < n && unpack)                                                                       \
+            for (int r = (i) * rows_per_slot; r < ((i) + 1) * rows_per_slot && r < src.nr; r++)       \
+                unpack_row(type, src.w + (size_t)r * src.row_bytes, k1, cw1, abuf[(c + 1) & 1], r);    \
+    } while (0)
+                    for (int s0 = 0; s0 < n; s0 += 4) {
+                        if (tiles) {
+                            if (s0 + 0 < n) TILE_DP(AP, 0, 4, 6, s0 + 0);
+                            if (s0 + 1 < n) TILE_DP(AP, 1, 5, 7, s0 + 1);
+                            if (s0 > 0) {
+                                _tile_stored(2, cb[s0 - 2], cstride);
+                                _tile_stored(3, cb[s0 - 1], cstride);
                             }
                         }
+                        VECTOR_WORK(s0);
+                        VECTOR_WORK(s0 + 1);
+                        if (tiles) {
+                            if (s0 + 2 < n) TILE_DP(AP, 2, 4, 6, s0 + 2);
+                            if (s0 + 3 < n) TILE_DP(AP, 3, 5, 7, s0 + 3);
+                            if (s0 + 0 < n) _tile_stored(0, cb[s0 + 0], cstride);
+                            if (s0 + 1 < n) _tile_stored(1, cb[s0 + 1], cstride);
+                        }
+                        VECTOR_WORK(s0 + 2);
+                        VECTOR_WORK(s0 + 3);
+                    }
+#undef VECTOR_WORK
+                    if (tiles) {
+                        const int last = (n - 1) / 4 * 4;
+                        if (last + 2 < n) _tile_stored(2, cb[last + 2], cstride);
+                        if (last + 3 < n) _tile_stored(3, cb[last + 3], cstride);
+                    }
+                    if (scale)
 #pragma GCC unroll 16
                         for (int r = 0; r < TR; r++) _mm512_store_ps(accbuf[gi - 1][r], acc[r]);
+                    if (gi == 0 && c + 1 < n_chunks) {
+                        prefetch_next_tile(&src, type, k1, cw1);
+                        unpack_scales(&src, k1, cw1 / kb, sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
                     }
                 }
-#undef AP_BUF
-#undef AP_DIRECT
+#undef AP
             }
             /* y = acc_h + acc_l */
             {
