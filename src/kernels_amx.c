@@ -1083,16 +1083,19 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                 }
 #undef AP
             }
-            /* y = acc_h + acc_l */
-            {
-                for (int g = g0; g < g0 + ng; g++)
-                    for (int r = 0; r < src.nr; r++) {
-                        _Alignas(64) float out[16];
-                        __m512 v = _mm512_load_ps(accbuf[g - g0][r]);
-                        _mm512_store_ps(out, _mm512_add_ps(v, _mm512_permutexvar_ps(swap, v)));
-                        for (int t = 0; t < GT && g * GT + t < j->n_tok; t++)
-                            j->y[(size_t)(g * GT + t) * j->rows + r0 + r] = out[2 * t];
-                    }
+            /* y = acc_h + acc_l, transposed here so that each token's 16 rows leave in one store:
+             * a store per row and token touched one line each, rows apart by the matrix's row
+             * count (8 KiB for 2048 rows: one L1 set), ~8 % of the loop */
+            for (int g = g0; g < g0 + ng; g++) {
+                _Alignas(64) float out[TR][16], by_token[GT][TR];
+                for (int r = 0; r < TR; r++) {
+                    const __m512 v = _mm512_load_ps(accbuf[g - g0][r]);
+                    _mm512_store_ps(out[r], _mm512_add_ps(v, _mm512_permutexvar_ps(swap, v)));
+                }
+                for (int t = 0; t < GT; t++)
+                    for (int r = 0; r < TR; r++) by_token[t][r] = out[r][2 * t];
+                for (int t = 0; t < GT && g * GT + t < j->n_tok; t++)
+                    _mm512_mask_storeu_ps(j->y + (size_t)(g * GT + t) * j->rows + r0, src.mask, _mm512_load_ps(by_token[t]));
             }
         }
     }
