@@ -74,6 +74,7 @@ static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, 
 
 /* SwiGLU over rows of the feed-forward activations: gate = silu(gate) * up. */
 typedef struct {
+    const quill_kernels *kern;
     float *gate;
     const float *up;
     int64_t n_ff;
@@ -82,10 +83,7 @@ typedef struct {
 static void swiglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const swiglu_job *j = arg;
-    for (int64_t i = t0 * j->n_ff; i < t1 * j->n_ff; i++) {
-        float g = j->gate[i];
-        j->gate[i] = g / (1.0f + expf(-g)) * j->up[i];
-    }
+    j->kern->swiglu(j->gate + t0 * j->n_ff, j->up + t0 * j->n_ff, (t1 - t0) * j->n_ff);
 }
 
 typedef struct {
@@ -200,7 +198,7 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
         matmul(c, &L->w_gate, c->xb, n, c->ffn_gate);
         matmul(c, &L->w_up, c->xb, n, c->ffn_up);
-        swiglu_job sj = {c->ffn_gate, c->ffn_up, ff};
+        swiglu_job sj = {c->kern, c->ffn_gate, c->ffn_up, ff};
         quill_pool_run(c->pool, swiglu_rows, &sj, n, 1);
         matmul(c, &L->w_down, c->ffn_gate, n, c->xb);
         trace(c, "ffn_out", l, c->xb, 2, d, n, 1);

@@ -57,9 +57,13 @@ static void softmax_scalar(float *x, int n, float s) {
     for (int p = 0; p < n; p++) x[p] *= inv;
 }
 
+static void swiglu_scalar(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
+}
+
 static const quill_kernels scalar_table = {
     .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
-    .softmax = softmax_scalar};
+    .softmax = softmax_scalar, .swiglu = swiglu_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

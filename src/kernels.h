@@ -40,6 +40,11 @@ typedef void (*quill_dot_columns_fn)(const float *q, int64_t q_stride, int n_hea
  * and the sum as 16 partial sums (p mod 16, in p order) added pairwise 8, 4, 2, 1 apart. */
 typedef void (*quill_softmax_fn)(float *x, int n, float s);
 
+/* gate[i] = silu(gate[i]) · up[i] = gate[i] / (1 + e^-gate[i]) · up[i] for i < n: the feed-forward
+ * gate, with exp_poly.h's exponential and then one IEEE add, divide and multiply, so every
+ * instruction set gives the same bits. */
+typedef void (*quill_swiglu_fn)(float *gate, const float *up, int64_t n);
+
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
  * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
@@ -61,6 +66,7 @@ typedef struct quill_kernels {
     quill_weighted_sum_fn weighted_sum;
     quill_dot_columns_fn dot_columns;
     quill_softmax_fn softmax;
+    quill_swiglu_fn swiglu;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */

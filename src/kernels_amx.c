@@ -35,7 +35,7 @@
 #define GT 8          /* tokens per token group (tile columns: 8 tokens × 2 byte planes) */
 #define CW 256        /* weight columns unpacked at a time (one k-quant super-block) */
 #define QMAX 32639    /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
-#define MAX_GROUPS 16 /* token groups accumulated per pass over the weights (128 tokens) */
+#define MAX_GROUPS 8  /* token groups accumulated per pass over the weights (64 tokens) */
 
 /* ---------------------------------------------------------------- per-type facts */
 

@@ -322,12 +322,23 @@ static void softmax_avx2(float *x, int n, float s) {
     }
 }
 
+static void swiglu_avx2(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes_from(0, n - i < 8 ? (int)(n - i) : 8);
+        const __m256 g = _mm256_maskload_ps(gate + i, m), u = _mm256_maskload_ps(up + i, m);
+        const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, sign))));
+        _mm256_maskstore_ps(gate + i, m, _mm256_mul_ps(s, u));
+    }
+}
+
 const quill_kernels quill_kernels_avx2_table = {
     .isa = "avx2",
     .dot = dot_avx2,
     .weighted_sum = weighted_sum_avx2,
     .dot_columns = dot_columns_avx2,
     .softmax = softmax_avx2,
+    .swiglu = swiglu_avx2,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,

@@ -576,12 +576,23 @@ static void softmax_avx512(float *x, int n, float s) {
     }
 }
 
+static void swiglu_avx512(float *gate, const float *up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_xor_ps(g, sign))));
+        _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, u));
+    }
+}
+
 const quill_kernels quill_kernels_avx512_table = {
     .isa = "avx512",
     .dot = dot_avx512,
     .weighted_sum = weighted_sum_avx512,
     .dot_columns = dot_columns_avx512,
     .softmax = softmax_avx512,
+    .swiglu = swiglu_avx512,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
         [QUILL_TYPE_BF16] = dequant_bf16,
