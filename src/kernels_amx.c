@@ -18,8 +18,8 @@
  * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
  * the same f32 steps in the same order, on any thread: results are bitwise batch- and
  * thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them bit for bit.
- * Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches through the decoding loop
- * too, token after token on each tile. */
+ * Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches on the vector unit too, with
+ * the codes unpacked once per chunk for many tokens (gemm_impl). */
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
