@@ -233,6 +233,40 @@ static void read_memory(long long *rss_kb, long long *hwm_kb) {
     fclose(f);
 }
 
+/* How much of the model file's mapping is resident in 2 MiB pages (FilePmdMapped / Rss of its
+ * mappings in /proc/self/smaps): generation streams every weight once per token, and with 4 KiB
+ * pages it takes a TLB miss every 4 KiB. The kernel maps 2 MiB pages only where the page cache
+ * holds the file in 2 MiB folios (files written in large pieces, as `quill quantize` writes them,
+ * or read in cold, on file systems with large folios), so the same file can measure differently
+ * after being copied. -1 when unavailable. */
+static double weights_2m_share(const char *model_path) {
+    char *want = realpath(model_path, NULL);
+    FILE *f = want ? fopen("/proc/self/smaps", "r") : NULL;
+    if (!f) {
+        free(want);
+        return -1;
+    }
+    long long rss = 0, pmd = 0;
+    bool in_model = false;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long from, to;
+        long long v;
+        if (sscanf(line, "%llx-%llx ", &from, &to) == 2) { /* a mapping's header: its path follows */
+            const char *path = strchr(line, '/');
+            size_t len = path ? strcspn(path, "\n") : 0;
+            in_model = path && len == strlen(want) && !strncmp(path, want, len);
+        } else if (in_model && sscanf(line, "Rss: %lld kB", &v) == 1) {
+            rss += v;
+        } else if (in_model && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1) {
+            pmd += v;
+        }
+    }
+    fclose(f);
+    free(want);
+    return rss > 0 ? (double)pmd / (double)rss : -1;
+}
+
 /* ---------------------------------------------------------------- timed tests */
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -466,6 +500,7 @@ int cmd_bench(int argc, char **argv) {
     summarize(&tg);
     long long rss_kb, hwm_kb;
     read_memory(&rss_kb, &hwm_kb);
+    const double pages_2m = weights_2m_share(model);
     const char *kernels = quill_context_kernels(c); /* a static name: outlives the context */
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
     quill_context_free(c);
@@ -494,6 +529,8 @@ int cmd_bench(int argc, char **argv) {
         if (tg.n) printf("  \"tg_roofline_share\": %.6f,\n", share);
         else printf("  \"tg_roofline_share\": null,\n");
         printf("  \"kernels\": \"%s\",\n", kernels);
+        if (pages_2m >= 0) printf("  \"weights_2m_share\": %.4f,\n", pages_2m);
+        else printf("  \"weights_2m_share\": null,\n");
         printf("  \"load_ms\": %.3f,\n", load_ms);
         if (rss_kb >= 0) printf("  \"rss_mb\": %.2f,\n", rss_kb / 1024.0);
         else printf("  \"rss_mb\": null,\n");
@@ -529,6 +566,8 @@ int cmd_bench(int argc, char **argv) {
             printf("tg roofline       %.1f %% of the bandwidth limit (%.2f t/s at %.2f GB/s)\n", share * 100,
                    bw * 1e9 / (double)bpt, bw);
         printf("kernels           %s\n", kernels);
+        if (pages_2m >= 0)
+            printf("2 MiB pages       %.1f %% of the mapped weights (the rest in 4 KiB pages)\n", pages_2m * 100);
         printf("model load        %.1f ms\n", load_ms);
         if (rss_kb >= 0)
             printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",
