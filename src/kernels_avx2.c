@@ -87,9 +87,268 @@ static void dequant_q4_0(const void *src, float *y, int64_t n) {
     }
 }
 
-/* Fused products straight from q4_0 / q8_0 rows: each 16-element chunk is unpacked into two
- * registers exactly as the dequantizers above produce it and accumulated as dot_nt does, so the
- * results are bit-identical to dequantize + dot. */
+static void dequant_bf16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
+        _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) y[i] = quill_bfloat_to_float(h[i]);
+}
+
+/* The other dequantizers build each group of 16 weights as 16 small integers in bytes (exact
+ * either way, so offsets such as q5_0's -16 are applied there), convert them to two vectors of 8
+ * floats and scale them with the float operations of the scalar code, in its order. */
+static inline __m128i low_nibbles(__m128i q) { return _mm_and_si128(q, _mm_set1_epi8(0x0F)); }
+static inline __m128i high_nibbles(__m128i q) { return _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F)); }
+
+static inline void u8x16_to_ps(__m128i q, __m256 v[2]) {
+    v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+    v[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)));
+}
+
+static inline void i8x16_to_ps(__m128i q, __m256 v[2]) {
+    v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+}
+
+static inline void store16_mul(float *y, const __m256 v[2], __m256 d) {
+    _mm256_storeu_ps(y, _mm256_mul_ps(v[0], d));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(v[1], d));
+}
+
+static inline void store16_mul_add(float *y, const __m256 v[2], __m256 d, __m256 m) {
+    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(v[0], d), m));
+    _mm256_storeu_ps(y + 8, _mm256_add_ps(_mm256_mul_ps(v[1], d), m));
+}
+
+static inline void store16_mul_sub(float *y, const __m256 v[2], __m256 d, __m256 m) {
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(d, v[0]), m));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(d, v[1]), m));
+}
+
+static void dequant_q4_1(const void *src, float *y, int64_t n) {
+    const block_q4_1 *b = src;
+    for (int64_t ib = 0; ib < n / QK4_1; ib++, y += QK4_1) {
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d)), m = _mm256_set1_ps(half_to_float(b[ib].m)), v[2];
+        __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        u8x16_to_ps(low_nibbles(q), v);
+        store16_mul_add(y, v, d, m);
+        u8x16_to_ps(high_nibbles(q), v);
+        store16_mul_add(y + 16, v, d, m);
+    }
+}
+
+/* 0x10 in byte j where bit j of the low 16 bits of qh is set: the fifth bits of 16 q5_0 / q5_1
+ * weights. Byte j gets qh's byte j / 8 with every bit but bit j % 8 set, so it is all ones exactly
+ * when that bit is. */
+static inline __m128i fifth_bits16(uint32_t qh) {
+    const __m128i byte_of_bit = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i spread = _mm_shuffle_epi8(_mm_set1_epi32((int)qh), byte_of_bit);
+    const __m128i all_but_own = _mm_set1_epi64x(0x7FBFDFEFF7FBFDFE);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_or_si128(spread, all_but_own), _mm_set1_epi8(-1)), _mm_set1_epi8(0x10));
+}
+
+/* Weights 0..15 and 16..31 of a q5_0 / q5_1 block as unsigned 5-bit bytes. */
+static inline void q5_unpack(const uint8_t *qs, const uint8_t *qh4, __m128i *lo, __m128i *hi) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    *lo = _mm_or_si128(low_nibbles(q), fifth_bits16(qh));
+    *hi = _mm_or_si128(high_nibbles(q), fifth_bits16(qh >> 16));
+}
+
+static void dequant_q5_0(const void *src, float *y, int64_t n) {
+    const block_q5_0 *b = src;
+    const __m128i sixteen = _mm_set1_epi8(16);
+    for (int64_t ib = 0; ib < n / QK5_0; ib++, y += QK5_0) {
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d)), v[2];
+        __m128i lo, hi;
+        q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
+        i8x16_to_ps(_mm_sub_epi8(lo, sixteen), v);
+        store16_mul(y, v, d);
+        i8x16_to_ps(_mm_sub_epi8(hi, sixteen), v);
+        store16_mul(y + 16, v, d);
+    }
+}
+
+static void dequant_q5_1(const void *src, float *y, int64_t n) {
+    const block_q5_1 *b = src;
+    for (int64_t ib = 0; ib < n / QK5_1; ib++, y += QK5_1) {
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d)), m = _mm256_set1_ps(half_to_float(b[ib].m)), v[2];
+        __m128i lo, hi;
+        q5_unpack(b[ib].qs, b[ib].qh, &lo, &hi);
+        u8x16_to_ps(lo, v);
+        store16_mul_add(y, v, d, m);
+        u8x16_to_ps(hi, v);
+        store16_mul_add(y + 16, v, d, m);
+    }
+}
+
+/* The 4-bit parts of weights 16h .. 16h+15 of sub-block j (0..7) of a q4_K / q5_K super-block:
+ * sub-blocks 2i and 2i+1 are the low and high nibbles of the same 32 bytes of qs. */
+static inline __m128i k_nibbles16(const uint8_t *qs, int j, int h) {
+    __m128i q = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2) + 16 * h));
+    return j & 1 ? high_nibbles(q) : low_nibbles(q);
+}
+
+static void dequant_q4_K(const void *src, float *y, int64_t n) {
+    const block_q4_K *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
+        for (int j = 0; j < 8; j++, y += 32) {
+            uint8_t sc, m;
+            quill_scale_min_k4(j, b[ib].scales, &sc, &m);
+            __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m), v[2];
+            for (int h = 0; h < 2; h++) {
+                u8x16_to_ps(k_nibbles16(b[ib].qs, j, h), v);
+                store16_mul_sub(y + 16 * h, v, d1, m1);
+            }
+        }
+    }
+}
+
+static void dequant_q5_K(const void *src, float *y, int64_t n) {
+    const block_q5_K *b = src;
+    const __m128i sixteen = _mm_set1_epi8(16);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
+        for (int j = 0; j < 8; j++, y += 32) {
+            uint8_t sc, m;
+            quill_scale_min_k4(j, b[ib].scales, &sc, &m);
+            __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m), v[2];
+            /* sub-block j's fifth bits are bit j of qh[0..31] */
+            const __m128i bit = _mm_set1_epi8((char)(1u << j));
+            for (int h = 0; h < 2; h++) {
+                __m128i qh = _mm_and_si128(_mm_loadu_si128((const __m128i *)(b[ib].qh + 16 * h)), bit);
+                __m128i fifth = _mm_and_si128(_mm_cmpeq_epi8(qh, bit), sixteen);
+                u8x16_to_ps(_mm_or_si128(k_nibbles16(b[ib].qs, j, h), fifth), v);
+                store16_mul_sub(y + 16 * h, v, d1, m1);
+            }
+        }
+    }
+}
+
+/* Weights 32k .. 32k+31 of half hf (0, 1) of a q6_K super-block as four vectors of 8, the AVX2
+ * counterpart of quill_q6_K_unpack32 (unpack_avx512.h, which describes the layout). Each 16
+ * weights share a signed scale; the -32 offset is applied in bytes. */
+static inline __attribute__((always_inline)) void q6_K_unpack32(const block_q6_K *b, float d, int hf, int k,
+                                                                __m256 w[4]) {
+    const __m128i three = _mm_set1_epi8(3), thirty_two = _mm_set1_epi8(32);
+    const uint8_t *ql = b->ql + 64 * hf, *qh = b->qh + 32 * hf;
+    const int8_t *sc = b->scales + 8 * hf;
+    for (int h = 0; h < 2; h++) {
+        __m128i l = _mm_loadu_si128((const __m128i *)(ql + (k & 1) * 32 + 16 * h));
+        l = k >= 2 ? high_nibbles(l) : low_nibbles(l);
+        __m128i hb = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(qh + 16 * h)), 2 * k), three);
+        __m128i q = _mm_sub_epi8(_mm_or_si128(l, _mm_slli_epi16(hb, 4)), thirty_two);
+        __m256 v[2];
+        i8x16_to_ps(q, v);
+        const __m256 dl = _mm256_set1_ps(d * (float)sc[2 * k + h]);
+        w[2 * h] = _mm256_mul_ps(dl, v[0]);
+        w[2 * h + 1] = _mm256_mul_ps(dl, v[1]);
+    }
+}
+
+static void dequant_q6_K(const void *src, float *y, int64_t n) {
+    const block_q6_K *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(b[ib].d);
+        for (int hf = 0; hf < 2; hf++)
+            for (int k = 0; k < 4; k++, y += 32) {
+                __m256 w[4];
+                q6_K_unpack32(&b[ib], d, hf, k, w);
+                for (int i = 0; i < 4; i++) _mm256_storeu_ps(y + 8 * i, w[i]);
+            }
+    }
+}
+
+static void dequant_q2_K(const void *src, float *y, int64_t n) {
+    const block_q2_K *b = src;
+    const __m128i three = _mm_set1_epi8(3);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(b[ib].d), dmin = half_to_float(b[ib].dmin);
+        const uint8_t *q = b[ib].qs;
+        int is = 0;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2)
+                for (int k = 0; k < 2; k++, y += 16) {
+                    const uint8_t sc = b[ib].scales[is++];
+                    __m256 dl = _mm256_set1_ps(d * (float)(sc & 0xF)), ml = _mm256_set1_ps(dmin * (float)(sc >> 4)), v[2];
+                    __m128i q2 = _mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift);
+                    u8x16_to_ps(_mm_and_si128(q2, three), v);
+                    store16_mul_sub(y, v, dl, ml);
+                }
+    }
+}
+
+static void dequant_q3_K(const void *src, float *y, int64_t n) {
+    const block_q3_K *b = src;
+    const __m128i three = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d_all = half_to_float(b[ib].d);
+        const uint8_t *s = b[ib].scales;
+        int8_t scales[16]; /* as q3_K_scales in types.c */
+        for (int j = 0; j < 16; j++) {
+            const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+            const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            scales[j] = (int8_t)((lo | hi << 4) - 32);
+        }
+        const uint8_t *q = b[ib].qs;
+        int is = 0;
+        unsigned m = 1;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+                for (int k = 0; k < 2; k++, y += 16) {
+                    __m256 dl = _mm256_set1_ps(d_all * (float)scales[is++]), v[2];
+                    __m128i lo = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    /* a clear hmask bit means the weight sits 4 lower */
+                    __m128i hm = _mm_loadu_si128((const __m128i *)(b[ib].hmask + 16 * k));
+                    __m128i clear = _mm_cmpeq_epi8(_mm_and_si128(hm, _mm_set1_epi8((char)m)), _mm_setzero_si128());
+                    i8x16_to_ps(_mm_sub_epi8(lo, _mm_and_si128(clear, four)), v);
+                    store16_mul(y, v, dl);
+                }
+    }
+}
+
+/* The iq4 levels all fit a signed byte, so a byte shuffle looks up 16 of them at once. */
+static inline __m128i iq4_levels(__m128i nibbles) {
+    return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)quill_kvalues_iq4nl), nibbles);
+}
+
+static void dequant_iq4_nl(const void *src, float *y, int64_t n) {
+    const block_iq4_nl *b = src;
+    for (int64_t ib = 0; ib < n / QK4_NL; ib++, y += QK4_NL) {
+        __m256 d = _mm256_set1_ps(half_to_float(b[ib].d)), v[2];
+        __m128i q = _mm_loadu_si128((const __m128i *)b[ib].qs);
+        i8x16_to_ps(iq4_levels(low_nibbles(q)), v);
+        store16_mul(y, v, d);
+        i8x16_to_ps(iq4_levels(high_nibbles(q)), v);
+        store16_mul(y + 16, v, d);
+    }
+}
+
+static void dequant_iq4_xs(const void *src, float *y, int64_t n) {
+    const block_iq4_xs *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(b[ib].d);
+        const uint8_t *qs = b[ib].qs;
+        for (int j = 0; j < QK_K / 32; j++, qs += 16, y += 32) {
+            const int ls = ((b[ib].scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b[ib].scales_h >> 2 * j) & 3) << 4;
+            __m256 dl = _mm256_set1_ps(d * (float)(ls - 32)), v[2];
+            __m128i q = _mm_loadu_si128((const __m128i *)qs);
+            i8x16_to_ps(iq4_levels(low_nibbles(q)), v);
+            store16_mul(y, v, dl);
+            i8x16_to_ps(iq4_levels(high_nibbles(q)), v);
+            store16_mul(y + 16, v, dl);
+        }
+    }
+}
+
+/* Fused products straight from q4_0 / q8_0 / q4_K / q6_K rows: each 16-element chunk is unpacked
+ * into two registers exactly as the dequantizers above produce it and accumulated as dot_nt does,
+ * so the results are bit-identical to dequantize + dot. */
 static inline __attribute__((always_inline)) void acc16(__m256 w0, __m256 w1, const float *x, int64_t xs,
                                                         __m256 *a, __m256 *b, int NT) {
     #pragma GCC unroll 4
@@ -142,6 +401,51 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
 }
 
+static inline __attribute__((always_inline)) void q4_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q4_K *bl = row;
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(bl[ib].d), dmin = half_to_float(bl[ib].dmin);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            quill_scale_min_k4(j, bl[ib].scales, &sc, &m);
+            __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m), v[2];
+            for (int h = 0; h < 2; h++) {
+                u8x16_to_ps(k_nibbles16(bl[ib].qs, j, h), v);
+                /* d1·q is exact (6+11+4 bits), so fusing the subtraction rounds as the dequantizer does */
+                __m256 w0 = _mm256_fmsub_ps(d1, v[0], m1), w1 = _mm256_fmsub_ps(d1, v[1], m1);
+                acc16(w0, w1, x + ib * QK_K + 32 * j + 16 * h, xs, a, b, NT);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
+static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q6_K *bl = row;
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(bl[ib].d);
+        for (int hf = 0; hf < 2; hf++)
+            for (int k = 0; k < 4; k++) {
+                __m256 w[4];
+                q6_K_unpack32(&bl[ib], d, hf, k, w);
+                const float *xc = x + ib * QK_K + 128 * hf + 32 * k;
+                acc16(w[0], w[1], xc, xs, a, b, NT);
+                acc16(w[2], w[3], xc + 16, xs, a, b, NT);
+            }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
 #define FUSED_DISPATCH(name, impl)                                                                  \
     static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
                      int64_t os) {                                                                  \
@@ -159,6 +463,8 @@ static inline __attribute__((always_inline)) void q8_0_nt(const void *row, const
 
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
+FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
+FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
 
 /* Four heads × 16 dims at a time (8 accumulators): each row's 16 values are loaded once for the
  * four heads, where a head at a time loaded them once per head. */
@@ -341,12 +647,25 @@ const quill_kernels quill_kernels_avx2_table = {
     .swiglu = swiglu_avx2,
     .dequant = {
         [QUILL_TYPE_F16] = dequant_f16,
+        [QUILL_TYPE_BF16] = dequant_bf16,
         [QUILL_TYPE_Q4_0] = dequant_q4_0,
         [QUILL_TYPE_Q8_0] = dequant_q8_0,
+        [QUILL_TYPE_Q4_K] = dequant_q4_K,
+        [QUILL_TYPE_Q6_K] = dequant_q6_K,
+        [QUILL_TYPE_Q4_1] = dequant_q4_1,
+        [QUILL_TYPE_Q5_0] = dequant_q5_0,
+        [QUILL_TYPE_Q5_1] = dequant_q5_1,
+        [QUILL_TYPE_Q2_K] = dequant_q2_K,
+        [QUILL_TYPE_Q3_K] = dequant_q3_K,
+        [QUILL_TYPE_Q5_K] = dequant_q5_K,
+        [QUILL_TYPE_IQ4_NL] = dequant_iq4_nl,
+        [QUILL_TYPE_IQ4_XS] = dequant_iq4_xs,
     },
     .vec_dot = {
         [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
         [QUILL_TYPE_Q8_0] = vec_dot_q8_0,
+        [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
+        [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
     },
 };
 #endif
