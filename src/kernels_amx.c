@@ -863,6 +863,32 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
         group_sums(type, rp, k, H, L, ch, cl);
         return;
     }
+    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_1) {
+        /* The codes transposed instead of the sums: words16 puts each row's 16 bytes of nibbles
+         * in its lane, 4 at a time, so every vpdpbusd adds 4 products of one row into that row's
+         * lane and needs only the 4 activation bytes of those columns, broadcast from memory.
+         * Eight shuffles to transpose against fourteen to reduce both planes' lane sums. */
+        const __m512i low = _mm512_set1_epi8(0x0F);
+        __m512i w[4];
+        words16(rp, (size_t)(k / 32) * block_bytes(type) + legacy_qs(type), w);
+        __m512i lo_h = _mm512_setzero_si512(), hi_h = lo_h, lo_l = lo_h, hi_l = lo_h;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            int32_t h_lo, h_hi, l_lo, l_hi; /* activation bytes of columns 4i.. and 16 + 4i.. */
+            memcpy(&h_lo, P->h + k + 4 * i, 4);
+            memcpy(&h_hi, P->h + k + 16 + 4 * i, 4);
+            memcpy(&l_lo, P->l + k + 4 * i, 4);
+            memcpy(&l_hi, P->l + k + 16 + 4 * i, 4);
+            const __m512i lo = _mm512_and_si512(w[i], low), hi = _mm512_and_si512(_mm512_srli_epi16(w[i], 4), low);
+            lo_h = _mm512_dpbusd_epi32(lo_h, lo, _mm512_set1_epi32(h_lo));
+            hi_h = _mm512_dpbusd_epi32(hi_h, hi, _mm512_set1_epi32(h_hi));
+            lo_l = _mm512_dpbusd_epi32(lo_l, lo, _mm512_set1_epi32(l_lo));
+            hi_l = _mm512_dpbusd_epi32(hi_l, hi, _mm512_set1_epi32(l_hi));
+        }
+        ch[0] = _mm512_add_epi32(lo_h, hi_h);
+        cl[0] = _mm512_add_epi32(lo_l, hi_l);
+        return;
+    }
     const __m512i *hx = P->hx + k / 16, *lx = P->lx + k / 16;
     __m512i sh[2][4], sl[2][4]; /* [slot][register] lane sums */
 #pragma GCC unroll 4
