@@ -242,11 +242,7 @@ static void dequant_q3_K(const void *src, float *y, int64_t n) {
         const float d_all = half_to_float(b[ib].d);
         const uint8_t *s = b[ib].scales;
         int8_t scales[16];
-        for (int j = 0; j < 16; j++) {
-            const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-            const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-            scales[j] = (int8_t)((lo | hi << 4) - 32);
-        }
+        quill_q3_K_scales(s, scales);
         const uint8_t *q = b[ib].qs;
         int is = 0;
         unsigned m = 1;

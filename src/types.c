@@ -203,16 +203,6 @@ static void to_float_q2_K(const void *src, float *y, int64_t n) {
     }
 }
 
-/* Unpacks q3_K's twelve bytes into sixteen 6-bit scales: the low 4 bits come from bytes 0..7
- * (low nibbles for 0..7, high nibbles for 8..15), the high 2 bits from bytes 8..11. */
-static void q3_K_scales(const uint8_t *s, int8_t out[16]) {
-    for (int j = 0; j < 16; j++) {
-        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-        const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-        out[j] = (int8_t)((lo | hi << 4) - 32);
-    }
-}
-
 static void to_float_q3_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q3_K)) {
@@ -220,7 +210,7 @@ static void to_float_q3_K(const void *src, float *y, int64_t n) {
         memcpy(&b, p, sizeof b);
         const float d_all = quill_half_to_float(b.d);
         int8_t scales[16];
-        q3_K_scales(b.scales, scales);
+        quill_q3_K_scales(b.scales, scales);
         const uint8_t *q = b.qs;
         uint8_t m = 1;
         int is = 0;

@@ -109,6 +109,16 @@ static inline void quill_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint
     }
 }
 
+/* q3_K's twelve scale bytes as sixteen signed 6-bit scales: the low 4 bits come from bytes 0..7
+ * (low nibbles for 0..7, high nibbles for 8..15), the high 2 bits from bytes 8..11. */
+static inline void quill_q3_K_scales(const uint8_t *s, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+        const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+        out[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
 /* Exact half -> float by bit manipulation; hot loops use this inline copy. */
 static inline float quill_half_to_float(quill_half h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
