@@ -24,6 +24,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 # SIMD kernels live in their own files, compiled for their instruction set and chosen at run time.
 $(BUILD)/src/kernels_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 $(BUILD)/src/kernels_amx.o:    CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mamx-tile -mamx-int8 \
                                   -mfma -mf16c

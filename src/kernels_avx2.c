@@ -1,5 +1,6 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
 #include "kernels.h"
+#include "kernels_avx2_exact.h"
 #include "exp_poly.h"
 #include "types_internal.h"
 
@@ -289,12 +290,8 @@ static void dequant_q3_K(const void *src, float *y, int64_t n) {
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         const float d_all = half_to_float(b[ib].d);
         const uint8_t *s = b[ib].scales;
-        int8_t scales[16]; /* as q3_K_scales in types.c */
-        for (int j = 0; j < 16; j++) {
-            const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-            const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-            scales[j] = (int8_t)((lo | hi << 4) - 32);
-        }
+        int8_t scales[16];
+        quill_q3_K_scales(s, scales);
         const uint8_t *q = b[ib].qs;
         int is = 0;
         unsigned m = 1;
@@ -667,5 +664,13 @@ const quill_kernels quill_kernels_avx2_table = {
         [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
         [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
     },
+    .matmul = {
+        [QUILL_TYPE_Q4_0] = quill_avx2_exact_matmul_q4_0,
+        [QUILL_TYPE_Q4_1] = quill_avx2_exact_matmul_q4_1,
+        [QUILL_TYPE_Q8_0] = quill_avx2_exact_matmul_q8_0,
+        [QUILL_TYPE_Q4_K] = quill_avx2_exact_matmul_q4_K,
+        [QUILL_TYPE_Q6_K] = quill_avx2_exact_matmul_q6_K,
+    },
+    .matmul_scratch = quill_avx2_exact_scratch,
 };
 #endif

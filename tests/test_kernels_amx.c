@@ -1,6 +1,7 @@
-/* The AMX matrix products (kernels_amx.c): bit for bit equal to their scalar model, within the
- * error bound of 16-bit activations of a double product, and bitwise batch and thread invariant.
- * Skipped on CPUs without AMX (the scalar model's own checks run everywhere). */
+/* The AMX matrix products (kernels_amx.c) and their VNNI and AVX2 (kernels_avx2_exact.c)
+ * counterparts: bit for bit equal to their scalar model, within the error bound of 16-bit
+ * activations of a double product, and bitwise batch and thread invariant. Each set's checks are
+ * skipped on CPUs without it (the scalar model's own checks run everywhere). */
 #include "test.h"
 
 #include "kernels.h"
@@ -63,8 +64,14 @@ static const quill_kernels *vnni_or_skip(void) {
     return k;
 }
 
+static const quill_kernels *avx2_or_skip(void) {
+    const quill_kernels *k = quill_kernels_for("avx2");
+    if (!k) test_skip("this CPU does not offer AVX2, FMA and F16C");
+    return k;
+}
+
 /* A check of a kernel set, registered once for each set that runs the exact 16-bit products. */
-#define ON_AMX_AND_VNNI(check)                                                                       \
+#define ON_EXACT_SETS(check)                                                                         \
     TEST(kernels_amx_##check) {                                                                      \
         const quill_kernels *k = amx_or_skip();                                                      \
         if (k) check(k);                                                                             \
@@ -72,7 +79,21 @@ static const quill_kernels *vnni_or_skip(void) {
     TEST(kernels_vnni_##check) {                                                                     \
         const quill_kernels *k = vnni_or_skip();                                                     \
         if (k) check(k);                                                                             \
+    }                                                                                                \
+    TEST(kernels_avx2_##check) {                                                                     \
+        const quill_kernels *k = avx2_or_skip();                                                     \
+        if (k) check(k);                                                                             \
     }
+
+/* Whether a set has the exact product for a type, which the checks then cover: the amx and vnni
+ * sets must have every type, the avx2 set at least q4_0 and q8_0 (the others may keep its f32
+ * kernels). */
+static bool has_product(const quill_kernels *k, uint32_t type) {
+    if (k->matmul[type]) return true;
+    if (strcmp(k->isa, "avx2") != 0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0)
+        test_fail(__FILE__, __LINE__, "no %s product for %s", k->isa, quill_type_traits_of(type)->name);
+    return false;
+}
 
 static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
                         int64_t cols, const float *x, int nt, float *y, quill_pool *pool) {
@@ -117,8 +138,8 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
     const int toks[] = {1, 3, 8, 17, 70, 257};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = amx_types[ti];
+        if (!has_product(k, type)) continue;
         const int64_t cols = cols_for(type);
-        CHECK(k->matmul[type] != NULL, "no %s product for %s", k->isa, quill_type_traits_of(type)->name);
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
         for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
@@ -141,7 +162,7 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
     quill_pool_free(pool);
 }
 
-ON_AMX_AND_VNNI(bit_identical_to_scalar_model)
+ON_EXACT_SETS(bit_identical_to_scalar_model)
 
 /* A NaN or an infinity among a token's activations makes that token's outputs NaN (as f32 math
  * would give NaN or inf), a zero token gives zeros, and the other tokens are unaffected: on the
@@ -151,6 +172,7 @@ static void nonfinite_activations(const quill_kernels *k) {
     const int nt = 5;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = amx_types[ti];
+        if (!has_product(k, type)) continue;
         const int64_t cols = cols_for(type);
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
@@ -174,7 +196,7 @@ static void nonfinite_activations(const quill_kernels *k) {
     }
 }
 
-ON_AMX_AND_VNNI(nonfinite_activations)
+ON_EXACT_SETS(nonfinite_activations)
 
 /* Against a double product of the dequantized weights: each activation moves by at most half a
  * code step (max|x of its block| / 65278), so |error| <= Σ_k |w_k| · step_k / 2, plus the f32 sums
@@ -218,6 +240,7 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
     const int64_t rows = 45, max_tok = 70;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = amx_types[ti];
+        if (!has_product(k, type)) continue;
         const char *name = quill_type_traits_of(type)->name;
         const int64_t cols = cols_for(type);
         size_t rb;
@@ -245,7 +268,7 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
     for (int p = 0; p < 3; p++) quill_pool_free(pools[p]);
 }
 
-ON_AMX_AND_VNNI(batch_and_thread_invariance)
+ON_EXACT_SETS(batch_and_thread_invariance)
 
 TEST(kernels_amx_selected_by_default) {
     const quill_kernels *k = amx_or_skip();
@@ -271,4 +294,14 @@ TEST(kernels_vnni_offered_after_amx) {
         CHECK(quill_kernels_best() == (quill_kernels_amx() ? quill_kernels_amx() : k), "default: amx, else vnni");
     CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL, "float types keep the f32 path");
     CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q6_K] != NULL, "quantized products");
+}
+
+TEST(kernels_avx2_exact_products_registered) {
+    const quill_kernels *k = avx2_or_skip();
+    if (!k) return;
+    CHECK(k == &quill_kernels_avx2_table, "quill_kernels_for(\"avx2\")");
+    CHECK(k->matmul_scratch != NULL, "a set with products sizes their scratch");
+    CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q8_0] != NULL, "q4_0 and q8_0 products");
+    CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
+          "float types keep the f32 path");
 }

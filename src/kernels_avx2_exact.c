@@ -1,0 +1,511 @@
+/* Exact-integer matrix products for CPUs with AVX2 but no AVX-512: the arithmetic of the AMX and
+ * VNNI kernels (kernels_amx.c describes it; its quill_amx_matmul_model defines the bits), so these
+ * CPUs give the same logits as those, and decode about twice as fast as through the f32 kernels,
+ * which dequantize every weight and spend a multiply-add on it per token.
+ *
+ * Activations: each block of 32 becomes 16-bit codes a = 256·h + l (two signed bytes) with scale
+ * da, as there. Weights: 8 rows at a time, row r in 32-bit lane r of a register. Each row's codes
+ * are made unsigned, u = q + bias, and transposed so that a register holds 4 consecutive columns
+ * of all 8 rows: one vpmaddubsw against 4 activation bytes broadcast from memory then adds, per
+ * row, the products of those columns in pairs, and no sums ever cross lanes. The integer sums per
+ * sub-block are exact (see sums_per_lane16), C = Σu·h - bias·Σh, and the f32 steps that follow are
+ * the model's, operation for operation, on 8 rows at once. Every (row, token) result is a function
+ * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
+#include "kernels_avx2_exact.h"
+#include "threadpool.h"
+#include "types_internal.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TR 8             /* weight rows per tile: one per 32-bit lane */
+#define QMAX 32639       /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
+#define MAX_WINDOW 256   /* columns unpacked at a time: one k-quant super-block */
+#define PASS_TOKENS 256  /* tokens per pass over the weights: their accumulators live on the stack */
+
+/* ---------------------------------------------------------------- per-type facts (as kernels_amx.c) */
+
+static inline int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
+
+static inline bool has_min(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q4_1; }
+
+static inline int code_bias(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 8;
+    case QUILL_TYPE_Q8_0: return 128;
+    case QUILL_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+static inline bool is_kquant(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q6_K; }
+
+static inline size_t block_bytes(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return sizeof(block_q4_0);
+    case QUILL_TYPE_Q4_1: return sizeof(block_q4_1);
+    case QUILL_TYPE_Q8_0: return sizeof(block_q8_0);
+    case QUILL_TYPE_Q4_K: return sizeof(block_q4_K);
+    default: return sizeof(block_q6_K);
+    }
+}
+
+/* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together). */
+static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WINDOW : 32; }
+
+/* The largest unsigned code vpmaddubsw sees: q8_0's 8-bit codes enter as two 4-bit digits. */
+static inline int code_max(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 63 : 15; }
+
+/* vpmaddubsw adds two products u·x into a signed 16-bit lane, SATURATING: with u <= code_max and
+ * |x| <= 128 a result is at most 2·code_max·128 (3840 for 4-bit codes, 16128 for q6_K's 6 bits),
+ * so this many results add up in 16 bits without ever reaching 32767: every sum is exact. */
+static inline int sums_per_lane16(uint32_t type) { return 32767 / (2 * 128 * code_max(type)); }
+
+/* ---------------------------------------------------------------- activations */
+
+/* The model's quantize_block (kernels_amx.c, built for AVX-512, so copied rather than called):
+ * one block of 32 activations to codes; returns da and sets *sum = Σa. */
+static float quantize_block(const float *x, int16_t *a, int32_t *sum) {
+    float amax = 0;
+    bool nan = false;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i])), nan |= isnan(x[i]);
+    *sum = 0;
+    if (!(amax > 0) || !isfinite(amax) || nan) {
+        memset(a, 0, 32 * sizeof *a);
+        return amax > 0 || nan ? NAN : 0;
+    }
+    const float id = (float)QMAX / amax;
+    for (int i = 0; i < 32; i++) {
+        float v = nearbyintf(x[i] * id);
+        v = v > QMAX ? QMAX : v < -QMAX ? -QMAX : v;
+        a[i] = (int16_t)v;
+        *sum += a[i];
+    }
+    return amax / (float)QMAX;
+}
+
+static inline void split16(int16_t a, int8_t *h, int8_t *l) {
+    *l = (int8_t)(a & 0xFF);
+    *h = (int8_t)((a - *l) / 256);
+}
+
+static inline int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline int32_t hsum_epi16(__m256i v) { return hsum_epi32(_mm256_madd_epi16(v, _mm256_set1_epi16(1))); }
+
+/* quantize_block and the split into h and l bytes with AVX2, giving the same codes: the same f32
+ * max, division and products, rounded to nearest even as nearbyintf does by default. Also returns
+ * the sums of h and of l over columns 0-15 and 16-31. */
+static float quantize_block_avx2(const float *x, int8_t *h, int8_t *l, int32_t *sum, int32_t sh[2], int32_t sl[2]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax8 = _mm256_setzero_ps(), unordered = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[i]));
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    if (!(amax > 0) || !isfinite(amax) || _mm256_movemask_ps(unordered)) { /* zeros, inf or nan: the model's rule */
+        int16_t a[32];
+        const float da = quantize_block(x, a, sum);
+        sh[0] = sh[1] = sl[0] = sl[1] = 0;
+        for (int k = 0; k < 32; k++) {
+            split16(a[k], &h[k], &l[k]);
+            sh[k / 16] += h[k], sl[k / 16] += l[k];
+        }
+        return da;
+    }
+    const __m256 id = _mm256_set1_ps((float)QMAX / amax);
+    const __m256i qmax = _mm256_set1_epi32(QMAX), qmin = _mm256_set1_epi32(-QMAX);
+    __m256i a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)), qmin), qmax);
+    *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a[0], a[1]), _mm256_add_epi32(a[2], a[3])));
+    /* 16-bit codes of columns 0-15, then 16-31 (packing interleaves 128-bit lanes: the permutation
+     * below restores column order); l is the low byte as signed, h = (a - l) / 256 exactly */
+    __m256i hv[2], lv[2];
+    for (int i = 0; i < 2; i++) {
+        const __m256i a16 = _mm256_packs_epi32(a[2 * i], a[2 * i + 1]);
+        lv[i] = _mm256_srai_epi16(_mm256_slli_epi16(a16, 8), 8);
+        hv[i] = _mm256_srai_epi16(_mm256_sub_epi16(a16, lv[i]), 8);
+        sh[i] = hsum_epi16(hv[i]);
+        sl[i] = hsum_epi16(lv[i]);
+    }
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256((__m256i *)h, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(hv[0], hv[1]), order));
+    _mm256_storeu_si256((__m256i *)l, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(lv[0], lv[1]), order));
+    return amax / (float)QMAX;
+}
+
+/* One token's quantized activations. */
+typedef struct {
+    int32_t *bh, *bl;       /* per slot (the type's sub-block): bias·Σh and bias·Σl */
+    float *da, *da256, *sf; /* per block of 32: scale, 256·scale, da·Σa */
+    int8_t *h, *l;          /* the codes' bytes in column order */
+} planes;
+
+static size_t planes_bytes(int64_t cols) {
+    return (size_t)(cols / 16) * 2 * sizeof(int32_t) + (size_t)(cols / 32) * 3 * sizeof(float) + (size_t)cols * 2 + 32;
+}
+
+static planes planes_at(void *mem, int64_t cols) {
+    planes P;
+    P.bh = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
+    P.bl = P.bh + cols / 16;
+    P.da = (float *)(P.bl + cols / 16);
+    P.da256 = P.da + cols / 32;
+    P.sf = P.da256 + cols / 32;
+    P.h = (int8_t *)(P.sf + cols / 32);
+    P.l = P.h + cols;
+    return P;
+}
+
+static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
+    const int bias = code_bias(type);
+    for (int64_t blk = 0; blk < cols / 32; blk++) {
+        int32_t sum, sh[2], sl[2];
+        const float da = quantize_block_avx2(x + blk * 32, P->h + blk * 32, P->l + blk * 32, &sum, sh, sl);
+        P->da[blk] = da;
+        P->da256[blk] = 256.0f * da;
+        P->sf[blk] = da * (float)sum;
+        if (slot_width(type) == 32) {
+            P->bh[blk] = bias * (sh[0] + sh[1]);
+            P->bl[blk] = bias * (sl[0] + sl[1]);
+        } else {
+            for (int q = 0; q < 2; q++) P->bh[blk * 2 + q] = bias * sh[q], P->bl[blk * 2 + q] = bias * sl[q];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- weights: a window of 8 rows */
+
+/* A window unpacked: the unsigned codes of its columns, 4 per register (register g: columns
+ * 4g..4g+3, row r in lane r), and the 8 rows' scales (and minimums) of each of its slots. */
+typedef struct {
+    __m256i *u;
+    /* q8_0 splits its codes into 4-bit digits: with u_hi, u holds the low digits and u_hi the high
+     * ones; without (decoding), u holds whole codes split when used, which keeps fewer registers live */
+    __m256i *u_hi;
+    float (*s)[TR], (*m)[TR];
+} window;
+
+/* The 32-bit words of 16 bytes at offset `at` of the 8 rows, row r in lane r: w[i] holds bytes
+ * 4i..4i+3. Rows r and r + 4 are loaded into the two 128-bit halves of one register, then a 4x4
+ * transpose within the halves. */
+static inline __attribute__((always_inline)) __m256i load2(const uint8_t *const rp[TR], int j, size_t at) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rp[j] + at))),
+                                   _mm_loadu_si128((const __m128i *)(rp[j + 4] + at)), 1);
+}
+
+static inline __attribute__((always_inline)) void words8(const uint8_t *const rp[TR], size_t at, __m256i w[4]) {
+    const __m256i a0 = load2(rp, 0, at), a1 = load2(rp, 1, at), a2 = load2(rp, 2, at), a3 = load2(rp, 3, at);
+    const __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
+    const __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
+    w[0] = _mm256_unpacklo_epi64(t0, t2);
+    w[1] = _mm256_unpackhi_epi64(t0, t2);
+    w[2] = _mm256_unpacklo_epi64(t1, t3);
+    w[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* The halves in the low (high) 16 bits of each lane, as floats. */
+static inline __m256 halves_lo(__m256i v) {
+    const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+}
+
+static inline __m256 halves_hi(__m256i v) {
+    const __m256i hi = _mm256_srli_epi32(v, 16);
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+}
+
+/* The sub-block scales of a k-quant super-block for the 8 rows from its leading 32-bit words: for
+ * q4_K words 0-3 are (d, dmin) and the 12 packed scale bytes; for q6_K words 0-3 are the 16 signed
+ * scales and `d6` holds d in its high half. */
+static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, const __m256i w[4], __m256i d6,
+                                                                const window *W) {
+    if (type == QUILL_TYPE_Q6_K) {
+        const __m256 d = halves_hi(d6);
+        for (int g = 0; g < 4; g++)
+            for (int b = 0; b < 4; b++) {
+                const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(w[g], 24 - 8 * b), 24);
+                _mm256_store_ps(W->s[4 * g + b], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+            }
+        return;
+    }
+    const __m256 d = halves_lo(w[0]), dmin = halves_hi(w[0]);
+    const __m256i m6 = _mm256_set1_epi32(0x3F3F3F3F), m4 = _mm256_set1_epi32(0x0F0F0F0F), m2 = _mm256_set1_epi32(0x30303030);
+    /* bytes b of sc[0] / mn[0] belong to sub-blocks b < 4, of sc[1] / mn[1] to 4 + b (see quill_scale_min_k4) */
+    __m256i sc[2], mn[2];
+    sc[0] = _mm256_and_si256(w[1], m6);
+    mn[0] = _mm256_and_si256(w[2], m6);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(w[3], m4), _mm256_and_si256(_mm256_srli_epi32(w[1], 2), m2));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w[3], 4), m4), _mm256_and_si256(_mm256_srli_epi32(w[2], 2), m2));
+    const __m256i ff = _mm256_set1_epi32(0xFF);
+    for (int j = 0; j < 8; j++) {
+        const __m256i vs = _mm256_and_si256(_mm256_srli_epi32(sc[j / 4], 8 * (j % 4)), ff);
+        const __m256i vm = _mm256_and_si256(_mm256_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
+        _mm256_store_ps(W->s[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(vs)));
+        _mm256_store_ps(W->m[j], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(vm)));
+    }
+}
+
+/* Codes and scales of the window of columns from k of the rows rp (lanes of `rows_at`: the rows'
+ * offsets from rp[0], for the gathers of the 32-element formats' scales). */
+static inline __attribute__((always_inline)) void unpack_window(uint32_t type, const uint8_t *const rp[TR],
+                                                                __m256i rows_at, int64_t k, const window *W) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i w[4];
+    switch (type) {
+    case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q4_1: {
+        /* 16 bytes of nibbles: column i low in byte i, column 16 + i high */
+        const size_t at = (size_t)(k / 32) * block_bytes(type);
+        words8(rp, at + (type == QUILL_TYPE_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q4_1, qs)), w);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            W->u[g] = _mm256_and_si256(w[g], low);
+            W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(w[g], 4), low);
+        }
+        /* d, and q4_1's minimum after it (negated: it is added), of one block per row */
+        const __m256i dm = _mm256_i32gather_epi32((const int *)(rp[0] + at), rows_at, 1);
+        _mm256_store_ps(W->s[0], halves_lo(dm));
+        if (has_min(type)) _mm256_store_ps(W->m[0], _mm256_xor_ps(halves_hi(dm), _mm256_set1_ps(-0.0f)));
+        break;
+    }
+    case QUILL_TYPE_Q8_0: {
+        /* u = q + 128 reaches 255, and two products of 255 and -128 saturate vpmaddubsw: its 4-bit
+         * digits enter instead, u = 16·hi + lo, and the sums recombine them exactly */
+        const size_t at = (size_t)(k / 32) * sizeof(block_q8_0);
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            words8(rp, at + offsetof(block_q8_0, qs) + 16 * (size_t)half, w);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m256i u = _mm256_xor_si256(w[g], _mm256_set1_epi8((char)0x80));
+                W->u[4 * half + g] = W->u_hi ? _mm256_and_si256(u, low) : u;
+                if (W->u_hi) W->u_hi[4 * half + g] = _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
+            }
+        }
+        _mm256_store_ps(W->s[0], halves_lo(_mm256_i32gather_epi32((const int *)(rp[0] + at), rows_at, 1)));
+        break;
+    }
+    case QUILL_TYPE_Q4_K: {
+        /* per 64 columns 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones */
+        const size_t at = (size_t)(k / 256) * sizeof(block_q4_K);
+        for (int c = 0; c < 4; c++)
+            for (int i = 0; i < 2; i++) {
+                words8(rp, at + offsetof(block_q4_K, qs) + 32 * (size_t)c + 16 * (size_t)i, w);
+                for (int g = 0; g < 4; g++) {
+                    W->u[16 * c + 4 * i + g] = _mm256_and_si256(w[g], low);
+                    W->u[16 * c + 8 + 4 * i + g] = _mm256_and_si256(_mm256_srli_epi16(w[g], 4), low);
+                }
+            }
+        _Static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q4_K, qs) == 16, "q4_K: d, dmin, scales");
+        words8(rp, at, w);
+        kquant_scales(type, w, _mm256_setzero_si256(), W);
+        break;
+    }
+    default: {
+        /* q6_K: column 128·hf + 32·qd + l (l < 32) takes the low (qd < 2) or high nibble of
+         * ql[64·hf + 32·(qd & 1) + l] and bits 2qd, 2qd + 1 of qh[32·hf + l] */
+        const size_t at = (size_t)(k / 256) * sizeof(block_q6_K);
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        for (int hf = 0; hf < 2; hf++)
+            for (int i = 0; i < 2; i++) {
+                __m256i ql0[4], ql1[4], qh[4];
+                words8(rp, at + offsetof(block_q6_K, ql) + 64 * (size_t)hf + 16 * (size_t)i, ql0);
+                words8(rp, at + offsetof(block_q6_K, ql) + 64 * (size_t)hf + 32 + 16 * (size_t)i, ql1);
+                words8(rp, at + offsetof(block_q6_K, qh) + 32 * (size_t)hf + 16 * (size_t)i, qh);
+                for (int g = 0; g < 4; g++) {
+                    __m256i *u = W->u + 32 * hf + 4 * i + g;
+                    u[0] = _mm256_or_si256(_mm256_and_si256(ql0[g], low), _mm256_and_si256(_mm256_slli_epi16(qh[g], 4), m30));
+                    u[8] = _mm256_or_si256(_mm256_and_si256(ql1[g], low), _mm256_and_si256(_mm256_slli_epi16(qh[g], 2), m30));
+                    u[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0[g], 4), low), _mm256_and_si256(qh[g], m30));
+                    u[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1[g], 4), low),
+                                            _mm256_and_si256(_mm256_srli_epi16(qh[g], 2), m30));
+                }
+            }
+        _Static_assert(offsetof(block_q6_K, d) == offsetof(block_q6_K, scales) + 16, "q6_K: d follows the scales");
+        __m256i dw[4];
+        words8(rp, at + offsetof(block_q6_K, scales), w);
+        words8(rp, at + offsetof(block_q6_K, scales) + 2, dw); /* its word 3 ends with d */
+        kquant_scales(type, w, dw[3], W);
+        break;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------- sums and f32 steps */
+
+/* One token's contribution of a window: per slot the exact sums Σu·h and Σu·l of the 8 rows, then
+ * the model's f32 steps into acc_h and acc_l, slot after slot. */
+static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, const planes *P,
+                                                              int64_t k, __m256 *acc_h, __m256 *acc_l) {
+    const int kb = slot_width(type), n_slots = window_width(type) / kb, per = sums_per_lane16(type);
+    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+#pragma GCC unroll 16
+    for (int i = 0; i < n_slots; i++) {
+        const int64_t col = k + (int64_t)i * kb, blk = col / 32;
+        __m256i ch = _mm256_setzero_si256(), cl = ch;
+#pragma GCC unroll 4
+        for (int g0 = 0; g0 < kb / 4; g0 += per) {
+            __m256i h16 = _mm256_setzero_si256(), l16 = h16, h16_hi = h16, l16_hi = h16;
+#pragma GCC unroll 8
+            for (int g = g0; g < g0 + per; g++) {
+                int32_t h4, l4; /* the activation bytes of columns 4g..4g+3 of the slot */
+                memcpy(&h4, P->h + col + 4 * g, 4);
+                memcpy(&l4, P->l + col + 4 * g, 4);
+                const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+                __m256i u = W->u[i * kb / 4 + g];
+                if (type == QUILL_TYPE_Q8_0) {
+                    const __m256i low = _mm256_set1_epi8(0x0F);
+                    const __m256i hi = W->u_hi ? W->u_hi[g] : _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
+                    if (!W->u_hi) u = _mm256_and_si256(u, low);
+                    h16_hi = _mm256_add_epi16(h16_hi, _mm256_maddubs_epi16(hi, xh));
+                    l16_hi = _mm256_add_epi16(l16_hi, _mm256_maddubs_epi16(hi, xl));
+                }
+                h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(u, xh));
+                l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(u, xl));
+            }
+            ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, ones));
+            cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16, ones));
+            if (type == QUILL_TYPE_Q8_0) {
+                ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16_hi, sixteen));
+                cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16_hi, sixteen));
+            }
+        }
+        const __m256i sub_h = _mm256_sub_epi32(ch, _mm256_set1_epi32(P->bh[col / kb]));
+        const __m256i sub_l = _mm256_sub_epi32(cl, _mm256_set1_epi32(P->bl[col / kb]));
+        const __m256 sc = _mm256_load_ps(W->s[i]);
+        *acc_h = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub_h), _mm256_mul_ps(sc, _mm256_set1_ps(P->da256[blk])), *acc_h);
+        *acc_l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub_l), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc_l);
+        if (has_min(type)) {
+            const __m256 m = _mm256_load_ps(W->m[i]);
+            *acc_h = _mm256_fnmadd_ps(m, _mm256_set1_ps(P->sf[blk]), *acc_h);
+            *acc_l = _mm256_fnmadd_ps(m, _mm256_setzero_ps(), *acc_l);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the tile loop */
+
+typedef struct {
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    int n_tok;       /* at most PASS_TOKENS */
+    const planes *P; /* one per token */
+    float *y;        /* y[t · rows + r] */
+} tiles_job;
+
+static inline void store_rows(float *y, int nr, __m256 v) {
+    if (nr == TR) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    _Alignas(32) float out[TR];
+    _mm256_store_ps(out, v);
+    memcpy(y, out, (size_t)nr * sizeof *y);
+}
+
+static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
+                                                             uint32_t type) {
+    const int width = window_width(type);
+    const int64_t n_windows = j->cols / width;
+    /* Eight rows read a little at a time defeat the hardware prefetchers: each window prefetches its
+     * share of the tile two ahead, one contiguous range, in address order and a few lines at a time
+     * (as kernels_amx.c's decoding loop, where this was measured essential). Addresses past the
+     * matrix are harmless: prefetches do not fault. */
+    const size_t tile_bytes = TR * j->row_bytes, tile_lines = (tile_bytes + 63) / 64;
+    const size_t pf_lines = (tile_lines + (size_t)n_windows - 1) / (size_t)n_windows;
+    __m256 acc[PASS_TOKENS][2];
+    /* a block's codes fit in registers, where the compiler keeps arrays this small */
+    _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
+    _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
+    const window batch = width == 32 ? (window){u_block, u_hi, s_block, m_block} : (window){u_super, u_hi, s_super, m_super};
+    const window decode = {batch.u, NULL, batch.s, batch.m};
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        /* rows past the matrix repeat its first row: their lanes are computed and never stored */
+        const uint8_t *rp[TR];
+        int32_t offs[TR];
+        for (int r = 0; r < TR; r++) {
+            offs[r] = (int32_t)((size_t)(r < nr ? r : 0) * j->row_bytes);
+            rp[r] = j->w + (size_t)r0 * j->row_bytes + (size_t)offs[r];
+        }
+        const __m256i rows_at = _mm256_loadu_si256((const __m256i *)offs);
+        uintptr_t pf = (uintptr_t)rp[0] + 2 * tile_bytes;
+        if (j->n_tok == 1) { /* decoding: the accumulators stay in registers */
+            __m256 acc_h = _mm256_setzero_ps(), acc_l = _mm256_setzero_ps();
+            for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
+                for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
+                unpack_window(type, rp, rows_at, k, &decode);
+                window_step(type, &decode, j->P, k, &acc_h, &acc_l);
+            }
+            store_rows(j->y + r0, nr, _mm256_add_ps(acc_h, acc_l));
+            continue;
+        }
+        for (int t = 0; t < j->n_tok; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
+            for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
+            unpack_window(type, rp, rows_at, k, &batch);
+            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t][0], &acc[t][1]);
+        }
+        for (int t = 0; t < j->n_tok; t++)
+            store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, _mm256_add_ps(acc[t][0], acc[t][1]));
+    }
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+size_t quill_avx2_exact_scratch(int64_t cols, int n_tok) {
+    return (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * planes_bytes(cols);
+}
+
+static void exact_matmul(uint32_t type, quill_task_fn task, const void *w, size_t row_bytes, int64_t rows,
+                         int64_t cols, const float *x, int n_tok, float *y, quill_pool *pool, void *scratch) {
+    const int64_t n_tiles = (rows + TR - 1) / TR;
+    planes P[PASS_TOKENS];
+    for (int t0 = 0; t0 < n_tok; t0 += PASS_TOKENS) {
+        const int nt = n_tok - t0 < PASS_TOKENS ? n_tok - t0 : PASS_TOKENS;
+        for (int t = 0; t < nt; t++) {
+            P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
+            quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
+        }
+        tiles_job job = {w, row_bytes, rows, cols, nt, P, y + (size_t)t0 * (size_t)rows};
+        /* tiles one at a time: each thread walks its own contiguous share (threadpool.c), so the
+         * tile two ahead that a window prefetches is usually this thread's own */
+        if (pool) quill_pool_run(pool, task, &job, n_tiles, 1);
+        else task(&job, 0, n_tiles, 0);
+    }
+}
+
+#define EXACT_MATMUL(sfx, type)                                                                      \
+    static void tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                         \
+        (void)thread;                                                                                \
+        tiles_impl(job, t0, t1, type);                                                               \
+    }                                                                                                \
+    void quill_avx2_exact_matmul_##sfx(const void *w, size_t row_bytes, int64_t rows, int64_t cols,  \
+                                       const float *x, int n_tok, float *y, quill_pool *pool,        \
+                                       void *scratch) {                                              \
+        exact_matmul(type, tiles_##sfx, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);       \
+    }
+EXACT_MATMUL(q4_0, QUILL_TYPE_Q4_0)
+EXACT_MATMUL(q4_1, QUILL_TYPE_Q4_1)
+EXACT_MATMUL(q8_0, QUILL_TYPE_Q8_0)
+EXACT_MATMUL(q4_K, QUILL_TYPE_Q4_K)
+EXACT_MATMUL(q6_K, QUILL_TYPE_Q6_K)
+#endif
