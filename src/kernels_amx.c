@@ -441,7 +441,7 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     case QUILL_TYPE_Q5_K: { /* the same d, dmin and scales at the start of the block */
         const uint8_t *b = t->w + (size_t)(k0 / 256) * block_bytes(t->type);
         const __m512i z = _mm512_setzero_si512();
-        __m512i w[4];
+        __m512i w[5] = {z, z, z, z, z}; /* kquant_scales reads a fifth word for q6_K only */
         for (int i = 0; i < 4; i++) w[i] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4 * i, 1);
         kquant_scales(t->type, w, s, m);
         break;
