@@ -12,6 +12,7 @@
  * the model's, operation for operation, on 8 rows at once. Every (row, token) result is a function
  * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
 #include "kernels_avx2_exact.h"
+#include "kernels_exact.h"
 #include "threadpool.h"
 #include "types_internal.h"
 
@@ -24,75 +25,33 @@
 #include <immintrin.h>
 
 #define TR 8             /* weight rows per tile: one per 32-bit lane */
-#define QMAX 32639       /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
 #define MAX_WINDOW 256   /* columns unpacked at a time: one k-quant super-block */
 #define PASS_TOKENS 256  /* tokens per pass over the weights: their accumulators live on the stack */
 
-/* ---------------------------------------------------------------- per-type facts (as kernels_amx.c) */
-
-static inline int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
-
-static inline bool has_min(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q4_1; }
-
-static inline int code_bias(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return 8;
-    case QUILL_TYPE_Q8_0: return 128;
-    case QUILL_TYPE_Q6_K: return 32;
-    default: return 0;
-    }
-}
-
-static inline bool is_kquant(uint32_t type) { return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q6_K; }
-
-static inline size_t block_bytes(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return sizeof(block_q4_0);
-    case QUILL_TYPE_Q4_1: return sizeof(block_q4_1);
-    case QUILL_TYPE_Q8_0: return sizeof(block_q8_0);
-    case QUILL_TYPE_Q4_K: return sizeof(block_q4_K);
-    default: return sizeof(block_q6_K);
-    }
-}
+/* ---------------------------------------------------------------- per-type facts (with kernels_exact.h) */
 
 /* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together). */
 static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WINDOW : 32; }
 
 /* The largest unsigned code vpmaddubsw sees: q8_0's 8-bit codes enter as two 4-bit digits. */
-static inline int code_max(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 63 : 15; }
+static inline int code_max(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q6_K: return 63;
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1:
+    case QUILL_TYPE_Q5_K: return 31;
+    default: return 15;
+    }
+}
 
 /* vpmaddubsw adds two products u·x into a signed 16-bit lane, SATURATING: with u <= code_max and
- * |x| <= 128 a result is at most 2·code_max·128 (3840 for 4-bit codes, 16128 for q6_K's 6 bits),
- * so this many results add up in 16 bits without ever reaching 32767: every sum is exact. */
+ * |x| <= 128 a result is at most 2·code_max·128 in magnitude (3840 for 4-bit codes, 7936 for 5-bit
+ * ones, 16128 for q6_K's 6 bits), so this many results (8, 4, 2) add up in 16 bits without ever
+ * passing 32767: every sum is exact. Each count divides a slot's kb / 4 registers (8, or 4 for
+ * q6_K's slots of 16), as window_step's loop over them needs. */
 static inline int sums_per_lane16(uint32_t type) { return 32767 / (2 * 128 * code_max(type)); }
 
 /* ---------------------------------------------------------------- activations */
-
-/* The model's quantize_block (kernels_amx.c, built for AVX-512, so copied rather than called):
- * one block of 32 activations to codes; returns da and sets *sum = Σa. */
-static float quantize_block(const float *x, int16_t *a, int32_t *sum) {
-    float amax = 0;
-    bool nan = false;
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i])), nan |= isnan(x[i]);
-    *sum = 0;
-    if (!(amax > 0) || !isfinite(amax) || nan) {
-        memset(a, 0, 32 * sizeof *a);
-        return amax > 0 || nan ? NAN : 0;
-    }
-    const float id = (float)QMAX / amax;
-    for (int i = 0; i < 32; i++) {
-        float v = nearbyintf(x[i] * id);
-        v = v > QMAX ? QMAX : v < -QMAX ? -QMAX : v;
-        a[i] = (int16_t)v;
-        *sum += a[i];
-    }
-    return amax / (float)QMAX;
-}
-
-static inline void split16(int16_t a, int8_t *h, int8_t *l) {
-    *l = (int8_t)(a & 0xFF);
-    *h = (int8_t)((a - *l) / 256);
-}
 
 static inline int32_t hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -231,8 +190,8 @@ static inline __m256 halves_hi(__m256i v) {
 }
 
 /* The sub-block scales of a k-quant super-block for the 8 rows from its leading 32-bit words: for
- * q4_K words 0-3 are (d, dmin) and the 12 packed scale bytes; for q6_K words 0-3 are the 16 signed
- * scales and `d6` holds d in its high half. */
+ * q4_K and q5_K words 0-3 are (d, dmin) and the 12 packed scale bytes; for q6_K words 0-3 are the
+ * 16 signed scales and `d6` holds d in its high half. */
 static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, const __m256i w[4], __m256i d6,
                                                                 const window *W) {
     if (type == QUILL_TYPE_Q6_K) {
@@ -261,6 +220,31 @@ static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, c
     }
 }
 
+/* q5_0 / q5_1: bit j of a row's 32-bit qh is the fifth bit of its element j, and u[n] holds
+ * elements 4n..4n+3 of the row in the 4 bytes of its lane, so byte k of qh belongs to u[2k] (its
+ * bits 0-3) and u[2k + 1] (bits 4-7). Byte k is copied to all 4 bytes of its lane; byte b then
+ * keeps bit 4 + b (of the copy shifted up by 4 for u[2k]: 16-bit shifts move bits across bytes,
+ * but none of those kept). A kept bit is >= 16, so min(·, 16) is 16 exactly when it is set. */
+static inline __attribute__((always_inline)) void add_fifth_bits(__m256i qh, __m256i u[8]) {
+    const __m256i lane_base = /* shuffle indices of each lane's byte 0, in both 128-bit halves */
+        _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C);
+    const __m256i bit_b = _mm256_set1_epi32((int)0x80402010u), sixteen = _mm256_set1_epi8(16);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i copy = _mm256_shuffle_epi8(qh, _mm256_add_epi8(lane_base, _mm256_set1_epi8((char)k)));
+        const __m256i lo = _mm256_and_si256(_mm256_slli_epi16(copy, 4), bit_b), hi = _mm256_and_si256(copy, bit_b);
+        u[2 * k] = _mm256_or_si256(u[2 * k], _mm256_min_epu8(lo, sixteen));
+        u[2 * k + 1] = _mm256_or_si256(u[2 * k + 1], _mm256_min_epu8(hi, sixteen));
+    }
+}
+
+/* Bit `bit` of every byte of v, as 16 or 0 in that byte. Of the bits the 16-bit shifts move
+ * across bytes, none lands on a bit 4: the shift is at most 4 left or 3 right. */
+static inline __attribute__((always_inline)) __m256i bit_as_16(__m256i v, int bit) {
+    const __m256i at4 = bit <= 4 ? _mm256_slli_epi16(v, 4 - bit) : _mm256_srli_epi16(v, bit - 4);
+    return _mm256_and_si256(at4, _mm256_set1_epi8(16));
+}
+
 /* Codes and scales of the window of columns from k of the rows rp (lanes of `rows_at`: the rows'
  * offsets from rp[0], for the gathers of the 32-element formats' scales). */
 static inline __attribute__((always_inline)) void unpack_window(uint32_t type, const uint8_t *const rp[TR],
@@ -269,16 +253,20 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
     __m256i w[4];
     switch (type) {
     case QUILL_TYPE_Q4_0:
-    case QUILL_TYPE_Q4_1: {
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1: {
         /* 16 bytes of nibbles: column i low in byte i, column 16 + i high */
         const size_t at = (size_t)(k / 32) * block_bytes(type);
-        words8(rp, at + (type == QUILL_TYPE_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q4_1, qs)), w);
+        words8(rp, at + legacy_qs(type), w);
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             W->u[g] = _mm256_and_si256(w[g], low);
             W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(w[g], 4), low);
         }
-        /* d, and q4_1's minimum after it (negated: it is added), of one block per row */
+        if (legacy_qh(type))
+            add_fifth_bits(_mm256_i32gather_epi32((const int *)(rp[0] + at + legacy_qh(type)), rows_at, 1), W->u);
+        /* d, and q4_1's or q5_1's minimum after it (negated: it is added), of one block per row */
         const __m256i dm = _mm256_i32gather_epi32((const int *)(rp[0] + at), rows_at, 1);
         _mm256_store_ps(W->s[0], halves_lo(dm));
         if (has_min(type)) _mm256_store_ps(W->m[0], _mm256_xor_ps(halves_hi(dm), _mm256_set1_ps(-0.0f)));
@@ -301,18 +289,30 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
         _mm256_store_ps(W->s[0], halves_lo(_mm256_i32gather_epi32((const int *)(rp[0] + at), rows_at, 1)));
         break;
     }
-    case QUILL_TYPE_Q4_K: {
-        /* per 64 columns 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones */
-        const size_t at = (size_t)(k / 256) * sizeof(block_q4_K);
+    case QUILL_TYPE_Q4_K:
+    case QUILL_TYPE_Q5_K: {
+        /* per 64 columns 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones; q5_K
+         * adds bit 2c (2c + 1) of qh[l] for element l of sub-block 2c (2c + 1) */
+        const size_t at = (size_t)(k / 256) * block_bytes(type);
+        const bool q5 = type == QUILL_TYPE_Q5_K;
+        const size_t qs = at + (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+        __m256i qh[2][4]; /* q5_K's 32 bytes, bytes 16i + 4g.. in qh[i][g] */
+        for (int i = 0; i < 2 && q5; i++) words8(rp, at + offsetof(block_q5_K, qh) + 16 * (size_t)i, qh[i]);
         for (int c = 0; c < 4; c++)
             for (int i = 0; i < 2; i++) {
-                words8(rp, at + offsetof(block_q4_K, qs) + 32 * (size_t)c + 16 * (size_t)i, w);
+                words8(rp, qs + 32 * (size_t)c + 16 * (size_t)i, w);
                 for (int g = 0; g < 4; g++) {
-                    W->u[16 * c + 4 * i + g] = _mm256_and_si256(w[g], low);
-                    W->u[16 * c + 8 + 4 * i + g] = _mm256_and_si256(_mm256_srli_epi16(w[g], 4), low);
+                    __m256i lo = _mm256_and_si256(w[g], low), hi = _mm256_and_si256(_mm256_srli_epi16(w[g], 4), low);
+                    if (q5) {
+                        lo = _mm256_or_si256(lo, bit_as_16(qh[i][g], 2 * c));
+                        hi = _mm256_or_si256(hi, bit_as_16(qh[i][g], 2 * c + 1));
+                    }
+                    W->u[16 * c + 4 * i + g] = lo;
+                    W->u[16 * c + 8 + 4 * i + g] = hi;
                 }
             }
         _Static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q4_K, qs) == 16, "q4_K: d, dmin, scales");
+        _Static_assert(offsetof(block_q5_K, scales) == 4 && offsetof(block_q5_K, qh) == 16, "q5_K: the same, then qh");
         words8(rp, at, w);
         kquant_scales(type, w, _mm256_setzero_si256(), W);
         break;
@@ -498,14 +498,15 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const void *w, size_
         (void)thread;                                                                                \
         tiles_impl(job, t0, t1, type);                                                               \
     }                                                                                                \
-    void quill_avx2_exact_matmul_##sfx(const void *w, size_t row_bytes, int64_t rows, int64_t cols,  \
-                                       const float *x, int n_tok, float *y, quill_pool *pool,        \
-                                       void *scratch) {                                              \
+    QUILL_AVX2_EXACT_MATMUL(sfx) {                                                                   \
         exact_matmul(type, tiles_##sfx, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);       \
     }
 EXACT_MATMUL(q4_0, QUILL_TYPE_Q4_0)
 EXACT_MATMUL(q4_1, QUILL_TYPE_Q4_1)
+EXACT_MATMUL(q5_0, QUILL_TYPE_Q5_0)
+EXACT_MATMUL(q5_1, QUILL_TYPE_Q5_1)
 EXACT_MATMUL(q8_0, QUILL_TYPE_Q8_0)
 EXACT_MATMUL(q4_K, QUILL_TYPE_Q4_K)
+EXACT_MATMUL(q5_K, QUILL_TYPE_Q5_K)
 EXACT_MATMUL(q6_K, QUILL_TYPE_Q6_K)
 #endif

@@ -85,13 +85,11 @@ static const quill_kernels *avx2_or_skip(void) {
         if (k) check(k);                                                                             \
     }
 
-/* Whether a set has the exact product for a type, which the checks then cover: the amx and vnni
- * sets must have every type, the avx2 set at least q4_0 and q8_0 (the others may keep its f32
- * kernels). */
+/* Whether a set has the exact product for a type, which the checks then cover: every set must
+ * have every type (a missing one fails, and its checks are skipped). */
 static bool has_product(const quill_kernels *k, uint32_t type) {
     if (k->matmul[type]) return true;
-    if (strcmp(k->isa, "avx2") != 0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0)
-        test_fail(__FILE__, __LINE__, "no %s product for %s", k->isa, quill_type_traits_of(type)->name);
+    test_fail(__FILE__, __LINE__, "no %s product for %s", k->isa, quill_type_traits_of(type)->name);
     return false;
 }
 
@@ -301,7 +299,8 @@ TEST(kernels_avx2_exact_products_registered) {
     if (!k) return;
     CHECK(k == &quill_kernels_avx2_table, "quill_kernels_for(\"avx2\")");
     CHECK(k->matmul_scratch != NULL, "a set with products sizes their scratch");
-    CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q8_0] != NULL, "q4_0 and q8_0 products");
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        CHECK(k->matmul[amx_types[ti]] != NULL, "a product for %s", quill_type_traits_of(amx_types[ti])->name);
     CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
           "float types keep the f32 path");
 }
