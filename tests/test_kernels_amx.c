@@ -1,5 +1,5 @@
-/* The AMX matrix products (kernels_amx.c) and their VNNI and AVX2 (kernels_avx2_exact.c)
- * counterparts: bit for bit equal to their scalar model, within the error bound of 16-bit
+/* The AMX matrix products (kernels_amx.c) and their VNNI and AVX2 (kernels_avx2_exact.c, which
+ * the avx512 set runs too) counterparts: bit for bit equal to their scalar model, within the error bound of 16-bit
  * activations of a double product, and bitwise batch and thread invariant. Each set's checks are
  * skipped on CPUs without it (the scalar model's own checks run everywhere). */
 #include "test.h"
@@ -64,6 +64,12 @@ static const quill_kernels *vnni_or_skip(void) {
     return k;
 }
 
+static const quill_kernels *avx512_or_skip(void) {
+    const quill_kernels *k = quill_kernels_for("avx512");
+    if (!k) test_skip("this CPU does not offer AVX-512");
+    return k;
+}
+
 static const quill_kernels *avx2_or_skip(void) {
     const quill_kernels *k = quill_kernels_for("avx2");
     if (!k) test_skip("this CPU does not offer AVX2, FMA and F16C");
@@ -82,6 +88,10 @@ static const quill_kernels *avx2_or_skip(void) {
     }                                                                                                \
     TEST(kernels_avx2_##check) {                                                                     \
         const quill_kernels *k = avx2_or_skip();                                                     \
+        if (k) check(k);                                                                             \
+    }                                                                                                \
+    TEST(kernels_avx512_##check) {                                                                   \
+        const quill_kernels *k = avx512_or_skip();                                                   \
         if (k) check(k);                                                                             \
     }
 
@@ -279,7 +289,9 @@ TEST(kernels_amx_selected_by_default) {
     CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
           "float types must keep the exact f32 path");
     CHECK(k->dot == quill_kernels_avx512_table.dot, "AVX-512 dot");
-    CHECK(quill_kernels_avx512_table.matmul[QUILL_TYPE_Q4_0] == NULL, "the AVX-512 table has no AMX entries");
+    CHECK(k->matmul[QUILL_TYPE_Q4_0] != quill_kernels_avx512_table.matmul[QUILL_TYPE_Q4_0] &&
+              k->matmul_scratch != quill_kernels_avx512_table.matmul_scratch,
+          "the tile products replace the AVX-512 set's (AVX2) ones, with their own scratch");
 }
 
 TEST(kernels_vnni_offered_after_amx) {
