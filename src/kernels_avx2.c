@@ -664,16 +664,6 @@ const quill_kernels quill_kernels_avx2_table = {
         [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
         [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
     },
-    .matmul = {
-        [QUILL_TYPE_Q4_0] = quill_avx2_exact_matmul_q4_0,
-        [QUILL_TYPE_Q4_1] = quill_avx2_exact_matmul_q4_1,
-        [QUILL_TYPE_Q5_0] = quill_avx2_exact_matmul_q5_0,
-        [QUILL_TYPE_Q5_1] = quill_avx2_exact_matmul_q5_1,
-        [QUILL_TYPE_Q8_0] = quill_avx2_exact_matmul_q8_0,
-        [QUILL_TYPE_Q4_K] = quill_avx2_exact_matmul_q4_K,
-        [QUILL_TYPE_Q5_K] = quill_avx2_exact_matmul_q5_K,
-        [QUILL_TYPE_Q6_K] = quill_avx2_exact_matmul_q6_K,
-    },
-    .matmul_scratch = quill_avx2_exact_scratch,
+    QUILL_AVX2_EXACT_PRODUCTS,
 };
 #endif

@@ -615,16 +615,6 @@ const quill_kernels quill_kernels_avx512_table = {
     /* Without VNNI (Skylake-SP, Cascade Lake lacks VBMI) the AVX2 exact products still beat these
      * f32 kernels: pp64 1.5x, tg32 1.75x on a q4_0 model here (both sets forced), and they give
      * the bits every exact set gives. The amx and vnni sets replace them. */
-    .matmul = {
-        [QUILL_TYPE_Q4_0] = quill_avx2_exact_matmul_q4_0,
-        [QUILL_TYPE_Q4_1] = quill_avx2_exact_matmul_q4_1,
-        [QUILL_TYPE_Q5_0] = quill_avx2_exact_matmul_q5_0,
-        [QUILL_TYPE_Q5_1] = quill_avx2_exact_matmul_q5_1,
-        [QUILL_TYPE_Q8_0] = quill_avx2_exact_matmul_q8_0,
-        [QUILL_TYPE_Q4_K] = quill_avx2_exact_matmul_q4_K,
-        [QUILL_TYPE_Q5_K] = quill_avx2_exact_matmul_q5_K,
-        [QUILL_TYPE_Q6_K] = quill_avx2_exact_matmul_q6_K,
-    },
-    .matmul_scratch = quill_avx2_exact_scratch,
+    QUILL_AVX2_EXACT_PRODUCTS,
 };
 #endif
