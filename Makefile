@@ -26,7 +26,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 $(BUILD)/src/kernels_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
-$(BUILD)/src/kernels_amx.o:    CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mamx-tile -mamx-int8 \
+$(BUILD)/src/kernels_amx.o:    CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 \
                                   -mfma -mf16c
 
 .PHONY: all test test-san fuzz clean run

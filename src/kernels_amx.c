@@ -1,25 +1,26 @@
-/* AMX kernels: quantized matrix products on the tile unit's exact integer dot products
- * (Sapphire Rapids and later), for decoding and prompts alike.
+/* AMX kernels: quantized matrix products on the tile unit (Sapphire Rapids and later), exact
+ * for decoding and prompts alike.
  *
- * The arithmetic, for weight row r and token t (kernels_amx.h has it as plain C):
- *   - activations: each block of 32 x is scaled to 16-bit integers, a = round(x · 32639 / max|x|),
- *     with scale da = max|x| / 32639, and split exactly into two signed bytes, a = 256·h + l. Sixteen
- *     bits put the activations ~100x closer to their f32 values than the reference's 8-bit ones;
- *   - weights: each sub-block (32 weights; 16 for q6_K) enters the tile unit as its integer codes
- *     (q - 8 for q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the others), unpacked from the
- *     mapping;
- *   - the tile unit computes, per sub-block, Ch = Σ q·h and Cl = Σ q·l in int32: exact;
- *   - then in f32, sub-block after sub-block:  acc_h = fma(Ch, s·256da, acc_h),
- *     acc_l = fma(Cl, s·da, acc_l), with s the sub-block's scale (d, or d·sc for k-quants), and
- *     for the types with minimums (q4_K, q5_K; q4_1, q5_1 add theirs) acc_h -= m·(da·Σa);
- *     y = acc_h + acc_l.
- * Every step is a function of that row and that token alone: a batch runs on the tile unit (16
- * rows × 32 k × 8 tokens × 2 planes per product, lanes are tokens), one token (decoding) on the
- * vector unit's VNNI dot products (lanes are rows), and both do the same exact integer sums and
- * the same f32 steps in the same order, on any thread: results are bitwise batch- and
- * thread-invariant, and a scalar model (quill_amx_matmul_model) reproduces them bit for bit.
- * Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches on the vector unit too, with
- * the codes unpacked once per chunk for many tokens (gemm_impl). */
+ * The arithmetic, for weight row r and token t (quill_amx_matmul_model has it as plain C):
+ *   - activations: each block of 32 x is scaled to integers, a = round(x · A / max|x|), with scale
+ *     da = max|x| / A, and each code rounded to 8 significant bits (kernels_exact.h; A is
+ *     act_max(type), 32512 for most types). So every code is exactly a bf16 value, with an error
+ *     relative to x like bf16 rounding for the large elements and much smaller for the small ones:
+ *     ~5x closer to the f32 values than the reference's 8-bit activations;
+ *   - weights: each sub-block (32 weights; 16 for q6_K) enters as its integer codes (q - 8 for
+ *     q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the others), unpacked from the mapping;
+ *   - per sub-block the integer C = Σ q·a, which A keeps below 2^24: exact in f32, whatever the
+ *     order of the adds;
+ *   - then in f32, sub-block after sub-block: acc = fma(C, s·da, acc), with s the sub-block's
+ *     scale (d, or d·sc for k-quants), and for the types with minimums (q4_K, q5_K; q4_1, q5_1 add
+ *     theirs) acc = fma(-m, da·Σa, acc); y = acc.
+ * Every step is a function of that row and that token alone: a batch runs on the tile unit's bf16
+ * products (16 rows × 32 k × 16 tokens per product, lanes are tokens), one token (decoding) on the
+ * vector unit's VNNI byte products over the two bytes of each code, C = 256·Σq·h + Σq·l (lanes
+ * are rows), and both give the same C and the same f32 steps in the same order, on any thread:
+ * results are bitwise batch- and thread-invariant, and the scalar model reproduces them bit for
+ * bit. Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches on the vector unit too,
+ * with the codes unpacked once per chunk for many tokens (gemm_impl). */
 #include "kernels.h"
 #include "threadpool.h"
 #include "types_internal.h"
@@ -33,30 +34,32 @@
 #include "kernels_exact.h"
 
 #define TR 16         /* weight rows per tile */
-#define GT 8          /* tokens per token group (tile columns: 8 tokens × 2 byte planes) */
+#define GT 16         /* tokens per token group: the tile's 16 columns */
 #define CW 256        /* weight columns unpacked at a time (one k-quant super-block) */
-#define MAX_GROUPS 8  /* token groups accumulated per pass over the weights (64 tokens) */
+#define MAX_GROUPS 4  /* token groups accumulated per pass over the weights (64 tokens) */
 
 /* ---------------------------------------------------------------- activations
  *
- * Layout for n_groups groups of T = GT tokens (missing tokens are zero): bytes B[g][k/4][T][8]
- * holding h of k..k+3 then l of k..k+3 (the tile unit's operand layout: 4 k per column entry, one
- * column per (token, plane)); per block of 32 columns, dapat = 16 floats (256·da, da) per token
- * and sfpat = (da·Σa, 0) per token. */
+ * Layout for n_groups groups of GT tokens (missing tokens are zero): bf16 codes B[g][k/2][GT][2],
+ * each pair of columns k, k + 1 next to each other per token (the tile unit's bf16 operand layout:
+ * one column of the tile per token); per block of 32 columns, dapat = da and sfpat = da·Σa, one
+ * float per token of the group. */
 
 typedef struct {
     int n_groups;
     int64_t cols;
-    int8_t *b;
+    uint16_t *b;
     float *dapat, *sfpat;
 } acts;
 
 static size_t acts_bytes(int64_t cols, int n_tok) {
     const int groups = (n_tok + GT - 1) / GT;
-    return (size_t)groups * ((size_t)cols * 2 * GT + (size_t)(cols / 32) * 16 * sizeof(float) * 2) + 64;
+    return (size_t)groups * ((size_t)cols * 2 * GT + (size_t)(cols / 32) * GT * sizeof(float) * 2) + 64;
 }
 
-void quill_amx_quantize_block(const float *x, int16_t *a, float *da, int32_t *sum) { *da = quantize_block(x, a, sum); }
+void quill_amx_quantize_block(const float *x, uint32_t type, int16_t *a, float *da, int32_t *sum) {
+    *da = quantize_block(x, type, a, sum);
+}
 
 /* ---------------------------------------------------------------- the scalar model */
 
@@ -158,31 +161,22 @@ void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int6
         for (int t = 0; t < n_tok; t++) {
             for (int64_t blk = 0; blk < cols / 32; blk++) {
                 int32_t sum;
-                da[blk] = quantize_block(x + t * cols + blk * 32, a + blk * 32, &sum);
+                da[blk] = quantize_block(x + t * cols + blk * 32, type, a + blk * 32, &sum);
                 sf[blk] = da[blk] * (float)sum;
             }
             for (int64_t r = 0; r < rows; r++) {
                 const uint8_t *row = (const uint8_t *)w + r * row_bytes;
                 row_codes(type, row, 0, (int)cols, q);
                 row_scales(type, row, 0, (int)(cols / kb), s, m);
-                float acc_h = 0, acc_l = 0;
+                float acc = 0;
                 for (int64_t i = 0; i < cols / kb; i++) {
-                    int32_t ch = 0, cl = 0;
-                    for (int k = 0; k < kb; k++) {
-                        int8_t h, l;
-                        split16(a[i * kb + k], &h, &l);
-                        ch += q[i * kb + k] * h;
-                        cl += q[i * kb + k] * l;
-                    }
+                    int32_t c = 0;
+                    for (int k = 0; k < kb; k++) c += q[i * kb + k] * a[i * kb + k];
                     const int64_t blk = i * kb / 32;
-                    acc_h = fmaf((float)ch, s[i] * (256.0f * da[blk]), acc_h);
-                    acc_l = fmaf((float)cl, s[i] * da[blk], acc_l);
-                    if (has_min(type)) {
-                        acc_h = fmaf(-m[i], sf[blk], acc_h);
-                        acc_l = fmaf(-m[i], 0.0f, acc_l);
-                    }
+                    acc = fmaf((float)c, s[i] * da[blk], acc);
+                    if (has_min(type)) acc = fmaf(-m[i], sf[blk], acc);
                 }
-                y[(size_t)t * rows + r] = acc_h + acc_l;
+                y[(size_t)t * rows + r] = acc;
             }
         }
     free(q), free(a), free(s), free(m), free(da), free(sf);
@@ -204,67 +198,72 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
-/* quantize_block and the split into h and l bytes on AVX-512, giving the same codes: the same
- * f32 max, division and product, rounded to nearest even as nearbyintf does by default. Also
- * returns the sums of h and l over each 16 columns. */
-static float quantize_block_fast(const float *x, int8_t *h, int8_t *l, int32_t *sum, int32_t sh[2], int32_t sl[2]) {
+/* quantize_block on AVX-512, giving the same codes (in 32-bit lanes, 16 columns per register): the
+ * same f32 max, division and product, rounded to nearest even as nearbyintf does by default, and
+ * the same rounding to 8 significant bits. */
+static float quantize_codes(const float *x, uint32_t type, __m512i a[2], int32_t *sum) {
     const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const bool nan = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q);
     if (!(amax > 0) || !isfinite(amax) || nan) { /* zeros, or inf / nan: the scalar path decides */
-        int16_t a[32];
-        const float da = quantize_block(x, a, sum);
-        for (int k = 0; k < 32; k++) split16(a[k], &h[k], &l[k]);
-        sh[0] = sh[1] = sl[0] = sl[1] = 0;
-        for (int k = 0; k < 32; k++) sh[k / 16] += h[k], sl[k / 16] += l[k];
+        int16_t c[32];
+        const float da = quantize_block(x, type, c, sum);
+        a[0] = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)c));
+        a[1] = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(c + 16)));
         return da;
     }
-    const __m512 id = _mm512_set1_ps((float)QMAX / amax);
-    const __m512i qmax = _mm512_set1_epi32(QMAX), qmin = _mm512_set1_epi32(-QMAX);
-    __m512i a[2];
-    a[0] = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), qmin), qmax);
-    a[1] = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), qmin), qmax);
-    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(a[0], a[1]));
+    const int qa = act_max(type);
+    const __m512 id = _mm512_set1_ps((float)qa / amax);
+    const __m512i qmax = _mm512_set1_epi32(qa), qmin = _mm512_set1_epi32(-qa);
+    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), top = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int i = 0; i < 2; i++) {
-        const __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(a[i], 24), 24);
-        const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(a[i], lo), 8);
-        _mm_storeu_si128((__m128i *)(h + 16 * i), _mm512_cvtepi32_epi8(hi));
-        _mm_storeu_si128((__m128i *)(l + 16 * i), _mm512_cvtepi32_epi8(lo));
-        sh[i] = _mm512_reduce_add_epi32(hi);
-        sl[i] = _mm512_reduce_add_epi32(lo);
+        const __m512i v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(i ? x1 : x0, id)), qmin), qmax);
+        __m512i u = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
+        u = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), top);
+        a[i] = _mm512_cvttps_epi32(_mm512_castsi512_ps(u));
     }
-    return amax / (float)QMAX;
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(a[0], a[1]));
+    return amax / (float)qa;
 }
 
-/* Quantizes token t (index tg inside group g). */
-static void quantize_token(const acts *A, const float *x, int g, int tg) {
-    enum { T = GT };
-    int8_t *bg = A->b + (size_t)g * (size_t)A->cols * 2 * T;
-    float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * 16;
-    float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * 16;
+/* The codes as bf16 values (exact: at most 8 significant bits), 16 per register. */
+static inline __m256i codes_bf16(__m512i a) {
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(a)), 16));
+}
+
+/* vpermt2w indices that keep the high 16 bits of each 32-bit lane of two registers: the bf16
+ * values of 32 f32 (exact when they have at most 8 significant bits). */
+static _Alignas(64) const uint16_t high_halves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                      23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                      45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+static inline __m512i bf16_of(__m512 lo, __m512 hi) {
+    return _mm512_permutex2var_epi16(_mm512_castps_si512(lo), _mm512_load_si512(high_halves), _mm512_castps_si512(hi));
+}
+
+/* Quantizes token t (index tg inside group g) for a product with `type` weights. */
+static void quantize_token(const acts *A, uint32_t type, const float *x, int g, int tg) {
+    uint16_t *bg = A->b + (size_t)g * (size_t)A->cols * GT;
+    float *dap = A->dapat + (size_t)g * (size_t)(A->cols / 32) * GT;
+    float *sfp = A->sfpat + (size_t)g * (size_t)(A->cols / 32) * GT;
+    /* pair j of a block goes to dword (blk · 16 + j) · GT + tg */
+    const __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(GT));
     for (int64_t blk = 0; blk < A->cols / 32; blk++) {
-        _Alignas(64) int8_t h[32], l[32];
-        int32_t sum = 0, sh[2], sl[2];
+        __m512i a[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        int32_t sum = 0;
         float da = 0;
-        if (x) da = quantize_block_fast(x + blk * 32, h, l, &sum, sh, sl);
-        else memset(h, 0, sizeof h), memset(l, 0, sizeof l);
-        /* 4 k at a time: their h bytes then their l bytes */
-        const __m256i hv = _mm256_load_si256((const __m256i *)h), lv = _mm256_load_si256((const __m256i *)l);
-        _Alignas(64) uint64_t pairs[8];
-        _mm256_store_si256((__m256i *)pairs, _mm256_unpacklo_epi32(hv, lv));
-        _mm256_store_si256((__m256i *)pairs + 1, _mm256_unpackhi_epi32(hv, lv));
-        /* unpack works within 128-bit halves: pairs holds k4 = 0,1,4,5 | 2,3,6,7 */
-        static const int order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-        for (int i = 0; i < 8; i++) memcpy(bg + ((size_t)(blk * 8 + order[i]) * T + tg) * 8, &pairs[i], 8);
-        dap[blk * 16 + 2 * tg] = 256.0f * da;
-        dap[blk * 16 + 2 * tg + 1] = da;
-        sfp[blk * 16 + 2 * tg] = da * (float)sum;
-        sfp[blk * 16 + 2 * tg + 1] = 0;
+        if (x) da = quantize_codes(x + blk * 32, type, a, &sum);
+        const __m512i pairs = bf16_of(_mm512_cvtepi32_ps(a[0]), _mm512_cvtepi32_ps(a[1]));
+        _mm512_i32scatter_epi32((uint32_t *)bg + (size_t)blk * 16 * GT + tg, at, pairs, 4);
+        dap[blk * GT + tg] = da;
+        sfp[blk * GT + tg] = da * (float)sum;
     }
 }
 
 typedef struct {
     const acts *A;
+    uint32_t type;
     const float *x;
     int n_tok;
 } quant_job;
@@ -273,7 +272,7 @@ static void quantize_items(void *arg, int64_t i0, int64_t i1, int thread) {
     (void)thread;
     const quant_job *j = arg;
     for (int64_t t = i0; t < i1; t++)
-        quantize_token(j->A, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / GT), (int)(t % GT));
+        quantize_token(j->A, j->type, t < j->n_tok ? j->x + t * j->A->cols : NULL, (int)(t / GT), (int)(t % GT));
 }
 
 /* ---------------------------------------------------------------- weights into tile rows
@@ -378,22 +377,18 @@ static void unpack_scales(const tile_src *t, int64_t k0, int n_slots, float (*s)
     }
 }
 
-/* A chunk's codes are stored slot by slot, each slot a contiguous TR x kb tile operand (a tile
- * load touching fewer cache lines is faster): column `col` of row r of the chunk lives at
- * abuf[(col / kb) * TR * kb + r * kb + col % kb]. These store 64 or 32 codes from column col. */
-static inline void put64(int8_t *abuf, int kb, int r, int col, __m512i v) {
+/* A chunk's codes are stored slot by slot as bf16, each slot a contiguous TR x kb tile operand (a
+ * tile load touching fewer cache lines is faster): column `col` of row r of the chunk lives at
+ * abuf[(col / kb) * TR * kb + r * kb + col % kb]. This stores 32 codes from column col. */
+static inline void put32(uint16_t *abuf, int kb, int r, int col, __m512i v) {
     if (kb == 32) {
-        _mm256_storeu_si256((__m256i *)(abuf + (col / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
-        _mm256_storeu_si256((__m256i *)(abuf + (col / 32 + 1) * TR * 32 + r * 32), _mm512_extracti64x4_epi64(v, 1));
+        _mm512_storeu_si512(abuf + (col / 32) * TR * 32 + r * 32, v);
     } else {
-        int8_t *d = abuf + (col / 16) * TR * 16 + r * 16;
-        _mm_storeu_si128((__m128i *)d, _mm512_extracti32x4_epi32(v, 0));
-        _mm_storeu_si128((__m128i *)(d + TR * 16), _mm512_extracti32x4_epi32(v, 1));
-        _mm_storeu_si128((__m128i *)(d + 2 * TR * 16), _mm512_extracti32x4_epi32(v, 2));
-        _mm_storeu_si128((__m128i *)(d + 3 * TR * 16), _mm512_extracti32x4_epi32(v, 3));
+        uint16_t *d = abuf + (col / 16) * TR * 16 + r * 16;
+        _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(v));
+        _mm256_storeu_si256((__m256i *)(d + TR * 16), _mm512_extracti64x4_epi64(v, 1));
     }
 }
-
 
 /* vpermb indices of the 32-element formats (q4_0, q4_1, q5_0, q5_1): lane i takes byte
  * (i / 32) * block + qs + i % 16 of two consecutive blocks. */
@@ -480,14 +475,20 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
 }
 
 /* Signed codes q of row r of a tile, columns [k0, k0 + n) (n a multiple of the block), into a
- * chunk: the unsigned codes less the bias (for q8_0 that gives back the file's bytes). */
-static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *abuf, int r) {
+ * chunk as bf16 values (exact: |q| <= 128): the unsigned codes less the bias. */
+static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, uint16_t *abuf, int r) {
     const __m512i bias = _mm512_set1_epi8((char)code_bias(type));
+    const int kb = slot_width(type);
     for (int i = 0; i < n; i += 64) {
         const bool half = n - i < 64;
         const __m512i v = _mm512_sub_epi8(codes64(type, row, k0 + i, half), bias);
-        if (half) _mm256_storeu_si256((__m256i *)(abuf + (i / 32) * TR * 32 + r * 32), _mm512_castsi512_si256(v));
-        else put64(abuf, slot_width(type), r, i, v);
+        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(v)));
+        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 1)));
+        put32(abuf, kb, r, i, bf16_of(f0, f1));
+        if (half) continue;
+        const __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 2)));
+        const __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 3)));
+        put32(abuf, kb, r, i + 32, bf16_of(f2, f3));
     }
 }
 
@@ -503,15 +504,15 @@ typedef struct {
     float *y;
 } tiles_job;
 
-/* Tiles: 0-3 sums (C), 4-5 weight codes (A), 6-7 activations (B). Tile numbers are immediates,
- * hence the macros; ap(i) is slot i's weight operand. */
-#define TILE_DP(ap, C, AT, BT, i)                                                                    \
+/* Tiles: 0-3 sums (C), 4-5 weight codes (A), 6-7 activations (B), all bf16 operands. Tile
+ * numbers are immediates, hence the macro. The sums start from zero for each sub-block: each has
+ * its own scale. */
+#define TILE_DP(C, AT, BT, i)                                                                        \
     do {                                                                                             \
-        _tile_loadd(AT, ap(i), astride);                                                             \
-        _tile_loadd(BT, bbase + (size_t)((i) * kb / 4) * bstride, bstride);                          \
+        _tile_loadd(AT, a_base + (size_t)(i) * TR * kb, 2 * kb);                                     \
+        _tile_loadd(BT, bbase + (size_t)((i) * kb / 2) * 2 * GT, 4 * GT);                           \
         _tile_zero(C);                                                                               \
-        if (signed_a) _tile_dpbssd(C, AT, BT);                                                       \
-        else _tile_dpbusd(C, AT, BT);                                                                \
+        _tile_dpbf16ps(C, AT, BT);                                                                   \
     } while (0)
 
 /* Reading 16 rows a little at a time defeats the hardware prefetchers: fetch the same columns
@@ -528,11 +529,9 @@ static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_
 
 /* Codes and scales of columns [k0, k0 + cw) of a row tile, into abuf / s / m. */
 static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
-                                                             int kb, bool direct, int8_t *abuf, float (*s)[TR],
-                                                             float (*m)[TR]) {
+                                                             int kb, uint16_t *abuf, float (*s)[TR], float (*m)[TR]) {
     prefetch_next_tile(src, type, k0, cw);
-    if (!direct)
-        for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
+    for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
     unpack_scales(src, k0, cw / kb, s, m);
 }
 
@@ -545,14 +544,14 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
  * same f32 steps as the tile loop: bit-identical results. */
 
 typedef struct {
-    int8_t *h, *l;         /* byte planes of the codes, column order (q6_K's row-per-register path) */
+    int8_t *h, *l;         /* byte planes of the codes, a = 256·h + l, column order */
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
-    int32_t *bh, *bl;      /* per slot (the type's sub-block): bias·Σh and bias·Σl, see lane_sums */
-    float *da, *da256, *sf; /* per block of 32: scale, 256·scale, da·Σa */
+    int32_t *bias_sum;     /* per slot (the type's sub-block): bias·Σa, see lane_sums */
+    float *da, *sf;        /* per block of 32: scale, da·Σa */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)cols * 10 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 12 + 64;
+    return (size_t)cols * 10 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
 }
 
 /* The planes of one token in scratch (64-byte aligned). */
@@ -561,11 +560,9 @@ static planes planes_at(void *scratch, int64_t cols) {
     planes P;
     P.hx = (__m512i *)base;
     P.lx = P.hx + cols / 16;
-    P.bh = (int32_t *)(P.lx + cols / 16);
-    P.bl = P.bh + cols / 16;
-    P.da = (float *)(P.bl + cols / 16);
-    P.da256 = P.da + cols / 32;
-    P.sf = P.da256 + cols / 32;
+    P.bias_sum = (int32_t *)(P.lx + cols / 16);
+    P.da = (float *)(P.bias_sum + cols / 16);
+    P.sf = P.da + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
     return P;
@@ -578,17 +575,22 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
-        int32_t sum, sh[2], sl[2];
-        P->da[blk] = quantize_block_fast(x + blk * 32, h, l, &sum, sh, sl);
-        P->da256[blk] = 256.0f * P->da[blk];
+        __m512i a[2];
+        int32_t sum;
+        P->da[blk] = quantize_codes(x + blk * 32, type, a, &sum);
         P->sf[blk] = P->da[blk] * (float)sum;
-        if (slot_width(type) == 32) {
-            P->bh[blk] = bias * (sh[0] + sh[1]);
-            P->bl[blk] = bias * (sl[0] + sl[1]);
+        int32_t part[2];
+        for (int i = 0; i < 2; i++) {
+            const __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(a[i], 24), 24);
+            const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(a[i], lo), 8);
+            _mm_storeu_si128((__m128i *)(h + 16 * i), _mm512_cvtepi32_epi8(hi));
+            _mm_storeu_si128((__m128i *)(l + 16 * i), _mm512_cvtepi32_epi8(lo));
+            part[i] = _mm512_reduce_add_epi32(a[i]);
         }
+        if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
+        else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
+        if (!decoding) continue; /* the batch loop broadcasts from h and l */
         for (int q = 0; q < 2; q++) {
-            if (slot_width(type) == 16) P->bh[blk * 2 + q] = bias * sh[q], P->bl[blk * 2 + q] = bias * sl[q];
-            if (!decoding) continue; /* the batch loop broadcasts from h and l */
             P->hx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(h + 16 * q)));
             P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
         }
@@ -842,7 +844,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
         for (int r = 0; r < TR; r++) rp[r] = src.w + (size_t)(r < nr ? r : 0) * j->row_bytes;
         const planes *P = j->P;
         const uint8_t *pf = src.w + 2 * TR * j->row_bytes;
-        __m512 acc_h = _mm512_setzero_ps(), acc_l = _mm512_setzero_ps();
+        __m512 acc = _mm512_setzero_ps();
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             for (int c = 0; c < cw; c += width) {
@@ -863,25 +865,19 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
 #pragma GCC unroll 4
                 for (int s = 0; s < n_slots; s++) {
                     const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
-                    const __m512i sub_h = _mm512_sub_epi32(ch[s], _mm512_set1_epi32(P->bh[slot_k]));
-                    const __m512i sub_l = _mm512_sub_epi32(cl[s], _mm512_set1_epi32(P->bl[slot_k]));
+                    /* C = Σq·a = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
+                    const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ch[s], 8), cl[s]),
+                                                         _mm512_set1_epi32(P->bias_sum[slot_k]));
                     const int slot = (c + s * kb) / kb;
                     const int64_t blk = (k + s * kb) / 32;
                     const __m512 sc = _mm512_load_ps(sbuf[slot]);
-                    acc_h = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(P->da256[blk])),
-                                            acc_h);
-                    acc_l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])),
-                                            acc_l);
-                    if (has_min(type)) {
-                        const __m512 m = _mm512_load_ps(mbuf[slot]);
-                        acc_h = _mm512_fnmadd_ps(m, _mm512_set1_ps(P->sf[blk]), acc_h);
-                        acc_l = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l);
-                    }
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc);
+                    if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[slot]), _mm512_set1_ps(P->sf[blk]), acc);
                 }
             }
         }
         _Alignas(64) float out[TR];
-        _mm512_store_ps(out, _mm512_add_ps(acc_h, acc_l));
+        _mm512_store_ps(out, acc);
         for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
     }
 }
@@ -919,73 +915,61 @@ TYPED_TASKS(decode, decode_impl)
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int kb = slot_width(type);
-    const bool signed_a = code_bias(type) != 0;
     const acts *A = j->A;
-    const int cstride = 64, bstride = 8 * GT;
     tile_config cfg = {.palette = 1};
-    for (int i = 0; i < 4; i++) cfg.colsb[i] = (uint16_t)cstride, cfg.rows[i] = TR;
-    for (int i = 4; i < 6; i++) cfg.colsb[i] = (uint16_t)kb, cfg.rows[i] = TR;
-    for (int i = 6; i < 8; i++) cfg.colsb[i] = (uint16_t)bstride, cfg.rows[i] = (uint8_t)(kb / 4);
+    for (int i = 0; i < 4; i++) cfg.colsb[i] = 64, cfg.rows[i] = TR;
+    for (int i = 4; i < 6; i++) cfg.colsb[i] = (uint16_t)(2 * kb), cfg.rows[i] = TR;
+    for (int i = 6; i < 8; i++) cfg.colsb[i] = 4 * GT, cfg.rows[i] = (uint8_t)(kb / 2);
     _tile_loadconfig(&cfg);
 
     /* Two of each buffer: while the tile unit works on one chunk (or token group), the vector unit
      * unpacks the next chunk and scales the previous sums. */
-    _Alignas(64) int8_t abuf[2][TR * CW];
-    _Alignas(64) int32_t cbuf[2][CW / 16][TR * 16];
+    _Alignas(64) uint16_t abuf[2][TR * CW];
+    _Alignas(64) float cbuf[2][CW / 16][TR * GT];
     _Alignas(64) float sbuf[2][CW / 16][TR], mbuf[2][CW / 16][TR];
-    _Alignas(64) float accbuf[MAX_GROUPS][TR][16];
-    const __m512i swap = _mm512_set_epi32(14, 15, 12, 13, 10, 11, 8, 9, 6, 7, 4, 5, 2, 3, 0, 1);
+    _Alignas(64) float accbuf[MAX_GROUPS][TR][GT];
     const int64_t blocks = A->cols / 32, n_chunks = (A->cols + CW - 1) / CW;
 
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
         const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
-        /* a full q8_0 tile is read straight from the mapping: its codes are the file's bytes */
-        const bool direct = type == QUILL_TYPE_Q8_0 && src.nr == TR;
         if (src.nr < TR) memset(abuf, 0, sizeof abuf);
         for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
             memset(accbuf, 0, sizeof accbuf);
-            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, direct, abuf[0], sbuf[0], mbuf[0]);
+            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, abuf[0], sbuf[0], mbuf[0]);
             for (int64_t c = 0; c < n_chunks; c++) {
                 const int64_t k0 = c * CW;
                 const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
-                /* slot i's weight operand: the chunk buffer, or a full q8_0 tile in place */
-                const int8_t *a_base = direct ? (const int8_t *)(src.w + (size_t)(k0 / 32) * sizeof(block_q8_0) +
-                                                                 offsetof(block_q8_0, qs))
-                                              : abuf[c & 1];
-                const size_t astride = direct ? j->row_bytes : (size_t)kb;
-                const size_t a_step = direct ? sizeof(block_q8_0) : (size_t)TR * (size_t)kb;
+                const uint16_t *a_base = abuf[c & 1];
                 const float(*sb)[TR] = sbuf[c & 1], (*mb)[TR] = mbuf[c & 1];
                 const int64_t k1 = k0 + CW;
                 const int cw1 = A->cols - k1 < CW ? (int)(A->cols - k1) : CW;
                 const int rows_per_slot = (src.nr + n - 1) / n;
-#define AP(i) (a_base + (size_t)(i) * a_step)
                 /* Group gi's products on the tile unit and, slot by slot between them, the vector
                  * unit's work: scaling group gi - 1's sums, or (during group 0) unpacking the next
                  * chunk's rows. Interleaved at this grain, both are in the core's window at once
                  * and overlap; done one after the other they mostly did not. */
                 for (int gi = 0; gi <= ng; gi++) {
-                    const bool tiles = gi < ng, scale = gi > 0, unpack = gi == 0 && c + 1 < n_chunks && !direct;
-                    const int8_t *bbase = A->b + (size_t)(g0 + (tiles ? gi : 0)) * (size_t)A->cols * 2 * GT +
-                                          (size_t)k0 * 2 * GT;
-                    int32_t(*cb)[TR * 16] = cbuf[gi & 1];
-                    const int32_t(*prev)[TR * 16] = (const int32_t(*)[TR * 16])cbuf[(gi + 1) & 1];
+                    const bool tiles = gi < ng, scale = gi > 0, unpack = gi == 0 && c + 1 < n_chunks;
+                    const uint16_t *bbase = A->b + (size_t)(g0 + (tiles ? gi : 0)) * (size_t)A->cols * GT + (size_t)k0 * GT;
+                    float(*cb)[TR * GT] = cbuf[gi & 1];
+                    const float(*prev)[TR * GT] = (const float(*)[TR * GT])cbuf[(gi + 1) & 1];
                     const int g = g0 + gi - 1;
-                    const float *dap = A->dapat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * 16;
-                    const float *sfp = A->sfpat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * 16;
-                    /* lanes: (token, plane); one accumulator per row */
+                    const float *dap = A->dapat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * GT;
+                    const float *sfp = A->sfpat + ((size_t)(scale ? g : 0) * blocks + k0 / 32) * GT;
+                    /* lanes: tokens; one accumulator per row */
                     __m512 acc[TR];
 #pragma GCC unroll 16
                     for (int r = 0; r < TR; r++) acc[r] = scale ? _mm512_load_ps(accbuf[gi - 1][r]) : _mm512_setzero_ps();
 #define VECTOR_WORK(i)                                                                               \
     do {                                                                                             \
         if ((i) < n && scale) {                                                                      \
-            const __m512 da = _mm512_load_ps(dap + ((i) * kb / 32) * 16);                            \
-            const __m512 sf = _mm512_load_ps(sfp + ((i) * kb / 32) * 16);                            \
+            const __m512 da = _mm512_load_ps(dap + ((i) * kb / 32) * GT);                            \
+            const __m512 sf = _mm512_load_ps(sfp + ((i) * kb / 32) * GT);                            \
             _Pragma("GCC unroll 16") for (int r = 0; r < TR; r++) {                                  \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(prev[i] + 16 * r)),      \
-                                         _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), acc[r]);         \
+                acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prev[i] + GT * r), _mm512_mul_ps(da, _mm512_set1_ps(sb[i][r])), \
+                                         acc[r]);                                                    \
                 if (has_min(type)) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(mb[i][r]), sf, acc[r]);   \
             }                                                                                        \
         }                                                                                            \
@@ -995,20 +979,20 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     } while (0)
                     for (int s0 = 0; s0 < n; s0 += 4) {
                         if (tiles) {
-                            if (s0 + 0 < n) TILE_DP(AP, 0, 4, 6, s0 + 0);
-                            if (s0 + 1 < n) TILE_DP(AP, 1, 5, 7, s0 + 1);
+                            if (s0 + 0 < n) TILE_DP(0, 4, 6, s0 + 0);
+                            if (s0 + 1 < n) TILE_DP(1, 5, 7, s0 + 1);
                             if (s0 > 0) {
-                                _tile_stored(2, cb[s0 - 2], cstride);
-                                _tile_stored(3, cb[s0 - 1], cstride);
+                                _tile_stored(2, cb[s0 - 2], 4 * GT);
+                                _tile_stored(3, cb[s0 - 1], 4 * GT);
                             }
                         }
                         VECTOR_WORK(s0);
                         VECTOR_WORK(s0 + 1);
                         if (tiles) {
-                            if (s0 + 2 < n) TILE_DP(AP, 2, 4, 6, s0 + 2);
-                            if (s0 + 3 < n) TILE_DP(AP, 3, 5, 7, s0 + 3);
-                            if (s0 + 0 < n) _tile_stored(0, cb[s0 + 0], cstride);
-                            if (s0 + 1 < n) _tile_stored(1, cb[s0 + 1], cstride);
+                            if (s0 + 2 < n) TILE_DP(2, 4, 6, s0 + 2);
+                            if (s0 + 3 < n) TILE_DP(3, 5, 7, s0 + 3);
+                            if (s0 + 0 < n) _tile_stored(0, cb[s0 + 0], 4 * GT);
+                            if (s0 + 1 < n) _tile_stored(1, cb[s0 + 1], 4 * GT);
                         }
                         VECTOR_WORK(s0 + 2);
                         VECTOR_WORK(s0 + 3);
@@ -1016,8 +1000,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 #undef VECTOR_WORK
                     if (tiles) {
                         const int last = (n - 1) / 4 * 4;
-                        if (last + 2 < n) _tile_stored(2, cb[last + 2], cstride);
-                        if (last + 3 < n) _tile_stored(3, cb[last + 3], cstride);
+                        if (last + 2 < n) _tile_stored(2, cb[last + 2], 4 * GT);
+                        if (last + 3 < n) _tile_stored(3, cb[last + 3], 4 * GT);
                     }
                     if (scale)
 #pragma GCC unroll 16
@@ -1027,19 +1011,14 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                         unpack_scales(&src, k1, cw1 / kb, sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
                     }
                 }
-#undef AP
             }
-            /* y = acc_h + acc_l, transposed here so that each token's 16 rows leave in one store:
-             * a store per row and token touched one line each, rows apart by the matrix's row
-             * count (8 KiB for 2048 rows: one L1 set), ~8 % of the loop */
+            /* y = acc, transposed here so that each token's 16 rows leave in one store: a store per
+             * row and token touched one line each, rows apart by the matrix's row count (8 KiB for
+             * 2048 rows: one L1 set), ~8 % of the loop */
             for (int g = g0; g < g0 + ng; g++) {
-                _Alignas(64) float out[TR][16], by_token[GT][TR];
-                for (int r = 0; r < TR; r++) {
-                    const __m512 v = _mm512_load_ps(accbuf[g - g0][r]);
-                    _mm512_store_ps(out[r], _mm512_add_ps(v, _mm512_permutexvar_ps(swap, v)));
-                }
+                _Alignas(64) float by_token[GT][TR];
                 for (int t = 0; t < GT; t++)
-                    for (int r = 0; r < TR; r++) by_token[t][r] = out[r][2 * t];
+                    for (int r = 0; r < TR; r++) by_token[t][r] = accbuf[g - g0][r][t];
                 for (int t = 0; t < GT && g * GT + t < j->n_tok; t++)
                     _mm512_mask_storeu_ps(j->y + (size_t)(g * GT + t) * j->rows + r0, src.mask, _mm512_load_ps(by_token[t]));
             }
@@ -1079,12 +1058,12 @@ static void amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t r
         return;
     }
     acts A = {.n_groups = (n_tok + GT - 1) / GT, .cols = cols};
-    const size_t nb = (size_t)A.n_groups * (size_t)cols * 2 * GT, nf = (size_t)A.n_groups * (size_t)(cols / 32) * 16;
+    const size_t nb = (size_t)A.n_groups * (size_t)cols * GT, nf = (size_t)A.n_groups * (size_t)(cols / 32) * GT;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    A.b = (int8_t *)base;
-    A.dapat = (float *)(base + nb);
+    A.b = (uint16_t *)base;
+    A.dapat = (float *)(base + nb * sizeof *A.b);
     A.sfpat = A.dapat + nf;
-    quant_job qj = {&A, x, n_tok};
+    quant_job qj = {&A, type, x, n_tok};
     const int64_t padded = (int64_t)A.n_groups * GT;
     run(pool, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
     tiles_job tj = {type, w, row_bytes, rows, cols, n_tok, &A, y};
@@ -1110,7 +1089,7 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
     _Alignas(64) uint8_t rowbuf[TR][CW];
     _Alignas(64) __m512i wbuf[CW / 4];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
-    _Alignas(64) float accbuf[VNNI_TOKENS + TB][2][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
     const __m512i row_at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(CW));
     const int n_tok = j->n_tok;
@@ -1134,12 +1113,11 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
             unpack_scales(&src, k0, n, sbuf, mbuf);
             for (int tb = 0; tb < n_tok; tb += TB) {
                 const planes *pt[TB];
-                __m512 acc_h[TB], acc_l[TB];
+                __m512 acc[TB];
 #pragma GCC unroll 8
                 for (int t = 0; t < TB; t++) {
                     pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
-                    acc_h[t] = _mm512_load_ps(accbuf[tb + t][0]);
-                    acc_l[t] = _mm512_load_ps(accbuf[tb + t][1]);
+                    acc[t] = _mm512_load_ps(accbuf[tb + t]);
                 }
                 for (int i = 0; i < n; i++) {
                     const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
@@ -1161,29 +1139,20 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
                     const __m512 sc = _mm512_load_ps(sbuf[i]);
 #pragma GCC unroll 8
                     for (int t = 0; t < TB; t++) {
-                        const __m512i sub_h = _mm512_sub_epi32(sh[t], _mm512_set1_epi32(pt[t]->bh[slot_k]));
-                        const __m512i sub_l = _mm512_sub_epi32(sl[t], _mm512_set1_epi32(pt[t]->bl[slot_k]));
-                        acc_h[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_h), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da256[blk])),
-                                                   acc_h[t]);
-                        acc_l[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub_l), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
-                                                   acc_l[t]);
-                        if (has_min(type)) {
-                            const __m512 m = _mm512_load_ps(mbuf[i]);
-                            acc_h[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(pt[t]->sf[blk]), acc_h[t]);
-                            acc_l[t] = _mm512_fnmadd_ps(m, _mm512_setzero_ps(), acc_l[t]);
-                        }
+                        const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
+                                                             _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
+                                                 acc[t]);
+                        if (has_min(type))
+                            acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
                     }
                 }
 #pragma GCC unroll 8
-                for (int t = 0; t < TB; t++) {
-                    _mm512_store_ps(accbuf[tb + t][0], acc_h[t]);
-                    _mm512_store_ps(accbuf[tb + t][1], acc_l[t]);
-                }
+                for (int t = 0; t < TB; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
             }
         }
         for (int t = 0; t < n_tok; t++)
-            _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, src.mask,
-                                  _mm512_add_ps(_mm512_load_ps(accbuf[t][0]), _mm512_load_ps(accbuf[t][1])));
+            _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, src.mask, _mm512_load_ps(accbuf[t]));
     }
 }
 
@@ -1261,9 +1230,9 @@ static void vnni_init(void) {
 static void amx_init(void) {
     unsigned a, b, c, d;
     if (!has_vnni_path()) return;
-    /* CPUID.(7,0): EDX AMX-TILE (24), AMX-INT8 (25) */
+    /* CPUID.(7,0): EDX AMX-BF16 (22), AMX-TILE (24) */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
-    const unsigned need = (1u << 24) | (1u << 25);
+    const unsigned need = (1u << 22) | (1u << 24);
     if ((d & need) != need) return;
     /* the kernel must let this process use the 8 KiB of tile data state */
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;

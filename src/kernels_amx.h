@@ -6,8 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One block of 32 activations to 16-bit codes a (|a| <= 32639), their scale *da and Σa. */
-void quill_amx_quantize_block(const float *x, int16_t *a, float *da, int32_t *sum);
+/* One block of 32 activations to the codes a of a product with `type` weights (integers of at
+ * most 8 significant bits, |a| <= act_max(type) <= 32512), their scale *da and Σa. */
+void quill_amx_quantize_block(const float *x, uint32_t type, int16_t *a, float *da, int32_t *sum);
 /* The AMX product computed by plain C, one (row, token) at a time with the same arithmetic: it
  * must give the same bits as the tile kernels. Portable; slow. */
 void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,

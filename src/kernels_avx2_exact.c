@@ -60,12 +60,11 @@ static inline int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-static inline int32_t hsum_epi16(__m256i v) { return hsum_epi32(_mm256_madd_epi16(v, _mm256_set1_epi16(1))); }
 
 /* quantize_block and the split into h and l bytes with AVX2, giving the same codes: the same f32
- * max, division and products, rounded to nearest even as nearbyintf does by default. Also returns
- * the sums of h and of l over columns 0-15 and 16-31. */
-static float quantize_block_avx2(const float *x, int8_t *h, int8_t *l, int32_t *sum, int32_t sh[2], int32_t sl[2]) {
+ * max, division and products, rounded to nearest even as nearbyintf does by default, and the same
+ * rounding to 8 significant bits. Also returns the sums of the codes over columns 0-15 and 16-31. */
+static float quantize_block_avx2(const float *x, uint32_t type, int8_t *h, int8_t *l, int32_t *sum, int32_t part[2]) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4], amax8 = _mm256_setzero_ps(), unordered = _mm256_setzero_ps();
     for (int i = 0; i < 4; i++) {
@@ -78,20 +77,29 @@ static float quantize_block_avx2(const float *x, int8_t *h, int8_t *l, int32_t *
     const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
     if (!(amax > 0) || !isfinite(amax) || _mm256_movemask_ps(unordered)) { /* zeros, inf or nan: the model's rule */
         int16_t a[32];
-        const float da = quantize_block(x, a, sum);
-        sh[0] = sh[1] = sl[0] = sl[1] = 0;
+        const float da = quantize_block(x, type, a, sum);
+        part[0] = part[1] = 0;
         for (int k = 0; k < 32; k++) {
             split16(a[k], &h[k], &l[k]);
-            sh[k / 16] += h[k], sl[k / 16] += l[k];
+            part[k / 16] += a[k];
         }
         return da;
     }
-    const __m256 id = _mm256_set1_ps((float)QMAX / amax);
-    const __m256i qmax = _mm256_set1_epi32(QMAX), qmin = _mm256_set1_epi32(-QMAX);
+    const int qa = act_max(type);
+    const __m256 id = _mm256_set1_ps((float)qa / amax);
+    const __m256i qmax = _mm256_set1_epi32(qa), qmin = _mm256_set1_epi32(-qa);
+    const __m256i half = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), top = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256i a[4];
-    for (int i = 0; i < 4; i++)
-        a[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)), qmin), qmax);
-    *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a[0], a[1]), _mm256_add_epi32(a[2], a[3])));
+    for (int i = 0; i < 4; i++) {
+        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)), qmin), qmax);
+        /* to 8 significant bits: the bf16 rounding of the exact f32 value */
+        __m256i u = _mm256_castps_si256(_mm256_cvtepi32_ps(q));
+        u = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), top);
+        a[i] = _mm256_cvttps_epi32(_mm256_castsi256_ps(u));
+    }
+    part[0] = hsum_epi32(_mm256_add_epi32(a[0], a[1]));
+    part[1] = hsum_epi32(_mm256_add_epi32(a[2], a[3]));
+    *sum = part[0] + part[1];
     /* 16-bit codes of columns 0-15, then 16-31 (packing interleaves 128-bit lanes: the permutation
      * below restores column order); l is the low byte as signed, h = (a - l) / 256 exactly */
     __m256i hv[2], lv[2];
@@ -99,33 +107,29 @@ static float quantize_block_avx2(const float *x, int8_t *h, int8_t *l, int32_t *
         const __m256i a16 = _mm256_packs_epi32(a[2 * i], a[2 * i + 1]);
         lv[i] = _mm256_srai_epi16(_mm256_slli_epi16(a16, 8), 8);
         hv[i] = _mm256_srai_epi16(_mm256_sub_epi16(a16, lv[i]), 8);
-        sh[i] = hsum_epi16(hv[i]);
-        sl[i] = hsum_epi16(lv[i]);
     }
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     _mm256_storeu_si256((__m256i *)h, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(hv[0], hv[1]), order));
     _mm256_storeu_si256((__m256i *)l, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(lv[0], lv[1]), order));
-    return amax / (float)QMAX;
+    return amax / (float)qa;
 }
 
 /* One token's quantized activations. */
 typedef struct {
-    int32_t *bh, *bl;       /* per slot (the type's sub-block): bias·Σh and bias·Σl */
-    float *da, *da256, *sf; /* per block of 32: scale, 256·scale, da·Σa */
-    int8_t *h, *l;          /* the codes' bytes in column order */
+    int32_t *bias_sum; /* per slot (the type's sub-block): bias·Σa */
+    float *da, *sf;    /* per block of 32: scale, da·Σa */
+    int8_t *h, *l;     /* the codes' bytes (a = 256·h + l) in column order */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)(cols / 16) * 2 * sizeof(int32_t) + (size_t)(cols / 32) * 3 * sizeof(float) + (size_t)cols * 2 + 32;
+    return (size_t)(cols / 16) * sizeof(int32_t) + (size_t)(cols / 32) * 2 * sizeof(float) + (size_t)cols * 2 + 32;
 }
 
 static planes planes_at(void *mem, int64_t cols) {
     planes P;
-    P.bh = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
-    P.bl = P.bh + cols / 16;
-    P.da = (float *)(P.bl + cols / 16);
-    P.da256 = P.da + cols / 32;
-    P.sf = P.da256 + cols / 32;
+    P.bias_sum = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
+    P.da = (float *)(P.bias_sum + cols / 16);
+    P.sf = P.da + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
     return P;
@@ -134,17 +138,12 @@ static planes planes_at(void *mem, int64_t cols) {
 static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
-        int32_t sum, sh[2], sl[2];
-        const float da = quantize_block_avx2(x + blk * 32, P->h + blk * 32, P->l + blk * 32, &sum, sh, sl);
+        int32_t sum, part[2];
+        const float da = quantize_block_avx2(x + blk * 32, type, P->h + blk * 32, P->l + blk * 32, &sum, part);
         P->da[blk] = da;
-        P->da256[blk] = 256.0f * da;
         P->sf[blk] = da * (float)sum;
-        if (slot_width(type) == 32) {
-            P->bh[blk] = bias * (sh[0] + sh[1]);
-            P->bl[blk] = bias * (sl[0] + sl[1]);
-        } else {
-            for (int q = 0; q < 2; q++) P->bh[blk * 2 + q] = bias * sh[q], P->bl[blk * 2 + q] = bias * sl[q];
-        }
+        if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
+        else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
     }
 }
 
@@ -349,10 +348,10 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
 
 /* ---------------------------------------------------------------- sums and f32 steps */
 
-/* One token's contribution of a window: per slot the exact sums Σu·h and Σu·l of the 8 rows, then
- * the model's f32 steps into acc_h and acc_l, slot after slot. */
+/* One token's contribution of a window: per slot the exact sums Σu·h and Σu·l of the 8 rows,
+ * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. */
 static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, const planes *P,
-                                                              int64_t k, __m256 *acc_h, __m256 *acc_l) {
+                                                              int64_t k, __m256 *acc) {
     const int kb = slot_width(type), n_slots = window_width(type) / kb, per = sums_per_lane16(type);
     const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
 #pragma GCC unroll 16
@@ -386,16 +385,12 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
                 cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16_hi, sixteen));
             }
         }
-        const __m256i sub_h = _mm256_sub_epi32(ch, _mm256_set1_epi32(P->bh[col / kb]));
-        const __m256i sub_l = _mm256_sub_epi32(cl, _mm256_set1_epi32(P->bl[col / kb]));
+        /* C = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
+        const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
+                                             _mm256_set1_epi32(P->bias_sum[col / kb]));
         const __m256 sc = _mm256_load_ps(W->s[i]);
-        *acc_h = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub_h), _mm256_mul_ps(sc, _mm256_set1_ps(P->da256[blk])), *acc_h);
-        *acc_l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub_l), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc_l);
-        if (has_min(type)) {
-            const __m256 m = _mm256_load_ps(W->m[i]);
-            *acc_h = _mm256_fnmadd_ps(m, _mm256_set1_ps(P->sf[blk]), *acc_h);
-            *acc_l = _mm256_fnmadd_ps(m, _mm256_setzero_ps(), *acc_l);
-        }
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
+        if (has_min(type)) *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(P->sf[blk]), *acc);
     }
 }
 
@@ -430,7 +425,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
      * matrix are harmless: prefetches do not fault. */
     const size_t tile_bytes = TR * j->row_bytes, tile_lines = (tile_bytes + 63) / 64;
     const size_t pf_lines = (tile_lines + (size_t)n_windows - 1) / (size_t)n_windows;
-    __m256 acc[PASS_TOKENS][2];
+    __m256 acc[PASS_TOKENS];
     /* a block's codes fit in registers, where the compiler keeps arrays this small */
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
     _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
@@ -449,23 +444,23 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         const __m256i rows_at = _mm256_loadu_si256((const __m256i *)offs);
         uintptr_t pf = (uintptr_t)rp[0] + 2 * tile_bytes;
         if (j->n_tok == 1) { /* decoding: the accumulators stay in registers */
-            __m256 acc_h = _mm256_setzero_ps(), acc_l = _mm256_setzero_ps();
+            __m256 acc1 = _mm256_setzero_ps();
             for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
                 for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
                 unpack_window(type, rp, rows_at, k, &decode);
-                window_step(type, &decode, j->P, k, &acc_h, &acc_l);
+                window_step(type, &decode, j->P, k, &acc1);
             }
-            store_rows(j->y + r0, nr, _mm256_add_ps(acc_h, acc_l));
+            store_rows(j->y + r0, nr, acc1);
             continue;
         }
-        for (int t = 0; t < j->n_tok; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
         for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
             for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
             unpack_window(type, rp, rows_at, k, &batch);
-            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t][0], &acc[t][1]);
+            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t]);
         }
         for (int t = 0; t < j->n_tok; t++)
-            store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, _mm256_add_ps(acc[t][0], acc[t][1]));
+            store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
     }
 }
 

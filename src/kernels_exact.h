@@ -12,7 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#define QMAX 32639 /* largest activation code: 127·256 + 127, so h and l both fit a signed byte */
+/* Activation codes are integers with at most 8 significant bits, so that each is exactly a bf16 value
+ * and the tile unit's bf16 products add them exactly (see act_max); in magnitude at most act_max,
+ * which never exceeds QMAX = 127·256, so that the two bytes of a code, a = 256·h + l, both fit a
+ * signed byte for the vector unit's byte products. */
+#define QMAX 32512
 
 /* Width of the sub-blocks that share one scale: one tile product each. */
 static inline int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
@@ -69,8 +73,34 @@ static inline size_t legacy_qh(uint32_t type) {
     return type == QUILL_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : type == QUILL_TYPE_Q5_1 ? offsetof(block_q5_1, qh) : 0;
 }
 
-/* One block of 32 activations to codes; returns da and sets *sum = Σa. */
-static inline float quantize_block(const float *x, int16_t *a, int32_t *sum) {
+/* The largest activation code for a type's products. A sub-block's sum Σq·a must stay below 2^24
+ * in magnitude, where every partial sum of f32 adds is an exact integer, whatever order the tile
+ * unit adds its products in: slot_width · max|q| · act_max < 2^24. Each cap has at most 8
+ * significant bits (127·2^k), so rounding a code to 8 bits never leaves the range. */
+static inline int act_max(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_Q8_0: return 127 * 32;               /* 32 · 128 · 4064 = 16,646,144 */
+    case QUILL_TYPE_Q5_1: case QUILL_TYPE_Q5_K: return 127 * 128; /* 32 · 31 · 16256 = 16,125,952 */
+    default: return QMAX; /* q5_0: 32 · 16 · 32512 = 16,646,144, q6_K: 16 · 32 · 32512 the same */
+    }
+}
+
+/* An integer (|v| < 2^24) rounded to 8 significant bits, to nearest, ties to even: the bf16
+ * value nearest to it. */
+static inline int32_t round_8_bits(int32_t v) {
+    uint32_t u;
+    float f = (float)v;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return (int32_t)f;
+}
+
+/* One block of 32 activations to codes for a product with weights of `type`: the nearest integers
+ * to x · act_max / max|x|, then rounded to 8 significant bits; returns the scale da and sets
+ * *sum = Σa. */
+static inline float quantize_block(const float *x, uint32_t type, int16_t *a, int32_t *sum) {
+    const int qa = act_max(type);
     float amax = 0;
     bool nan = false;
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i])), nan |= isnan(x[i]);
@@ -79,14 +109,14 @@ static inline float quantize_block(const float *x, int16_t *a, int32_t *sum) {
         memset(a, 0, 32 * sizeof *a);
         return amax > 0 || nan ? NAN : 0; /* inf or nan in: nan out, as f32 math would (mostly) give */
     }
-    const float id = (float)QMAX / amax;
+    const float id = (float)qa / amax;
     for (int i = 0; i < 32; i++) {
         float v = nearbyintf(x[i] * id);
-        v = v > QMAX ? QMAX : v < -QMAX ? -QMAX : v;
-        a[i] = (int16_t)v;
+        v = v > (float)qa ? (float)qa : v < -(float)qa ? -(float)qa : v;
+        a[i] = (int16_t)round_8_bits((int32_t)v);
         *sum += a[i];
     }
-    return amax / (float)QMAX;
+    return amax / (float)qa;
 }
 
 static inline void split16(int16_t a, int8_t *h, int8_t *l) {

@@ -234,10 +234,11 @@ TEST(infer_trace_compare_and_fault_injection) {
 }
 
 /* The fast path against the float64 reference path, tensor by tensor, through the CLI. The fast
- * path's quantized products see activations as 16-bit codes (each within max|block| / 65278 of its
- * value), which moves this model's tensors by up to ~1.2e-4 (ffn_out-3); 1e-3 is still 10-40x
- * tighter than the reference implementation's own distance from exact math (1-4 %), and a real bug
- * moves a tensor by its own size. */
+ * path's quantized products see activations as integer codes of at most 8 significant bits (bf16
+ * precision for the large elements of a block, finer for the small ones), which moves this
+ * model's tensors by up to ~6e-3 (ffn_out-3); 1e-2 is still 2-4x tighter than the reference
+ * implementation's own distance from exact math (1-4 %), and a real bug moves a tensor by its own
+ * size. */
 TEST(infer_trace_fast_vs_reference_path) {
     REQUIRE_SHARED(shared);
     char *model = path_join(shared, "models/synth-k-q4_k_m.gguf");
@@ -245,12 +246,12 @@ TEST(infer_trace_fast_vs_reference_path) {
     snprintf(fast, sizeof fast, "%s/fast.trace.gguf", tmp_dir());
     snprintf(ref, sizeof ref, "%s/ref.trace.gguf", tmp_dir());
     snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once upon a time' -n 0 --trace %s 2>&1 && %s run -m %s "
-             "-p 'Once upon a time' -n 0 --reference --trace %s 2>&1 && %s compare %s %s --tol 1e-3",
+             "-p 'Once upon a time' -n 0 --reference --trace %s 2>&1 && %s compare %s %s --tol 1e-2",
              quill_bin(), model, fast, quill_bin(), model, ref, quill_bin(), fast, ref);
     int rc = run_cmd(cmd, &out, true);
     free(model);
     CHECK(rc == 0, "exit %d: %s", rc, out);
-    CHECK_STR_CONTAINS(out, "all 42 tensors within tol 0.001");
+    CHECK_STR_CONTAINS(out, "all 42 tensors within tol 0.01");
     free(out);
 }
 

@@ -110,29 +110,54 @@ static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w,
     free(scratch);
 }
 
-/* Activation codes: within half a step of x / da, |a| <= 32639, Σa and da as documented. */
+/* The largest activation code per type, as kernels_exact.h documents it: slot · max|q| · cap < 2^24. */
+static int act_cap(uint32_t type) {
+    return type == QUILL_TYPE_Q8_0 ? 4064 : type == QUILL_TYPE_Q5_1 || type == QUILL_TYPE_Q5_K ? 16256 : 32512;
+}
+
+static bool has_8_significant_bits(int v) {
+    v = abs(v);
+    while (v >= 256) {
+        if (v & 1) return false;
+        v >>= 1;
+    }
+    return true;
+}
+
+/* Activation codes: integers of at most 8 significant bits within the type's cap, within half a
+ * step of x / da plus the 8-bit rounding (half a unit in the 8th bit), Σa and da as documented. */
 TEST(kernels_amx_activation_codes) {
     float x[32];
-    for (int trial = 0; trial < 200; trial++) {
-        for (int i = 0; i < 32; i++) x[i] = rndf() * (trial % 3 == 0 ? 1e-30f : trial % 3 == 1 ? 1.0f : 3e4f);
-        if (trial == 7) memset(x, 0, sizeof x);
-        if (trial == 8) x[5] = NAN;
-        if (trial == 9) x[31] = -INFINITY;
-        int16_t a[32];
-        float da;
-        int32_t sum, s2 = 0;
-        quill_amx_quantize_block(x, a, &da, &sum);
-        if (trial == 8 || trial == 9) {
-            CHECK(isnan(da) && sum == 0, "a non-finite block must give a NaN scale and zero codes");
-            continue;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = amx_types[ti];
+        const int cap = act_cap(type);
+        bool reached = false;
+        for (int trial = 0; trial < 200; trial++) {
+            for (int i = 0; i < 32; i++) x[i] = rndf() * (trial % 3 == 0 ? 1e-30f : trial % 3 == 1 ? 1.0f : 3e4f);
+            if (trial == 7) memset(x, 0, sizeof x);
+            if (trial == 8) x[5] = NAN;
+            if (trial == 9) x[31] = -INFINITY;
+            int16_t a[32];
+            float da;
+            int32_t sum, s2 = 0;
+            quill_amx_quantize_block(x, type, a, &da, &sum);
+            if (trial == 8 || trial == 9) {
+                CHECK(isnan(da) && sum == 0, "a non-finite block must give a NaN scale and zero codes");
+                continue;
+            }
+            for (int i = 0; i < 32; i++) {
+                s2 += a[i];
+                reached |= abs(a[i]) == cap;
+                CHECK(a[i] >= -cap && a[i] <= cap, "%s: code %d out of range", quill_type_traits_of(type)->name, a[i]);
+                CHECK(has_8_significant_bits(a[i]), "code %d has more than 8 significant bits", a[i]);
+                if (da > 0)
+                    CHECK(fabs(x[i] / da - a[i]) <= 0.5 + fabs(x[i] / da) / 256 + 1e-3, "x %g / da %g vs code %d", x[i], da,
+                          a[i]);
+                else CHECK(a[i] == 0 && x[i] == 0, "zero block");
+            }
+            CHECK(s2 == sum, "sum %d vs %d", sum, s2);
         }
-        for (int i = 0; i < 32; i++) {
-            s2 += a[i];
-            CHECK(a[i] >= -32639 && a[i] <= 32639, "code %d out of range", a[i]);
-            if (da > 0) CHECK(fabs(x[i] / da - a[i]) <= 0.5 + 1e-3, "x %g / da %g vs code %d", x[i], da, a[i]);
-            else CHECK(a[i] == 0 && x[i] == 0, "zero block");
-        }
-        CHECK(s2 == sum, "sum %d vs %d", sum, s2);
+        CHECK(reached, "%s: no block reached the cap %d", quill_type_traits_of(type)->name, cap);
     }
 }
 
@@ -207,8 +232,9 @@ static void nonfinite_activations(const quill_kernels *k) {
 ON_EXACT_SETS(nonfinite_activations)
 
 /* Against a double product of the dequantized weights: each activation moves by at most half a
- * code step (max|x of its block| / 65278), so |error| <= Σ_k |w_k| · step_k / 2, plus the f32 sums
- * (cols · 2^-23 of Σ|w·x|, generously). Checks the model, hence the kernels. */
+ * code step (step = max|x of its block| / cap) plus the rounding to 8 significant bits (|x| / 256,
+ * with the half step it moved first), so |error| <= Σ_k |w_k| · (step_k / 2 + (|x_k| + step_k / 2) / 256),
+ * plus the f32 sums (cols · 2^-23 of Σ|w·x|, generously). Checks the model, hence the kernels. */
 TEST(kernels_amx_model_within_activation_bound) {
     const int64_t rows = 21;
     const int nt = 5;
@@ -230,7 +256,8 @@ TEST(kernels_amx_model_within_activation_bound) {
                     for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; j++) amax = fmax(amax, fabs(x[t * cols + j]));
                     exact += wi * xi;
                     mag += fabs(wi * xi);
-                    bound += fabs(wi) * amax / 32639.0 / 2;
+                    const double step = amax / act_cap(type);
+                    bound += fabs(wi) * (step / 2 + (fabs(xi) + step / 2) / 256);
                 }
                 bound += (double)cols * 0x1p-23 * mag;
                 double ratio = fabs(y[t * rows + r] - exact) / bound;
