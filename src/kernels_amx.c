@@ -474,21 +474,44 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
     }
 }
 
+/* bf16(u - bias) for the unsigned codes u = 0..63 of the types below 8 bits, two registers: the
+ * lookup table that turns codes into tile operands. */
+static void bf16_codes_table(uint32_t type, __m512i t[2]) {
+    const __m512 bias = _mm512_set1_ps((float)code_bias(type));
+    const __m512 u = _mm512_cvtepi32_ps(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    for (int i = 0; i < 2; i++) {
+        const __m512 lo = _mm512_add_ps(u, _mm512_set1_ps(32.0f * (float)i)), hi = _mm512_add_ps(lo, _mm512_set1_ps(16));
+        t[i] = bf16_of(_mm512_sub_ps(lo, bias), _mm512_sub_ps(hi, bias));
+    }
+}
+
 /* Signed codes q of row r of a tile, columns [k0, k0 + n) (n a multiple of the block), into a
- * chunk as bf16 values (exact: |q| <= 128): the unsigned codes less the bias. */
-static inline void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n, uint16_t *abuf, int r) {
-    const __m512i bias = _mm512_set1_epi8((char)code_bias(type));
+ * chunk as bf16 values (exact: |q| <= 128): the unsigned codes looked up in `table` (q8_0: its
+ * signed bytes converted). */
+static inline __attribute__((always_inline)) void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n,
+                                                             uint16_t *abuf, int r, const __m512i table[2]) {
     const int kb = slot_width(type);
     for (int i = 0; i < n; i += 64) {
         const bool half = n - i < 64;
-        const __m512i v = _mm512_sub_epi8(codes64(type, row, k0 + i, half), bias);
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(v)));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 1)));
-        put32(abuf, kb, r, i, bf16_of(f0, f1));
+        const __m512i v = codes64(type, row, k0 + i, half);
+        if (type == QUILL_TYPE_Q8_0) {
+            const __m512i q = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+            const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(q)));
+            const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 1)));
+            put32(abuf, kb, r, i, bf16_of(f0, f1));
+            if (half) continue;
+            const __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 2)));
+            const __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 3)));
+            put32(abuf, kb, r, i + 32, bf16_of(f2, f3));
+            continue;
+        }
+        const __m512i w0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v));
+        put32(abuf, kb, r, i, type == QUILL_TYPE_Q6_K ? _mm512_permutex2var_epi16(table[0], w0, table[1])
+                                                      : _mm512_permutexvar_epi16(w0, table[0]));
         if (half) continue;
-        const __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 2)));
-        const __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 3)));
-        put32(abuf, kb, r, i + 32, bf16_of(f2, f3));
+        const __m512i w1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1));
+        put32(abuf, kb, r, i + 32, type == QUILL_TYPE_Q6_K ? _mm512_permutex2var_epi16(table[0], w1, table[1])
+                                                           : _mm512_permutexvar_epi16(w1, table[0]));
     }
 }
 
@@ -529,9 +552,10 @@ static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_
 
 /* Codes and scales of columns [k0, k0 + cw) of a row tile, into abuf / s / m. */
 static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src, uint32_t type, int64_t k0, int cw,
-                                                             int kb, uint16_t *abuf, float (*s)[TR], float (*m)[TR]) {
+                                                             int kb, uint16_t *abuf, float (*s)[TR], float (*m)[TR],
+                                                             const __m512i table[2]) {
     prefetch_next_tile(src, type, k0, cw);
-    for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r);
+    for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r, table);
     unpack_scales(src, k0, cw / kb, s, m);
 }
 
@@ -912,6 +936,36 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
 TYPED_TASKS(decode, decode_impl)
 
 
+/* v[i][j] becomes v[j][i]: four rounds of shuffles, 64 in all. */
+static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    /* t[2p], t[2p+1] hold rows 2p, 2p+1 interleaved: pairs of (row 2p, row 2p+1) elements */
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        v[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        v[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* each 128-bit lane of v[4q + c] now holds column (4·lane + c) of rows 4q..4q+3 */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512 a = _mm512_shuffle_f32x4(v[c], v[4 + c], 0x88), b = _mm512_shuffle_f32x4(v[c], v[4 + c], 0xDD);
+        const __m512 e = _mm512_shuffle_f32x4(v[8 + c], v[12 + c], 0x88), f = _mm512_shuffle_f32x4(v[8 + c], v[12 + c], 0xDD);
+        t[c] = _mm512_shuffle_f32x4(a, e, 0x88);      /* column c */
+        t[8 + c] = _mm512_shuffle_f32x4(a, e, 0xDD);  /* column 8 + c */
+        t[4 + c] = _mm512_shuffle_f32x4(b, f, 0x88);  /* column 4 + c */
+        t[12 + c] = _mm512_shuffle_f32x4(b, f, 0xDD); /* column 12 + c */
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) v[i] = t[i];
+}
+
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int kb = slot_width(type);
@@ -929,6 +983,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     _Alignas(64) float sbuf[2][CW / 16][TR], mbuf[2][CW / 16][TR];
     _Alignas(64) float accbuf[MAX_GROUPS][TR][GT];
     const int64_t blocks = A->cols / 32, n_chunks = (A->cols + CW - 1) / CW;
+    __m512i table[2];
+    bf16_codes_table(type, table);
 
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
@@ -937,7 +993,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
             memset(accbuf, 0, sizeof accbuf);
-            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, abuf[0], sbuf[0], mbuf[0]);
+            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, abuf[0], sbuf[0], mbuf[0], table);
             for (int64_t c = 0; c < n_chunks; c++) {
                 const int64_t k0 = c * CW;
                 const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
@@ -975,7 +1031,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         }                                                                                            \
         if ((i) < n && unpack)                                                                       \
             for (int r = (i) * rows_per_slot; r < ((i) + 1) * rows_per_slot && r < src.nr; r++)       \
-                unpack_row(type, src.w + (size_t)r * src.row_bytes, k1, cw1, abuf[(c + 1) & 1], r);    \
+                unpack_row(type, src.w + (size_t)r * src.row_bytes, k1, cw1, abuf[(c + 1) & 1], r, table); \
     } while (0)
                     for (int s0 = 0; s0 < n; s0 += 4) {
                         if (tiles) {
@@ -1014,13 +1070,14 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             }
             /* y = acc, transposed here so that each token's 16 rows leave in one store: a store per
              * row and token touched one line each, rows apart by the matrix's row count (8 KiB for
-             * 2048 rows: one L1 set), ~8 % of the loop */
+             * 2048 rows: one L1 set), ~8 % of the loop; transposed by scalar moves, ~10 % */
             for (int g = g0; g < g0 + ng; g++) {
-                _Alignas(64) float by_token[GT][TR];
-                for (int t = 0; t < GT; t++)
-                    for (int r = 0; r < TR; r++) by_token[t][r] = accbuf[g - g0][r][t];
+                __m512 v[TR];
+#pragma GCC unroll 16
+                for (int r = 0; r < TR; r++) v[r] = _mm512_load_ps(accbuf[g - g0][r]);
+                transpose16(v);
                 for (int t = 0; t < GT && g * GT + t < j->n_tok; t++)
-                    _mm512_mask_storeu_ps(j->y + (size_t)(g * GT + t) * j->rows + r0, src.mask, _mm512_load_ps(by_token[t]));
+                    _mm512_mask_storeu_ps(j->y + (size_t)(g * GT + t) * j->rows + r0, src.mask, v[t]);
             }
         }
     }
