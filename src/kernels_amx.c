@@ -226,11 +226,6 @@ static float quantize_codes(const float *x, uint32_t type, __m512i a[2], int32_t
     return amax / (float)qa;
 }
 
-/* The codes as bf16 values (exact: at most 8 significant bits), 16 per register. */
-static inline __m256i codes_bf16(__m512i a) {
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(a)), 16));
-}
-
 /* vpermt2w indices that keep the high 16 bits of each 32-bit lane of two registers: the bf16
  * values of 32 f32 (exact when they have at most 8 significant bits). */
 static _Alignas(64) const uint16_t high_halves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
