@@ -3,7 +3,7 @@
  * By default a matrix-vector or matrix-matrix product is computed row by row: the weight row is
  * dequantized to f32 (bit-identical to the type's to_float), then dotted with every token's
  * activations in f32. The AMX table replaces that for q4_0/q4_1/q5_0/q5_1/q8_0/q4_K/q5_K/q6_K with whole-matrix
- * products on 16-bit activation codes and exact integer sums (kernels_amx.c). Either way each
+ * products on integer activation codes (bf16 precision) and exact integer sums (kernels_amx.c). Either way each
  * (row, token) result runs the same arithmetic whatever the batch size or thread count, which is
  * what makes results batch- and thread-invariant. */
 #ifndef QUILL_KERNELS_H
@@ -91,7 +91,7 @@ extern const quill_kernels quill_kernels_avx2_table;
 extern const quill_kernels quill_kernels_avx512_table;
 /* The AVX-512 table plus AMX matrix products, or NULL without AMX (or the kernel's permission). */
 const quill_kernels *quill_kernels_amx(void);
-/* The same exact 16-bit products on the vector unit alone (AVX-512 VNNI, no AMX); NULL without. */
+/* The same exact integer products on the vector unit alone (AVX-512 VNNI, no AMX); NULL without. */
 const quill_kernels *quill_kernels_vnni(void);
 
 #endif

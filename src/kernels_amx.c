@@ -556,11 +556,12 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
 
 /* ---------------------------------------------------------------- decoding on the vector unit
  *
- * One token leaves 14 of the tile's 16 columns empty and pays a tile store and reload per 512
+ * One token leaves 15 of the tile's 16 columns empty and pays a tile store and reload per 512
  * weights, which made the tile unit ~3x slower than the vector unit here. The vector unit computes
- * the same exact integer sums (vpdpbusd: unsigned codes u = q + bias times signed h or l bytes, four
- * products per lane, then C = Σu·h - bias·Σh), reduces them so that lanes are rows, and applies the
- * same f32 steps as the tile loop: bit-identical results. */
+ * the same exact integer sums from the two bytes of each code, a = 256·h + l (vpdpbusd: unsigned
+ * codes u = q + bias times signed h or l bytes, four products per lane, then C = 256·Σu·h + Σu·l -
+ * bias·Σa), reduces them so that lanes are rows, and applies the same f32 steps as the tile loop:
+ * bit-identical results. */
 
 typedef struct {
     int8_t *h, *l;         /* byte planes of the codes, a = 256·h + l, column order */

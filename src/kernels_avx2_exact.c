@@ -3,12 +3,12 @@
  * CPUs give the same logits as those, and decode about twice as fast as through the f32 kernels,
  * which dequantize every weight and spend a multiply-add on it per token.
  *
- * Activations: each block of 32 becomes 16-bit codes a = 256·h + l (two signed bytes) with scale
+ * Activations: each block of 32 becomes integer codes a = 256·h + l (two signed bytes) with scale
  * da, as there. Weights: 8 rows at a time, row r in 32-bit lane r of a register. Each row's codes
  * are made unsigned, u = q + bias, and transposed so that a register holds 4 consecutive columns
  * of all 8 rows: one vpmaddubsw against 4 activation bytes broadcast from memory then adds, per
  * row, the products of those columns in pairs, and no sums ever cross lanes. The integer sums per
- * sub-block are exact (see sums_per_lane16), C = Σu·h - bias·Σh, and the f32 steps that follow are
+ * sub-block are exact (see sums_per_lane16), C = 256·Σu·h + Σu·l - bias·Σa, and the f32 steps that follow are
  * the model's, operation for operation, on 8 rows at once. Every (row, token) result is a function
  * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
 #include "kernels_avx2_exact.h"

@@ -1,4 +1,4 @@
-/* The arithmetic the exact 16-bit products share (kernels_amx.c describes it; its
+/* The arithmetic the exact integer products share (kernels_amx.c describes it; its
  * quill_amx_matmul_model defines the bits): the per-type facts and the activation codes. Static
  * inline, so that each kernel file compiles them for its own instruction set. */
 #ifndef QUILL_KERNELS_EXACT_H

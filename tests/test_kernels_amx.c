@@ -1,6 +1,6 @@
 /* The AMX matrix products (kernels_amx.c) and their VNNI and AVX2 (kernels_avx2_exact.c, which
- * the avx512 set runs too) counterparts: bit for bit equal to their scalar model, within the error bound of 16-bit
- * activations of a double product, and bitwise batch and thread invariant. Each set's checks are
+ * the avx512 set runs too) counterparts: bit for bit equal to their scalar model, within the error bound of their
+ * activation codes of a double product, and bitwise batch and thread invariant. Each set's checks are
  * skipped on CPUs without it (the scalar model's own checks run everywhere). */
 #include "test.h"
 
@@ -76,7 +76,7 @@ static const quill_kernels *avx2_or_skip(void) {
     return k;
 }
 
-/* A check of a kernel set, registered once for each set that runs the exact 16-bit products. */
+/* A check of a kernel set, registered once for each set that runs the exact integer products. */
 #define ON_EXACT_SETS(check)                                                                         \
     TEST(kernels_amx_##check) {                                                                      \
         const quill_kernels *k = amx_or_skip();                                                      \
