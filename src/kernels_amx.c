@@ -988,7 +988,6 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         if (src.nr < TR) memset(abuf, 0, sizeof abuf);
         for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
-            memset(accbuf, 0, sizeof accbuf);
             prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, abuf[0], sbuf[0], mbuf[0], table);
             for (int64_t c = 0; c < n_chunks; c++) {
                 const int64_t k0 = c * CW;
@@ -1013,7 +1012,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                     /* lanes: tokens; one accumulator per row */
                     __m512 acc[TR];
 #pragma GCC unroll 16
-                    for (int r = 0; r < TR; r++) acc[r] = scale ? _mm512_load_ps(accbuf[gi - 1][r]) : _mm512_setzero_ps();
+                    for (int r = 0; r < TR; r++) acc[r] = scale && c > 0 ? _mm512_load_ps(accbuf[gi - 1][r]) : _mm512_setzero_ps();
 #define VECTOR_WORK(i)                                                                               \
     do {                                                                                             \
         if ((i) < n && scale) {                                                                      \
