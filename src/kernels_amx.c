@@ -36,6 +36,7 @@
 #define TR 16         /* weight rows per tile */
 #define GT 16         /* tokens per token group: the tile's 16 columns */
 #define CW 256        /* weight columns unpacked at a time (one k-quant super-block) */
+#define TCW 128       /* the same for the tile loop: its buffers and a chunk's activations fit L1 */
 #define MAX_GROUPS 4  /* token groups accumulated per pass over the weights (64 tokens) */
 
 /* ---------------------------------------------------------------- activations
@@ -538,11 +539,19 @@ typedef struct {
 static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
                                                                      int cw) {
     const int per = is_kquant(type) ? 256 : 32;
-    const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw) / per) * block_bytes(type);
+    const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw + per - 1) / per) * block_bytes(type);
     const uint8_t *next = src->w + TR * src->row_bytes;
     for (int r = 0; r < TR; r++)
         for (size_t o = from & ~(size_t)63; o < to; o += 64)
             _mm_prefetch((const char *)(next + (size_t)r * src->row_bytes + o), _MM_HINT_T0);
+}
+
+/* The scales of the sub-blocks of columns [k0, k0 + cw): for the k-quants those of the whole
+ * super-block (the chunk's slot i is then at (k0 % 256) / kb + i). */
+static inline __attribute__((always_inline)) void chunk_scales(const tile_src *src, uint32_t type, int64_t k0, int cw,
+                                                               int kb, float (*s)[TR], float (*m)[TR]) {
+    if (is_kquant(type)) unpack_scales(src, k0 - k0 % 256, 256 / kb, s, m);
+    else unpack_scales(src, k0, cw / kb, s, m);
 }
 
 /* Codes and scales of columns [k0, k0 + cw) of a row tile, into abuf / s / m. */
@@ -551,7 +560,7 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
                                                              const __m512i table[2]) {
     prefetch_next_tile(src, type, k0, cw);
     for (int r = 0; r < src->nr; r++) unpack_row(type, src->w + (size_t)r * src->row_bytes, k0, cw, abuf, r, table);
-    unpack_scales(src, k0, cw / kb, s, m);
+    chunk_scales(src, type, k0, cw, kb, s, m);
 }
 
 /* ---------------------------------------------------------------- decoding on the vector unit
@@ -974,11 +983,11 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
     /* Two of each buffer: while the tile unit works on one chunk (or token group), the vector unit
      * unpacks the next chunk and scales the previous sums. */
-    _Alignas(64) uint16_t abuf[2][TR * CW];
-    _Alignas(64) float cbuf[2][CW / 16][TR * GT];
-    _Alignas(64) float sbuf[2][CW / 16][TR], mbuf[2][CW / 16][TR];
+    _Alignas(64) uint16_t abuf[2][TR * TCW];
+    _Alignas(64) float cbuf[2][TCW / 16][TR * GT];
+    _Alignas(64) float sbuf[2][256 / 16][TR], mbuf[2][256 / 16][TR];
     _Alignas(64) float accbuf[MAX_GROUPS][TR][GT];
-    const int64_t blocks = A->cols / 32, n_chunks = (A->cols + CW - 1) / CW;
+    const int64_t blocks = A->cols / 32, n_chunks = (A->cols + TCW - 1) / TCW;
     __m512i table[2];
     bf16_codes_table(type, table);
 
@@ -988,14 +997,17 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         if (src.nr < TR) memset(abuf, 0, sizeof abuf);
         for (int g0 = 0; g0 < A->n_groups; g0 += MAX_GROUPS) {
             const int ng = A->n_groups - g0 < MAX_GROUPS ? A->n_groups - g0 : MAX_GROUPS;
-            prep_chunk(&src, type, 0, A->cols < CW ? (int)A->cols : CW, kb, abuf[0], sbuf[0], mbuf[0], table);
+            prep_chunk(&src, type, 0, A->cols < TCW ? (int)A->cols : TCW, kb, abuf[0], sbuf[0], mbuf[0], table);
             for (int64_t c = 0; c < n_chunks; c++) {
-                const int64_t k0 = c * CW;
-                const int cw = A->cols - k0 < CW ? (int)(A->cols - k0) : CW, n = cw / kb;
+                const int64_t k0 = c * TCW;
+                const int cw = A->cols - k0 < TCW ? (int)(A->cols - k0) : TCW, n = cw / kb;
                 const uint16_t *a_base = abuf[c & 1];
-                const float(*sb)[TR] = sbuf[c & 1], (*mb)[TR] = mbuf[c & 1];
-                const int64_t k1 = k0 + CW;
-                const int cw1 = A->cols - k1 < CW ? (int)(A->cols - k1) : CW;
+                /* the k-quants' scales serve a super-block: two chunks (see chunk_scales) */
+                const int sel = is_kquant(type) ? (int)(k0 / 256) & 1 : (int)c & 1;
+                const int first = is_kquant(type) ? (int)(k0 % 256) / kb : 0;
+                const float(*sb)[TR] = sbuf[sel] + first, (*mb)[TR] = mbuf[sel] + first;
+                const int64_t k1 = k0 + TCW;
+                const int cw1 = A->cols - k1 < TCW ? (int)(A->cols - k1) : TCW;
                 const int rows_per_slot = (src.nr + n - 1) / n;
                 /* Group gi's products on the tile unit and, slot by slot between them, the vector
                  * unit's work: scaling group gi - 1's sums, or (during group 0) unpacking the next
@@ -1059,7 +1071,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                         for (int r = 0; r < TR; r++) _mm512_store_ps(accbuf[gi - 1][r], acc[r]);
                     if (gi == 0 && c + 1 < n_chunks) {
                         prefetch_next_tile(&src, type, k1, cw1);
-                        unpack_scales(&src, k1, cw1 / kb, sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
+                        if (!is_kquant(type)) chunk_scales(&src, type, k1, cw1, kb, sbuf[(c + 1) & 1], mbuf[(c + 1) & 1]);
+                        else if (k1 % 256 == 0) chunk_scales(&src, type, k1, cw1, kb, sbuf[(k1 / 256) & 1], mbuf[(k1 / 256) & 1]);
                     }
                 }
             }
