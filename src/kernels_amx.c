@@ -1078,7 +1078,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             }
             /* y = acc, transposed here so that each token's 16 rows leave in one store: a store per
              * row and token touched one line each, rows apart by the matrix's row count (8 KiB for
-             * 2048 rows: one L1 set), ~8 % of the loop; transposed by scalar moves, ~10 % */
+             * 2048 rows: one L1 set), ~8 % of the loop; the transposition by shuffles (by scalar
+             * moves it took ~10 %) */
             for (int g = g0; g < g0 + ng; g++) {
                 __m512 v[TR];
 #pragma GCC unroll 16
