@@ -29,7 +29,7 @@ $(BUILD)/src/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx51
 $(BUILD)/src/kernels_amx.o:    CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 \
                                   -mfma -mf16c
 
-.PHONY: all test test-san fuzz clean run
+.PHONY: all test test-san fuzz clean run bench-probe
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h tests/*.h cli/*.h)
@@ -54,6 +54,12 @@ test: all
 
 run: all
 	./$(BUILD)/quill run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 64 --temp 0
+
+# The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md).
+bench-probe: $(BUILD)/amx_probe
+$(BUILD)/amx_probe: bench/amx_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) -Wall -Wextra -Werror -mavx512f -mamx-tile -mamx-bf16 -o $@ $<
 
 # libFuzzer targets (clang): see fuzz/README.md for how to run them.
 FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
