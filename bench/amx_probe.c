@@ -12,8 +12,9 @@
  *   vector         48 independent FMAs (12 chains), alone and between products
  *   shuffles       48 permutes (port 5 only), alone and between products
  *
- * Times are the best of REPS runs, in ns per product; ratios to the bare product are what carries
- * over between runs on these shared machines, whose speed moves by up to 2x from minute to minute.
+ * Times are the best of REPS rounds (each round runs every measurement once), in ns per product;
+ * ratios to the bare product are what carries over between runs on these shared machines, whose
+ * speed moves by up to 2x from minute to minute.
  *
  *   make bench-probe && build/amx_probe
  */
@@ -50,31 +51,30 @@ static uint8_t *acts; /* activation tiles, 1 KiB each */
 static volatile float sink_f;
 static volatile int sink_i;
 
+/* Two products, into sums c0 and c1 from activation tiles 6 and 7 (loaded from b + off when
+ * `load`), then the stores of the other pair's sums, s0 and s1, when `store`. Tile numbers are
+ * immediates, hence the macro. */
+#define PRODUCT_PAIR(c0, c1, off, s0, s1)                                                            \
+    do {                                                                                             \
+        if (load) _tile_loadd(6, b + (off), 64);                                                     \
+        _tile_zero(c0);                                                                              \
+        _tile_dpbf16ps(c0, 4, 6);                                                                    \
+        if (load) _tile_loadd(7, b + (off) + 1024, 64);                                              \
+        _tile_zero(c1);                                                                              \
+        _tile_dpbf16ps(c1, 4, 7);                                                                    \
+        if (store) {                                                                                 \
+            _tile_stored(s0, sums[s0], 64);                                                          \
+            _tile_stored(s1, sums[s1], 64);                                                          \
+        }                                                                                            \
+    } while (0)
+
 /* Four products per round into sums 0-3, weights in tile 4, activations in tiles 6/7. */
 static double products(int load, size_t span, int store) {
     const double t0 = now();
     for (long i = 0; i < N / 4; i++) {
         const uint8_t *b = acts + (size_t)(i * 4096) % span;
-        if (load) _tile_loadd(6, b, 64);
-        _tile_zero(0);
-        _tile_dpbf16ps(0, 4, 6);
-        if (load) _tile_loadd(7, b + 1024, 64);
-        _tile_zero(1);
-        _tile_dpbf16ps(1, 4, 7);
-        if (store) {
-            _tile_stored(2, sums[2], 64);
-            _tile_stored(3, sums[3], 64);
-        }
-        if (load) _tile_loadd(6, b + 2048, 64);
-        _tile_zero(2);
-        _tile_dpbf16ps(2, 4, 6);
-        if (load) _tile_loadd(7, b + 3072, 64);
-        _tile_zero(3);
-        _tile_dpbf16ps(3, 4, 7);
-        if (store) {
-            _tile_stored(0, sums[0], 64);
-            _tile_stored(1, sums[1], 64);
-        }
+        PRODUCT_PAIR(0, 1, 0, 2, 3);
+        PRODUCT_PAIR(2, 3, 2048, 0, 1);
     }
     return (now() - t0) / N * 1e9;
 }
@@ -89,6 +89,17 @@ static double products(int load, size_t span, int store) {
 #define STEP_S(k) s##k = _mm512_permutexvar_epi32(idx, s##k);
 #define KEEP_F(k) __asm__ volatile("" : "+v"(f##k));
 #define KEEP_S(k) __asm__ volatile("" : "+v"(s##k));
+
+/* The timed loop: N rounds of 4 steps of the 12 chains, a product first when with_products. */
+#define TIMED_CHAINS(DECLARE, STEP, KEEP)                                                            \
+    CHAINS(DECLARE)                                                                                  \
+    for (long i = 0; i < N; i++) {                                                                   \
+        if (with_products) product_between(i);                                                       \
+        for (int j = 0; j < 4; j++) {                                                                \
+            CHAINS(STEP)                                                                             \
+            CHAINS(KEEP)                                                                             \
+        }                                                                                            \
+    }
 
 static void product_between(long i) {
     if (i & 1) {
@@ -105,45 +116,13 @@ static double vector_work(int with_products, int shuffles) {
     const __m512i idx = _mm512_set1_epi32(3);
     const double t0 = now();
     if (shuffles) {
-        CHAINS(DECLARE_S)
-        for (long i = 0; i < N; i++) {
-            if (with_products) product_between(i);
-            for (int j = 0; j < 4; j++) {
-                CHAINS(STEP_S)
-                CHAINS(KEEP_S)
-            }
-        }
+        TIMED_CHAINS(DECLARE_S, STEP_S, KEEP_S)
         sink_i = _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s11));
     } else {
-        CHAINS(DECLARE_F)
-        for (long i = 0; i < N; i++) {
-            if (with_products) product_between(i);
-            for (int j = 0; j < 4; j++) {
-                CHAINS(STEP_F)
-                CHAINS(KEEP_F)
-            }
-        }
+        TIMED_CHAINS(DECLARE_F, STEP_F, KEEP_F)
         sink_f = _mm512_reduce_add_ps(_mm512_add_ps(f0, f11));
     }
     return (now() - t0) / N * 1e9;
-}
-
-static double best_products(int load, size_t span, int store) {
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        const double v = products(load, span, store);
-        if (v < best) best = v;
-    }
-    return best;
-}
-
-static double best_vector(int with_products, int shuffles) {
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        const double v = vector_work(with_products, shuffles);
-        if (v < best) best = v;
-    }
-    return best;
 }
 
 /* 1 when the vector work hides entirely behind the products (or they behind it), 0 when the two
@@ -177,15 +156,24 @@ int main(void) {
     _tile_loadd(7, acts, 64);
     products(0, 4096, 0); /* the tile unit powers up on first use: not timed */
 
-    const double bare = best_products(0, 4096, 0);
-    const double l1 = best_products(1, 16 << 10, 0), l2 = best_products(1, l2_span, 0);
-    const double l1s = best_products(1, 16 << 10, 1), l2s = best_products(1, l2_span, 1);
-    const double fma = best_vector(0, 0), fma_p = best_vector(1, 0);
-    const double shf = best_vector(0, 1), shf_p = best_vector(1, 1);
+    /* Every measurement once per round, the best of the rounds kept: each one's samples then span
+     * the whole run, so that a slow minute of the machine does not land on one of them alone. */
+    enum { BARE, L1, L2, L1S, L2S, FMA, FMA_P, SHF, SHF_P, N_KINDS };
+    double best[N_KINDS];
+    for (int k = 0; k < N_KINDS; k++) best[k] = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        const double t[N_KINDS] = {products(0, 4096, 0),     products(1, 16 << 10, 0), products(1, l2_span, 0),
+                                   products(1, 16 << 10, 1), products(1, l2_span, 1),  vector_work(0, 0),
+                                   vector_work(1, 0),        vector_work(0, 1),        vector_work(1, 1)};
+        for (int k = 0; k < N_KINDS; k++)
+            if (t[k] < best[k]) best[k] = t[k];
+    }
+    const double bare = best[BARE], l1 = best[L1], l2 = best[L2], l1s = best[L1S], l2s = best[L2S];
+    const double fma = best[FMA], fma_p = best[FMA_P], shf = best[SHF], shf_p = best[SHF_P];
     _tile_release();
     free(acts);
 
-    printf("tile unit, ns per 16x16x32 bf16 product (best of %d), and x the bare product\n", REPS);
+    printf("tile unit, ns per 16x16x32 bf16 product (best of %d rounds), and x the bare product\n", REPS);
     printf("  product                        %7.2f\n", bare);
     printf("  + activation load, from L1     %7.2f  %.2fx\n", l1, l1 / bare);
     printf("  + activation load, from L2     %7.2f  %.2fx\n", l2, l2 / bare);
