@@ -59,7 +59,7 @@ run: all
 bench-probe: $(BUILD)/amx_probe
 $(BUILD)/amx_probe: bench/amx_probe.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 $(OPT) -Wall -Wextra -Werror -mavx512f -mamx-tile -mamx-bf16 -o $@ $<
+	$(CC) -std=c11 -D_DEFAULT_SOURCE $(OPT) -Wall -Wextra -Werror -mavx512f -mamx-tile -mamx-bf16 -o $@ $<
 
 # libFuzzer targets (clang): see fuzz/README.md for how to run them.
 FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
