@@ -126,7 +126,7 @@ static double vector_work(int with_products, int shuffles) {
 }
 
 /* 1 when the vector work hides entirely behind the products (or they behind it), 0 when the two
- * only add up. */
+ * only add up, below 0 when together they take longer than the sum. */
 static double overlap(double alone, double bare, double together) {
     const double hi = alone > bare ? alone : bare, lo = alone < bare ? alone : bare;
     return 1 - (together - hi) / lo;
@@ -147,7 +147,6 @@ int main(void) {
     acts = aligned_alloc(64, l2_span);
     if (!acts) return 1;
     memset(acts, 0, l2_span);
-    memset(weights, 0, sizeof weights);
     tile_config cfg = {.palette = 1};
     for (int i = 0; i < 8; i++) cfg.colsb[i] = 64, cfg.rows[i] = 16;
     _tile_loadconfig(&cfg);
