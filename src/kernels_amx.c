@@ -487,20 +487,20 @@ static void bf16_codes_table(uint32_t type, __m512i t[2]) {
 static inline __attribute__((always_inline)) void unpack_row(uint32_t type, const uint8_t *row, int64_t k0, int n,
                                                              uint16_t *abuf, int r, const __m512i table[2]) {
     const int kb = slot_width(type);
+    if (type == QUILL_TYPE_Q8_0) {
+        /* the signed codes straight from the block, sign-extended by their loads (through codes64
+         * they took a flip to unsigned and back and three lane extractions more per 64) */
+        for (int i = 0; i < n; i += 32) {
+            const int8_t *qs = ((const block_q8_0 *)row)[(k0 + i) / 32].qs;
+            const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qs)));
+            const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16))));
+            put32(abuf, kb, r, i, bf16_of(f0, f1));
+        }
+        return;
+    }
     for (int i = 0; i < n; i += 64) {
         const bool half = n - i < 64;
         const __m512i v = codes64(type, row, k0 + i, half);
-        if (type == QUILL_TYPE_Q8_0) {
-            const __m512i q = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-            const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(q)));
-            const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 1)));
-            put32(abuf, kb, r, i, bf16_of(f0, f1));
-            if (half) continue;
-            const __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 2)));
-            const __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(q, 3)));
-            put32(abuf, kb, r, i + 32, bf16_of(f2, f3));
-            continue;
-        }
         const __m512i w0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v));
         put32(abuf, kb, r, i, type == QUILL_TYPE_Q6_K ? _mm512_permutex2var_epi16(table[0], w0, table[1])
                                                       : _mm512_permutexvar_epi16(w0, table[0]));
