@@ -52,13 +52,24 @@ typedef void (*quill_swiglu_fn)(float *gate, const float *up, int64_t n);
 typedef void (*quill_vec_dot_fn)(const void *row, const float *x, int64_t n, int n_tok, int64_t x_stride,
                                  float *out, int64_t out_stride);
 
-/* Optional whole-matrix product: y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, where W
- * holds `rows` rows of `cols` elements, row_bytes apart; the kernel splits the work over the pool
- * (NULL: the caller's thread only) itself and uses `scratch`, at least matmul_scratch(cols, n_tok)
- * bytes. A (row, token) result must not depend on n_tok or on the thread count. */
+/* A matrix of `rows` rows (row_bytes apart) and where its products go: y[t * rows + r] = W[r] · x[t]. */
+typedef struct {
+    const void *w;
+    size_t row_bytes;
+    int64_t rows;
+    float *y;
+} quill_matrix;
+
+/* Optional whole-matrix products of one input: for each of the n_mats matrices m[i] (one type,
+ * `cols` columns each), m[i].y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok. The input is
+ * prepared once for all of them (q, k and v share theirs, gate and up theirs) and their rows
+ * form one parallel loop; the kernel splits the work over the pool (NULL: the caller's thread
+ * only) and uses `scratch`, at least matmul_scratch(cols, n_tok) bytes. A (row, token) result
+ * must not depend on n_tok, on the thread count or on the other matrices of the call. */
 struct quill_pool;
-typedef void (*quill_matmul_fn)(const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x,
-                                int n_tok, float *y, struct quill_pool *pool, void *scratch);
+#define QUILL_MATMUL_MAX_MATS 4
+typedef void (*quill_matmul_fn)(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,
+                                struct quill_pool *pool, void *scratch);
 
 typedef struct quill_kernels {
     const char *isa;

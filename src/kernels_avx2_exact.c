@@ -470,21 +470,25 @@ size_t quill_avx2_exact_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * planes_bytes(cols);
 }
 
-static void exact_matmul(uint32_t type, quill_task_fn task, const void *w, size_t row_bytes, int64_t rows,
-                         int64_t cols, const float *x, int n_tok, float *y, quill_pool *pool, void *scratch) {
-    const int64_t n_tiles = (rows + TR - 1) / TR;
+static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *m, int n_mats, int64_t cols,
+                         const float *x, int n_tok, quill_pool *pool, void *scratch) {
     planes P[PASS_TOKENS];
+    tiles_job jobs[QUILL_MATMUL_MAX_MATS];
+    quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
     for (int t0 = 0; t0 < n_tok; t0 += PASS_TOKENS) {
         const int nt = n_tok - t0 < PASS_TOKENS ? n_tok - t0 : PASS_TOKENS;
         for (int t = 0; t < nt; t++) {
             P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
             quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
         }
-        tiles_job job = {w, row_bytes, rows, cols, nt, P, y + (size_t)t0 * (size_t)rows};
+        for (int i = 0; i < n_mats; i++) {
+            float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
+            jobs[i] = (tiles_job){m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y};
+            tasks[i] = (quill_pool_task){task, &jobs[i], (m[i].rows + TR - 1) / TR};
+        }
         /* tiles one at a time: each thread walks its own contiguous share (threadpool.c), so the
          * tile two ahead that a window prefetches is usually this thread's own */
-        if (pool) quill_pool_run(pool, task, &job, n_tiles, 1);
-        else task(&job, 0, n_tiles, 0);
+        quill_pool_run_joined(pool, tasks, n_mats, 1);
     }
 }
 
@@ -494,7 +498,7 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const void *w, size_
         tiles_impl(job, t0, t1, type);                                                               \
     }                                                                                                \
     QUILL_AVX2_EXACT_MATMUL(sfx) {                                                                   \
-        exact_matmul(type, tiles_##sfx, w, row_bytes, rows, cols, x, n_tok, y, pool, scratch);       \
+        exact_matmul(type, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);                   \
     }
 EXACT_MATMUL(q4_0, QUILL_TYPE_Q4_0)
 EXACT_MATMUL(q4_1, QUILL_TYPE_Q4_1)

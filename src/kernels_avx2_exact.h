@@ -6,9 +6,8 @@
 #include "kernels.h"
 
 #define QUILL_AVX2_EXACT_MATMUL(sfx)                                                                 \
-    void quill_avx2_exact_matmul_##sfx(const void *w, size_t row_bytes, int64_t rows, int64_t cols,  \
-                                       const float *x, int n_tok, float *y, struct quill_pool *pool, \
-                                       void *scratch)
+    void quill_avx2_exact_matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, \
+                                       int n_tok, struct quill_pool *pool, void *scratch)
 QUILL_AVX2_EXACT_MATMUL(q4_0);
 QUILL_AVX2_EXACT_MATMUL(q4_1);
 QUILL_AVX2_EXACT_MATMUL(q5_0);

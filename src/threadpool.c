@@ -165,3 +165,31 @@ void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items,
         else sched_yield();
     }
 }
+
+typedef struct {
+    const quill_pool_task *tasks;
+    int n_tasks;
+} joined_job;
+
+/* Items [begin, end) of the joined range, handed to the jobs they belong to. */
+static void joined_items(void *arg, int64_t begin, int64_t end, int thread) {
+    const joined_job *j = arg;
+    int64_t first = 0; /* the joined index of job t's item 0 */
+    for (int t = 0; t < j->n_tasks && begin < end; t++) {
+        const int64_t past = first + (j->tasks[t].n_items > 0 ? j->tasks[t].n_items : 0);
+        if (begin < past) {
+            const int64_t stop = end < past ? end : past;
+            j->tasks[t].fn(j->tasks[t].ctx, begin - first, stop - first, thread);
+            begin = stop;
+        }
+        first = past;
+    }
+}
+
+void quill_pool_run_joined(quill_pool *p, const quill_pool_task *tasks, int n_tasks, int64_t grain) {
+    int64_t total = 0;
+    for (int t = 0; t < n_tasks; t++) total += tasks[t].n_items > 0 ? tasks[t].n_items : 0;
+    joined_job j = {tasks, n_tasks};
+    if (p) quill_pool_run(p, joined_items, &j, total, grain);
+    else if (total > 0) joined_items(&j, 0, total, 0);
+}

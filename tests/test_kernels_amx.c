@@ -106,7 +106,8 @@ static bool has_product(const quill_kernels *k, uint32_t type) {
 static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
                         int64_t cols, const float *x, int nt, float *y, quill_pool *pool) {
     void *scratch = malloc(k->matmul_scratch(cols, nt));
-    k->matmul[type](w, rb, rows, cols, x, nt, y, pool, scratch);
+    const quill_matrix m = {w, rb, rows, y};
+    k->matmul[type](&m, 1, cols, x, nt, pool, scratch);
     free(scratch);
 }
 
@@ -304,6 +305,53 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
 }
 
 ON_EXACT_SETS(batch_and_thread_invariance)
+
+/* Matrices of one input in one call (as q, k and v are) give each the bits it gets alone: for
+ * decoding and batches, row counts that end mid-tile, with and without a pool. */
+static void joined_matrices(const quill_kernels *k) {
+    quill_pool *pool = quill_pool_new(2);
+    const int64_t rows[3] = {37, 16, 5};
+    const int n_toks[3] = {1, 3, 40};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = amx_types[ti];
+        if (!has_product(k, type)) continue;
+        const int64_t cols = cols_for(type);
+        float *x = random_acts(40, cols);
+        uint8_t *w[3];
+        size_t rb[3];
+        float *alone[3], *joined[3];
+        quill_matrix m[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = random_matrix(type, rows[i], cols, &rb[i]);
+            alone[i] = malloc((size_t)(40 * rows[i]) * sizeof(float));
+            joined[i] = malloc((size_t)(40 * rows[i]) * sizeof(float));
+            m[i] = (quill_matrix){w[i], rb[i], rows[i], joined[i]};
+        }
+        void *scratch = malloc(k->matmul_scratch(cols, 40));
+        bool ok = true;
+        for (int c = 0; c < 3 && ok; c++)
+            for (int p = 0; p < 2 && ok; p++) {
+                for (int i = 0; i < 3; i++) {
+                    amx_product(k, type, w[i], rb[i], rows[i], cols, x, n_toks[c], alone[i], p ? pool : NULL);
+                    memset(joined[i], 0xFF, (size_t)(n_toks[c] * rows[i]) * sizeof(float));
+                }
+                k->matmul[type](m, 3, cols, x, n_toks[c], p ? pool : NULL, scratch);
+                for (int i = 0; i < 3 && ok; i++) {
+                    ok = memcmp(alone[i], joined[i], (size_t)(n_toks[c] * rows[i]) * sizeof(float)) == 0;
+                    if (!ok)
+                        test_fail(__FILE__, __LINE__, "%s: matrix %d of 3 joined, %d tokens, %s: not its bits alone",
+                                  quill_type_traits_of(type)->name, i, n_toks[c], p ? "2 threads" : "no pool");
+                }
+            }
+        for (int i = 0; i < 3; i++) free(w[i]), free(alone[i]), free(joined[i]);
+        free(x);
+        free(scratch);
+        if (!ok) break;
+    }
+    quill_pool_free(pool);
+}
+
+ON_EXACT_SETS(joined_matrices)
 
 TEST(kernels_amx_selected_by_default) {
     const quill_kernels *k = amx_or_skip();

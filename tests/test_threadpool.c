@@ -115,3 +115,34 @@ TEST(pool_others_finish_a_held_up_share) {
     CHECK(by_worker_in_share0 > n / 4, "the worker took %lld of the held-up share's %lld items",
           (long long)by_worker_in_share0, (long long)(n / 2));
 }
+
+/* Joined jobs: each job's items run exactly once, with the job's own item numbers, whatever the
+ * thread count and chunk size; empty jobs and a NULL pool included. */
+TEST(pool_joined_jobs_run_each_item_once) {
+    const int64_t sizes[][4] = {{0, 0, 0, 0}, {5, 0, 17, 1}, {1, 1, 1, 1}, {64, 3, 0, 200}, {1000, 16, 16, 7}};
+    const int64_t grains[] = {1, 3, 64};
+    for (int threads = 0; threads <= 3; threads++) {
+        quill_pool *pool = threads ? quill_pool_new(threads) : NULL; /* 0: no pool */
+        CHECK(threads == 0 || pool != NULL);
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            for (size_t g = 0; g < sizeof grains / sizeof *grains; g++) {
+                count_job *jobs[4];
+                quill_pool_task tasks[4];
+                for (int t = 0; t < 4; t++) {
+                    jobs[t] = new_job(sizes[s][t]);
+                    tasks[t] = (quill_pool_task){count_items, jobs[t], sizes[s][t]};
+                }
+                quill_pool_run_joined(pool, tasks, 4, grains[g]);
+                for (int t = 0; t < 4; t++) {
+                    for (int64_t i = 0; i < sizes[s][t]; i++)
+                        if (atomic_load(&jobs[t]->runs[i]) != 1)
+                            test_fail(__FILE__, __LINE__, "%d threads, sizes %zu, grain %lld: job %d item %lld ran %d times",
+                                      threads, s, (long long)grains[g], t, (long long)i,
+                                      atomic_load(&jobs[t]->runs[i]));
+                    free_job(jobs[t]);
+                }
+            }
+        }
+        quill_pool_free(pool);
+    }
+}
