@@ -60,12 +60,13 @@ typedef struct {
     float *y;
 } quill_matrix;
 
-/* Optional whole-matrix products of one input: for each of the n_mats matrices m[i] (one type,
- * `cols` columns each), m[i].y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok. The input is
- * prepared once for all of them (q, k and v share theirs, gate and up theirs) and their rows
- * form one parallel loop; the kernel splits the work over the pool (NULL: the caller's thread
- * only) and uses `scratch`, at least matmul_scratch(cols, n_tok) bytes. A (row, token) result
- * must not depend on n_tok, on the thread count or on the other matrices of the call. */
+/* Optional whole-matrix products of one input: for each of the n_mats (1..QUILL_MATMUL_MAX_MATS)
+ * matrices m[i], all of one type and `cols` columns, m[i].y[t * rows + r] = W[r] · x[t] for
+ * r < rows, t < n_tok. The input is prepared once for all of them (q, k and v share theirs, gate
+ * and up theirs) and their rows form one parallel loop; the kernel splits the work over the pool
+ * (NULL: the caller's thread only) and uses `scratch`, at least matmul_scratch(cols, n_tok) bytes.
+ * A (row, token) result must not depend on n_tok, on the thread count or on the other matrices
+ * of the call. */
 struct quill_pool;
 #define QUILL_MATMUL_MAX_MATS 4
 typedef void (*quill_matmul_fn)(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,
