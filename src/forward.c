@@ -92,6 +92,33 @@ static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, 
     for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
 }
 
+/* Per token, in parallel over tokens: x += add (when add is set), then out = rmsnorm(x) · weight
+ * (when out is set; out may be add). One token's row is one item, so its bits do not depend on
+ * the batch or the threads. */
+typedef struct {
+    float *x;
+    const float *add, *weight;
+    float *out;
+    int64_t d;
+    double eps;
+} norm_job;
+
+static void norm_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const norm_job *j = arg;
+    for (int64_t t = t0; t < t1; t++) {
+        float *x = j->x + t * j->d;
+        if (j->add)
+            for (int64_t i = 0; i < j->d; i++) x[i] += j->add[t * j->d + i];
+        if (j->out) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
+    }
+}
+
+static void add_and_norm(const quill_context *c, const float *add, const float *weight, float *out, int n) {
+    norm_job j = {c->x, add, weight, out, c->hp->n_embd, c->hp->rms_eps};
+    quill_pool_run(c->pool, norm_rows, &j, n, 1);
+}
+
 /* SwiGLU over rows of the feed-forward activations: gate = silu(gate) * up. */
 typedef struct {
     const quill_kernels *kern;
@@ -179,7 +206,7 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
 
     for (int l = 0; l < hp->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
-        for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, L->attn_norm, d, hp->rms_eps);
+        add_and_norm(c, NULL, L->attn_norm, c->xb, n);
         trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
         matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
@@ -209,21 +236,19 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
 
         matmul(c, &L->wo, c->att, n, c->xb);
         trace(c, "kqv_out", l, c->xb, 2, d, n, 1);
-        for (int64_t i = 0; i < n * d; i++) c->x[i] += c->xb[i];
+        add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
         trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
-
-        for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, L->ffn_norm, d, hp->rms_eps);
         trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
         matmuls(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->xb, n);
         swiglu_job sj = {c->kern, c->ffn_gate, c->ffn_up, ff};
         quill_pool_run(c->pool, swiglu_rows, &sj, n, 1);
         matmul(c, &L->w_down, c->ffn_gate, n, c->xb);
         trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
-        for (int64_t i = 0; i < n * d; i++) c->x[i] += c->xb[i];
+        add_and_norm(c, c->xb, NULL, NULL, n);
         trace(c, "l_out", l, c->x, 2, d, n, 1);
     }
 
-    for (int t = 0; t < n; t++) rmsnorm(c->xb + t * d, c->x + t * d, m->output_norm, d, hp->rms_eps);
+    add_and_norm(c, NULL, m->output_norm, c->xb, n);
     trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
     if (logits) {
         if (all_logits) matmul(c, &m->output, c->xb, n, logits);
