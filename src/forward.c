@@ -85,11 +85,21 @@ static void matmuls(const quill_context *c, const quill_weight *const *w, float 
     }
 }
 
-static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, double eps) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(sum / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
+static void rmsnorm(float *restrict out, const float *restrict x, const float *restrict weight, int64_t n,
+                    double eps) {
+    /* eight partial sums in double: one running sum was a chain of n dependent adds (~8000 cycles
+     * for 2048 elements, 2 % of a prompt's time); a fixed order, so every token still gets the
+     * same bits in any batch and on any thread */
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) part[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++) part[0] += (double)x[i] * x[i];
+    const double sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    const float scale = (float)(1.0 / sqrt(sum / (double)n + eps));
+    for (i = 0; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) out[i + k] = (x[i + k] * scale) * weight[i + k];
+    for (; i < n; i++) out[i] = (x[i] * scale) * weight[i];
 }
 
 /* Per token, in parallel over tokens: x += add (when add is set), then out = rmsnorm(x) · weight
@@ -103,13 +113,20 @@ typedef struct {
     double eps;
 } norm_job;
 
+/* x += a, four at a time so that the compiler packs them (n is a multiple of 4 in practice) */
+static void add_into(float *restrict x, const float *restrict a, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) x[i + k] += a[i + k];
+    for (; i < n; i++) x[i] += a[i];
+}
+
 static void norm_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const norm_job *j = arg;
     for (int64_t t = t0; t < t1; t++) {
         float *x = j->x + t * j->d;
-        if (j->add)
-            for (int64_t i = 0; i < j->d; i++) x[i] += j->add[t * j->d + i];
+        if (j->add) add_into(x, j->add + t * j->d, j->d);
         if (j->out) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
     }
 }
