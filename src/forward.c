@@ -198,6 +198,36 @@ static void rope(const quill_context *c, float *vec, int64_t n_heads, int pos) {
     }
 }
 
+/* Per token, in parallel over tokens: RoPE on its queries and keys, then its key and value into
+ * layer `layer`'s cache at its position. */
+typedef struct {
+    const quill_context *c;
+    int layer;
+} rope_job;
+
+static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const rope_job *j = arg;
+    const quill_context *c = j->c;
+    const quill_hparams *hp = c->hp;
+    const int64_t hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    /* keys dimension-major, so that scores are computed for 16 positions at a time */
+    float *kt = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    /* values head-major: one head's values are one contiguous stream for the hardware prefetchers
+     * (position-major, a head's 256 bytes every kv_dim floats, the weighted sum ran ~1.8x slower
+     * at 2000 positions) */
+    float *vt = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const int pos = c->pos + (int)t;
+        rope(c, c->q + t * q_dim, hp->n_head, pos);
+        rope(c, c->k + t * kv_dim, hp->n_head_kv, pos);
+        for (int64_t i = 0; i < kv_dim; i++) kt[i * c->n_ctx + pos] = c->k[t * kv_dim + i];
+        for (int64_t h = 0; h < hp->n_head_kv; h++)
+            memcpy(vt + ((size_t)h * c->n_ctx + (size_t)pos) * hd, c->v + t * kv_dim + h * hd,
+                   (size_t)hd * sizeof(float));
+    }
+}
+
 static void trace(const quill_context *c, const char *name, int layer, const float *data, int n_dims,
                   int64_t ne0, int64_t ne1, int64_t ne2) {
     if (!c->trace) return;
@@ -227,25 +257,11 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
         matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
-        for (int t = 0; t < n; t++) {
-            rope(c, c->q + t * q_dim, hp->n_head, c->pos + t);
-            rope(c, c->k + t * kv_dim, hp->n_head_kv, c->pos + t);
-        }
+        rope_job rj = {c, l};
+        quill_pool_run(c->pool, rope_rows, &rj, n, 1);
         trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
         trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
         trace(c, "Vcur", l, c->v, 2, kv_dim, n, 1);
-        /* keys dimension-major, so that scores are computed for 16 positions at a time */
-        float *kt = c->k_cache + (size_t)l * c->n_ctx * kv_dim;
-        for (int t = 0; t < n; t++)
-            for (int64_t i = 0; i < kv_dim; i++) kt[i * c->n_ctx + c->pos + t] = c->k[t * kv_dim + i];
-        /* values head-major: one head's values are one contiguous stream for the hardware
-         * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
-         * ran ~1.8x slower at 2000 positions) */
-        float *vt = c->v_cache + (size_t)l * c->n_ctx * kv_dim;
-        for (int t = 0; t < n; t++)
-            for (int64_t h = 0; h < hp->n_head_kv; h++)
-                memcpy(vt + ((size_t)h * c->n_ctx + (size_t)(c->pos + t)) * hd, c->v + t * kv_dim + h * hd,
-                       (size_t)hd * sizeof(float));
 
         attn_job aj = {c, l, n};
         quill_pool_run(c->pool, attention_items, &aj, (int64_t)n * hp->n_head_kv, 1);
