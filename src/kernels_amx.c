@@ -543,7 +543,7 @@ typedef struct {
  * [k0, k0 + cw) of the next row tile while this one is computed. */
 static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_src *src, uint32_t type, int64_t k0,
                                                                      int cw) {
-    const int per = is_kquant(type) ? 256 : 32;
+    const int per = block_elems(type);
     const size_t from = (size_t)(k0 / per) * block_bytes(type), to = (size_t)((k0 + cw + per - 1) / per) * block_bytes(type);
     const uint8_t *next = src->w + TR * src->row_bytes;
     for (int r = 0; r < TR; r++)
@@ -870,7 +870,7 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
      * up (q4_0: 16 rows × 18 bytes = 4.5 lines, so 5), which keeps the prefetch ahead. A constant
      * per type, so that its loop unrolls: computed from the row size, the loop and its count took
      * ~20 instructions of a q4_0 step's ~115. */
-    const int pf_lines = (TR * (int)block_bytes(type) * width / (is_kquant(type) ? 256 : 32) + 63) / 64;
+    const int pf_lines = (TR * (int)block_bytes(type) * width / block_elems(type) + 63) / 64;
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
         const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
@@ -1110,11 +1110,6 @@ static size_t amx_scratch(int64_t cols, int n_tok) {
     return a > p ? a : p;
 }
 
-static void run(quill_pool *pool, quill_task_fn fn, void *ctx, int64_t n, int64_t grain) {
-    if (pool) quill_pool_run(pool, fn, ctx, n, grain);
-    else fn(ctx, 0, n, 0);
-}
-
 static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,
                        quill_pool *pool, void *scratch) {
     const int n_threads = pool ? quill_pool_size(pool) : 1;
@@ -1142,7 +1137,7 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
     A.sfpat = A.dapat + nf;
     quant_job qj = {&A, type, x, n_tok};
     const int64_t padded = (int64_t)A.n_groups * GT;
-    run(pool, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
+    quill_pool_run(pool, quantize_items, &qj, padded, padded / n_threads / 2 > 0 ? padded / n_threads / 2 : 1);
     tiles_job tj[QUILL_MATMUL_MAX_MATS];
     for (int i = 0; i < n_mats; i++) {
         tj[i] = (tiles_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, n_tok, &A, m[i].y};

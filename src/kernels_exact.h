@@ -69,6 +69,9 @@ static inline bool is_kquant(uint32_t type) {
     return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
 }
 
+/* Elements per block: 256 for the k-quants, 32 for the others. */
+static inline int block_elems(uint32_t type) { return is_kquant(type) ? 256 : 32; }
+
 static inline size_t legacy_qh(uint32_t type) {
     return type == QUILL_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : type == QUILL_TYPE_Q5_1 ? offsetof(block_q5_1, qh) : 0;
 }

@@ -142,7 +142,7 @@ int quill_pool_size(const quill_pool *p) { return p->n_threads; }
 void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain) {
     if (n_items <= 0) return;
     if (grain < 1) grain = 1;
-    if (p->n_threads == 1 || n_items <= grain) {
+    if (!p || p->n_threads == 1 || n_items <= grain) {
         fn(ctx, 0, n_items, 0);
         return;
     }
@@ -190,6 +190,5 @@ void quill_pool_run_joined(quill_pool *p, const quill_pool_task *tasks, int n_ta
     int64_t total = 0;
     for (int t = 0; t < n_tasks; t++) total += tasks[t].n_items > 0 ? tasks[t].n_items : 0;
     joined_job j = {tasks, n_tasks};
-    if (p) quill_pool_run(p, joined_items, &j, total, grain);
-    else if (total > 0) joined_items(&j, 0, total, 0);
+    quill_pool_run(p, joined_items, &j, total, grain);
 }

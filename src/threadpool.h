@@ -16,7 +16,8 @@ quill_pool *quill_pool_new(int n_threads);
 void quill_pool_free(quill_pool *p);
 int quill_pool_size(const quill_pool *p);
 /* Runs fn over [0, n_items) in chunks of `grain` items and returns when all are done. Each thread
- * starts on its own contiguous share of the items, then helps with the others' (threadpool.c). */
+ * starts on its own contiguous share of the items, then helps with the others' (threadpool.c).
+ * p may be NULL: the caller's thread then runs every item. */
 void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain);
 
 /* One job of a joined run: fn over its own items [0, n_items). */
@@ -28,8 +29,7 @@ typedef struct {
 
 /* Runs several jobs as one loop over their items laid end to end (job i's items follow job i - 1's):
  * one wake-up and one wait for all of them instead of one each, and threads that finish their
- * part of one job early go on with the next instead of waiting. p may be NULL: the caller's
- * thread then runs everything. */
+ * part of one job early go on with the next instead of waiting. p may be NULL, as above. */
 void quill_pool_run_joined(quill_pool *p, const quill_pool_task *tasks, int n_tasks, int64_t grain);
 
 #endif
