@@ -60,14 +60,15 @@ static void dims_string(const quill_gguf_tensor *t, char *buf, size_t cap, bool 
 static void print_hparams(FILE *f, const quill_hparams *hp, bool json) {
     char v[16][32];
     const char *names[] = {"n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab",
-                           "n_ctx_train", "n_rot", "rope_base", "rms_eps", "tied_output"};
+                           "n_ctx_train", "n_rot", "rope_base", "rope_freq_scale", "rms_eps", "tied_output"};
     int64_t ints[] = {hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim,
                       hp->n_ff, hp->n_vocab, hp->n_ctx_train, hp->n_rot};
     size_t n = sizeof names / sizeof names[0];
     for (size_t i = 0; i < 9; i++) snprintf(v[i], sizeof v[i], "%" PRId64, ints[i]);
     snprintf(v[9], sizeof v[9], "%.9g", hp->rope_base);
-    snprintf(v[10], sizeof v[10], "%.9g", hp->rms_eps);
-    snprintf(v[11], sizeof v[11], "%s", hp->tied_output ? "true" : "false");
+    snprintf(v[10], sizeof v[10], "%.9g", hp->rope_freq_scale);
+    snprintf(v[11], sizeof v[11], "%.9g", hp->rms_eps);
+    snprintf(v[12], sizeof v[12], "%s", hp->tied_output ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         if (json) fprintf(f, "%s\"%s\": %s", i ? ", " : "", names[i], v[i]);
         else fprintf(f, "  %-12s %s\n", names[i], v[i]);

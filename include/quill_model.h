@@ -67,6 +67,8 @@ typedef struct quill_hparams {
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int64_t n_rot;          /* rope.dimension_count: how many dims of each head are rotated */
     double rope_base;       /* rope.freq_base */
+    double rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling (positions are multiplied
+                             * by it: a model tuned for a longer context); 1 without scaling */
     double rms_eps;         /* attention.layer_norm_rms_epsilon */
     bool tied_output;       /* no output.weight: the logits reuse token_embd.weight */
 } quill_hparams;

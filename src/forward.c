@@ -366,10 +366,11 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         if (ok && c->kern->matmul_scratch)
             ok = (c->matmul_scratch = malloc(c->kern->matmul_scratch(widest, (int)ub))) != NULL;
         if (ok) {
-            /* θ_i = pos · base^(-2i/n_rot), computed in double and rounded once. */
+            /* θ_i = pos · s · base^(-2i/n_rot) (s: the linear scaling, usually 1), computed in double
+             * and rounded once. */
             for (int pos = 0; pos < n_ctx; pos++)
                 for (size_t i = 0; i < half; i++) {
-                    double theta = pos * pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+                    double theta = pos * hp->rope_freq_scale * pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
                     c->rope_cos[(size_t)pos * half + i] = (float)cos(theta);
                     c->rope_sin[(size_t)pos * half + i] = (float)sin(theta);
                 }

@@ -41,6 +41,33 @@ static quill_status get_real(const quill_gguf *g, const char *key, double fallba
     return QUILL_OK;
 }
 
+/* RoPE scaling. Linear scaling (rope.scaling.type "linear", or the older rope.scale_linear key)
+ * divides every position by the factor; without it a model tuned that way would run and print
+ * fluent nonsense, so any other scaling type is refused rather than ignored. */
+static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
+    const char *type = NULL;
+    size_t type_len = 0;
+    quill_status s = quill_gguf_get_str(g, "llama.rope.scaling.type", &type, &type_len, err);
+    if (s == QUILL_E_NOT_FOUND) type = NULL;
+    else if (s) return s;
+    double factor = 1;
+    if (type && type_len == 4 && !memcmp(type, "none", 4)) {
+        factor = 1;
+    } else if (type && !(type_len == 6 && !memcmp(type, "linear", 6))) {
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: unsupported RoPE scaling '%.*s' (llama.rope.scaling.type): quill implements "
+                          "linear scaling only",
+                          quill_gguf_path(g), (int)(type_len > 64 ? 64 : type_len), type);
+    } else if ((s = get_real(g, "llama.rope.scaling.factor", 0, &factor, err)) != QUILL_OK) {
+        return s;
+    } else if (factor == 0 && (s = get_real(g, "llama.rope.scale_linear", 1, &factor, err)) != QUILL_OK) {
+        return s;
+    }
+    if (factor == 0) factor = 1; /* "linear" without a factor: the reference then scales by 1 */
+    hp->rope_freq_scale = 1.0 / factor;
+    return QUILL_OK;
+}
+
 quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
     memset(hp, 0, sizeof *hp);
     const char *arch;
@@ -80,7 +107,8 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
                           "dimension %lld",
                           quill_gguf_path(g), (long long)hp->n_rot, (long long)hp->head_dim);
     if ((s = get_real(g, "llama.rope.freq_base", 10000.0, &hp->rope_base, err)) ||
-        (s = get_real(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &hp->rms_eps, err)))
+        (s = get_real(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &hp->rms_eps, err)) ||
+        (s = rope_scaling(g, hp, err)))
         return s;
 
     /* The vocabulary size is the token list's length; llama.vocab_size and the embedding's

@@ -28,10 +28,10 @@ static void ref_rmsnorm(double *out, const double *x, const float *weight, int64
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * (double)weight[i];
 }
 
-static void ref_rope(double *v, int64_t n_heads, int64_t hd, int64_t n_rot, double base, int pos) {
+static void ref_rope(double *v, int64_t n_heads, int64_t hd, int64_t n_rot, double base, double scale, int pos) {
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < n_rot / 2; i++) {
-            double theta = pos * pow(base, -2.0 * (double)i / (double)n_rot);
+            double theta = pos * scale * pow(base, -2.0 * (double)i / (double)n_rot);
             double c = cos(theta), s = sin(theta);
             double *p = v + h * hd + 2 * i;
             double x0 = p[0], x1 = p[1];
@@ -85,8 +85,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             ref_matvec(&L->wq, xb, q, row);
             ref_matvec(&L->wk, xb, k, row);
             ref_matvec(&L->wv, xb, v, row);
-            ref_rope(q, hp->n_head, hd, hp->n_rot, hp->rope_base, pos);
-            ref_rope(k, hp->n_head_kv, hd, hp->n_rot, hp->rope_base, pos);
+            ref_rope(q, hp->n_head, hd, hp->n_rot, hp->rope_base, hp->rope_freq_scale, pos);
+            ref_rope(k, hp->n_head_kv, hd, hp->n_rot, hp->rope_base, hp->rope_freq_scale, pos);
             ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
             ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
             ref_trace(c, "Vcur", l, v, kv_dim, 2, kv_dim, 1, tmp);

@@ -293,6 +293,101 @@ TEST(infer_cli_json_and_logits_file) {
     CHECK(e < 1e-4, "logits file differs from golden by %.3g", e);
 }
 
+/* ---------------------------------------------------------------- linear RoPE scaling */
+
+/* Copies `src` with extra metadata: `str_key` = `str_val` and/or `f32_key` = `f32_val` (NULL keys
+ * are left out). */
+static bool copy_with_meta(const char *src, const char *dst, const char *str_key, const char *str_val,
+                           const char *f32_key, float f32_val) {
+    quill_gguf *g = NULL;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_error err = {0};
+    bool ok = w && quill_gguf_open(src, &g, &err) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    if (ok && str_key) ok = quill_gguf_writer_add_str(w, str_key, str_val, strlen(str_val)) == QUILL_OK;
+    if (ok && f32_key) ok = quill_gguf_writer_add_f32(w, f32_key, f32_val) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *x = quill_gguf_tensor_at(g, i);
+        ok = quill_gguf_writer_add_tensor(w, x->name, x->type, x->n_dims, x->ne, x->data) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    return ok;
+}
+
+typedef struct {
+    float *q; /* the last token's rotated query of layer 0 */
+    int64_t n;
+} last_query;
+
+static void keep_last_query(const char *name, const float *data, int n_dims, const int64_t *ne, void *user) {
+    last_query *lq = user;
+    if (strcmp(name, "Qcur-0") != 0) return;
+    int64_t per = 1;
+    for (int d = 0; d < n_dims - 1; d++) per *= ne[d];
+    free(lq->q);
+    lq->q = malloc((size_t)per * sizeof *lq->q);
+    if (lq->q) memcpy(lq->q, data + (ne[n_dims - 1] - 1) * per, (size_t)per * sizeof *lq->q);
+    lq->n = per;
+}
+
+/* Layer 0's rotated query of the last of `tokens` (one batch). */
+static last_query query_of_last(const char *model_path, const int32_t *tokens, int n, bool reference) {
+    last_query lq = {0};
+    quill_model *m;
+    quill_context *c;
+    quill_error err;
+    if (quill_model_load(model_path, &m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return lq;
+    }
+    quill_context_params p = {.n_ctx = 64, .n_threads = 2, .reference = reference};
+    if (quill_context_new(m, &p, &c, &err) == QUILL_OK) {
+        quill_context_set_trace(c, keep_last_query, &lq);
+        if (quill_eval(c, tokens, n, NULL, false, &err)) test_fail(__FILE__, __LINE__, "%s", err.message);
+        quill_context_free(c);
+    } else {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+    }
+    quill_model_free(m);
+    return lq;
+}
+
+/* Linear scaling multiplies positions by 1 / factor: with factor 0.5 a token at position 1 is
+ * rotated as the unscaled model rotates it at position 2. Layer 0's query before RoPE depends on
+ * its token alone, so the two rotated queries must be bitwise equal, on both paths; the older
+ * rope.scale_linear key means the same, and any other scaling type is refused by name. */
+TEST(infer_linear_rope_scaling) {
+    REQUIRE_SHARED(shared);
+    char *model = path_join(shared, "models/stories260K.gguf");
+    char *scaled = path_join(tmp_dir(), "rope-linear.gguf"), *legacy = path_join(tmp_dir(), "rope-legacy.gguf");
+    char *yarn = path_join(tmp_dir(), "rope-yarn.gguf");
+    CHECK(copy_with_meta(model, scaled, "llama.rope.scaling.type", "linear", "llama.rope.scaling.factor", 0.5f));
+    CHECK(copy_with_meta(model, legacy, NULL, NULL, "llama.rope.scale_linear", 0.5f));
+    CHECK(copy_with_meta(model, yarn, "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f));
+    const int32_t two[] = {1, 403}, three[] = {1, 87, 403};
+    for (int ref = 0; ref < 2; ref++) {
+        last_query want = query_of_last(model, three, 3, ref), plain = query_of_last(model, two, 2, ref);
+        last_query got = query_of_last(scaled, two, 2, ref), old = query_of_last(legacy, two, 2, ref);
+        CHECK(want.q && plain.q && got.q && old.q && got.n == want.n && old.n == want.n && plain.n == want.n);
+        CHECK(!memcmp(got.q, want.q, (size_t)want.n * sizeof *want.q),
+              "%s path: scaled position 1 is not unscaled position 2", ref ? "reference" : "fast");
+        CHECK(!memcmp(old.q, want.q, (size_t)want.n * sizeof *want.q), "rope.scale_linear is not applied");
+        CHECK(memcmp(plain.q, want.q, (size_t)want.n * sizeof *want.q) != 0, "positions 1 and 2 rotate alike");
+        free(want.q), free(plain.q), free(got.q), free(old.q);
+    }
+    quill_model *m = NULL;
+    quill_error err = {0};
+    CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a yarn-scaled model loaded");
+    CHECK_STR_CONTAINS(err.message, "unsupported RoPE scaling 'yarn'");
+    remove(scaled), remove(legacy), remove(yarn);
+    free(model), free(scaled), free(legacy), free(yarn);
+}
+
 TEST(infer_errors_are_clear) {
     REQUIRE_SHARED(shared);
     char *model = path_join(shared, "models/stories260K.gguf");
