@@ -71,7 +71,7 @@ static void print_hparams(FILE *f, const quill_hparams *hp, bool json) {
     snprintf(v[12], sizeof v[12], "%s", hp->tied_output ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         if (json) fprintf(f, "%s\"%s\": %s", i ? ", " : "", names[i], v[i]);
-        else fprintf(f, "  %-12s %s\n", names[i], v[i]);
+        else fprintf(f, "  %-15s %s\n", names[i], v[i]);
     }
 }
 
