@@ -89,6 +89,12 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         (s = get_dim(g, "llama.feed_forward_length", -1, &hp->n_ff, err)) ||
         (s = get_dim(g, "llama.context_length", 2048, &hp->n_ctx_train, err)))
         return s;
+    int64_t experts = 0;
+    if (quill_gguf_get_i64(g, "llama.expert_count", &experts, NULL) == QUILL_OK && experts > 1)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: a mixture-of-experts model (llama.expert_count = %lld, e.g. Mixtral); quill runs "
+                          "dense Llama models only",
+                          quill_gguf_path(g), (long long)experts);
     if (hp->n_layer > MAX_LAYERS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: llama.block_count = %lld is out of range",
                           quill_gguf_path(g), (long long)hp->n_layer);

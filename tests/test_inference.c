@@ -360,8 +360,9 @@ static last_query query_of_last(const char *model_path, const int32_t *tokens, i
 /* Linear scaling multiplies positions by 1 / factor: with factor 0.5 a token at position 1 is
  * rotated as the unscaled model rotates it at position 2. Layer 0's query before RoPE depends on
  * its token alone, so the two rotated queries must be bitwise equal, on both paths; the older
- * rope.scale_linear key means the same, and any other scaling type is refused by name. */
-TEST(infer_linear_rope_scaling) {
+ * rope.scale_linear key means the same, and any other scaling type is refused by name, as are
+ * mixture-of-experts models. */
+TEST(infer_linear_rope_scaling_and_refusals) {
     REQUIRE_SHARED(shared);
     char *model = path_join(shared, "models/stories260K.gguf");
     char *scaled = path_join(tmp_dir(), "rope-linear.gguf"), *legacy = path_join(tmp_dir(), "rope-legacy.gguf");
@@ -384,6 +385,18 @@ TEST(infer_linear_rope_scaling) {
     quill_error err = {0};
     CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a yarn-scaled model loaded");
     CHECK_STR_CONTAINS(err.message, "unsupported RoPE scaling 'yarn'");
+    /* a Mixtral-style file names what it is instead of a missing dense FFN tensor */
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf *g = NULL;
+    CHECK(w && quill_gguf_open(model, &g, &err) == QUILL_OK);
+    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++)
+        CHECK(quill_gguf_writer_add_value(w, quill_gguf_kv_at(g, i)->key, &quill_gguf_kv_at(g, i)->value) == QUILL_OK);
+    CHECK(quill_gguf_writer_add_u32(w, "llama.expert_count", 8) == QUILL_OK);
+    CHECK(quill_gguf_writer_write(w, yarn, &err) == QUILL_OK, "%s", err.message);
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a mixture-of-experts model loaded");
+    CHECK_STR_CONTAINS(err.message, "mixture-of-experts model (llama.expert_count = 8");
     remove(scaled), remove(legacy), remove(yarn);
     free(model), free(scaled), free(legacy), free(yarn);
 }
