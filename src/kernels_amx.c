@@ -843,6 +843,35 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
         cl[0] = _mm512_add_epi32(lo_l, hi_l);
         return;
     }
+    if (type == QUILL_TYPE_Q4_K) {
+        /* The same transposition for q4_K's 64-column windows: 32 bytes per row, whose low
+         * nibbles are sub-block 2c's 32 codes and high nibbles sub-block 2c + 1's, so each
+         * 16-byte half feeds both slots, 32 columns apart. */
+        const __m512i low = _mm512_set1_epi8(0x0F);
+        const size_t at = (size_t)(k / 256) * sizeof(block_q4_K) + offsetof(block_q4_K, qs) + (size_t)(k % 256) / 2;
+        __m512i lo_h = _mm512_setzero_si512(), hi_h = lo_h, lo_l = lo_h, hi_l = lo_h;
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m512i w[4];
+            words16(rp, at + 16 * (size_t)half, w);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const int64_t col = k + 16 * half + 4 * i;
+                int32_t h_lo, h_hi, l_lo, l_hi; /* activation bytes of slot 2c's columns and slot 2c + 1's */
+                memcpy(&h_lo, P->h + col, 4);
+                memcpy(&h_hi, P->h + col + 32, 4);
+                memcpy(&l_lo, P->l + col, 4);
+                memcpy(&l_hi, P->l + col + 32, 4);
+                const __m512i lo = _mm512_and_si512(w[i], low), hi = _mm512_and_si512(_mm512_srli_epi16(w[i], 4), low);
+                lo_h = _mm512_dpbusd_epi32(lo_h, lo, _mm512_set1_epi32(h_lo));
+                hi_h = _mm512_dpbusd_epi32(hi_h, hi, _mm512_set1_epi32(h_hi));
+                lo_l = _mm512_dpbusd_epi32(lo_l, lo, _mm512_set1_epi32(l_lo));
+                hi_l = _mm512_dpbusd_epi32(hi_l, hi, _mm512_set1_epi32(l_hi));
+            }
+        }
+        ch[0] = lo_h, cl[0] = lo_l, ch[1] = hi_h, cl[1] = hi_l;
+        return;
+    }
     const __m512i *hx = P->hx + k / 16, *lx = P->lx + k / 16;
     __m512i sh[2][4], sl[2][4]; /* [slot][register] lane sums */
 #pragma GCC unroll 4
