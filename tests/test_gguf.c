@@ -1281,6 +1281,8 @@ static bool seed_vocab(gbuf *out) {
     quill_gguf_writer_add_u32(w, "llama.block_count", 1);
     quill_gguf_writer_add_u32(w, "llama.attention.head_count", 2);
     quill_gguf_writer_add_u32(w, "llama.feed_forward_length", 16);
+    quill_gguf_writer_add_str(w, "llama.rope.scaling.type", "linear", 6);
+    quill_gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
     float embd[8 * N];
     for (int i = 0; i < 8 * N; i++) embd[i] = (float)(i % 7) - 3.0f;
     int64_t ne[2] = {8, N};
