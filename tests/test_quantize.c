@@ -697,7 +697,7 @@ TEST(quantize_cli_synth_quantize_inspect) {
     CHECK_STR_CONTAINS(out, "general.file_type");
     CHECK_STR_CONTAINS(out, "general.quantization_version");
     CHECK_STR_CONTAINS(out, "q4_K");
-    CHECK_STR_CONTAINS(out, "n_head_kv    1");
+    CHECK_STR_CONTAINS(out, "n_head_kv       1");
     free(out);
     CHECK(quill_gguf_open(q, &g, &err) == QUILL_OK, "%s", err.message);
     CHECK(quill_gguf_alignment(g) == 32 && quill_gguf_version(g) == 3);
