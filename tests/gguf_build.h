@@ -65,4 +65,26 @@ static inline void gb_free(gbuf *b) {
     b->len = b->cap = 0;
 }
 
+/* A writer holding every key of g and each of its tensors except the one named `skip` (NULL:
+ * all), for tests that write a variant of a model file; NULL if a copy fails. The tensors' data
+ * stay in g's mapping: write before closing g. */
+static inline quill_gguf_writer *gguf_copy_writer(const quill_gguf *g, const char *skip) {
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = w != NULL;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (!skip || strcmp(t->name, skip) != 0)
+            ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
+    }
+    if (!ok) {
+        quill_gguf_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
 #endif

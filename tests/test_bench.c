@@ -2,6 +2,7 @@
  * speed: the machine may be busy), and bad flags fail with a clear message. */
 #include "test.h"
 
+#include "gguf_build.h"
 #include "kernels.h"
 
 #include "quill.h"
@@ -206,18 +207,9 @@ TEST(bench_bytes_per_token_tied_and_untied) {
     char *model = path_join(shared, "models/stories260K.gguf");
     char *tied = path_join(tmp_dir(), "bench-tied.gguf");
     quill_gguf *g = NULL, *t = NULL;
-    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf_writer *w = NULL;
     quill_error err = {0};
-    bool ok = w && quill_gguf_open(model, &g, &err) == QUILL_OK;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
-    }
-    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
-        const quill_gguf_tensor *x = quill_gguf_tensor_at(g, i);
-        if (strcmp(x->name, "output.weight") != 0)
-            ok = quill_gguf_writer_add_tensor(w, x->name, x->type, x->n_dims, x->ne, x->data) == QUILL_OK;
-    }
+    bool ok = quill_gguf_open(model, &g, &err) == QUILL_OK && (w = gguf_copy_writer(g, "output.weight")) != NULL;
     ok = ok && quill_gguf_writer_write(w, tied, &err) == QUILL_OK && quill_gguf_open(tied, &t, &err) == QUILL_OK;
     quill_gguf_writer_free(w);
     double want_untied = ok ? expected_bytes_per_token(g) : 0, want_tied = ok ? expected_bytes_per_token(t) : 0;

@@ -889,18 +889,12 @@ static bool same_value(const quill_gguf_value *a, const quill_gguf_value *b) {
 
 /* Copies every kv (add_value) and tensor of g into a new file at `path`. */
 static quill_status copy_gguf(const quill_gguf *g, const char *path, quill_error *err) {
-    quill_gguf_writer *w = quill_gguf_writer_new();
-    quill_status s = QUILL_OK;
-    for (uint64_t i = 0; s == QUILL_OK && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        s = quill_gguf_writer_add_value(w, kv->key, &kv->value);
+    quill_gguf_writer *w = gguf_copy_writer(g, NULL);
+    if (!w) {
+        snprintf(err->message, sizeof err->message, "copying into the writer failed");
+        return QUILL_E_FORMAT;
     }
-    for (uint64_t i = 0; s == QUILL_OK && i < quill_gguf_n_tensors(g); i++) {
-        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
-        s = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
-    }
-    if (s == QUILL_OK) s = quill_gguf_writer_write(w, path, err);
-    else snprintf(err->message, sizeof err->message, "copying into the writer failed with status %d", s);
+    quill_status s = quill_gguf_writer_write(w, path, err);
     quill_gguf_writer_free(w);
     return s;
 }

@@ -1,5 +1,6 @@
 /* The inference bars of issue 3 and 5, measured against ../shared/golden. */
 #include "golden.h"
+#include "gguf_build.h"
 #include "test.h"
 
 #include <math.h>
@@ -8,22 +9,32 @@
 
 extern int quill_test_flip_rope_sign;
 
+/* Loads a model and makes a context for it; on failure the test fails and both are NULL. */
+static bool open_model(const char *model_path, int n_ctx, int threads, bool reference, quill_model **m,
+                       quill_context **c) {
+    quill_error err;
+    *c = NULL;
+    if (quill_model_load(model_path, m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return false;
+    }
+    quill_context_params p = {.n_ctx = n_ctx, .n_threads = threads, .reference = reference};
+    if (quill_context_new(*m, &p, c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        quill_model_free(*m);
+        *m = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* Evaluates `tokens` in chunks of `chunk` (0 = one batch); all logits. */
 static float *eval_logits(const char *model_path, const int32_t *tokens, size_t n, int threads, int chunk,
                           bool reference) {
     quill_model *m;
     quill_context *c;
     quill_error err;
-    if (quill_model_load(model_path, &m, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        return NULL;
-    }
-    quill_context_params p = {.n_ctx = 512, .n_threads = threads, .reference = reference};
-    if (quill_context_new(m, &p, &c, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        quill_model_free(m);
-        return NULL;
-    }
+    if (!open_model(model_path, 512, threads, reference, &m, &c)) return NULL;
     int64_t nv = quill_model_hparams(m)->n_vocab;
     float *logits = malloc(n * (size_t)nv * sizeof *logits);
     size_t step = chunk > 0 ? (size_t)chunk : n;
@@ -300,19 +311,11 @@ TEST(infer_cli_json_and_logits_file) {
 static bool copy_with_meta(const char *src, const char *dst, const char *str_key, const char *str_val,
                            const char *f32_key, float f32_val) {
     quill_gguf *g = NULL;
-    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf_writer *w = NULL;
     quill_error err = {0};
-    bool ok = w && quill_gguf_open(src, &g, &err) == QUILL_OK;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
-    }
+    bool ok = quill_gguf_open(src, &g, &err) == QUILL_OK && (w = gguf_copy_writer(g, NULL)) != NULL;
     if (ok && str_key) ok = quill_gguf_writer_add_str(w, str_key, str_val, strlen(str_val)) == QUILL_OK;
     if (ok && f32_key) ok = quill_gguf_writer_add_f32(w, f32_key, f32_val) == QUILL_OK;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
-        const quill_gguf_tensor *x = quill_gguf_tensor_at(g, i);
-        ok = quill_gguf_writer_add_tensor(w, x->name, x->type, x->n_dims, x->ne, x->data) == QUILL_OK;
-    }
     ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
     quill_gguf_writer_free(w);
     quill_gguf_close(g);
@@ -341,18 +344,10 @@ static last_query query_of_last(const char *model_path, const int32_t *tokens, i
     quill_model *m;
     quill_context *c;
     quill_error err;
-    if (quill_model_load(model_path, &m, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        return lq;
-    }
-    quill_context_params p = {.n_ctx = 64, .n_threads = 2, .reference = reference};
-    if (quill_context_new(m, &p, &c, &err) == QUILL_OK) {
-        quill_context_set_trace(c, keep_last_query, &lq);
-        if (quill_eval(c, tokens, n, NULL, false, &err)) test_fail(__FILE__, __LINE__, "%s", err.message);
-        quill_context_free(c);
-    } else {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-    }
+    if (!open_model(model_path, 64, 2, reference, &m, &c)) return lq;
+    quill_context_set_trace(c, keep_last_query, &lq);
+    if (quill_eval(c, tokens, n, NULL, false, &err)) test_fail(__FILE__, __LINE__, "%s", err.message);
+    quill_context_free(c);
     quill_model_free(m);
     return lq;
 }
@@ -386,11 +381,9 @@ TEST(infer_linear_rope_scaling_and_refusals) {
     CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a yarn-scaled model loaded");
     CHECK_STR_CONTAINS(err.message, "unsupported RoPE scaling 'yarn'");
     /* a Mixtral-style file names what it is instead of a missing dense FFN tensor */
-    quill_gguf_writer *w = quill_gguf_writer_new();
+    quill_gguf_writer *w = NULL;
     quill_gguf *g = NULL;
-    CHECK(w && quill_gguf_open(model, &g, &err) == QUILL_OK);
-    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++)
-        CHECK(quill_gguf_writer_add_value(w, quill_gguf_kv_at(g, i)->key, &quill_gguf_kv_at(g, i)->value) == QUILL_OK);
+    CHECK(quill_gguf_open(model, &g, &err) == QUILL_OK && (w = gguf_copy_writer(g, NULL)) != NULL);
     CHECK(quill_gguf_writer_add_u32(w, "llama.expert_count", 8) == QUILL_OK);
     CHECK(quill_gguf_writer_write(w, yarn, &err) == QUILL_OK, "%s", err.message);
     quill_gguf_writer_free(w);
