@@ -52,18 +52,18 @@ static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_e
     else if (s) return s;
     double factor = 1;
     if (type && type_len == 4 && !memcmp(type, "none", 4)) {
-        factor = 1;
+        /* no scaling, whatever factor the file names besides */
     } else if (type && !(type_len == 6 && !memcmp(type, "linear", 6))) {
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: unsupported RoPE scaling '%.*s' (llama.rope.scaling.type): quill implements "
                           "linear scaling only",
                           quill_gguf_path(g), (int)(type_len > 64 ? 64 : type_len), type);
-    } else if ((s = get_real(g, "llama.rope.scaling.factor", 0, &factor, err)) != QUILL_OK) {
-        return s;
-    } else if (factor == 0 && (s = get_real(g, "llama.rope.scale_linear", 1, &factor, err)) != QUILL_OK) {
-        return s;
+    } else {
+        /* linear, also the reference's reading of a file that names no type: the factor, else the
+         * older key's, else 1 */
+        if ((s = get_real(g, "llama.rope.scaling.factor", 0, &factor, err))) return s;
+        if (factor == 0 && (s = get_real(g, "llama.rope.scale_linear", 1, &factor, err))) return s;
     }
-    if (factor == 0) factor = 1; /* "linear" without a factor: the reference then scales by 1 */
     hp->rope_freq_scale = 1.0 / factor;
     return QUILL_OK;
 }
