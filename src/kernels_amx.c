@@ -913,7 +913,9 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
      * per type, so that its loop unrolls: computed from the row size, the loop and its count took
      * ~20 instructions of a q4_0 step's ~115. */
     const int pf_lines = (TR * (int)block_bytes(type) * width / block_elems(type) + 63) / 64;
-    const int64_t n_streamed = streamed_rows(type) ? j->rows / TR : 0;
+    /* (the scale gathers take 32-bit offsets, 15 row steps at most) */
+    const bool offsets_fit = (double)(j->rows / TR) * (double)j->row_bytes * (TR - 1) < 2147483647.0;
+    const int64_t n_streamed = streamed_rows(type) && offsets_fit ? j->rows / TR : 0;
     for (int64_t tile = t0; tile < t1; tile++) {
         const bool streamed = tile < n_streamed;
         const int64_t r0 = streamed ? tile : tile * TR, row_step = streamed ? n_streamed : 1;
