@@ -1188,8 +1188,9 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
             tasks[i] = (quill_pool_task){decode_fn(type), &dj[i], (m[i].rows + TR - 1) / TR};
         }
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
-         * the tile two ahead that a step prefetches is this thread's next but one, and the
-         * shares even out at the end one tile at a time (chunks of 16 tiles: 10.7-11.6 GB/s
+         * the tile two ahead that a step prefetches is this thread's next but one (with streamed
+         * rows, the rows a few ahead in each lane's stream are its own), and the shares even out
+         * at the end one tile at a time (chunks of 16 tiles: 10.7-11.6 GB/s
          * against 13.2-14.1 streaming through the q4_0 model's weights). */
         quill_pool_run_joined(pool, tasks, n_mats, 1);
         return;
