@@ -23,6 +23,8 @@ static const char bench_usage[] =
     "  -n N     text generation: N single-token evaluations after a short prompt (default 128; 0 = skip)\n"
     "  -r N     timed repetitions of each test, after one untimed warm-up (default 3)\n"
     "  -t N     threads, for the model and the bandwidth test (default: all online CPUs)\n"
+    "  -d N     depth: both tests run after N tokens already in the context (evaluated once,\n"
+    "           untimed), as llama-bench's -d: attention then reads N more cached positions\n"
     "  --json   print one JSON object instead of the table\n"
     "  --bw-mib N  size of the bandwidth test's buffer in MiB (default 1024, at most a quarter of\n"
     "           the available memory); small buffers partly fit in the caches and read too fast\n"
@@ -318,11 +320,12 @@ static void progress_done(void) {
     if (isatty(STDERR_FILENO)) fputs("\r                                        \r", stderr);
 }
 
-/* pp: the whole prompt as one batch from an empty context. Run 0 is the warm-up. */
-static quill_status run_pp(quill_context *c, const int32_t *toks, bench_result *r, float *logits, quill_error *err) {
+/* pp: the whole prompt as one batch after the `depth` tokens of the context. Run 0 is the warm-up. */
+static quill_status run_pp(quill_context *c, int depth, const int32_t *toks, bench_result *r, float *logits,
+                           quill_error *err) {
     for (int run = 0; run <= r->runs; run++) {
         progress("pp", r->n, run, r->runs);
-        quill_context_truncate(c, 0);
+        quill_context_truncate(c, depth);
         double t0 = now_s();
         quill_status s = quill_eval(c, toks, r->n, logits, false, err);
         double dt = now_s() - t0;
@@ -335,13 +338,14 @@ static quill_status run_pp(quill_context *c, const int32_t *toks, bench_result *
 #define TG_PROMPT 4   /* BOS and three tokens, evaluated untimed before each generation run */
 #define TG_WARMUP 16  /* the warm-up generates at most this many tokens; pages are hot after pp */
 
-/* tg: from a cleared context, a short prompt (untimed), then n single-token evaluations. */
-static quill_status run_tg(quill_context *c, const int32_t *prompt, const int32_t *toks, bench_result *r,
+/* tg: n single-token evaluations after the `depth` tokens of the context, or after a short
+ * untimed prompt when the depth is 0. */
+static quill_status run_tg(quill_context *c, int depth, const int32_t *prompt, const int32_t *toks, bench_result *r,
                            float *logits, quill_error *err) {
     for (int run = 0; run <= r->runs; run++) {
         progress("tg", r->n, run, r->runs);
-        quill_context_truncate(c, 0);
-        quill_status s = quill_eval(c, prompt, TG_PROMPT, logits, false, err);
+        quill_context_truncate(c, depth);
+        quill_status s = depth ? QUILL_OK : quill_eval(c, prompt, TG_PROMPT, logits, false, err);
         if (s) return s;
         int n = run == 0 && r->n > TG_WARMUP ? TG_WARMUP : r->n;
         double t0 = now_s();
@@ -405,7 +409,7 @@ static void print_table(const char *rows[][6], int n_rows) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
-    long p = 512, n = 128, reps = 3, threads = 0, bw_mib = 1024;
+    long p = 512, n = 128, reps = 3, threads = 0, bw_mib = 1024, depth = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -419,7 +423,7 @@ int cmd_bench(int argc, char **argv) {
         }
         bool is_model = !strcmp(a, "-m") || !strcmp(a, "--model");
         if (!is_model && strcmp(a, "-p") && strcmp(a, "-n") && strcmp(a, "-r") && strcmp(a, "-t") &&
-            strcmp(a, "--bw-mib")) {
+            strcmp(a, "-d") && strcmp(a, "--bw-mib")) {
             if (a[0] == '-') return cli_fail("unknown option '%s' (see quill bench --help)", a);
             return cli_fail("unexpected argument '%s': give the model with -m (see quill bench --help)", a);
         }
@@ -433,6 +437,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-n")) dst = &n;
         else if (!strcmp(a, "-r")) lo = 1, hi = 1000, dst = &reps;
         else if (!strcmp(a, "-t")) lo = 1, hi = 1024, dst = &threads;
+        else if (!strcmp(a, "-d")) dst = &depth;
         else if (!strcmp(a, "--bw-mib")) lo = 1, hi = 1 << 20, dst = &bw_mib;
         if (!cli_parse_long(v, lo, hi, dst))
             return cli_fail("%s: '%s' is not a whole number in %ld..%ld", a, v, lo, hi);
@@ -448,7 +453,7 @@ int cmd_bench(int argc, char **argv) {
     quill_error err = {0};
     quill_model *m = NULL;
     quill_context *c = NULL;
-    int32_t *pp_toks = NULL, *tg_toks = NULL;
+    int32_t *pp_toks = NULL, *tg_toks = NULL, *depth_toks = NULL;
     float *logits = NULL;
     bench_result pp = {(int)p, (int)reps, NULL, 0, 0}, tg = {(int)n, (int)reps, NULL, 0, 0};
     int rc = 1;
@@ -461,7 +466,7 @@ int cmd_bench(int argc, char **argv) {
     const quill_gguf *g = quill_model_gguf(m);
     const quill_tokenizer *tok = quill_model_tokenizer(m);
     const int32_t n_vocab = quill_tokenizer_n_vocab(tok);
-    const int n_ctx = (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
+    const int n_ctx = (int)depth + (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
     const uint64_t file_bytes = quill_gguf_file_size(g);
     const uint64_t kv_bytes = 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
                               sizeof(float);
@@ -476,22 +481,36 @@ int cmd_bench(int argc, char **argv) {
     }
     pp_toks = malloc(((size_t)p + 1) * sizeof *pp_toks);
     tg_toks = malloc(((size_t)n + TG_PROMPT) * sizeof *tg_toks);
+    depth_toks = malloc(((size_t)depth + 1) * sizeof *depth_toks);
     logits = malloc((size_t)n_vocab * sizeof *logits);
     pp.tps = calloc((size_t)reps, sizeof *pp.tps);
     tg.tps = calloc((size_t)reps, sizeof *tg.tps);
-    if (!pp_toks || !tg_toks || !logits || !pp.tps || !tg.tps) {
+    if (!pp_toks || !tg_toks || !depth_toks || !logits || !pp.tps || !tg.tps) {
         cli_fail("out of memory");
         goto done;
     }
-    make_tokens(tok, n_vocab, 1, true, pp_toks, (int)p);
-    make_tokens(tok, n_vocab, 2, true, tg_toks, (int)n + TG_PROMPT);
+    /* BOS opens the context: the depth's first token, or else each test's */
+    make_tokens(tok, n_vocab, 3, true, depth_toks, (int)depth);
+    make_tokens(tok, n_vocab, 1, depth == 0, pp_toks, (int)p);
+    make_tokens(tok, n_vocab, 2, depth == 0, tg_toks, (int)n + TG_PROMPT);
 
-    if (pp.n && run_pp(c, pp_toks, &pp, logits, &err)) {
+    /* The depth is evaluated once, in batches of at most 512 tokens as a long prompt would be;
+     * each run then truncates the context back to it. */
+    for (long at = 0; at < depth; at += 512) {
+        if (isatty(STDERR_FILENO)) fprintf(stderr, "\rquill bench: depth %ld/%ld   ", at, depth);
+        const int len = depth - at < 512 ? (int)(depth - at) : 512;
+        if (quill_eval(c, depth_toks + at, len, logits, false, &err)) {
+            progress_done();
+            cli_fail("evaluating the depth: %s", err.message);
+            goto done;
+        }
+    }
+    if (pp.n && run_pp(c, (int)depth, pp_toks, &pp, logits, &err)) {
         progress_done();
         cli_fail("prompt processing: %s", err.message);
         goto done;
     }
-    if (tg.n && run_tg(c, tg_toks, tg_toks + TG_PROMPT, &tg, logits, &err)) {
+    if (tg.n && run_tg(c, (int)depth, tg_toks, tg_toks + TG_PROMPT, &tg, logits, &err)) {
         progress_done();
         cli_fail("text generation: %s", err.message);
         goto done;
@@ -521,7 +540,7 @@ int cmd_bench(int argc, char **argv) {
         cli_json_string(stdout, model, strlen(model));
         printf(",\n  \"file_bytes\": %llu,\n  \"types\": {", (unsigned long long)file_bytes);
         for (int i = 0; i < n_types; i++) printf("%s\"%s\": %d", i ? ", " : "", quill_type_name(types[i].type), types[i].count);
-        printf("},\n  \"threads\": %ld,\n  \"n_ctx\": %d,\n", threads, n_ctx);
+        printf("},\n  \"threads\": %ld,\n  \"depth\": %ld,\n  \"n_ctx\": %d,\n", threads, depth, n_ctx);
         json_result(stdout, "pp", &pp);
         json_result(stdout, "tg", &tg);
         printf("  \"bandwidth_gbs\": %.4f,\n  \"bandwidth_buffer_bytes\": %zu,\n", bw, bw_bytes);
@@ -552,7 +571,8 @@ int cmd_bench(int argc, char **argv) {
         int n_rows = 1;
         for (int k = 0; k < 2; k++) {
             if (!rs[k]->n) continue;
-            snprintf(test[k], sizeof test[k], "%s%d", k ? "tg" : "pp", rs[k]->n);
+            if (depth) snprintf(test[k], sizeof test[k], "%s%d @ d%ld", k ? "tg" : "pp", rs[k]->n, depth);
+            else snprintf(test[k], sizeof test[k], "%s%d", k ? "tg" : "pp", rs[k]->n);
             snprintf(tps[k], sizeof tps[k], "%.2f ± %.2f", rs[k]->mean, rs[k]->sd);
             const char *row[6] = {base_name(model), size, mix, thr, test[k], tps[k]};
             memcpy(rows[n_rows++], row, sizeof row);
@@ -581,6 +601,7 @@ done:
     quill_model_free(m);
     free(pp_toks);
     free(tg_toks);
+    free(depth_toks);
     free(logits);
     free(pp.tps);
     free(tg.tps);

@@ -122,7 +122,6 @@ TEST(bench_text_stories260k) {
     size_t n = strlen(model) + 64;
     char *args = malloc(n);
     snprintf(args, n, "bench -m '%s' -p 8 -n 0 -r 1 -t 1 --bw-mib 64", model);
-    free(model);
     char *out = NULL;
     int rc = bench_quill(args, &out, false);
     free(args);
@@ -130,6 +129,30 @@ TEST(bench_text_stories260k) {
               strstr(out, "memory bandwidth") && strstr(out, "64 MiB buffer") && strstr(out, "bytes per token") && strstr(out, "resident memory");
     if (!ok) test_fail(__FILE__, __LINE__, "exit %d, output:\n%s", rc, out);
     free(out);
+    if (!ok) {
+        free(model);
+        return;
+    }
+    /* at a depth: both tests after 40 cached tokens, and the JSON says so */
+    n = strlen(model) + 80;
+    args = malloc(n);
+    snprintf(args, n, "bench -m '%s' -p 8 -n 3 -r 1 -t 1 -d 40 --bw-mib 64", model);
+    out = NULL;
+    rc = bench_quill(args, &out, false);
+    ok = rc == 0 && strstr(out, " pp8 @ d40 |") && strstr(out, " tg3 @ d40 |");
+    if (!ok) test_fail(__FILE__, __LINE__, "'quill %s': exit %d, output:\n%s", args, rc, out);
+    free(out);
+    snprintf(args, n, "bench -m '%s' -p 0 -n 2 -r 1 -t 1 -d 40 --bw-mib 64 --json", model);
+    out = NULL;
+    rc = bench_quill(args, &out, false);
+    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
+    const cJSON *depth = cJSON_GetObjectItemCaseSensitive(j, "depth"), *ctx = cJSON_GetObjectItemCaseSensitive(j, "n_ctx");
+    ok = cJSON_IsNumber(depth) && depth->valueint == 40 && cJSON_IsNumber(ctx) && ctx->valueint >= 40 + 2 + 4;
+    if (!ok) test_fail(__FILE__, __LINE__, "'quill %s': exit %d, output:\n%s", args, rc, out);
+    cJSON_Delete(j);
+    free(out);
+    free(args);
+    free(model);
 }
 
 TEST(bench_bad_flags) {
@@ -146,6 +169,7 @@ TEST(bench_bad_flags) {
         {"bench -m x.gguf -t 0", "-t: '0' is not a whole number in 1..1024"},
         {"bench -m x.gguf -t 2x", "-t: '2x' is not a whole number"},
         {"bench -m x.gguf --bw-mib 0", "--bw-mib: '0' is not a whole number"},
+        {"bench -m x.gguf -d -5", "-d: '-5' is not a whole number"},
         {"bench -m x.gguf --bogus", "unknown option '--bogus'"},
         {"bench x.gguf", "unexpected argument 'x.gguf'"},
         {"bench -m x.gguf -p 0 -n 0", "nothing to measure"},
