@@ -6,7 +6,8 @@
 # runs in alternation share a phase.
 #
 #   bench/ab.sh A B MODEL [ROUNDS]     ROUNDS defaults to 10
-# Environment: TEST (pp or tg; default pp), N (tokens: 512 for pp, 64 for tg), THREADS (2).
+# Environment: TEST (pp or tg; default pp), N (tokens: 512 for pp, 64 for tg), THREADS (2),
+# DEPTH (tokens already in the context, quill bench -d; default 0).
 # Needs only sh and awk; reads the one-key-per-line JSON of `quill bench --json`.
 set -eu
 
@@ -15,11 +16,14 @@ die() { echo "ab.sh: $*" >&2; exit 1; }
 A=$1 B=$2 MODEL=$3 ROUNDS=${4:-10}
 TEST=${TEST:-pp}
 THREADS=${THREADS:-2}
+DEPTH=${DEPTH:-0}
 case $TEST in
     pp) N=${N:-512}; args="-p $N -n 0" ;;
     tg) N=${N:-64}; args="-p 0 -n $N" ;;
     *) die "TEST must be pp or tg, not '$TEST'" ;;
 esac
+case $DEPTH in '' | *[!0-9]*) die "DEPTH must be a whole number, not '$DEPTH'" ;; esac
+args="$args -d $DEPTH"
 for bin in "$A" "$B"; do [ -x "$bin" ] || die "$bin is not an executable"; done
 [ -f "$MODEL" ] || die "$MODEL does not exist"
 case $ROUNDS in '' | *[!0-9]*) die "ROUNDS must be a whole number, not '$ROUNDS'" ;; esac
@@ -32,7 +36,7 @@ speed() {
         awk -v key="\"$TEST\"" 'index($0, key ":") { sub(/.*"mean": */, ""); sub(/,.*/, ""); print; exit }'
 }
 
-echo "round   A t/s    B t/s   B/A   ($TEST$N, $THREADS threads, $(basename "$MODEL"))"
+echo "round   A t/s    B t/s   B/A   ($TEST$N @ d$DEPTH, $THREADS threads, $(basename "$MODEL"))"
 i=1
 results=""
 while [ "$i" -le "$ROUNDS" ]; do

@@ -160,7 +160,11 @@ static int64_t score_stride(int n_ctx) { return ((int64_t)n_ctx + 15) / 16 * 16;
 
 /* One item = one (token, KV head): causal softmax attention over the cached positions for the
  * query heads that share that KV head, which the kernels take together to reuse each key and
- * value they load. */
+ * value they load. Items run KV head by KV head (all tokens of head 0, then of head 1, ...), so
+ * that a thread's successive items read the same head's keys and values, which stay in L2: in
+ * token order they cycled through every head's cache (3.6 MB at 2048 positions for TinyLlama,
+ * more than a core's 2 MB L2) and read it from L3 each time — pp512 after 1536 cached tokens
+ * 1.21x faster with this order (four alternating rounds, all won). */
 static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const attn_job *j = arg;
     quill_context *c = j->c;
@@ -173,7 +177,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][dim][pos] */
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
     for (int64_t item = i0; item < i1; item++) {
-        const int64_t t = item / hp->n_head_kv, kvh = item % hp->n_head_kv, h0 = kvh * group;
+        const int64_t t = item % j->n_tok, kvh = item / j->n_tok, h0 = kvh * group;
         const int n_keys = c->pos + (int)t + 1;
         const float *q = c->q + t * q_dim + h0 * hd;
         c->kern->dot_columns(q, hd, group, kc + (size_t)kvh * hd * c->n_ctx, hd, c->n_ctx, n_keys, scores, sstride);
