@@ -21,11 +21,12 @@ static void dot_scalar(const float *w, const float *x, int64_t n, int n_tok, int
 }
 
 void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
-                               int64_t stride, int64_t n, float *out, int64_t out_stride) {
+                               int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
     for (int h = 0; h < n_heads; h++) {
         const float *w = wgt + h * wgt_stride;
         float *o = out + h * out_stride;
-        for (int64_t d = 0; d < n; d++) o[d] = 0;
+        if (!accumulate)
+            for (int64_t d = 0; d < n; d++) o[d] = 0;
         for (int p = 0; p < n_rows; p++)
             for (int64_t d = 0; d < n; d++) o[d] = fmaf(w[p], v[p * stride + d], o[d]);
     }

@@ -24,9 +24,10 @@ typedef void (*quill_dot_fn)(const float *w, const float *x, int64_t n, int n_to
  * out[h * out_stride + d] = Σ_p wgt[h * wgt_stride + p] · v[p * stride + d] for h < n_heads,
  * d < n: each (head, d) a chain of fused multiply-adds over p in order, so every instruction set
  * gives the same bits (heads are batched only to reuse the loads of v and overlap the chains):
- * attention's weighted sum of values. */
+ * attention's weighted sum of values. With `accumulate` the chains start from the values in out
+ * instead of zero, so that rows can be summed a block at a time with the same bits. */
 typedef void (*quill_weighted_sum_fn)(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
-                                      int64_t stride, int64_t n, float *out, int64_t out_stride);
+                                      int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate);
 
 /* out[h * out_stride + p] = Σ_d q[h * q_stride + d] · kt[d * stride + p] for h < n_heads,
  * p < n_cols, d < n: dot products with the columns of a transposed matrix (attention's scores
@@ -96,7 +97,7 @@ quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type
 
 /* The scalar weighted sum, which SIMD versions use for widths they do not cover. */
 void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
-                               int64_t stride, int64_t n, float *out, int64_t out_stride);
+                               int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate);
 
 /* Instruction-set specific tables (defined only when compiled for x86-64). */
 extern const quill_kernels quill_kernels_avx2_table;

@@ -467,10 +467,11 @@ FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
  * four heads, where a head at a time loaded them once per head. */
 static inline __attribute__((always_inline)) void weighted4x16(const float *wgt, int64_t wgt_stride, const float *v,
                                                                int n_rows, int64_t stride, float *out,
-                                                               int64_t out_stride) {
+                                                               int64_t out_stride, bool accumulate) {
     __m256 acc[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < 8; i++)
+        acc[i] = accumulate ? _mm256_loadu_ps(out + (i / 2) * out_stride + 8 * (i % 2)) : _mm256_setzero_ps();
     for (int p = 0; p < n_rows; p++) {
         const float *vp = v + p * stride;
         const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
@@ -491,20 +492,21 @@ static inline __attribute__((always_inline)) void weighted4x16(const float *wgt,
 /* Every output is one chain of fused multiply-adds over the rows in order, as in the scalar
  * version, however heads and dims are grouped. */
 static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
-                              int64_t stride, int64_t n, float *out, int64_t out_stride) {
+                              int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
     if (n % 8 || n > 128) {
-        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
+        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride, accumulate);
         return;
     }
     int h = 0;
     if (n % 16 == 0)
         for (; h + 4 <= n_heads; h += 4)
             for (int64_t d = 0; d < n; d += 16)
-                weighted4x16(wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d, out_stride);
+                weighted4x16(wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d, out_stride,
+                             accumulate);
     const int nv = (int)(n / 8);
     for (; h < n_heads; h++) {
         __m256 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+        for (int i = 0; i < nv; i++) acc[i] = accumulate ? _mm256_loadu_ps(out + h * out_stride + 8 * i) : _mm256_setzero_ps();
         for (int p = 0; p < n_rows; p++) {
             const __m256 w = _mm256_set1_ps(wgt[h * wgt_stride + p]);
             const float *vp = v + p * stride;

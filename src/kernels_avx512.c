@@ -429,10 +429,12 @@ FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
  * multiply-adds overlap. */
 static inline __attribute__((always_inline)) void weighted_heads(const int nv, const int hb, const float *wgt,
                                                                  int64_t wgt_stride, const float *v, int n_rows,
-                                                                 int64_t stride, float *out, int64_t out_stride) {
+                                                                 int64_t stride, float *out, int64_t out_stride,
+                                                                 bool accumulate) {
     __m512 acc[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < nv * hb; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < nv * hb; i++)
+        acc[i] = accumulate ? _mm512_loadu_ps(out + (i / nv) * out_stride + 16 * (i % nv)) : _mm512_setzero_ps();
     for (int p = 0; p < n_rows; p++) {
         const float *vp = v + p * stride;
         __m512 vr[8];
@@ -453,20 +455,21 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
 
 /* Four heads of 64 dims (the usual size) at a time; other sizes one head at a time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
-                                int64_t stride, int64_t n, float *out, int64_t out_stride) {
+                                int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
     if (n % 16 || n > 128 || n == 0) {
-        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride);
+        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride, accumulate);
         return;
     }
     int h = 0;
     if (n == 64)
         for (; h + 4 <= n_heads; h += 4)
-            weighted_heads(4, 4, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride);
+            weighted_heads(4, 4, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride,
+                           accumulate);
     for (; h < n_heads; h++) {
         const float *w = wgt + h * wgt_stride;
         __m512 acc[8];
         const int nv = (int)(n / 16);
-        for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+        for (int i = 0; i < nv; i++) acc[i] = accumulate ? _mm512_loadu_ps(out + h * out_stride + 16 * i) : _mm512_setzero_ps();
         for (int p = 0; p < n_rows; p++) {
             const __m512 wp = _mm512_set1_ps(w[p]);
             const float *vp = v + p * stride;

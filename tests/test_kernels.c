@@ -124,11 +124,17 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
                       *fast = calloc((size_t)(nh * ostride), sizeof *fast), *ref = calloc((size_t)(nh * ostride), sizeof *ref);
                 for (int64_t i = 0; i < rows * stride; i++) v[i] = rndf();
                 for (int64_t i = 0; i < nh * wstride; i++) wgt[i] = rndf() * rndf();
-                kern->weighted_sum(wgt, wstride, nh, v, rows, stride, n, fast, ostride);
-                scalar->weighted_sum(wgt, wstride, nh, v, rows, stride, n, ref, ostride);
-                CHECK(memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0,
-                      "%s weighted sum of %lld dims, %d heads differs", isas[k], (long long)n, nh);
+                kern->weighted_sum(wgt, wstride, nh, v, rows, stride, n, fast, ostride, false);
+                scalar->weighted_sum(wgt, wstride, nh, v, rows, stride, n, ref, ostride, false);
+                bool same = memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0;
+                /* the same rows a block at a time (13, then 24 more): the same bits again */
+                memset(fast, 0, (size_t)(nh * ostride) * sizeof *fast);
+                kern->weighted_sum(wgt, wstride, nh, v, 13, stride, n, fast, ostride, false);
+                kern->weighted_sum(wgt + 13, wstride, nh, v + 13 * stride, rows - 13, stride, n, fast, ostride, true);
+                bool blocked = memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0;
                 free(v); free(wgt); free(fast); free(ref);
+                CHECK(same, "%s weighted sum of %lld dims, %d heads differs", isas[k], (long long)n, nh);
+                CHECK(blocked, "%s weighted sum of %lld dims, %d heads, in two blocks differs", isas[k], (long long)n, nh);
             }
     }
 }
