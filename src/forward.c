@@ -162,8 +162,9 @@ static int64_t score_stride(int n_ctx) { return ((int64_t)n_ctx + 15) / 16 * 16;
  * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK. Dimension-major, the scores
  * of 16 positions are one vector of fused multiply-adds (no reductions); blocked, a block's
  * head_dim × KEY_BLOCK floats are one contiguous read. Dimension-major over the whole context, as
- * before, a block was head_dim runs of 256 bytes, a context apart: at 3584 positions of a Llama-2-
- * 7B-shaped model (32 KV heads of 128) generating read its keys at ~4 GB/s. */
+ * before, a block was head_dim runs of 256 bytes a context apart, head_dim streams at once: a
+ * Llama-2-7B-shaped layer (32 KV heads of 128) generates 1.03-1.23x faster after 3584 positions
+ * with the blocks (bench/README.md, tenth session). */
 #define KEY_BLOCK 64
 static int64_t key_positions(int n_ctx) { return ((int64_t)n_ctx + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK; }
 
