@@ -4,8 +4,10 @@
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 \
-           -Iinclude -Isrc -pthread -fPIC $(EXTRA_CFLAGS)
+# -Werror is for development and CI (WERROR=0 for a user's build with another compiler's new warnings).
+WERROR  ?= 1
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -D_DEFAULT_SOURCE \
+           -D_FILE_OFFSET_BITS=64 -Iinclude -Isrc -pthread -fPIC -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS  := -lm -pthread
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
@@ -15,7 +17,8 @@ ifeq ($(SAN),1)
   LDFLAGS += $(SAN_FLAGS)
 endif
 
-LIB_SRC  := $(wildcard src/*.c)
+# Sources are found by folder: src/<layer>/*.c is the library (see the README's layout table).
+LIB_SRC  := $(wildcard src/*/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -23,16 +26,21 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 # SIMD kernels live in their own files, compiled for their instruction set and chosen at run time.
-$(BUILD)/src/kernels_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
-$(BUILD)/src/kernels_amx.o:    CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 \
-                                  -mfma -mf16c
+# Only those files get ISA flags, and only when the target is x86-64: elsewhere they compile to
+# nothing and the scalar kernels run.
+TARGET_ARCH_NAME := $(shell $(CC) -dumpmachine 2>/dev/null)
+ifneq ($(findstring x86_64,$(TARGET_ARCH_NAME)),)
+$(BUILD)/src/kernels/kernels_avx2.o:       CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/kernels_avx512.o:     CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+$(BUILD)/src/kernels/kernels_amx.o:        CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi \
+                                             -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 -mfma -mf16c
+endif
 
 .PHONY: all test test-san fuzz clean run bench-probe
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h tests/*.h cli/*.h)
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -64,12 +72,15 @@ $(BUILD)/amx_probe: bench/amx_probe.c
 # libFuzzer targets (clang): see fuzz/README.md for how to run them.
 FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined -Iinclude -Isrc
-FUZZ_SRC := src/error.c src/gguf.c src/gguf_write.c src/types.c src/tokenizer.c src/model.c
+FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/types.c src/text/tokenizer.c \
+            src/model/model.c
 fuzz:
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_SRC) -o build-fuzz/fuzz_gguf $(LDLIBS)
-	clang $(FUZZ_FLAGS) fuzz/fuzz_jinja.c src/error.c src/jinja.c -o build-fuzz/fuzz_jinja $(LDLIBS)
+	clang $(FUZZ_FLAGS) fuzz/fuzz_jinja.c src/base/error.c src/jinja/jinja.c -o build-fuzz/fuzz_jinja $(LDLIBS)
 	clang $(FUZZ_FLAGS) fuzz/fuzz_tokenize.c $(FUZZ_SRC) -o build-fuzz/fuzz_tokenize $(LDLIBS)
+
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -3,7 +3,7 @@
 #include "test.h"
 
 #include "gguf_build.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include "quill.h"
 

@@ -3,8 +3,8 @@
  * bit for bit against dequantize-then-dot of the same kernel set. */
 #include "test.h"
 
-#include "kernels.h"
-#include "types_internal.h"
+#include "kernels/kernels.h"
+#include "tensor/types_internal.h"
 
 #include <math.h>
 #include <stdlib.h>

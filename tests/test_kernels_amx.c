@@ -4,10 +4,10 @@
  * skipped on CPUs without it (the scalar model's own checks run everywhere). */
 #include "test.h"
 
-#include "kernels.h"
-#include "kernels_amx.h"
-#include "threadpool.h"
-#include "types_internal.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_amx.h"
+#include "base/threadpool.h"
+#include "tensor/types_internal.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * share finished by the others. */
 #include "test.h"
 
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

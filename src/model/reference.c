@@ -2,8 +2,8 @@
  * verification mode (--reference). Plain loops, one token at a time, every weight dequantized to
  * f32 exactly (as stored) and widened to double, every operation in double. It is meant to be
  * obviously right, not fast. */
-#include "context.h"
-#include "error.h"
+#include "model/context.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -12,8 +12,8 @@
  * Activations stay in f32; weights are dequantized row by row inside the matrix products (see
  * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
  * split, so results are bitwise identical for any thread count and any batching. */
-#include "context.h"
-#include "error.h"
+#include "model/context.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdio.h>

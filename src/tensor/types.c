@@ -3,9 +3,9 @@
  * The dequantizers must match the reference implementation bit for bit, so each one performs the
  * same float operations in the same order as ggml's scalar code (e.g. q4_K forms d*sc and dmin*m
  * first and only then d1*q - m1). Do not "simplify" the arithmetic. */
-#include "types_internal.h"
+#include "tensor/types_internal.h"
 
-#include "error.h"
+#include "base/error.h"
 
 #include <stdio.h>
 

@@ -6,9 +6,9 @@
  * each float expression below is evaluated in the reference's order (left to right, single
  * precision, no fused multiply-add). Rounding to the nearest integer is half-to-even, as adding
  * 1.5 * 2^23 does in single precision. */
-#include "error.h"
+#include "base/error.h"
 #include "quill_quantize.h"
-#include "types_internal.h"
+#include "tensor/types_internal.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* Trace recording and comparison: the tools that find where numbers leave the truth. */
-#include "error.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdio.h>

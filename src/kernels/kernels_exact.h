@@ -4,7 +4,7 @@
 #ifndef QUILL_KERNELS_EXACT_H
 #define QUILL_KERNELS_EXACT_H
 
-#include "types_internal.h"
+#include "tensor/types_internal.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -3,7 +3,7 @@
 #ifndef QUILL_KERNELS_AVX2_EXACT_H
 #define QUILL_KERNELS_AVX2_EXACT_H
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define QUILL_AVX2_EXACT_MATMUL(sfx)                                                                 \
     void quill_avx2_exact_matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, \

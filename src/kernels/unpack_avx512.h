@@ -3,7 +3,7 @@
 #ifndef QUILL_UNPACK_AVX512_H
 #define QUILL_UNPACK_AVX512_H
 
-#include "types_internal.h"
+#include "tensor/types_internal.h"
 
 #include <immintrin.h>
 

@@ -21,17 +21,17 @@
  * results are bitwise batch- and thread-invariant, and the scalar model reproduces them bit for
  * bit. Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches on the vector unit too,
  * with the codes unpacked once per chunk for many tokens (gemm_impl). */
-#include "kernels.h"
-#include "threadpool.h"
-#include "types_internal.h"
+#include "kernels/kernels.h"
+#include "base/threadpool.h"
+#include "tensor/types_internal.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_amx.h"
-#include "kernels_exact.h"
+#include "kernels/kernels_amx.h"
+#include "kernels/kernels_exact.h"
 
 #define TR 16         /* weight rows per tile */
 #define GT 16         /* tokens per token group: the tile's 16 columns */

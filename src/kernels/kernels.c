@@ -1,6 +1,6 @@
 /* Scalar kernels and the run-time choice of instruction set. */
-#include "kernels.h"
-#include "exp_poly.h"
+#include "kernels/kernels.h"
+#include "base/exp_poly.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* AVX-512 kernels. Dequantizers perform the same float operations as the scalar to_float
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
-#include "kernels.h"
-#include "kernels_avx2_exact.h"
-#include "exp_poly.h"
-#include "types_internal.h"
-#include "unpack_avx512.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_avx2_exact.h"
+#include "base/exp_poly.h"
+#include "tensor/types_internal.h"
+#include "kernels/unpack_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

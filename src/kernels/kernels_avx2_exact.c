@@ -11,10 +11,10 @@
  * sub-block are exact (see sums_per_lane16), C = 256·Σu·h + Σu·l - bias·Σa, and the f32 steps that follow are
  * the model's, operation for operation, on 8 rows at once. Every (row, token) result is a function
  * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
-#include "kernels_avx2_exact.h"
-#include "kernels_exact.h"
-#include "threadpool.h"
-#include "types_internal.h"
+#include "kernels/kernels_avx2_exact.h"
+#include "kernels/kernels_exact.h"
+#include "base/threadpool.h"
+#include "tensor/types_internal.h"
 
 #include <math.h>
 #include <stdbool.h>

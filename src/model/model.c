@@ -1,7 +1,7 @@
 /* Llama model: hyperparameters from metadata and every weight checked against them at load, so
  * the forward pass can index without checks. */
-#include "error.h"
-#include "model.h"
+#include "base/error.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>

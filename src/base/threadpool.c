@@ -7,7 +7,7 @@
  * more. Contiguous shares matter for decoding: a matrix-vector product prefetches the rows it will
  * read next, and with items dealt round-robin from one counter those rows were often the other
  * thread's (chunks of 2 tiles ran at 7.4 GB/s against 12.4 for contiguous halves). */
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

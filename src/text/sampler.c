@@ -39,7 +39,7 @@
  *
  * Tokens given to quill_sampler_accept() outside [0, n_vocab) are ignored. quill_sampler_sample()
  * returns -1 only when called with a NULL sampler or NULL logits. */
-#include "error.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdlib.h>

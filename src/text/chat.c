@@ -1,5 +1,5 @@
 /* Chat prompts for a loaded model: which template applies, and the tokens it renders to. */
-#include "error.h"
+#include "base/error.h"
 #include "quill_chat.h"
 
 #include <stdlib.h>

@@ -2,9 +2,9 @@
 #ifndef QUILL_CONTEXT_H
 #define QUILL_CONTEXT_H
 
-#include "kernels.h"
-#include "model.h"
-#include "threadpool.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "base/threadpool.h"
 
 /* Prompts are evaluated in micro-batches of this many tokens: scratch memory stays small and the
  * results are the same as for one big batch (every token's arithmetic is independent of it). */

@@ -1,8 +1,8 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
-#include "kernels.h"
-#include "kernels_avx2_exact.h"
-#include "exp_poly.h"
-#include "types_internal.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_avx2_exact.h"
+#include "base/exp_poly.h"
+#include "tensor/types_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

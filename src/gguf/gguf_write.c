@@ -1,7 +1,7 @@
 /* GGUF v3 writer: metadata and tensors are accumulated in memory and written in one pass, with
  * the tensor directory's offsets computed at write time. Used for traces, quantized models,
  * synthetic models and test fixtures. */
-#include "error.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <stdio.h>

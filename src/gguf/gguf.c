@@ -5,7 +5,7 @@
  * Layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv, n_kv × (string key,
  * u32 type, value), n_tensors × (string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset),
  * padding to general.alignment (default 32), then the data section. Strings are u64 length + bytes. */
-#include "error.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * iteration order, an unstable sort) this file picks the deterministic choice that agrees with it
  * on every real vocabulary; where the reference would crash or throw on hostile data, loading
  * fails with an error instead. */
-#include "error.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdio.h>
