@@ -442,6 +442,31 @@ TEST(infer_errors_are_clear) {
     CHECK_STR_CONTAINS(err.message, "unsupported model architecture 'qwen2'");
 }
 
+/* A context whose KV cache cannot be allocated fails with QUILL_E_NOMEM and a message naming its
+ * size; the message used to be written after the context was freed (a use-after-free that ASan
+ * catches here). The float64 cache of 2^24 positions of synth-k (34 GB per cache) is refused by the
+ * kernel on a machine without that much memory; where overcommit grants it, the context works. */
+TEST(infer_context_out_of_memory_is_an_error) {
+    REQUIRE_SHARED(shared);
+    char *model = path_join(shared, "models/synth-k-f32.gguf");
+    quill_model *m;
+    quill_context *c = NULL;
+    quill_error err;
+    CHECK(quill_model_load(model, &m, &err) == QUILL_OK, "%s", err.message);
+    free(model);
+    quill_context_params p = {.n_ctx = 1 << 24, .n_threads = 1, .reference = true};
+    quill_status st = quill_context_new(m, &p, &c, &err);
+    if (st == QUILL_OK) {
+        quill_context_free(c);
+    } else {
+        CHECK_EQ_INT(st, QUILL_E_NOMEM);
+        CHECK(c == NULL);
+        CHECK_STR_CONTAINS(err.message, "out of memory creating a context of 16777216 tokens");
+        CHECK_STR_CONTAINS(err.message, "use a smaller context");
+    }
+    quill_model_free(m);
+}
+
 /* Every kernel set the CPU has (the scalar one always) meets the accuracy bar and is thread- and
  * batch-invariant on its own: the run-time choice must not matter for correctness. */
 TEST(infer_every_instruction_set) {

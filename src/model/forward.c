@@ -426,11 +426,12 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         }
     }
     if (!ok) {
+        /* the message reads the context's settings, so it is written before the context is freed */
+        quill_fail(err, QUILL_E_NOMEM,
+                   "out of memory creating a context of %d tokens (KV cache %.1f MB); use a smaller context (-c)",
+                   n_ctx, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
         quill_context_free(c);
-        return quill_fail(err, QUILL_E_NOMEM,
-                          "out of memory creating a context of %d tokens (KV cache %.1f MB); use a "
-                          "smaller context (-c)",
-                          n_ctx, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
+        return QUILL_E_NOMEM;
     }
     *out = c;
     return QUILL_OK;
