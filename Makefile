@@ -1,5 +1,6 @@
 # quill — build with `make`, test with `make test`.
-# The library core needs only libc, libm and pthreads; the CLI and tests also use cJSON and libedit.
+# The core engine needs only libc, libm and pthreads; the tokenizer's pre-tokenizers use PCRE2, the CLI
+# and tests also use cJSON and libedit.
 
 CC      ?= cc
 BUILD   ?= build
@@ -8,7 +9,7 @@ OPT     ?= -O2
 WERROR  ?= 1
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -D_DEFAULT_SOURCE \
            -D_FILE_OFFSET_BITS=64 -Iinclude -Isrc -pthread -fPIC -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS  := -lm -pthread
+LDLIBS  := -lpcre2-8 -lm -pthread
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 ifeq ($(SAN),1)
@@ -72,8 +73,8 @@ $(BUILD)/amx_probe: bench/amx_probe.c
 # libFuzzer targets (clang): see fuzz/README.md for how to run them.
 FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined -Iinclude -Isrc
-FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/types.c src/text/tokenizer.c \
-            src/model/model.c
+FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/types.c src/model/model.c \
+            $(wildcard src/text/tokenizer*.c src/text/vocab*.c src/text/spm*.c src/text/bpe*.c)
 fuzz:
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_SRC) -o build-fuzz/fuzz_gguf $(LDLIBS)
