@@ -268,8 +268,7 @@ int cmd_chat(int argc, char **argv) {
         sigaction(SIGINT, &sa, &old);
         interrupted = 0;
         quill_detokenizer dt;
-        quill_detokenizer_init(&dt, tok, false);
-        dt.at_start = false;
+        quill_detokenizer_init(&dt, tok, false, false);
         reply_len = 0;
         char piece[512];
         const char *stop = NULL;

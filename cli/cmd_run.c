@@ -253,10 +253,9 @@ int cmd_run(int argc, char **argv) {
 
     /* Generation: sample, stream, feed back. */
     quill_detokenizer dt;
-    quill_detokenizer_init(&dt, tok, false);
     /* The continuation follows the prompt: it is not the start of the text, so its leading
      * space is real and stays. */
-    dt.at_start = false;
+    quill_detokenizer_init(&dt, tok, false, false);
     float *last = all ? logits + (n_prompt - 1) * (size_t)n_vocab : logits; /* the sampler may modify it */
     size_t n_gen = 0;
     bool context_full = false;

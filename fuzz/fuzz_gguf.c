@@ -188,7 +188,7 @@ static void use_tokenizer(const quill_gguf *g, const uint8_t *data, size_t size)
         quill_status st = quill_tokenize(tok, text, len, k & 1, k != 1, &ids, &n_ids, &err);
         if (st == QUILL_OK) {
             quill_detokenizer dt;
-            quill_detokenizer_init(&dt, tok, k == 2);
+            quill_detokenizer_init(&dt, tok, k == 2, true);
             char buf[512];
             for (size_t i = 0; i < n_ids; i++) {
                 REQUIRE(ids[i] >= 0 && ids[i] < n, "token id %d of %d", ids[i], n);

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t n = 0;
         if (quill_tokenize(tok, (const char *)data, size, true, special, &ids, &n, &err) != QUILL_OK) continue;
         quill_detokenizer d;
-        quill_detokenizer_init(&d, tok, special);
+        quill_detokenizer_init(&d, tok, special, true);
         char out[1024];
         for (size_t i = 0; i < n; i++) {
             if (ids[i] < 0 || ids[i] >= quill_tokenizer_n_vocab(tok)) abort();
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* raw ids from the input bytes: decoding must cope with any id sequence */
     quill_detokenizer d;
-    quill_detokenizer_init(&d, tok, false);
+    quill_detokenizer_init(&d, tok, false, true);
     char out[1024];
     for (size_t i = 0; i + 2 <= size; i += 2) {
         int32_t id = (int32_t)((data[i] | data[i + 1] << 8) % 32000);

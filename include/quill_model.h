@@ -47,12 +47,15 @@ int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_speci
 typedef struct quill_detokenizer {
     const quill_tokenizer *tok;
     bool render_special;
-    bool at_start;          /* next piece is the first of the text: strip its leading space */
+    bool at_start;          /* private: next piece is the first of the text */
     unsigned char pending[8];
     int n_pending;
 } quill_detokenizer;
 
-void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special);
+/* `text_start`: the first token pushed begins the text, so the space the tokenizer put in front
+ * of the first word is removed. A continuation of a prompt is not the start of the text: its
+ * leading space is real and stays (pass false). */
+void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special, bool text_start);
 /* Feeds one token; writes the bytes now complete to `out` (cap >= 256 is always enough) and
  * returns their count. Each byte of an invalid UTF-8 sequence comes out as U+FFFD, as the
  * reference renders text. */

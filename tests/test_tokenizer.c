@@ -310,7 +310,7 @@ TEST(tokenizer_reference_strings_round_trip) {
         size_t n_ids = 0;
         if (quill_tokenize(t, texts[i], lens[i], false, false, &ids, &n_ids, NULL) != QUILL_OK) { bad++; continue; }
         quill_detokenizer d;
-        quill_detokenizer_init(&d, t, false);
+        quill_detokenizer_init(&d, t, false, true);
         char *buf = malloc(lens[i] + 512);
         size_t len = 0;
         for (size_t k = 0; k < n_ids; k++) len += quill_detokenizer_push(&d, ids[k], buf + len, 256);
@@ -430,8 +430,7 @@ TEST(tokenizer_golden_greedy_text) {
             char *out = malloc((size_t)n * 256 + 256);
             size_t len = 0;
             quill_detokenizer d;
-            quill_detokenizer_init(&d, t, false);
-            d.at_start = false;
+            quill_detokenizer_init(&d, t, false, false);
             for (int i = 0; i < n; i++)
                 len += quill_detokenizer_push(&d, (int32_t)cJSON_GetArrayItem(toks, i)->valuedouble, out + len, 256);
             len += quill_detokenizer_flush(&d, out + len, 256);
@@ -649,7 +648,7 @@ TEST(tokenizer_token_to_bytes) {
 
 static size_t detok_all(const quill_tokenizer *t, const int32_t *ids, size_t n, bool render, char *out) {
     quill_detokenizer d;
-    quill_detokenizer_init(&d, t, render);
+    quill_detokenizer_init(&d, t, render, true);
     size_t len = 0;
     for (size_t i = 0; i < n; i++) len += quill_detokenizer_push(&d, ids[i], out + len, 256);
     len += quill_detokenizer_flush(&d, out + len, 256);
@@ -666,7 +665,7 @@ TEST(tokenizer_detokenizer_utf8) {
     quill_detokenizer d;
     char out[1024];
     /* "€" = E2 82 AC split over three byte tokens: held back until complete. */
-    quill_detokenizer_init(&d, t, false);
+    quill_detokenizer_init(&d, t, false, true);
     CHECK_EQ_INT(quill_detokenizer_push(&d, 15043, out, 256), 5);   /* "Hello": leading space removed */
     CHECK(memcmp(out, "Hello", 5) == 0);
     CHECK_EQ_INT(quill_detokenizer_push(&d, BYTE_ID(0xE2), out, 256), 0);
@@ -711,7 +710,7 @@ TEST(tokenizer_detokenizer_utf8) {
     detok_all(t, around, 3, false, out);
     CHECK(strcmp(out, "\xc3\xa9") == 0);
     /* Incomplete at the end: flush gives U+FFFD. */
-    quill_detokenizer_init(&d, t, false);
+    quill_detokenizer_init(&d, t, false, true);
     CHECK_EQ_INT(quill_detokenizer_push(&d, BYTE_ID(0xF0), out, 256), 0);
     CHECK_EQ_INT(quill_detokenizer_push(&d, BYTE_ID(0x9F), out, 256), 0);
     CHECK_EQ_INT(quill_detokenizer_flush(&d, out, 256), 6);
@@ -746,12 +745,11 @@ TEST(tokenizer_detokenizer_space_prefix) {
     CHECK(strcmp(out, "\n") == 0);
     /* A caller streaming a continuation turns the strip off. */
     quill_detokenizer d;
-    quill_detokenizer_init(&d, t, false);
-    d.at_start = false;
+    quill_detokenizer_init(&d, t, false, false);
     CHECK_EQ_INT(quill_detokenizer_push(&d, 15043, out, 256), 6);
     CHECK(memcmp(out, " Hello", 6) == 0);
     /* Too small a buffer loses output but never overflows. */
-    quill_detokenizer_init(&d, t, false);
+    quill_detokenizer_init(&d, t, false, true);
     memset(out, '#', sizeof out);
     CHECK_EQ_INT(quill_detokenizer_push(&d, 15043, out, 3), 3);
     CHECK(memcmp(out, "Hel#", 4) == 0);
@@ -1168,7 +1166,7 @@ TEST(tokenizer_random_vocabularies) {
             CHECK(s == QUILL_OK || s == QUILL_E_FORMAT, "round %d: status %d", round, s);
             for (size_t i = 0; i < n_ids; i++) CHECK(ids[i] >= 0 && ids[i] < n);
             quill_detokenizer d;
-            quill_detokenizer_init(&d, m.t, RND() & 1);
+            quill_detokenizer_init(&d, m.t, RND() & 1, true);
             char out[512];
             for (size_t i = 0; i < n_ids; i++) {
                 size_t got = quill_detokenizer_push(&d, ids[i], out, sizeof out);

@@ -933,11 +933,11 @@ int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_speci
     return (int)n;
 }
 
-void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special) {
+void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special, bool text_start) {
     memset(d, 0, sizeof *d);
     d->tok = t;
     d->render_special = render_special;
-    d->at_start = t && t->add_space_prefix;
+    d->at_start = text_start && t && t->add_space_prefix;
 }
 
 typedef struct {
