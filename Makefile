@@ -38,7 +38,7 @@ $(BUILD)/src/kernels/kernels_amx.o:        CFLAGS += -mavx512f -mavx512bw -mavx5
                                              -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 -mfma -mf16c
 endif
 
-.PHONY: all test test-san fuzz clean run bench-probe
+.PHONY: all test test-san fuzz clean run bench-probe deps
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
 $(BUILD)/%.o: %.c
@@ -60,6 +60,10 @@ $(BUILD)/quill_test: $(TEST_OBJ) $(BUILD)/libquill.a
 # The whole suite: the normal build, then the same tests under ASan + UBSan.
 test: all
 	@./tests/run_all.sh
+
+# The Debian packages of the build, tests and CI (the list: scripts/debian-packages.txt).
+deps:
+	./scripts/install-deps.sh
 
 run: all
 	./$(BUILD)/quill run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 64 --temp 0
