@@ -160,7 +160,9 @@ typedef struct quill_sampler_params {
     float top_p;            /* 1 = off */
     float min_p;            /* 0 = off */
     float repeat_penalty;   /* 1 = off */
-    int repeat_last_n;      /* window of recent tokens the penalty looks at */
+    float presence_penalty; /* subtracted once from every token in the window; 0 = off */
+    float frequency_penalty;/* subtracted per occurrence in the window; 0 = off */
+    int repeat_last_n;      /* window of recent tokens the penalties look at */
     uint64_t seed;
 } quill_sampler_params;
 

@@ -554,6 +554,36 @@ TEST(sampler_repeat_penalty) {
     CHECK(within_binomial(counts[0], D, 0.5), "token 0 drawn %d of %d", counts[0], D);
 }
 
+/* OpenAI's penalties: frequency per occurrence in the window, presence once, after the
+ * repetition penalty (as llama.cpp's penalties sampler). */
+TEST(sampler_presence_frequency_penalty) {
+    quill_sampler_params p = quill_sampler_defaults();
+    p.temperature = 0.0f;
+    p.repeat_last_n = 3;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    quill_sampler *s = NULL;
+    CHECK_EQ_INT(quill_sampler_new(&p, 4, &s, NULL), QUILL_OK);
+    quill_sampler_accept(s, 0);
+    quill_sampler_accept(s, 0);
+    quill_sampler_accept(s, 1);
+    float a[4] = {3.0f, 2.0f, 1.0f, 0.0f};
+    quill_sampler_sample(s, a);
+    CHECK(a[0] == 3.0f - (2 * 0.5f + 0.25f), "token 0: %g", (double)a[0]);
+    CHECK(a[1] == 2.0f - (1 * 0.5f + 0.25f), "token 1: %g", (double)a[1]);
+    CHECK(a[2] == 1.0f && a[3] == 0.0f, "tokens outside the window are untouched: %g %g", (double)a[2],
+          (double)a[3]);
+    /* a negative penalty encourages repetition; the window forgets: 0 leaves it after three more */
+    quill_sampler_accept(s, 2);
+    quill_sampler_accept(s, 2);
+    quill_sampler_accept(s, 2);
+    float b[4] = {3.0f, 2.0f, 2.9f, 0.0f};
+    CHECK_EQ_INT(quill_sampler_sample(s, b), 0);   /* 2.9 - 1.75 */
+    quill_sampler_free(s);
+    p.presence_penalty = INFINITY;
+    CHECK(quill_sampler_new(&p, 4, &s, NULL) == QUILL_E_ARG);
+}
+
 TEST(sampler_infinite_logits) {
     quill_sampler_params p = plain_params(1.0f);
     quill_sampler *s = NULL;

@@ -1,9 +1,10 @@
 /* Token sampler: the llama.cpp "common sampler" chain, deterministic and allocation-free per call.
  *
  * Chain, in order (each stage is skipped when its parameter has the "off" value):
- *   1. repetition penalty over the last `repeat_last_n` accepted tokens: every distinct token in the
- *      window is penalised once, a positive logit divided by `repeat_penalty`, a zero or negative
- *      one multiplied by it (as llama.cpp does);
+ *   1. penalties over the last `repeat_last_n` accepted tokens: every distinct token in the window
+ *      is penalised once by `repeat_penalty`, a positive logit divided by it, a zero or negative
+ *      one multiplied by it, then lowered by `frequency_penalty` times its count in the window plus
+ *      `presence_penalty` (OpenAI's penalties, in the order and window llama.cpp applies them);
  *   2. top-k: the k best tokens;
  *   3. top-p: the shortest prefix of the candidates, sorted by descending logit, whose softmax
  *      probability (over the candidates top-k left) reaches `top_p`; at least one token is kept;
@@ -64,7 +65,7 @@ struct quill_sampler {
     /* repetition window: a ring of the last repeat_last_n accepted tokens */
     int32_t *recent;
     int n_recent, recent_head;
-    unsigned char *seen;   /* n_vocab flags, all zero between calls */
+    int32_t *count;        /* n_vocab counts of tokens in the window, all zero between calls */
     cand *cand;            /* n_vocab + 1: heap / candidate list (+1: a slot for discarded writes) */
     float *weight;         /* n_vocab: softmax weights of the final draw */
     uint16_t *bucket;      /* n_vocab: each token's bucket */
@@ -194,6 +195,11 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
         return quill_fail(err, QUILL_E_ARG,
                           "sampler: repeat_penalty must be finite and > 0 (got %g; 1 disables it)",
                           (double)p.repeat_penalty);
+    if (!isfinite(p.presence_penalty) || !isfinite(p.frequency_penalty))
+        return quill_fail(err, QUILL_E_ARG,
+                          "sampler: presence_penalty and frequency_penalty must be finite (got %g, %g; 0 "
+                          "disables them)",
+                          (double)p.presence_penalty, (double)p.frequency_penalty);
     if (p.repeat_last_n < 0)
         return quill_fail(err, QUILL_E_ARG,
                           "sampler: repeat_last_n must be >= 0 (got %d; 0 disables the penalty)",
@@ -204,15 +210,16 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
     s->p = p;
     s->n_vocab = n_vocab;
     size_t n = (size_t)n_vocab;
-    bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+    bool penalty = (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) &&
+                   p.repeat_last_n > 0;
     s->cand = malloc((n + 1) * sizeof *s->cand);
     s->weight = malloc(n * sizeof *s->weight);
     s->bucket = malloc(n * sizeof *s->bucket);
     bool ok = s->cand && s->weight && s->bucket;
     if (penalty) {
         s->recent = malloc((size_t)p.repeat_last_n * sizeof *s->recent);
-        s->seen = calloc(n, 1);
-        ok = ok && s->recent && s->seen;
+        s->count = calloc(n, sizeof *s->count);
+        ok = ok && s->recent && s->count;
     }
     if (!ok) {
         quill_sampler_free(s);
@@ -229,7 +236,7 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
 void quill_sampler_free(quill_sampler *s) {
     if (!s) return;
     free(s->recent);
-    free(s->seen);
+    free(s->count);
     free(s->cand);
     free(s->weight);
     free(s->bucket);
@@ -246,16 +253,17 @@ void quill_sampler_accept(quill_sampler *s, int32_t token) {
 
 /* ---------------------------------------------------------------- sampling */
 
-static void apply_repeat_penalty(quill_sampler *s, float *logits) {
-    const float pen = s->p.repeat_penalty;
+static void apply_penalties(quill_sampler *s, float *logits) {
+    const float pen = s->p.repeat_penalty, freq = s->p.frequency_penalty, presence = s->p.presence_penalty;
+    for (int i = 0; i < s->n_recent; i++) s->count[s->recent[i]]++;
     for (int i = 0; i < s->n_recent; i++) {
         int32_t t = s->recent[i];
-        if (s->seen[t]) continue;
-        s->seen[t] = 1;
+        if (!s->count[t]) continue;   /* already penalised */
         float l = logits[t];
-        logits[t] = l > 0.0f ? l / pen : l * pen;
+        if (pen != 1.0f) l = l > 0.0f ? l / pen : l * pen;
+        logits[t] = l - ((float)s->count[t] * freq + presence);
+        s->count[t] = 0;
     }
-    for (int i = 0; i < s->n_recent; i++) s->seen[s->recent[i]] = 0;
 }
 
 /* Keeps the k best of all tokens in s->cand[0..k), sorted best first when `sorted` (otherwise in
@@ -422,7 +430,7 @@ int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
     if (!s || !logits) return -1;
     const size_t n = (size_t)s->n_vocab;
 
-    if (s->n_recent > 0 && s->p.repeat_penalty != 1.0f) apply_repeat_penalty(s, logits);
+    if (s->n_recent > 0) apply_penalties(s, logits);
 
     /* NaN -> -inf, the maximum and minimum (eight independent lanes, which compilers turn into
      * vector max/min), then the argmax as the first position of the maximum. */
