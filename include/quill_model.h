@@ -65,8 +65,10 @@ size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap);
 
 /* ---------------------------------------------------------------- model */
 
-/* Llama hyperparameters, from llama.* metadata with the reference's defaults where absent. */
+/* Hyperparameters, from the architecture's <arch>.* metadata with the reference's defaults where
+ * absent. */
 typedef struct quill_hparams {
+    const char *arch;       /* general.architecture: "llama", "qwen2", ... (static storage) */
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int64_t n_rot;          /* rope.dimension_count: how many dims of each head are rotated */
     double rope_base;       /* rope.freq_base */
@@ -76,7 +78,7 @@ typedef struct quill_hparams {
     bool tied_output;       /* no output.weight: the logits reuse token_embd.weight */
 } quill_hparams;
 
-/* Reads and checks the hyperparameters of a Llama GGUF (refuses other architectures). */
+/* Reads and checks the hyperparameters of a model GGUF (refuses architectures quill does not run). */
 quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, quill_error *err);
 
 typedef struct quill_model quill_model;

@@ -87,4 +87,27 @@ static inline quill_gguf_writer *gguf_copy_writer(const quill_gguf *g, const cha
     return w;
 }
 
+/* Writes a copy of the model at `src` to `dst` whose tensor `name` has its rows in reverse order:
+ * a fault of any tensor type (whole rows move) that a forward pass cannot miss. */
+static inline bool gguf_copy_reversing_rows(const char *src, const char *name, const char *dst) {
+    quill_gguf *g = NULL;
+    quill_error err;
+    if (quill_gguf_open(src, &g, &err) != QUILL_OK) return false;
+    const quill_gguf_tensor *t = quill_gguf_find_tensor(g, name);
+    quill_gguf_writer *w = t ? gguf_copy_writer(g, name) : NULL;
+    uint8_t *rows = NULL;
+    bool ok = w != NULL;
+    if (ok) {
+        const size_t row = quill_row_size(t->type, t->ne[0]), n = (size_t)(t->n_elements / t->ne[0]);
+        ok = (rows = malloc(row * n)) != NULL;
+        for (size_t r = 0; ok && r < n; r++) memcpy(rows + r * row, t->data + (n - 1 - r) * row, row);
+        ok = ok && quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, rows) == QUILL_OK &&
+             quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    }
+    free(rows);
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    return ok;
+}
+
 #endif

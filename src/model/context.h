@@ -10,6 +10,12 @@
  * results are the same as for one big batch (every token's arithmetic is independent of it). */
 #define QUILL_UBATCH 64
 
+/* The key cache of one KV head is blocks of KEY_BLOCK positions, each dimension-major: key
+ * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK (see forward.c). */
+#define KEY_BLOCK 64
+/* Tokens of one attention work item (see forward.c). */
+#define ATT_TOKENS 4
+
 struct quill_context {
     quill_model *model;
     const quill_hparams *hp;
@@ -20,11 +26,14 @@ struct quill_context {
     quill_trace_fn trace;
     void *trace_user;
 
-    /* fast path: f32 KV cache, keys [n_layer][kv head][head dim][n_ctx] (dimension-major for the
-     * score kernel), values [n_layer][n_ctx][kv_dim]; RoPE table [n_ctx][n_rot/2] */
+    const float *rope_factors;      /* the RoPE frequency divisors this context uses, or NULL */
+
+    /* fast path: f32 KV cache, keys [n_layer][kv head][block of KEY_BLOCK positions][head dim]
+     * [KEY_BLOCK], values [n_layer][kv head][n_ctx][head dim]; RoPE cos and sin [table][n_ctx]
+     * [n_rot/2] */
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
-    float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up, *logits;
+    float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;
     void *matmul_scratch;           /* for kern->matmul (NULL when the kernels have none) */
@@ -33,10 +42,18 @@ struct quill_context {
     double *ref_k, *ref_v;
 };
 
+/* Floats between two heads' scores: the context rounded up to a multiple of 16 (64 bytes). */
+static inline int64_t quill_score_stride(int n_ctx) { return ((int64_t)n_ctx + 15) / 16 * 16; }
+static inline int64_t quill_key_positions(int n_ctx) {
+    return ((int64_t)n_ctx + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
+}
+
+/* The RoPE angle of dimension pair i at position pos in table `table` (0: every layer's; 1: the
+ * sliding-window layers' of architectures that rotate those with another base), in double. */
+double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i);
+
 /* The float64 reference forward pass (reference.c). */
 quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n, float *logits,
                                   bool all_logits, quill_error *err);
-/* The fast forward pass hooks used by tests to inject faults (test builds only). */
-extern int quill_test_flip_rope_sign;
 
 #endif

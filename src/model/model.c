@@ -1,8 +1,10 @@
-/* Llama model: hyperparameters from metadata and every weight checked against them at load, so
- * the forward pass can index without checks. */
+/* Model loading: the architecture's descriptor (arch.c) says which tensors to expect, the
+ * hyperparameters come from its metadata, and every weight is checked against them at load, so the
+ * forward passes can index without checks. */
 #include "base/error.h"
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +43,20 @@ static quill_status get_real(const quill_gguf *g, const char *key, double fallba
     return QUILL_OK;
 }
 
+/* "<arch>.<suffix>": every architecture keeps its hyperparameters under its own name. */
+static const char *akey(const quill_hparams *hp, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.%s", hp->arch, suffix);
+    return buf;
+}
+
 /* RoPE scaling. Linear scaling (rope.scaling.type "linear", or the older rope.scale_linear key)
  * divides every position by the factor; without it a model tuned that way would run and print
  * fluent nonsense, so any other scaling type is refused rather than ignored. */
 static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
+    char key[96];
     const char *type = NULL;
     size_t type_len = 0;
-    quill_status s = quill_gguf_get_str(g, "llama.rope.scaling.type", &type, &type_len, err);
+    quill_status s = quill_gguf_get_str(g, akey(hp, "rope.scaling.type", key, sizeof key), &type, &type_len, err);
     if (s == QUILL_E_NOT_FOUND) type = NULL;
     else if (s) return s;
     double factor = 1;
@@ -55,14 +64,14 @@ static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_e
         /* no scaling, whatever factor the file names besides */
     } else if (type && !(type_len == 6 && !memcmp(type, "linear", 6))) {
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: unsupported RoPE scaling '%.*s' (llama.rope.scaling.type): quill implements "
-                          "linear scaling only",
-                          quill_gguf_path(g), (int)(type_len > 64 ? 64 : type_len), type);
+                          "%s: unsupported RoPE scaling '%.*s' (%s): quill implements linear scaling only",
+                          quill_gguf_path(g), (int)(type_len > 64 ? 64 : type_len), type, key);
     } else {
         /* linear, also the reference's reading of a file that names no type: the factor, else the
          * older key's, else 1 */
-        if ((s = get_real(g, "llama.rope.scaling.factor", 0, &factor, err))) return s;
-        if (factor == 0 && (s = get_real(g, "llama.rope.scale_linear", 1, &factor, err))) return s;
+        if ((s = get_real(g, akey(hp, "rope.scaling.factor", key, sizeof key), 0, &factor, err))) return s;
+        if (factor == 0 && (s = get_real(g, akey(hp, "rope.scale_linear", key, sizeof key), 1, &factor, err)))
+            return s;
     }
     hp->rope_freq_scale = 1.0 / factor;
     return QUILL_OK;
@@ -77,53 +86,62 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         return quill_fail(err, QUILL_E_FORMAT, "%s: general.architecture is missing; not a model file",
                           quill_gguf_path(g));
     if (s) return s;
-    if (arch_len != 5 || memcmp(arch, "llama", 5) != 0)
+    const quill_arch *a = quill_arch_find(arch, arch_len);
+    if (!a)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: unsupported model architecture '%.*s': quill runs Llama-family models "
-                          "(general.architecture = llama: Llama 2, TinyLlama, Mistral)",
-                          quill_gguf_path(g), (int)(arch_len > 64 ? 64 : arch_len), arch);
-    if ((s = get_dim(g, "llama.embedding_length", -1, &hp->n_embd, err)) ||
-        (s = get_dim(g, "llama.block_count", -1, &hp->n_layer, err)) ||
-        (s = get_dim(g, "llama.attention.head_count", -1, &hp->n_head, err)) ||
-        (s = get_dim(g, "llama.attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)) ||
-        (s = get_dim(g, "llama.feed_forward_length", -1, &hp->n_ff, err)) ||
-        (s = get_dim(g, "llama.context_length", 2048, &hp->n_ctx_train, err)))
+                          "%s: unsupported model architecture '%.*s': quill runs %s",
+                          quill_gguf_path(g), (int)(arch_len > 64 ? 64 : arch_len), arch, quill_arch_list());
+    hp->arch = a->name;
+    char key[96];
+#define KEY(suffix) akey(hp, suffix, key, sizeof key)
+    if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
+        (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
+        (s = get_dim(g, KEY("attention.head_count"), -1, &hp->n_head, err)) ||
+        (s = get_dim(g, KEY("attention.head_count_kv"), hp->n_head, &hp->n_head_kv, err)) ||
+        (s = get_dim(g, KEY("feed_forward_length"), -1, &hp->n_ff, err)) ||
+        (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
         return s;
     int64_t experts = 0;
-    if (quill_gguf_get_i64(g, "llama.expert_count", &experts, NULL) == QUILL_OK && experts > 1)
+    if (quill_gguf_get_i64(g, KEY("expert_count"), &experts, NULL) == QUILL_OK && experts > 1)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: a mixture-of-experts model (llama.expert_count = %lld, e.g. Mixtral); quill runs "
-                          "dense Llama models only",
-                          quill_gguf_path(g), (long long)experts);
+                          "%s: a mixture-of-experts model (%s = %lld, e.g. Mixtral); quill runs dense models only",
+                          quill_gguf_path(g), key, (long long)experts);
     if (hp->n_layer > MAX_LAYERS)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: llama.block_count = %lld is out of range",
-                          quill_gguf_path(g), (long long)hp->n_layer);
-    if (hp->n_embd % hp->n_head != 0)
-        return quill_fail(err, QUILL_E_FORMAT,
-                          "%s: embedding length %lld is not a multiple of the head count %lld",
-                          quill_gguf_path(g), (long long)hp->n_embd, (long long)hp->n_head);
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
+                          hp->arch, (long long)hp->n_layer);
     if (hp->n_head % hp->n_head_kv != 0)
         return quill_fail(err, QUILL_E_FORMAT, "%s: head count %lld is not a multiple of the KV head count %lld",
                           quill_gguf_path(g), (long long)hp->n_head, (long long)hp->n_head_kv);
-    if ((s = get_dim(g, "llama.attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim, err))) return s;
-    if ((s = get_dim(g, "llama.rope.dimension_count", hp->head_dim, &hp->n_rot, err))) return s;
+    /* the head size defaults to n_embd / n_head; a file may name another (Mistral Nemo, Gemma) */
+    if (hp->n_embd % hp->n_head != 0 && !quill_gguf_find(g, KEY("attention.key_length")))
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: embedding length %lld is not a multiple of the head count %lld and %s is missing",
+                          quill_gguf_path(g), (long long)hp->n_embd, (long long)hp->n_head, key);
+    if ((s = get_dim(g, KEY("attention.key_length"), hp->n_embd / hp->n_head, &hp->head_dim, err))) return s;
+    int64_t value_dim;
+    if ((s = get_dim(g, KEY("attention.value_length"), hp->head_dim, &value_dim, err))) return s;
+    if (value_dim != hp->head_dim)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: keys of %lld and values of %lld dims per head: quill needs them equal",
+                          quill_gguf_path(g), (long long)hp->head_dim, (long long)value_dim);
+    if ((s = get_dim(g, KEY("rope.dimension_count"), hp->head_dim, &hp->n_rot, err))) return s;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return quill_fail(err, QUILL_E_FORMAT,
-                          "%s: llama.rope.dimension_count = %lld must be even and at most the head "
-                          "dimension %lld",
-                          quill_gguf_path(g), (long long)hp->n_rot, (long long)hp->head_dim);
-    if ((s = get_real(g, "llama.rope.freq_base", 10000.0, &hp->rope_base, err)) ||
-        (s = get_real(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &hp->rms_eps, err)) ||
+                          "%s: %s.rope.dimension_count = %lld must be even and at most the head dimension %lld",
+                          quill_gguf_path(g), hp->arch, (long long)hp->n_rot, (long long)hp->head_dim);
+    if ((s = get_real(g, KEY("rope.freq_base"), 10000.0, &hp->rope_base, err)) ||
+        (s = get_real(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &hp->rms_eps, err)) ||
         (s = rope_scaling(g, hp, err)))
         return s;
 
-    /* The vocabulary size is the token list's length; llama.vocab_size and the embedding's
+    /* The vocabulary size is the token list's length; <arch>.vocab_size and the embedding's
      * shape must agree with it when present. */
     const quill_gguf_value *tokens = quill_gguf_find(g, "tokenizer.ggml.tokens");
     const quill_gguf_tensor *embd = quill_gguf_find_tensor(g, "token_embd.weight");
     if (tokens && tokens->type == QUILL_GGUF_ARRAY) hp->n_vocab = (int64_t)tokens->count;
     else if (embd) hp->n_vocab = embd->ne[1];
-    else if ((s = get_dim(g, "llama.vocab_size", -1, &hp->n_vocab, err))) return s;
+    else if ((s = get_dim(g, KEY("vocab_size"), -1, &hp->n_vocab, err))) return s;
+#undef KEY
     hp->tied_output = quill_gguf_find_tensor(g, "output.weight") == NULL;
     return QUILL_OK;
 }
@@ -163,6 +181,75 @@ static quill_status load_vector(quill_model *m, const char *name, int64_t n, flo
     return quill_dequantize(w.type, w.data, *out, n, err);
 }
 
+/* A vector the architecture may have: NULL when the file has none. */
+static quill_status load_optional(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
+    *out = NULL;
+    return quill_gguf_find_tensor(m->gguf, name) ? load_vector(m, name, n, out, err) : QUILL_OK;
+}
+
+/* rows [first, first + rows) of a bound matrix */
+static quill_weight row_view(const quill_weight *w, int64_t first, int64_t rows) {
+    quill_weight v = *w;
+    v.rows = rows;
+    v.data = w->data + (size_t)first * w->row_bytes;
+    return v;
+}
+
+static bool key_real(const quill_gguf *g, const char *arch, const char *suffix, double *out) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return quill_gguf_get_f64(g, key, out, NULL) == QUILL_OK;
+}
+
+/* What the architecture's descriptor adds to the hyperparameters, with the reference's defaults. */
+static quill_status arch_params(quill_model *m, quill_error *err) {
+    const quill_arch *a = m->arch;
+    const quill_hparams *hp = &m->hp;
+    quill_arch_params *ap = &m->ap;
+    const char *path = quill_gguf_path(m->gguf);
+    ap->attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    ap->n_rope_tables = 1;
+    double orig = (double)hp->n_ctx_train;
+    key_real(m->gguf, a->name, "rope.scaling.original_context_length", &orig);
+    ap->n_ctx_orig = orig >= 1 && orig < 1e9 ? (int64_t)orig : hp->n_ctx_train;
+    if (a->gemma_query_scale) {
+        /* the reference computes it in float; the 27B shapes (46 or 62 layers) use n_embd / n_head */
+        const bool big = hp->n_layer == (strcmp(a->name, "gemma2") ? 62 : 46);
+        ap->attn_scale = 1.0f / sqrtf((float)(big ? hp->n_embd / hp->n_head : hp->head_dim));
+    }
+    if (a->embd_scale) ap->embd_scale = sqrtf((float)hp->n_embd);
+    if (a->softcap) {
+        double v = 50;
+        key_real(m->gguf, a->name, "attn_logit_softcapping", &v);
+        ap->attn_softcap = (float)v;
+        v = 30;
+        key_real(m->gguf, a->name, "final_logit_softcapping", &v);
+        ap->final_softcap = (float)v;
+        if (!(ap->attn_softcap > 0) || !(ap->final_softcap > 0))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: the soft-capping values must be positive", path);
+    }
+    double window = a->swa_default;
+    if (a->swa_pattern) {
+        if (!key_real(m->gguf, a->name, "attention.sliding_window", &window) && !(window > 0))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window is missing", path, a->name);
+        if (!(window >= 1) || window > 1e9)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window = %g is out of range", path,
+                              a->name, window);
+    }
+    if (a->swa_local_rope) {
+        ap->n_rope_tables = 2;
+        ap->rope_base_local = 10000.0;
+        ap->rope_scale_local = 1.0;
+    }
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        quill_layer *L = &m->layers[l];
+        const bool sliding = a->swa_pattern && l % a->swa_pattern < a->swa_pattern - 1;
+        L->window = sliding ? (int64_t)window : 0;
+        L->rope_table = sliding && a->swa_local_rope ? 1 : 0;
+    }
+    return QUILL_OK;
+}
+
 quill_status quill_model_load(const char *path, quill_model **out, quill_error *err) {
     *out = NULL;
     quill_model *m = calloc(1, sizeof *m);
@@ -172,6 +259,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if (!s) s = quill_tokenizer_load(m->gguf, &m->tokenizer, err);
     if (s) goto fail;
     const quill_hparams *hp = &m->hp;
+    const quill_arch *a = m->arch = quill_arch_find(hp->arch, strlen(hp->arch));
     if (quill_tokenizer_n_vocab(m->tokenizer) != hp->n_vocab) {
         s = quill_fail(err, QUILL_E_FORMAT, "%s: the tokenizer has %d tokens but the model %lld", path,
                        quill_tokenizer_n_vocab(m->tokenizer), (long long)hp->n_vocab);
@@ -182,6 +270,12 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if (hp->tied_output) m->output = m->token_embd;
     else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
     if ((s = load_vector(m, "output_norm.weight", hp->n_embd, &m->output_norm, err))) goto fail;
+    if (a->rope_freqs && (s = load_optional(m, "rope_freqs.weight", hp->n_rot / 2, &m->ap.rope_factors, err)))
+        goto fail;
+    if (a->rope_long_short &&
+        ((s = load_optional(m, "rope_factors_short.weight", hp->n_rot / 2, &m->ap.rope_factors, err)) ||
+         (s = load_optional(m, "rope_factors_long.weight", hp->n_rot / 2, &m->ap.rope_factors_long, err))))
+        goto fail;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
@@ -190,22 +284,55 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     for (int64_t l = 0; l < hp->n_layer; l++) {
         quill_layer *L = &m->layers[l];
         char name[96];
-#define BIND(field, suffix, cols, rows)                                                   \
-    snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l);                        \
-    if ((s = bind_weight(m, name, cols, rows, &L->field, err))) goto fail;
-        BIND(wq, "attn_q.weight", hp->n_embd, q_dim)
-        BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
-        BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+#define BIND(field, suffix, cols, rows) \
+    if ((s = bind_weight(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
+#define VECTOR(field, suffix, n) \
+    if ((s = load_vector(m, NAME(suffix), n, &L->field, err))) goto fail;
+        if (a->fused_qkv && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
+            quill_weight qkv;
+            BIND(wq, "attn_qkv.weight", hp->n_embd, q_dim + 2 * kv_dim)
+            qkv = L->wq;
+            L->wq = row_view(&qkv, 0, q_dim);
+            L->wk = row_view(&qkv, q_dim, kv_dim);
+            L->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+        } else {
+            BIND(wq, "attn_q.weight", hp->n_embd, q_dim)
+            BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
+            BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
+        }
         BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
-        BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
-        BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
+        if (a->fused_gate_up) {
+            quill_weight gate_up;
+            BIND(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
+            gate_up = L->w_up;
+            L->w_gate = row_view(&gate_up, 0, hp->n_ff);
+            L->w_up = row_view(&gate_up, hp->n_ff, hp->n_ff);
+        } else {
+            BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
+            BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
+        }
         BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
+        VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
+        VECTOR(ffn_norm, "ffn_norm.weight", hp->n_embd)
+        if (a->post_norms) {
+            VECTOR(attn_post_norm, "post_attention_norm.weight", hp->n_embd)
+            VECTOR(ffn_post_norm, "post_ffw_norm.weight", hp->n_embd)
+        }
+        if (a->qk_norm) {
+            VECTOR(q_norm, "attn_q_norm.weight", hp->head_dim)
+            VECTOR(k_norm, "attn_k_norm.weight", hp->head_dim)
+        }
+        if (a->qkv_bias) {
+            VECTOR(bq, "attn_q.bias", q_dim)
+            VECTOR(bk, "attn_k.bias", kv_dim)
+            VECTOR(bv, "attn_v.bias", kv_dim)
+        }
+#undef VECTOR
 #undef BIND
-        snprintf(name, sizeof name, "blk.%lld.attn_norm.weight", (long long)l);
-        if ((s = load_vector(m, name, hp->n_embd, &L->attn_norm, err))) goto fail;
-        snprintf(name, sizeof name, "blk.%lld.ffn_norm.weight", (long long)l);
-        if ((s = load_vector(m, name, hp->n_embd, &L->ffn_norm, err))) goto fail;
+#undef NAME
     }
+    if ((s = arch_params(m, err))) goto fail;
     *out = m;
     return QUILL_OK;
 fail:
@@ -217,11 +344,15 @@ void quill_model_free(quill_model *m) {
     if (!m) return;
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
-            free(m->layers[l].attn_norm);
-            free(m->layers[l].ffn_norm);
+            quill_layer *L = &m->layers[l];
+            float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm,
+                              L->q_norm, L->k_norm, L->bq, L->bk, L->bv};
+            for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
         }
     free(m->layers);
     free(m->output_norm);
+    free(m->ap.rope_factors);
+    free(m->ap.rope_factors_long);
     quill_tokenizer_free(m->tokenizer);
     quill_gguf_close(m->gguf);
     free(m);

@@ -4,7 +4,9 @@
 
 #include "quill.h"
 
-/* A weight matrix as stored: `rows` rows of `cols` elements of `type`, row-major, in the mapping. */
+/* A weight matrix as stored: `rows` rows of `cols` elements of `type`, row-major, in the mapping.
+ * A fused tensor (phi3's attn_qkv, its gate+up ffn_up) is bound as several of these, each a view
+ * of consecutive rows. */
 typedef struct {
     const char *name;
     uint32_t type;
@@ -13,15 +15,69 @@ typedef struct {
     const uint8_t *data;
 } quill_weight;
 
+/* RoPE rotates pairs of a head's first n_rot dims: adjacent ones (x[2i], x[2i+1]) in the original
+ * Llama layout, or the two halves (x[i], x[i + n_rot/2]) in the GPT-NeoX layout. */
+typedef enum { QUILL_ROPE_ADJACENT, QUILL_ROPE_NEOX } quill_rope_style;
+
+/* The feed-forward's gate: silu(gate)·up (SwiGLU) or gelu_tanh(gate)·up (GeGLU). */
+typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH } quill_activation;
+
+/* One architecture: general.architecture's value (also the prefix of its hyperparameter keys) and
+ * the ways its layer differs from Llama's. arch.c holds the table; the forward passes read these
+ * per layer, never per element. */
+typedef struct quill_arch {
+    const char *name;
+    quill_rope_style rope;
+    quill_activation act;
+    bool qkv_bias;        /* attn_{q,k,v}.bias added after the projections */
+    bool qk_norm;         /* attn_{q,k}_norm.weight [head_dim]: RMS norm per head before RoPE */
+    bool post_norms;      /* attn_post_norm and post_ffw_norm: RMS norm of each branch before the residual */
+    bool fused_qkv;       /* attn_qkv.weight (q, k, v rows) may replace attn_q/k/v */
+    bool fused_gate_up;   /* ffn_up.weight holds the gate's rows, then the up rows; no ffn_gate */
+    bool embd_scale;      /* embeddings multiplied by sqrt(n_embd) */
+    bool softcap;         /* attention and final logit soft-capping: cap · tanh(x / cap) */
+    bool gemma_query_scale; /* queries scaled by 1/sqrt(n_embd/n_head) for the 27B shapes */
+    bool rope_freqs;      /* rope_freqs.weight [n_rot/2] may divide the frequencies (Llama 3) */
+    bool rope_long_short; /* rope_factors_{long,short}.weight (Phi-3 LongRoPE) */
+    int swa_pattern;      /* n > 0: layer il uses the sliding window when il % n < n - 1 */
+    bool swa_local_rope;  /* the sliding-window layers rotate with base 10000, unscaled */
+    double swa_default;   /* window when the file names none (0: required) */
+} quill_arch;
+
+/* The descriptor named by general.architecture, or NULL. */
+const quill_arch *quill_arch_find(const char *name, size_t len);
+/* The names quill runs, for messages: "llama, qwen2, ..." */
+const char *quill_arch_list(void);
+
 typedef struct {
     float *attn_norm, *ffn_norm;   /* [n_embd], dequantized at load (tiny) */
+    float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
+    float *q_norm, *k_norm;        /* [head_dim] or NULL */
+    float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL */
     quill_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
+    int64_t window;                /* keys within this many positions; 0: all */
 } quill_layer;
+
+/* What the architecture adds to quill_hparams. */
+typedef struct {
+    double attn_scale;             /* multiplies q·k */
+    float embd_scale;              /* 0: none */
+    float attn_softcap, final_softcap; /* 0: none */
+    double rope_base_local;        /* RoPE base of table 1 */
+    double rope_scale_local;
+    int n_rope_tables;
+    float *rope_factors;           /* [n_rot/2] frequency divisors or NULL */
+    float *rope_factors_long;      /* [n_rot/2] the divisors beyond n_ctx_orig (Phi-3), or NULL */
+    int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
+} quill_arch_params;
 
 struct quill_model {
     quill_gguf *gguf;
     quill_tokenizer *tokenizer;
     quill_hparams hp;
+    const quill_arch *arch;
+    quill_arch_params ap;
     quill_weight token_embd, output;   /* output aliases token_embd when tied */
     float *output_norm;
     quill_layer *layers;

@@ -28,16 +28,23 @@ static void ref_rmsnorm(double *out, const double *x, const float *weight, int64
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * (double)weight[i];
 }
 
-static void ref_rope(double *v, int64_t n_heads, int64_t hd, int64_t n_rot, double base, double scale, int pos) {
+/* RoPE in double on the first n_rot dims of each head: adjacent pairs or NeoX halves. */
+static void ref_rope(const quill_context *c, int table, double *v, int64_t n_heads, int pos) {
+    const int64_t hd = c->hp->head_dim, half = c->hp->n_rot / 2;
+    const bool neox = c->model->arch->rope == QUILL_ROPE_NEOX;
     for (int64_t h = 0; h < n_heads; h++)
-        for (int64_t i = 0; i < n_rot / 2; i++) {
-            double theta = pos * scale * pow(base, -2.0 * (double)i / (double)n_rot);
-            double c = cos(theta), s = sin(theta);
-            double *p = v + h * hd + 2 * i;
-            double x0 = p[0], x1 = p[1];
-            p[0] = x0 * c - x1 * s;
-            p[1] = x0 * s + x1 * c;
+        for (int64_t i = 0; i < half; i++) {
+            double theta = quill_rope_angle(c, table, pos, i);
+            double co = cos(theta), s = sin(theta);
+            double *p0 = v + h * hd + (neox ? i : 2 * i), *p1 = neox ? p0 + half : p0 + 1;
+            double x0 = *p0, x1 = *p1;
+            *p0 = x0 * co - x1 * s;
+            *p1 = x0 * s + x1 * co;
         }
+}
+
+static void ref_rmsnorm_in_place(double *x, const float *weight, int64_t n, double eps) {
+    ref_rmsnorm(x, x, weight, n, eps);
 }
 
 /* Hands a double vector to the trace callback as f32, one token at a time being appended. */
@@ -72,11 +79,13 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         goto done;
     }
+    const quill_arch *arch = m->arch;
+    const quill_arch_params *ap = &m->ap;
     const quill_type_traits *embd_tr = quill_type_traits_of(m->token_embd.type);
     for (int t = 0; t < n; t++) {
         const int pos = c->pos;
         embd_tr->to_float(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, row, d);
-        for (int64_t i = 0; i < d; i++) x[i] = row[i];
+        for (int64_t i = 0; i < d; i++) x[i] = ap->embd_scale ? row[i] * (double)ap->embd_scale : row[i];
         ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
@@ -85,45 +94,71 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             ref_matvec(&L->wq, xb, q, row);
             ref_matvec(&L->wk, xb, k, row);
             ref_matvec(&L->wv, xb, v, row);
-            ref_rope(q, hp->n_head, hd, hp->n_rot, hp->rope_base, hp->rope_freq_scale, pos);
-            ref_rope(k, hp->n_head_kv, hd, hp->n_rot, hp->rope_base, hp->rope_freq_scale, pos);
+            if (L->bq) {
+                for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
+                for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
+            }
+            if (L->q_norm) {
+                for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
+                for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
+            }
+            ref_rope(c, L->rope_table, q, hp->n_head, pos);
+            ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
             ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
             ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
-            ref_trace(c, "Vcur", l, v, kv_dim, 2, kv_dim, 1, tmp);
+            ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
             double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;
             memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
             memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
+            const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
             for (int64_t h = 0; h < hp->n_head; h++) {
                 const double *qh = q + h * hd;
                 int64_t kvh = h / group;
                 double max = -INFINITY, sum = 0;
-                for (int p = 0; p <= pos; p++) {
+                for (int p = first; p <= pos; p++) {
                     const double *kp = kc + (size_t)p * kv_dim + kvh * hd;
                     double dot = 0;
                     for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
-                    scores[p] = dot / sqrt((double)hd);
+                    dot = arch->gemma_query_scale ? dot * ap->attn_scale : dot / sqrt((double)hd);
+                    scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
                     if (scores[p] > max) max = scores[p];
                 }
-                for (int p = 0; p <= pos; p++) sum += (scores[p] = exp(scores[p] - max));
+                for (int p = first; p <= pos; p++) sum += (scores[p] = exp(scores[p] - max));
                 double *ah = att + h * hd;
                 for (int64_t i = 0; i < hd; i++) ah[i] = 0;
-                for (int p = 0; p <= pos; p++) {
+                for (int p = first; p <= pos; p++) {
                     const double *vp = vc + (size_t)p * kv_dim + kvh * hd;
                     for (int64_t i = 0; i < hd; i++) ah[i] += scores[p] / sum * vp[i];
                 }
             }
-            ref_trace(c, "kqv_merged_cont", l, att, q_dim, 2, q_dim, 1, tmp);
+            ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
             ref_matvec(&L->wo, att, o, row);
-            ref_trace(c, "kqv_out", l, o, d, 2, d, 1, tmp);
+            ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
+            if (L->attn_post_norm) {
+                ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
+                ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
+            }
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
             ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             ref_trace(c, "ffn_norm", l, xb, d, 2, d, 1, tmp);
             ref_matvec(&L->w_gate, xb, g, row);
             ref_matvec(&L->w_up, xb, u, row);
-            for (int64_t i = 0; i < ff; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            if (!arch->fused_gate_up) {
+                ref_trace(c, "ffn_gate", l, g, ff, 2, ff, 1, tmp);
+                ref_trace(c, "ffn_up", l, u, ff, 2, ff, 1, tmp);
+            }
+            if (arch->act == QUILL_ACT_GELU_TANH)
+                for (int64_t i = 0; i < ff; i++)
+                    g[i] = 0.5 * g[i] * (1.0 + tanh(sqrt(2.0 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+            else
+                for (int64_t i = 0; i < ff; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
             ref_matvec(&L->w_down, g, o, row);
             ref_trace(c, "ffn_out", l, o, d, 2, d, 1, tmp);
+            if (L->ffn_post_norm) {
+                ref_rmsnorm_in_place(o, L->ffn_post_norm, d, hp->rms_eps);
+                ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);
+            }
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
             ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
         }
@@ -132,7 +167,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         if (logits && (all_logits || t == n - 1)) {
             ref_matvec(&m->output, xb, out, row);
             float *dst = all_logits ? logits + (size_t)t * nv : logits;
-            for (int64_t i = 0; i < nv; i++) dst[i] = (float)out[i];
+            for (int64_t i = 0; i < nv; i++)
+                dst[i] = (float)(ap->final_softcap > 0 ? ap->final_softcap * tanh(out[i] / ap->final_softcap) : out[i]);
         }
         c->pos++;
     }

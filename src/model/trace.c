@@ -1,6 +1,7 @@
 /* Trace recording and comparison: the tools that find where numbers leave the truth. */
 #include "base/error.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,8 +94,9 @@ quill_status quill_trace_recorder_write(const quill_trace_recorder *r, const cha
 }
 
 int64_t quill_trace_rank(const char *name) {
-    static const char *const per_layer[] = {"attn_norm", "Qcur", "Kcur", "Vcur", "kqv_merged_cont",
-                                            "kqv_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out"};
+    static const char *const per_layer[] = {"attn_norm", "Qcur",     "Kcur",          "Vcur",   "kqv_out",
+                                            "attn_out",  "attn_post_norm", "ffn_inp", "ffn_norm", "ffn_gate",
+                                            "ffn_up",    "ffn_out",  "ffn_post_norm", "l_out"};
     const int64_t n_stages = (int64_t)(sizeof per_layer / sizeof per_layer[0]);
     if (!strcmp(name, "inp_embd")) return 0;
     if (!strcmp(name, "result_norm")) return INT64_MAX / 4;
@@ -118,74 +120,207 @@ static int cmp_diff(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+/* A trace in memory, whichever file it came from. */
+typedef struct {
+    char *name;
+    int64_t n;
+    float *data;
+} loaded;
+
+typedef struct {
+    loaded *t;
+    size_t n;
+} trace_file;
+
+static void trace_file_free(trace_file *f) {
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->t[i].name);
+        free(f->t[i].data);
+    }
+    free(f->t);
+    f->t = NULL;
+    f->n = 0;
+}
+
+static quill_status push(trace_file *f, const char *name, size_t name_len, int64_t n, loaded **out, quill_error *err) {
+    loaded *g = realloc(f->t, (f->n + 1) * sizeof *g);
+    if (!g) return quill_fail(err, QUILL_E_NOMEM, "out of memory reading a trace");
+    f->t = g;
+    loaded *t = &f->t[f->n];
+    t->name = malloc(name_len + 1);
+    t->data = malloc((size_t)n * sizeof(float) + 1);
+    if (!t->name || !t->data) {
+        free(t->name);
+        free(t->data);
+        return quill_fail(err, QUILL_E_NOMEM, "out of memory reading a trace");
+    }
+    memcpy(t->name, name, name_len);
+    t->name[name_len] = 0;
+    t->n = n;
+    f->n++;
+    *out = t;
+    return QUILL_OK;
+}
+
+/* The reference's refdump writes records of (u32 name length, name, 4 × i64 ne, f32 data). */
+static quill_status load_records(const char *path, const uint8_t *p, size_t size, trace_file *f, quill_error *err) {
+    size_t off = 0;
+    while (off < size) {
+        uint32_t len;
+        int64_t ne[4];
+        if (size - off < 4) goto truncated;
+        memcpy(&len, p + off, 4);
+        if (len == 0 || len > 256 || size - off - 4 < (size_t)len + 32) goto truncated;
+        const char *name = (const char *)p + off + 4;
+        memcpy(ne, p + off + 4 + len, 32);
+        off += 4 + (size_t)len + 32;
+        int64_t n = 1;
+        for (int d = 0; d < 4; d++) {
+            if (ne[d] < 1 || ne[d] > ((int64_t)1 << 32) || n > (((int64_t)1 << 40) / ne[d]))
+                return quill_fail(err, QUILL_E_FORMAT, "%s: record '%.*s' has an invalid shape at byte %zu", path,
+                                  (int)len, name, off - 32);
+            n *= ne[d];
+        }
+        if ((uint64_t)n * 4 > size - off) goto truncated;
+        loaded *t;
+        quill_status s = push(f, name, len, n, &t, err);
+        if (s) return s;
+        memcpy(t->data, p + off, (size_t)n * 4);
+        off += (size_t)n * 4;
+    }
+    return QUILL_OK;
+truncated:
+    return quill_fail(err, QUILL_E_FORMAT, "%s: truncated trace record at byte %zu (not a GGUF or refdump trace)", path,
+                      off);
+}
+
+/* Older reference traces (../shared/golden) name the attention before the output projection
+ * kqv_merged_cont-i and after it kqv_out-i; the current reference, and quill, kqv_out-i and
+ * attn_out-i. */
+static void rename_old_names(trace_file *f) {
+    bool old = false;
+    for (size_t i = 0; i < f->n && !old; i++) old = !strncmp(f->t[i].name, "kqv_merged_cont-", 16);
+    if (!old) return;
+    for (size_t i = 0; i < f->n; i++) {
+        char *n = f->t[i].name, renamed[64];
+        if (!strncmp(n, "kqv_out-", 8)) snprintf(renamed, sizeof renamed, "attn_out-%s", n + 8);
+        else if (!strncmp(n, "kqv_merged_cont-", 16)) snprintf(renamed, sizeof renamed, "kqv_out-%s", n + 16);
+        else continue;
+        char *copy = strdup(renamed);
+        if (copy) {
+            free(n);
+            f->t[i].name = copy;
+        }
+    }
+}
+
+static quill_status load_trace(const char *path, trace_file *f, quill_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return quill_fail(err, QUILL_E_IO, "cannot open %s: %s", path, strerror(errno));
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, fp);
+    quill_status s = QUILL_OK;
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+        fclose(fp);
+        quill_gguf *g;
+        if ((s = quill_gguf_open(path, &g, err))) return s;
+        for (uint64_t i = 0; i < quill_gguf_n_tensors(g) && !s; i++) {
+            const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+            loaded *l;
+            if (!(s = push(f, t->name, strlen(t->name), t->n_elements, &l, err)))
+                s = quill_dequantize(t->type, t->data, l->data, t->n_elements, err);
+        }
+        quill_gguf_close(g);
+    } else {
+        uint8_t *buf = NULL;
+        size_t size = got, cap = 0;
+        if (got) {
+            cap = 1 << 20;
+            buf = malloc(cap);
+            if (buf) memcpy(buf, magic, got);
+        }
+        for (size_t n; buf && (n = fread(buf + size, 1, cap - size, fp)) > 0;) {
+            size += n;
+            if (size == cap) {
+                uint8_t *grown = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+                if (!grown) { free(buf); buf = NULL; break; }
+                buf = grown;
+                cap *= 2;
+            }
+        }
+        fclose(fp);
+        if (got && !buf) return quill_fail(err, QUILL_E_NOMEM, "out of memory reading %s", path);
+        s = load_records(path, buf, size, f, err);
+        free(buf);
+    }
+    if (s) trace_file_free(f);
+    else rename_old_names(f);
+    return s;
+}
+
+static const loaded *find_loaded(const trace_file *f, const char *name) {
+    for (size_t i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    return NULL;
+}
+
 quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
                                  size_t *n_diffs, int64_t *first_bad, quill_error *err) {
     *diffs = NULL;
     *n_diffs = 0;
     *first_bad = -1;
-    quill_gguf *a = NULL, *b = NULL;
-    quill_status s = quill_gguf_open(path_a, &a, err);
-    if (!s) s = quill_gguf_open(path_b, &b, err);
-    if (s) goto done;
-    uint64_t nb = quill_gguf_n_tensors(b);
-    quill_trace_diff *out = calloc(nb ? nb : 1, sizeof *out);
-    float *fa = NULL, *fb = NULL;
-    if (!out) { s = quill_fail(err, QUILL_E_NOMEM, "out of memory"); goto done; }
+    trace_file a = {0}, b = {0};
+    quill_status s = load_trace(path_a, &a, err);
+    if (!s) s = load_trace(path_b, &b, err);
+    quill_trace_diff *out = NULL;
+    if (!s && !(out = calloc(b.n ? b.n : 1, sizeof *out))) s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
     size_t n = 0;
-    for (uint64_t i = 0; i < nb && !s; i++) {
-        const quill_gguf_tensor *tb = quill_gguf_tensor_at(b, i);
-        const quill_gguf_tensor *ta = quill_gguf_find_tensor(a, tb->name);
+    for (size_t i = 0; i < b.n && !s; i++) {
+        const loaded *tb = &b.t[i], *ta = find_loaded(&a, tb->name);
         if (!ta) continue;
-        if (ta->n_elements != tb->n_elements || ta->ne[0] != tb->ne[0]) {
-            s = quill_fail(err, QUILL_E_FORMAT,
-                           "tensor '%s' has %lld elements (ne0 %lld) in %s but %lld (ne0 %lld) in %s",
-                           tb->name, (long long)ta->n_elements, (long long)ta->ne[0], path_a,
-                           (long long)tb->n_elements, (long long)tb->ne[0], path_b);
+        if (ta->n != tb->n) {
+            s = quill_fail(err, QUILL_E_FORMAT, "tensor '%s' has %lld elements in %s but %lld in %s", tb->name,
+                           (long long)ta->n, path_a, (long long)tb->n, path_b);
             break;
         }
-        fa = realloc(fa, (size_t)ta->n_elements * sizeof *fa + 1);
-        fb = realloc(fb, (size_t)tb->n_elements * sizeof *fb + 1);
-        if (!fa || !fb) { s = quill_fail(err, QUILL_E_NOMEM, "out of memory"); break; }
-        if ((s = quill_dequantize(ta->type, ta->data, fa, ta->n_elements, err))) break;
-        if ((s = quill_dequantize(tb->type, tb->data, fb, tb->n_elements, err))) break;
         quill_trace_diff *d = &out[n++];
         d->name = tb->name;
-        d->n_elements = tb->n_elements;
+        d->n_elements = tb->n;
         double se = 0, sr = 0;
-        for (int64_t k = 0; k < tb->n_elements; k++) {
-            double diff = fabs((double)fa[k] - fb[k]);
+        for (int64_t k = 0; k < tb->n; k++) {
+            double diff = fabs((double)ta->data[k] - tb->data[k]);
             if (!(diff <= d->max_abs)) d->max_abs = diff; /* NaN propagates */
-            if (fabs(fb[k]) > d->max_ref) d->max_ref = fabs(fb[k]);
+            if (fabs(tb->data[k]) > d->max_ref) d->max_ref = fabs(tb->data[k]);
             se += diff * diff;
-            sr += (double)fb[k] * fb[k];
+            sr += (double)tb->data[k] * tb->data[k];
         }
         d->rel = d->max_ref > 0 ? d->max_abs / d->max_ref : d->max_abs;
         d->rms_rel = sr > 0 ? sqrt(se / sr) : sqrt(se);
     }
-    free(fa);
-    free(fb);
-    if (s) { free(out); goto done; }
-    qsort(out, n, sizeof *out, cmp_diff);
-    for (size_t i = 0; i < n; i++)
-        if (!(out[i].rel <= tol)) { *first_bad = (int64_t)i; break; }
-    /* Names point into file b's mapping, which closes below: keep b open by leaking nothing —
-     * copy the names into one block after the array. */
-    size_t names = 0;
-    for (size_t i = 0; i < n; i++) names += strlen(out[i].name) + 1;
-    quill_trace_diff *packed = malloc(n * sizeof *packed + names + 1);
-    if (!packed) { free(out); s = quill_fail(err, QUILL_E_NOMEM, "out of memory"); goto done; }
-    char *p = (char *)(packed + n);
-    for (size_t i = 0; i < n; i++) {
-        packed[i] = out[i];
-        strcpy(p, out[i].name);
-        packed[i].name = p;
-        p += strlen(p) + 1;
+    if (!s) {
+        qsort(out, n, sizeof *out, cmp_diff);
+        for (size_t i = 0; i < n; i++)
+            if (!(out[i].rel <= tol)) { *first_bad = (int64_t)i; break; }
+        /* the names live in b, freed below: one block holds the array and a copy of them */
+        size_t names = 0;
+        for (size_t i = 0; i < n; i++) names += strlen(out[i].name) + 1;
+        quill_trace_diff *packed = malloc(n * sizeof *packed + names + 1);
+        if (!packed) {
+            s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
+        } else {
+            char *p = (char *)(packed + n);
+            for (size_t i = 0; i < n; i++) {
+                packed[i] = out[i];
+                strcpy(p, out[i].name);
+                packed[i].name = p;
+                p += strlen(p) + 1;
+            }
+            *diffs = packed;
+            *n_diffs = n;
+        }
     }
     free(out);
-    *diffs = packed;
-    *n_diffs = n;
-done:
-    quill_gguf_close(a);
-    quill_gguf_close(b);
+    trace_file_free(&a);
+    trace_file_free(&b);
     return s;
 }

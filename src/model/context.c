@@ -1,0 +1,127 @@
+/* Inference context lifetime: the KV cache, scratch buffers and RoPE tables of one conversation. */
+#include "model/context.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
+    const quill_hparams *hp = c->hp;
+    const quill_arch_params *ap = &c->model->ap;
+    const double base = table ? ap->rope_base_local : hp->rope_base;
+    const double scale = table ? ap->rope_scale_local : hp->rope_freq_scale;
+    /* θ_i = pos · s · base^(-2i/n_rot) (s: the linear scaling, usually 1), divided by the file's
+     * frequency factor when it has them */
+    double theta = pos * scale * pow(base, -2.0 * (double)i / (double)hp->n_rot);
+    if (c->rope_factors) theta /= (double)c->rope_factors[i];
+    return theta;
+}
+
+quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
+                               quill_error *err) {
+    *out = NULL;
+    const quill_hparams *hp = quill_model_hparams(m);
+    /* By default the training context, capped so that a 32k-context model does not reserve
+     * gigabytes of KV cache that a short session never uses. */
+    int n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_threads = p && p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    if (p && (p->n_ctx < 0 || p->n_ctx > (1 << 24)))
+        return quill_fail(err, QUILL_E_ARG, "context length %d is out of range (1..%d)", p->n_ctx, 1 << 24);
+    if (p && (p->n_threads < 0 || p->n_threads > 1024))
+        return quill_fail(err, QUILL_E_ARG, "thread count %d is out of range (1..1024)", p->n_threads);
+    quill_context *c = calloc(1, sizeof *c);
+    if (!c) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    c->model = m;
+    c->hp = hp;
+    c->n_ctx = n_ctx;
+    c->n_threads = n_threads;
+    c->reference = p && p->reference;
+    c->kern = quill_kernels_best();
+    /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
+     * reference chooses them per context */
+    c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long
+                                                                          : m->ap.rope_factors;
+    const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * (size_t)kv_dim;
+    const size_t key_cache = (size_t)hp->n_layer * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
+    const size_t ub = QUILL_UBATCH;
+    int64_t widest = d > q_dim ? d : q_dim;
+    if (hp->n_ff > widest) widest = hp->n_ff;
+    /* a dequantized row, or the scores of one attention item (see attention_items) */
+    const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
+    c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
+    bool ok = (c->pool = quill_pool_new(n_threads)) != NULL;
+    if (c->reference) {
+        ok = ok && (c->ref_k = calloc(cache, sizeof(double))) && (c->ref_v = calloc(cache, sizeof(double)));
+    } else {
+        const size_t half = (size_t)hp->n_rot / 2, tables = (size_t)m->ap.n_rope_tables;
+        ok = ok && (c->k_cache = calloc(key_cache, sizeof(float))) && (c->v_cache = calloc(cache, sizeof(float))) &&
+             (c->rope_cos = malloc(tables * (size_t)n_ctx * half * sizeof(float))) &&
+             (c->rope_sin = malloc(tables * (size_t)n_ctx * half * sizeof(float))) &&
+             (c->x = malloc(ub * d * sizeof(float))) && (c->xb = malloc(ub * d * sizeof(float))) &&
+             (c->q = malloc(ub * q_dim * sizeof(float))) && (c->att = malloc(ub * q_dim * sizeof(float))) &&
+             (c->k = malloc(ub * kv_dim * sizeof(float))) && (c->v = malloc(ub * kv_dim * sizeof(float))) &&
+             (c->ffn_gate = malloc(ub * hp->n_ff * sizeof(float))) &&
+             (c->ffn_up = malloc(ub * hp->n_ff * sizeof(float))) &&
+             (c->thread_scratch = malloc((size_t)n_threads * c->thread_scratch_len * sizeof(float)));
+        /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
+        if (ok && c->kern->matmul_scratch)
+            ok = (c->matmul_scratch = malloc(c->kern->matmul_scratch(widest, (int)ub))) != NULL;
+        /* the angles in double, rounded once */
+        for (size_t t = 0; ok && t < tables; t++)
+            for (int pos = 0; pos < n_ctx; pos++)
+                for (size_t i = 0; i < half; i++) {
+                    double theta = quill_rope_angle(c, (int)t, pos, (int64_t)i);
+                    c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)cos(theta);
+                    c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)sin(theta);
+                }
+    }
+    if (!ok) {
+        /* the message reads the context's settings, so it is written before the context is freed */
+        quill_fail(err, QUILL_E_NOMEM,
+                   "out of memory creating a context of %d tokens (KV cache %.1f MB); use a smaller context (-c)",
+                   n_ctx, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
+        quill_context_free(c);
+        return QUILL_E_NOMEM;
+    }
+    *out = c;
+    return QUILL_OK;
+}
+
+void quill_context_free(quill_context *c) {
+    if (!c) return;
+    quill_pool_free(c->pool);
+    free(c->k_cache);
+    free(c->v_cache);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->ffn_gate);
+    free(c->ffn_up);
+    free(c->thread_scratch);
+    free(c->matmul_scratch);
+    free(c->ref_k);
+    free(c->ref_v);
+    free(c);
+}
+
+int quill_context_pos(const quill_context *c) { return c->pos; }
+int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
+
+const char *quill_context_kernels(const quill_context *c) { return c->reference ? "reference" : c->kern->isa; }
+
+void quill_context_truncate(quill_context *c, int pos) {
+    if (pos >= 0 && pos < c->pos) c->pos = pos;
+}
+
+void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user) {
+    c->trace = fn;
+    c->trace_user = user;
+}
