@@ -8,7 +8,8 @@ extern "C" {
 
 /* ---------------------------------------------------------------- tokenizer */
 
-/* SentencePiece-style ("llama") tokenizer read from tokenizer.ggml.* metadata. */
+/* Tokenizer read from tokenizer.ggml.* metadata: SentencePiece ("llama") or byte-level BPE ("gpt2",
+ * with the pre-tokenizer tokenizer.ggml.pre names). */
 typedef struct quill_tokenizer quill_tokenizer;
 
 /* Token types stored in tokenizer.ggml.token_type. */

@@ -1,49 +1,19 @@
-/* SentencePiece ("llama") tokenizer, behaving like the reference (llama.cpp, Feb 2025):
- * llm_tokenizer_spm for raw text, tokenizer_st_partition for special tokens and token_to_piece /
- * detokenize for the way back. Where the reference relies on unspecified behaviour (hash-map
- * iteration order, an unstable sort) this file picks the deterministic choice that agrees with it
- * on every real vocabulary; where the reference would crash or throw on hostile data, loading
- * fails with an error instead. */
-#include "base/error.h"
+/* The vocabulary behind both tokenizers, behaving like the reference (llama.cpp's llama_vocab):
+ * loading tokens, types and special-token ids from tokenizer.ggml.* metadata, the roles it finds
+ * by text, tokenizer_st_partition for special tokens, and token_to_piece / detokenize for the way
+ * back. The raw text between special tokens goes to spm.c ("llama") or bpe.c ("gpt2"). Where the
+ * reference relies on unspecified behaviour (hash-map iteration order, an unstable sort) this file
+ * picks the deterministic choice that agrees with it on every real vocabulary; where the reference
+ * would crash or throw on hostile data, loading fails with an error instead. */
+#include "text/vocab.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* Per-token flags the reference keeps as attributes outside the GGUF token types. */
-enum { F_LSTRIP = 1, F_RSTRIP = 2, F_EOG = 4 };
-
-/* No real vocabulary comes near this; the bound keeps piece lengths well inside int. */
-#define MAX_TOKEN_BYTES (1u << 20)
-/* Texts longer than this would overflow the int symbol indices the merge loop uses. */
-#define MAX_TEXT_BYTES ((size_t)1 << 29)
-
-struct quill_tokenizer {
-    int32_t n_vocab;
-    char *text;              /* every token's text, NUL-terminated, one after another */
-    size_t *text_off;
-    size_t *text_len;
-    char *piece;             /* what each token decodes to with render_special (the reference's cache) */
-    size_t *piece_off;
-    size_t *piece_len;
-    float *score;
-    uint8_t *type;           /* QUILL_TOKEN_*, after the reference's overrides */
-    uint8_t *flags;
-    int32_t *slots;          /* open-addressing hash: text -> id, -1 = empty */
-    uint32_t slot_mask;
-    int32_t byte_tok[256];   /* byte fallback: <0xNN> (or the byte itself), -1 when absent */
-    int32_t *special;        /* partition order: CONTROL / USER_DEFINED / UNKNOWN, longest first */
-    int32_t n_special;
-    int32_t bos, eos, unk, pad, eot, eom;
-    bool add_bos, add_eos, add_space_prefix;
-    bool word_split;         /* no piece has U+2581 inside except in a leading run (see spm_fragment) */
-};
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint32_t hash_bytes(const char *s, size_t n) {
-    uint32_t h = 2166136261u;   /* FNV-1a: short keys, and it is good enough for 32k-256k entries */
+uint32_t vocab_hash_more(uint32_t h, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         h ^= (unsigned char)s[i];
         h *= 16777619u;
@@ -51,13 +21,14 @@ static uint32_t hash_bytes(const char *s, size_t n) {
     return h;
 }
 
-static const char *tok_text(const quill_tokenizer *t, int32_t id) { return t->text + t->text_off[id]; }
+/* FNV-1a: keys are short, and it spreads 32k-256k token texts (and BPE merges) well enough. */
+uint32_t vocab_hash(const char *s, size_t n) { return vocab_hash_more(2166136261u, s, n); }
 
-static int32_t lookup(const quill_tokenizer *t, const char *s, size_t n) {
-    for (uint32_t i = hash_bytes(s, n) & t->slot_mask;; i = (i + 1) & t->slot_mask) {
+int32_t vocab_lookup(const quill_tokenizer *t, const char *s, size_t n) {
+    for (uint32_t i = vocab_hash(s, n) & t->slot_mask;; i = (i + 1) & t->slot_mask) {
         int32_t id = t->slots[i];
         if (id < 0) return -1;
-        if (t->text_len[id] == n && memcmp(tok_text(t, id), s, n) == 0) return id;
+        if (t->text_len[id] == n && memcmp(vocab_text(t, id), s, n) == 0) return id;
     }
 }
 
@@ -157,10 +128,8 @@ static int parse_byte_token(const char *s, size_t n) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-static const size_t utf8_len_table[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-
 static void piece_of(const quill_tokenizer *t, int32_t id, char *dst, size_t *n) {
-    const char *s = tok_text(t, id);
+    const char *s = vocab_text(t, id);
     size_t len = t->text_len[id];
     size_t j = 0;
     switch (t->type[id]) {
@@ -169,6 +138,10 @@ static void piece_of(const quill_tokenizer *t, int32_t id, char *dst, size_t *n)
         j = len;
         break;
     case QUILL_TOKEN_NORMAL:
+        if (t->kind == VOCAB_BPE) {
+            j = bpe_decode_text(s, len, dst);
+            break;
+        }
         for (size_t i = 0; i < len;) {
             const char *m = memchr(s + i, '\xe2', len - i);
             size_t run = m ? (size_t)(m - (s + i)) : len - i;
@@ -228,6 +201,7 @@ void quill_tokenizer_free(quill_tokenizer *t) {
     free(t->flags);
     free(t->slots);
     free(t->special);
+    bpe_free(t->bpe);
     free(t);
 }
 
@@ -358,9 +332,9 @@ static quill_status load_vocab(const quill_gguf *g, quill_tokenizer *t, quill_er
         }
         /* Unknown type numbers are UNDEFINED, as in the reference. */
         t->type[i] = (ty >= QUILL_TOKEN_UNDEFINED && ty <= QUILL_TOKEN_BYTE) ? (uint8_t)ty : QUILL_TOKEN_UNDEFINED;
-        if (t->type[i] == QUILL_TOKEN_BYTE && parse_byte_token(tok_text(t, i), t->text_len[i]) < 0) {
+        if (t->type[i] == QUILL_TOKEN_BYTE && parse_byte_token(vocab_text(t, i), t->text_len[i]) < 0) {
             char shown[64];
-            printable(shown, sizeof shown, tok_text(t, i), t->text_len[i]);
+            printable(shown, sizeof shown, vocab_text(t, i), t->text_len[i]);
             return quill_fail(err, QUILL_E_FORMAT, "%s: token %d has type BYTE but its text '%s' is not of the form <0xNN>",
                               path, i, shown);
         }
@@ -376,34 +350,44 @@ static quill_status build_hash(quill_tokenizer *t, const char *path, quill_error
     memset(t->slots, 0xff, (size_t)cap * sizeof *t->slots);
     t->slot_mask = cap - 1;
     for (int32_t id = 0; id < t->n_vocab; id++) {
-        const char *s = tok_text(t, id);
+        const char *s = vocab_text(t, id);
         size_t n = t->text_len[id];
-        uint32_t i = hash_bytes(s, n) & t->slot_mask;
+        uint32_t i = vocab_hash(s, n) & t->slot_mask;
         for (;; i = (i + 1) & t->slot_mask) {
             int32_t o = t->slots[i];
             if (o < 0) break;
             /* A text listed twice maps to its last id, as the reference's map assignment does. */
-            if (t->text_len[o] == n && memcmp(tok_text(t, o), s, n) == 0) break;
+            if (t->text_len[o] == n && memcmp(vocab_text(t, o), s, n) == 0) break;
         }
         t->slots[i] = id;
     }
     return QUILL_OK;
 }
 
+/* An upper bound of piece_of's output: SPM pieces never grow, byte-level ones may (an unmapped
+ * character becomes a marker naming its bytes, as in the reference). */
+static size_t piece_bound(const quill_tokenizer *t, int32_t id) {
+    if (t->kind == VOCAB_BPE && t->type[id] == QUILL_TOKEN_NORMAL)
+        return bpe_decoded_size(vocab_text(t, id), t->text_len[id]);
+    return t->text_len[id];
+}
+
 static quill_status build_pieces(quill_tokenizer *t, const char *path, quill_error *err) {
     size_t total = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) total += t->text_len[i];
+    for (int32_t i = 0; i < t->n_vocab; i++) total += piece_bound(t, i);
     t->piece = malloc(total + 1);
     t->piece_off = malloc((size_t)t->n_vocab * sizeof *t->piece_off);
     t->piece_len = malloc((size_t)t->n_vocab * sizeof *t->piece_len);
     if (!t->piece || !t->piece_off || !t->piece_len)
         return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for token pieces", path);
     size_t off = 0;
+    t->max_piece = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         size_t n;
-        piece_of(t, i, t->piece + off, &n);   /* a piece is never longer than its text */
+        piece_of(t, i, t->piece + off, &n);
         t->piece_off[i] = off;
         t->piece_len[i] = n;
+        if (n > t->max_piece) t->max_piece = n;
         off += n;
     }
     return QUILL_OK;
@@ -420,16 +404,22 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
         return quill_fail(err, QUILL_E_FORMAT,
                           "%s: metadata key 'tokenizer.ggml.model' is missing; the file has no tokenizer", path);
     if (s) return s;
-    if (model_len != 5 || memcmp(model, "llama", 5) != 0) {
+    vocab_kind kind;
+    if (model_len == 5 && memcmp(model, "llama", 5) == 0) {
+        kind = VOCAB_SPM;
+    } else if (model_len == 4 && memcmp(model, "gpt2", 4) == 0) {
+        kind = VOCAB_BPE;
+    } else {
         char shown[80];
         printable(shown, sizeof shown, model, model_len);
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: tokenizer model '%s' is not supported; quill implements only the SentencePiece "
-                          "'llama' tokenizer", path, shown);
+                          "%s: tokenizer model '%s' is not supported; quill implements the SentencePiece "
+                          "'llama' and the byte-level BPE 'gpt2' tokenizers", path, shown);
     }
 
     quill_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory", path);
+    t->kind = kind;
     s = load_vocab(g, t, err);
     if (!s) s = build_hash(t, path, err);
     if (s) {
@@ -441,23 +431,41 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
     for (int b = 0; b < 256; b++) {
         char buf[7];
         snprintf(buf, sizeof buf, "<0x%02X>", b);
-        int32_t id = lookup(t, buf, 6);
+        int32_t id = vocab_lookup(t, buf, 6);
         if (id < 0) {
             /* The reference falls back to the byte itself as a one-character token. */
             char c = (char)b;
-            id = lookup(t, &c, 1);
+            id = vocab_lookup(t, &c, 1);
         }
         t->byte_tok[b] = id;
     }
 
-    /* Defaults of the reference for SPM vocabularies, then whatever the metadata says. */
-    t->bos = 1 < n ? 1 : -1;
-    t->eos = 2 < n ? 2 : -1;
-    t->unk = 0;
+    /* Defaults of the reference for each kind of vocabulary (ids it does not have are disabled),
+     * then what the pre-tokenizer implies, then whatever the metadata says. */
+    if (kind == VOCAB_SPM) {
+        t->bos = 1;
+        t->eos = 2;
+        t->unk = 0;
+        t->add_bos = true;
+        t->add_space_prefix = true;
+    } else {
+        t->bos = 11;
+        t->eos = 11;
+        t->unk = -1;
+        t->add_bos = false;
+        t->add_space_prefix = false;
+    }
+    if (t->bos >= n) t->bos = -1;
+    if (t->eos >= n) t->eos = -1;
     t->pad = -1;
-    t->add_bos = true;
     t->add_eos = false;
-    t->add_space_prefix = true;
+    if (kind == VOCAB_BPE) {
+        s = bpe_load(g, t, err);
+        if (s) {
+            quill_tokenizer_free(t);
+            return s;
+        }
+    }
     int32_t sep = -1, mask = -1, role_id[N_ROLES];
     for (int r = 0; r < N_ROLES; r++) role_id[r] = -1;
     struct { const char *key; int32_t *id; } ids[] = {
@@ -479,9 +487,9 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
     /* Roles found by text. Only the id a text maps to counts (the reference walks its text->id
      * map); among several candidates for one role the lowest id wins. */
     for (int32_t id = 0; id < n; id++) {
-        const char *txt = tok_text(t, id);
+        const char *txt = vocab_text(t, id);
         size_t len = t->text_len[id];
-        if (len < 3 || txt[0] != '<' || lookup(t, txt, len) != id) continue;
+        if (len < 3 || txt[0] != '<' || vocab_lookup(t, txt, len) != id) continue;
         for (int r = 0; r < N_ROLES; r++) {
             if (role_id[r] >= 0 || !text_in(txt, len, roles[r].texts, 8)) continue;
             role_id[r] = id;
@@ -531,17 +539,17 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
         bool phi3 = contains_ci(name, name_len, "phi-3") || contains_ci(name, name_len, "phi3");
         if (phi3) {
             for (int32_t i = 0; i < t->n_special; i++) t->flags[t->special[i]] |= F_RSTRIP;
-            int32_t id = lookup(t, "</s>", 4);
+            int32_t id = vocab_lookup(t, "</s>", 4);
             if (id >= 0) t->flags[id] |= F_RSTRIP;
             static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
             for (int k = 0; k < 3; k++)
-                if ((id = lookup(t, keep[k], strlen(keep[k]))) >= 0) t->flags[id] &= (uint8_t)~F_RSTRIP;
+                if ((id = vocab_lookup(t, keep[k], strlen(keep[k]))) >= 0) t->flags[id] &= (uint8_t)~F_RSTRIP;
         }
     }
 
-    t->word_split = true;
+    t->word_split = kind == VOCAB_SPM;
     for (int32_t id = 0; id < n && t->word_split; id++) {
-        const char *p = tok_text(t, id);
+        const char *p = vocab_text(t, id);
         size_t len = t->text_len[id];
         for (size_t k = 1; k < len; k++) {
             const char *q = memchr(p + k, '\xe2', len - k);
@@ -575,17 +583,12 @@ bool quill_tokenizer_add_eos(const quill_tokenizer *t) { return t && t->add_eos;
 bool quill_tokenizer_is_eog(const quill_tokenizer *t, int32_t id) { return valid_id(t, id) && (t->flags[id] & F_EOG); }
 int quill_tokenizer_token_type(const quill_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->type[id] : -1; }
 const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id) {
-    return valid_id(t, id) ? tok_text(t, id) : NULL;
+    return valid_id(t, id) ? vocab_text(t, id) : NULL;
 }
 
 /* ---------------------------------------------------------------- encoding */
 
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} ivec;
-
-static bool ivec_push(ivec *a, int32_t x) {
+bool ivec_push(ivec *a, int32_t x) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
         int32_t *v = realloc(a->v, cap * sizeof *v);
@@ -643,7 +646,7 @@ static bool partition(const quill_tokenizer *t, const char *text, size_t len, bo
         int32_t id = t->special[k];
         /* User-defined tokens are split out even without parse_special, like HF tokenizers do. */
         if (!parse_special && !is_type(t, id, QUILL_TOKEN_USER_DEFINED)) continue;
-        const char *st = tok_text(t, id);
+        const char *st = vocab_text(t, id);
         size_t sl = t->text_len[id];
         bool any = false;
         for (size_t f = 0; f < frags->n && !any; f++)
@@ -686,185 +689,6 @@ oom:
     free(next.v);
     return false;
 }
-
-typedef struct {
-    int prev, next;
-    size_t start, n;    /* bytes of the escaped fragment; n = 0 once merged into the left neighbour */
-} symbol;
-
-/* `key` orders pairs as the reference's comparator does (higher score first, then the leftmost
- * pair) in one integer compare: the score's bits made order-preserving, then the complement of
- * the left index. */
-typedef struct {
-    uint64_t key;
-    int32_t right;
-    uint32_t size;
-} bigram;
-
-static uint32_t score_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
-}
-
-static int32_t bigram_left(const bigram *b) { return (int32_t)(UINT32_MAX - (uint32_t)b->key); }
-
-typedef struct {
-    char *esc;
-    size_t esc_cap;
-    symbol *sym;
-    size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
-} spm_scratch;
-
-static bool before(const bigram *a, const bigram *b) { return a->key > b->key; }
-
-static bool heap_push(spm_scratch *s, bigram b) {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        bigram *h = realloc(s->heap, cap * sizeof *h);
-        if (!h) return false;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = b;
-    return true;
-}
-
-static bigram heap_pop(spm_scratch *s) {
-    bigram top = s->heap[0];
-    bigram last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!before(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
-
-static bool try_bigram(const quill_tokenizer *t, spm_scratch *s, int left, int right) {
-    if (left < 0 || right < 0) return true;
-    size_t size = s->sym[left].n + s->sym[right].n;
-    int32_t id = lookup(t, s->esc + s->sym[left].start, size);
-    if (id < 0) return true;
-    uint64_t key = (uint64_t)score_bits(t->score[id]) << 32 | (UINT32_MAX - (uint32_t)left);
-    /* size <= 2 * MAX_TOKEN_BYTES: both sides are vocabulary pieces or single characters */
-    return heap_push(s, (bigram){key, right, (uint32_t)size});
-}
-
-static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
-                              quill_error *err);
-
-static quill_status spm_fragment(const quill_tokenizer *t, spm_scratch *s, const char *text, size_t len,
-                                 bool space_prefix, ivec *out, quill_error *err) {
-    /* Escaped form: optional leading space, then every ' ' (and only ' ') becomes U+2581. */
-    size_t need = 3 * (len + 1);
-    if (need > s->esc_cap) {
-        char *e = realloc(s->esc, need);
-        if (!e) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
-        s->esc = e;
-        s->esc_cap = need;
-    }
-    size_t n = 0;
-    if (space_prefix) { memcpy(s->esc, "\xe2\x96\x81", 3); n = 3; }
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') { memcpy(s->esc + n, "\xe2\x96\x81", 3); n += 3; }
-        else s->esc[n++] = text[i];
-    }
-    if (n == 0) return QUILL_OK;
-
-    if (n > s->sym_cap) {
-        symbol *y = realloc(s->sym, n * sizeof *y);
-        if (!y) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
-        s->sym = y;
-        s->sym_cap = n;
-    }
-    int count = 0;
-    for (size_t off = 0; off < n; count++) {
-        size_t cl = utf8_len_table[(unsigned char)s->esc[off] >> 4];
-        if (cl > n - off) cl = n - off;
-        s->sym[count] = (symbol){count - 1, off + cl == n ? -1 : count + 1, off, cl};
-        off += cl;
-    }
-
-    /* The reference merges the whole fragment in one queue. When no piece has U+2581 inside except
-     * after another U+2581 (true of SentencePiece vocabularies), no piece can span the start of a
-     * run of U+2581 symbols, so no pair across it is ever queued and the words on either side
-     * merge independently, in the same relative order: merging word by word gives the same
-     * tokens with a queue that stays in cache. A U+2581 counts as a run start only when it is a
-     * symbol of its own and the three bytes before it are not U+2581. */
-    int seg = 0;
-    for (int i = 1; i <= count; i++) {
-        if (i < count) {
-            const symbol *y = &s->sym[i];
-            if (!t->word_split || y->n != 3 || memcmp(s->esc + y->start, "\xe2\x96\x81", 3) != 0 ||
-                (y->start >= 3 && memcmp(s->esc + y->start - 3, "\xe2\x96\x81", 3) == 0))
-                continue;
-        }
-        quill_status st = merge_run(t, s, seg, i, out, err);
-        if (st) return st;
-        seg = i;
-    }
-    return QUILL_OK;
-}
-
-/* The SPM merge loop over symbols [a, b), then each final symbol as a token or as bytes. */
-static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
-                              quill_error *err) {
-    s->sym[a].prev = -1;
-    s->sym[b - 1].next = -1;
-    s->heap_n = 0;
-    for (int i = a + 1; i < b; i++)
-        if (!try_bigram(t, s, i - 1, i)) goto oom;
-    while (s->heap_n) {
-        bigram bg = heap_pop(s);
-        int left = bigram_left(&bg);
-        symbol *l = &s->sym[left], *r = &s->sym[bg.right];
-        /* A pair is stale when either side has changed since it was queued. */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->sym[r->next].prev = left;
-        if (!try_bigram(t, s, l->prev, left) || !try_bigram(t, s, left, l->next)) goto oom;
-    }
-
-    for (int i = a; i != -1; i = s->sym[i].next) {
-        const char *p = s->esc + s->sym[i].start;
-        size_t sn = s->sym[i].n;
-        int32_t id = lookup(t, p, sn);
-        if (id >= 0) {
-            if (!ivec_push(out, id)) goto oom;
-            continue;
-        }
-        for (size_t j = 0; j < sn; j++) {
-            unsigned char c = (unsigned char)p[j];
-            int32_t bt = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
-            if (bt < 0)
-                return quill_fail(err, QUILL_E_UNSUPPORTED,
-                                  "cannot encode byte 0x%02X: the vocabulary has no <0x%02X> token and no unknown token",
-                                  c, c);
-            if (!ivec_push(out, bt)) goto oom;
-        }
-    }
-    return QUILL_OK;
-oom:
-    return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing");
-}
-
 quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,
                             bool parse_special, int32_t **tokens, size_t *n_tokens, quill_error *err) {
     if (!t || !tokens || !n_tokens || (!text && len))
@@ -882,27 +706,28 @@ quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t l
     quill_status s = QUILL_OK;
     ivec out = {0};
     fvec frags = {0};
-    spm_scratch scratch = {0};
+    spm_scratch *scratch = NULL;
     if (!partition(t, text, len, parse_special, &frags)) goto oom;
+    if (t->kind == VOCAB_SPM && !(scratch = spm_scratch_new())) goto oom;
 
     bool prev_special = true;   /* the text's start counts as following a special token */
     if (add_special && t->add_bos && !ivec_push(&out, t->bos)) goto oom;
     for (size_t f = 0; f < frags.n && !s; f++) {
-        if (frags.v[f].tok >= 0) {
-            if (!ivec_push(&out, frags.v[f].tok)) goto oom;
+        const frag *fr = &frags.v[f];
+        if (fr->tok >= 0) {
+            if (!ivec_push(&out, fr->tok)) goto oom;
             prev_special = true;
-        } else {
-            s = spm_fragment(t, &scratch, text + frags.v[f].off, frags.v[f].len,
-                             t->add_space_prefix && prev_special, &out, err);
+        } else if (t->kind == VOCAB_SPM) {
+            s = spm_fragment(t, scratch, text + fr->off, fr->len, t->add_space_prefix && prev_special, &out, err);
             prev_special = false;
+        } else {
+            s = bpe_fragment(t, text + fr->off, fr->len, &out, err);
         }
     }
     if (!s && add_special && t->add_eos && !ivec_push(&out, t->eos)) goto oom;
     if (!s && !out.v && !(out.v = malloc(sizeof *out.v))) goto oom;   /* *tokens is never NULL on success */
     free(frags.v);
-    free(scratch.esc);
-    free(scratch.sym);
-    free(scratch.heap);
+    spm_scratch_free(scratch);
     if (s) {
         free(out.v);
         return s;
@@ -913,9 +738,7 @@ quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t l
 oom:
     free(out.v);
     free(frags.v);
-    free(scratch.esc);
-    free(scratch.sym);
-    free(scratch.heap);
+    spm_scratch_free(scratch);
     return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
 }
 
@@ -1022,3 +845,4 @@ size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap) {
     d->n_pending = 0;
     return k.n;
 }
+

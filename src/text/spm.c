@@ -1,0 +1,195 @@
+/* SentencePiece ("llama") merge loop, behaving like the reference's llm_tokenizer_spm: a raw
+ * fragment (special tokens already split out by vocab.c) has its spaces escaped as U+2581, is cut
+ * into UTF-8 characters, and the pair whose merged text is the highest-scoring token merges first;
+ * what is left over becomes byte tokens. */
+#include "text/vocab.h"
+
+#include <string.h>
+
+typedef struct {
+    int prev, next;
+    size_t start, n;    /* bytes of the escaped fragment; n = 0 once merged into the left neighbour */
+} symbol;
+
+/* `key` orders pairs as the reference's comparator does (higher score first, then the leftmost
+ * pair) in one integer compare: the score's bits made order-preserving, then the complement of
+ * the left index. */
+typedef struct {
+    uint64_t key;
+    int32_t right;
+    uint32_t size;
+} bigram;
+
+static uint32_t score_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+static int32_t bigram_left(const bigram *b) { return (int32_t)(UINT32_MAX - (uint32_t)b->key); }
+
+struct spm_scratch {
+    char *esc;
+    size_t esc_cap;
+    symbol *sym;
+    size_t sym_cap;
+    bigram *heap;
+    size_t heap_n, heap_cap;
+};
+
+spm_scratch *spm_scratch_new(void) { return calloc(1, sizeof(spm_scratch)); }
+
+void spm_scratch_free(spm_scratch *s) {
+    if (!s) return;
+    free(s->esc);
+    free(s->sym);
+    free(s->heap);
+    free(s);
+}
+
+static bool before(const bigram *a, const bigram *b) { return a->key > b->key; }
+
+static bool heap_push(spm_scratch *s, bigram b) {
+    if (s->heap_n == s->heap_cap) {
+        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
+        bigram *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) return false;
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    size_t i = s->heap_n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(&b, &s->heap[p])) break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = b;
+    return true;
+}
+
+static bigram heap_pop(spm_scratch *s) {
+    bigram top = s->heap[0];
+    bigram last = s->heap[--s->heap_n];
+    size_t i = 0, n = s->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!before(&s->heap[c], &last)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+static bool try_bigram(const quill_tokenizer *t, spm_scratch *s, int left, int right) {
+    if (left < 0 || right < 0) return true;
+    size_t size = s->sym[left].n + s->sym[right].n;
+    int32_t id = vocab_lookup(t, s->esc + s->sym[left].start, size);
+    if (id < 0) return true;
+    uint64_t key = (uint64_t)score_bits(t->score[id]) << 32 | (UINT32_MAX - (uint32_t)left);
+    /* size <= 2 * MAX_TOKEN_BYTES: both sides are vocabulary pieces or single characters */
+    return heap_push(s, (bigram){key, right, (uint32_t)size});
+}
+
+static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
+                              quill_error *err);
+
+quill_status spm_fragment(const quill_tokenizer *t, spm_scratch *s, const char *text, size_t len,
+                                 bool space_prefix, ivec *out, quill_error *err) {
+    /* Escaped form: optional leading space, then every ' ' (and only ' ') becomes U+2581. */
+    size_t need = 3 * (len + 1);
+    if (need > s->esc_cap) {
+        char *e = realloc(s->esc, need);
+        if (!e) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+        s->esc = e;
+        s->esc_cap = need;
+    }
+    size_t n = 0;
+    if (space_prefix) { memcpy(s->esc, "\xe2\x96\x81", 3); n = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(s->esc + n, "\xe2\x96\x81", 3); n += 3; }
+        else s->esc[n++] = text[i];
+    }
+    if (n == 0) return QUILL_OK;
+
+    if (n > s->sym_cap) {
+        symbol *y = realloc(s->sym, n * sizeof *y);
+        if (!y) return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+        s->sym = y;
+        s->sym_cap = n;
+    }
+    int count = 0;
+    for (size_t off = 0; off < n; count++) {
+        size_t cl = utf8_lead_len((unsigned char)s->esc[off]);
+        if (cl > n - off) cl = n - off;
+        s->sym[count] = (symbol){count - 1, off + cl == n ? -1 : count + 1, off, cl};
+        off += cl;
+    }
+
+    /* The reference merges the whole fragment in one queue. When no piece has U+2581 inside except
+     * after another U+2581 (true of SentencePiece vocabularies), no piece can span the start of a
+     * run of U+2581 symbols, so no pair across it is ever queued and the words on either side
+     * merge independently, in the same relative order: merging word by word gives the same
+     * tokens with a queue that stays in cache. A U+2581 counts as a run start only when it is a
+     * symbol of its own and the three bytes before it are not U+2581. */
+    int seg = 0;
+    for (int i = 1; i <= count; i++) {
+        if (i < count) {
+            const symbol *y = &s->sym[i];
+            if (!t->word_split || y->n != 3 || memcmp(s->esc + y->start, "\xe2\x96\x81", 3) != 0 ||
+                (y->start >= 3 && memcmp(s->esc + y->start - 3, "\xe2\x96\x81", 3) == 0))
+                continue;
+        }
+        quill_status st = merge_run(t, s, seg, i, out, err);
+        if (st) return st;
+        seg = i;
+    }
+    return QUILL_OK;
+}
+
+/* The SPM merge loop over symbols [a, b), then each final symbol as a token or as bytes. */
+static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
+                              quill_error *err) {
+    s->sym[a].prev = -1;
+    s->sym[b - 1].next = -1;
+    s->heap_n = 0;
+    for (int i = a + 1; i < b; i++)
+        if (!try_bigram(t, s, i - 1, i)) goto oom;
+    while (s->heap_n) {
+        bigram bg = heap_pop(s);
+        int left = bigram_left(&bg);
+        symbol *l = &s->sym[left], *r = &s->sym[bg.right];
+        /* A pair is stale when either side has changed since it was queued. */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s->sym[r->next].prev = left;
+        if (!try_bigram(t, s, l->prev, left) || !try_bigram(t, s, left, l->next)) goto oom;
+    }
+
+    for (int i = a; i != -1; i = s->sym[i].next) {
+        const char *p = s->esc + s->sym[i].start;
+        size_t sn = s->sym[i].n;
+        int32_t id = vocab_lookup(t, p, sn);
+        if (id >= 0) {
+            if (!ivec_push(out, id)) goto oom;
+            continue;
+        }
+        for (size_t j = 0; j < sn; j++) {
+            unsigned char c = (unsigned char)p[j];
+            int32_t bt = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
+            if (bt < 0)
+                return quill_fail(err, QUILL_E_UNSUPPORTED,
+                                  "cannot encode byte 0x%02X: the vocabulary has no <0x%02X> token and no unknown token",
+                                  c, c);
+            if (!ivec_push(out, bt)) goto oom;
+        }
+    }
+    return QUILL_OK;
+oom:
+    return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing");
+}
