@@ -383,7 +383,7 @@ TEST(tokenizer_all_shared_vectors) {
                 /* the way back: the same text (byte-level BPE keeps every byte; SPM drops the one
                  * space it added) */
                 quill_detokenizer d;
-                quill_detokenizer_init(&d, t, false);
+                quill_detokenizer_init(&d, t, false, true);
                 size_t cap = lens[i] * 3 + 1024, len = 0;
                 char *buf = malloc(cap);
                 for (size_t k = 0; k < nw; k++) len += quill_detokenizer_push(&d, want[k], buf + len, cap - len);
