@@ -26,8 +26,16 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure prompt and generation speed against the memory bandwidth"},
 };
 
+/* The version the library reports when it has one, else this build's. */
+#ifdef QUILL_VERSION
+#define CLI_VERSION QUILL_VERSION
+#else
+#define CLI_VERSION "0.1.0"
+#endif
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: quill COMMAND [options]   (quill COMMAND --help for details)\n\ncommands:\n");
+    fprintf(f, "usage: quill COMMAND [options]   (quill help COMMAND or quill COMMAND --help for details)\n"
+               "       quill --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
@@ -114,6 +122,23 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("quill %s\n", CLI_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "help")) {
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[2], commands[i].name)) {
+                char *help_argv[] = {argv[2], "--help", NULL};
+                return commands[i].fn(2, help_argv);
+            }
+        usage(stderr);
+        return cli_fail("help: unknown command '%s'", argv[2]);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

@@ -171,6 +171,20 @@ typedef struct quill_sampler_params {
 
 quill_sampler_params quill_sampler_defaults(void);
 
+/* QUILL_OK when every field is in range, else QUILL_E_ARG naming the field, its range and what
+ * the "off" value is. quill_sampler_new() checks the same. */
+quill_status quill_sampler_params_check(const quill_sampler_params *p, quill_error *err);
+
+/* Sets one option by name from its text, so that every front end (CLI flags, server fields)
+ * accepts the same names, ranges and messages: "temperature" (or "temp"), "top_k", "top_p",
+ * "min_p", "repeat_penalty", "repeat_last_n", "seed" (leading dashes are skipped and dashes may stand
+ * for underscores, so "--top-p" works; messages use the name as given). A seed
+ * of -1 draws a random seed and stores it in p->seed, so it can be shown and reused. */
+quill_status quill_sampler_params_set(quill_sampler_params *p, const char *name, const char *value,
+                                      quill_error *err);
+/* A seed from the system's entropy source (the clock when there is none). */
+uint64_t quill_random_seed(void);
+
 typedef struct quill_sampler quill_sampler;
 quill_status quill_sampler_new(const quill_sampler_params *p, int32_t n_vocab, quill_sampler **out,
                                quill_error *err);
@@ -179,6 +193,71 @@ void quill_sampler_free(quill_sampler *s);
 void quill_sampler_accept(quill_sampler *s, int32_t token);
 /* Picks the next token from logits (which it may modify). */
 int32_t quill_sampler_sample(quill_sampler *s, float *logits);
+
+/* ---------------------------------------------------------------- generation */
+
+/* Why generation ended. */
+typedef enum quill_finish {
+    QUILL_FINISH_STOP,      /* an end-of-generation token, a stop string, or the callback said stop */
+    QUILL_FINISH_LENGTH,    /* n_predict tokens, or the context is full */
+} quill_finish;
+/* "stop" or "length", as the OpenAI API names them. */
+const char *quill_finish_name(quill_finish f);
+
+typedef struct quill_generate_params {
+    quill_sampler_params sampling;  /* used when quill_generate() is given no sampler */
+    int n_predict;                  /* tokens to generate at most; < 0: until the context is full */
+    /* Stop strings: generation ends when the text contains one; it is not part of the output.
+     * Text that could still become a stop string is held back from the callback until it cannot. */
+    const char *const *stop;
+    size_t n_stop;
+    /* The prompt's tokens enter the repetition-penalty window (as the reference does). */
+    bool penalize_prompt;
+    /* The generated text is the start of the text (no prompt before it): the tokenizer's leading
+     * space is removed. False for a continuation. */
+    bool text_start;
+    /* Optional: receives n_prompt x n_vocab floats, the logits of every prompt position. */
+    float *prompt_logits;
+    /* Optional: traces the prompt's evaluation only (see quill_context_set_trace). */
+    quill_trace_fn prompt_trace;
+    void *prompt_trace_user;
+    /* Optional: polled between micro-batches of the prompt and between tokens; true stops
+     * (result->cancelled). Lets an interactive front end stop a long evaluation. */
+    bool (*should_stop)(void *user);
+    void *should_stop_user;
+} quill_generate_params;
+
+/* n_predict 128, quill_sampler_defaults(), everything else off. */
+quill_generate_params quill_generate_defaults(void);
+
+/* Receives each generated token with the text it completes (possibly empty: a UTF-8 character
+ * split across tokens, or text held back while it could become a stop string). A final call with
+ * token -1 delivers what is left at the end. Returning false stops generation. */
+typedef bool (*quill_generate_fn)(int32_t token, const char *text, size_t len, void *user);
+
+typedef struct quill_generate_result {
+    quill_finish finish;
+    int n_prompt;           /* tokens evaluated for the prompt */
+    int n_generated;        /* tokens sampled (end-of-generation tokens not counted) */
+    bool context_full;      /* ended because the context had no room left (finish is LENGTH) */
+    bool stop_string;       /* ended at a stop string */
+    bool cancelled;         /* the callback returned false or should_stop said so */
+    double prompt_ms, generation_ms;
+} quill_generate_result;
+
+/* Evaluates `prompt` at the context's next positions (after what it already holds), then samples,
+ * detokenizes and streams tokens to `fn` until a stop condition. `sampler` may be NULL: one is made
+ * from p->sampling for this call. `fn` and `result` may be NULL. On an error the result still
+ * tells what was done; the context holds every token that was evaluated. */
+quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int32_t *prompt, size_t n_prompt,
+                            const quill_generate_params *p, quill_generate_fn fn, void *user,
+                            quill_generate_result *result, quill_error *err);
+
+/* Text in, streamed text out: tokenizes `prompt` as the model asks (BOS as add_bos_token says) and
+ * continues it with quill_generate() on a fresh context position 0 (the context is cleared). */
+quill_status quill_generate_text(quill_context *c, const char *prompt, const quill_generate_params *p,
+                                 quill_generate_fn fn, void *user, quill_generate_result *result,
+                                 quill_error *err);
 
 /* ---------------------------------------------------------------- chat prompts (see quill_chat.h) */
 

@@ -69,7 +69,7 @@ TEST(chat_cli_second_turn_evaluates_only_new_tokens) {
     char *model = path_join(shared, "models/synth-32k-q4_k_m.gguf");
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd,
-             "printf 'Hello\\nWhat is the capital of France?\\n/tokens\\n/quit\\n' | %s chat -m %s -n 6 --temp 0",
+             "printf 'Hello\\nWhat is the capital of France?\\n/tokens\\n/quit\\n' | %s chat -m %s -n 6 --temp 0 --verbose",
              quill_bin(), model);
     int rc = run_cmd(cmd, &out, true);
     free(model);

@@ -42,9 +42,13 @@
  * returns -1 only when called with a NULL sampler or NULL logits. */
 #include "base/error.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Top-k up to this size uses a heap of k; larger k and top-p without top-k use buckets. */
 #define HEAP_MAX_K 256
@@ -171,14 +175,9 @@ static void sort_desc(cand *a, size_t n) {
 
 /* ---------------------------------------------------------------- lifetime */
 
-quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_vocab, quill_sampler **out,
-                               quill_error *err) {
-    if (!out) return quill_fail(err, QUILL_E_ARG, "quill_sampler_new: `out` must not be NULL");
-    *out = NULL;
-    quill_sampler_params p = params ? *params : quill_sampler_defaults();
-
-    if (n_vocab <= 0)
-        return quill_fail(err, QUILL_E_ARG, "sampler: n_vocab must be > 0 (got %d)", (int)n_vocab);
+quill_status quill_sampler_params_check(const quill_sampler_params *params, quill_error *err) {
+    if (!params) return quill_fail(err, QUILL_E_ARG, "sampler: no parameters given");
+    quill_sampler_params p = *params;
     if (!(p.temperature >= 0.0f) || isinf(p.temperature))
         return quill_fail(err, QUILL_E_ARG,
                           "sampler: temperature must be finite and >= 0 (got %g; 0 means greedy)",
@@ -204,6 +203,108 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
         return quill_fail(err, QUILL_E_ARG,
                           "sampler: repeat_last_n must be >= 0 (got %d; 0 disables the penalty)",
                           p.repeat_last_n);
+    return QUILL_OK;
+}
+
+/* Option names as the CLI and the OpenAI API spell them; dashes count as underscores. */
+static bool name_is(const char *name, const char *want) {
+    while (*name == '-') name++;
+    for (; *name && *want; name++, want++)
+        if (*name != *want && !(*name == '-' && *want == '_')) return false;
+    return !*name && !*want;
+}
+
+static bool parse_whole(const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_real(const char *s, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+uint64_t quill_random_seed(void) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    return splitmix64(&x);
+}
+
+quill_status quill_sampler_params_set(quill_sampler_params *p, const char *name, const char *value,
+                                      quill_error *err) {
+    if (!p || !name) return quill_fail(err, QUILL_E_ARG, "sampler option: no parameters or name given");
+    quill_sampler_params q = *p;
+    long long l;
+    double d;
+    if (name_is(name, "seed")) {
+        if (value && !strcmp(value, "-1")) {
+            q.seed = quill_random_seed();
+        } else {
+            char *end;
+            errno = 0;
+            unsigned long long u = value && *value && *value != '-' ? strtoull(value, &end, 10) : 0;
+            if (!value || !*value || *value == '-' || *value == '+' || errno || *end)
+                return quill_fail(err, QUILL_E_ARG,
+                                  "%s: '%s' is not a whole number in 0..18446744073709551615 (-1 = random)",
+                                  name, value ? value : "");
+            q.seed = u;
+        }
+    } else if (name_is(name, "top_k") || name_is(name, "repeat_last_n")) {
+        bool k = name_is(name, "top_k");
+        long long hi = k ? (1ll << 30) : (1ll << 24);
+        if (!parse_whole(value, 0, hi, &l))
+            return quill_fail(err, QUILL_E_ARG, "%s: '%s' is not a whole number in 0..%lld (0 = off)",
+                              name, value ? value : "", hi);
+        if (k) q.top_k = (int)l;
+        else q.repeat_last_n = (int)l;
+    } else if (name_is(name, "temperature") || name_is(name, "temp")) {
+        if (!parse_real(value, &d) || d < 0 || d > 1e6)
+            return quill_fail(err, QUILL_E_ARG, "%s: '%s' is not a number in 0..1e6 (0 = greedy)", name, value ? value : "");
+        q.temperature = (float)d;
+    } else if (name_is(name, "top_p")) {
+        if (!parse_real(value, &d) || !(d > 0 && d <= 1))
+            return quill_fail(err, QUILL_E_ARG, "%s: '%s' is not a number in (0, 1] (1 = off)", name, value ? value : "");
+        q.top_p = (float)d;
+    } else if (name_is(name, "min_p")) {
+        if (!parse_real(value, &d) || !(d >= 0 && d <= 1))
+            return quill_fail(err, QUILL_E_ARG, "%s: '%s' is not a number in [0, 1] (0 = off)", name, value ? value : "");
+        q.min_p = (float)d;
+    } else if (name_is(name, "repeat_penalty")) {
+        if (!parse_real(value, &d) || !(d > 0 && d <= 1e6))
+            return quill_fail(err, QUILL_E_ARG, "%s: '%s' is not a number in (0, 1e6] (1 = off)", name, value ? value : "");
+        q.repeat_penalty = (float)d;
+    } else {
+        return quill_fail(err, QUILL_E_ARG,
+                          "unknown sampling option '%s' (temperature, top_k, top_p, min_p, repeat_penalty, "
+                          "repeat_last_n, seed)", name);
+    }
+    *p = q;
+    return QUILL_OK;
+}
+
+quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_vocab, quill_sampler **out,
+                               quill_error *err) {
+    if (!out) return quill_fail(err, QUILL_E_ARG, "quill_sampler_new: `out` must not be NULL");
+    *out = NULL;
+    quill_sampler_params p = params ? *params : quill_sampler_defaults();
+
+    if (n_vocab <= 0)
+        return quill_fail(err, QUILL_E_ARG, "sampler: n_vocab must be > 0 (got %d)", (int)n_vocab);
+    quill_status st = quill_sampler_params_check(&p, err);
+    if (st) return st;
 
     quill_sampler *s = calloc(1, sizeof *s);
     if (!s) return quill_fail(err, QUILL_E_NOMEM, "sampler: out of memory");

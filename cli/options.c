@@ -1,0 +1,295 @@
+/* The option table and parser shared by run, chat and tokenize (see options.h). */
+#include "options.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum opt_id {
+    O_HELP, O_MODEL, O_PROMPT, O_FILE, O_TOKENS, O_N_PREDICT, O_CTX, O_THREADS, O_TEMP, O_TOP_K, O_TOP_P,
+    O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
+    O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
+    O_MLOCK, O_NO_MMAP,
+};
+
+#define GEN (CLI_RUN | CLI_CHAT)
+#define ALL (CLI_RUN | CLI_CHAT | CLI_TOKENIZE)
+
+typedef struct {
+    enum opt_id id;
+    const char *short_name, *long_name, *value, *alias;
+    unsigned commands;
+    const char *help;
+} option;
+
+static const option options[] = {
+    {O_MODEL, "-m", "--model", "FILE", NULL, ALL, "the GGUF model"},
+    {O_PROMPT, "-p", "--prompt", "TEXT", NULL, CLI_RUN | CLI_TOKENIZE, "the prompt ('-' reads it from stdin)"},
+    {O_FILE, "-f", "--file", "FILE", NULL, CLI_RUN | CLI_TOKENIZE, "read the prompt from a file"},
+    {O_TOKENS, NULL, "--tokens", "ID,ID", NULL, CLI_RUN, "evaluate exactly these ids (no tokenizer, no BOS)"},
+    {O_N_PREDICT, "-n", "--n-predict", "N", NULL, GEN,
+     "tokens to generate (run: default 128, 0 = only evaluate the prompt; chat: per reply, default 512)"},
+    {O_CTX, "-c", "--ctx-size", "N", NULL, GEN, "context length (default: the model's, at most 4096)"},
+    {O_THREADS, "-t", "--threads", "N", NULL, GEN, "threads (default: all online CPUs)"},
+    {O_TEMP, NULL, "--temp", "T", "--temperature", GEN, "temperature (default 0.8; 0 = greedy)"},
+    {O_TOP_K, NULL, "--top-k", "K", NULL, GEN, "keep the K best tokens (default 40; 0 = off)"},
+    {O_TOP_P, NULL, "--top-p", "P", NULL, GEN, "nucleus sampling, in (0, 1] (default 0.95; 1 = off)"},
+    {O_MIN_P, NULL, "--min-p", "P", NULL, GEN, "drop tokens below P x the best one's probability (default 0.05)"},
+    {O_REPEAT_PENALTY, NULL, "--repeat-penalty", "R", NULL, GEN, "repetition penalty (default 1 = off)"},
+    {O_REPEAT_LAST_N, NULL, "--repeat-last-n", "N", NULL, GEN, "tokens the penalty looks back at (default 64)"},
+    {O_SEED, "-s", "--seed", "S", NULL, GEN, "random seed (default and -1: random, shown with --verbose/--json)"},
+    {O_STOP, "-r", "--reverse-prompt", "TEXT", "--stop", GEN,
+     "stop when the text contains TEXT (not printed; may be repeated)"},
+    {O_NO_BOS, NULL, "--no-bos", NULL, NULL, CLI_RUN | CLI_TOKENIZE, "do not add the BOS token"},
+    {O_SPECIAL, NULL, "--special", NULL, NULL, CLI_RUN | CLI_TOKENIZE,
+     "parse special-token text such as </s> in the prompt"},
+    {O_CHAT, NULL, "--chat", NULL, NULL, CLI_RUN, "send the prompt as one user turn through the chat template"},
+    {O_SYSTEM, NULL, "--system", "TEXT", NULL, GEN, "system message (run: with --chat)"},
+    {O_TEMPLATE, NULL, "--chat-template", "FILE", NULL, GEN, "use this Jinja template instead of the model's"},
+    {O_FORMAT, NULL, "--chat-format", "NAME", NULL, GEN, "built-in template for a model without one (chatml, llama2, ...)"},
+    {O_NO_DISPLAY_PROMPT, NULL, "--no-display-prompt", NULL, NULL, CLI_RUN, "print only the continuation"},
+    {O_REFERENCE, NULL, "--reference", NULL, NULL, CLI_RUN, "float64 reference forward pass (slow; for verification)"},
+    {O_JSON, NULL, "--json", NULL, NULL, CLI_RUN | CLI_TOKENIZE, "print one JSON object instead of text"},
+    {O_LOGITS, NULL, "--logits", "FILE", NULL, CLI_RUN, "write float32 logits of every prompt position"},
+    {O_TRACE, NULL, "--trace", "FILE.gguf", NULL, CLI_RUN, "write the intermediate tensors of the prompt pass"},
+    {O_VERBOSE, "-v", "--verbose", NULL, NULL, GEN, "say more: seed, kernels, per-turn evaluation counts"},
+    {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN, "accepted for llama-cli habits (quill runs on the CPU)"},
+    {O_MLOCK, NULL, "--mlock", NULL, NULL, GEN, "accepted for llama-cli habits (the mapping is used as is)"},
+    {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL, GEN, "accepted for llama-cli habits (the file is always mapped)"},
+    {O_HELP, "-h", "--help", NULL, NULL, ALL, "this help"},
+};
+
+static const char *command_name(unsigned command) {
+    return command == CLI_RUN ? "run" : command == CLI_CHAT ? "chat" : "tokenize";
+}
+
+void cli_opts_usage(unsigned command, FILE *f) {
+    if (command == CLI_RUN)
+        fputs("usage: quill run -m MODEL (-p PROMPT | -f FILE | --tokens ID,ID,...) [options]\n"
+              "The prompt is printed, then its continuation.\n", f);
+    else if (command == CLI_CHAT)
+        fputs("usage: quill chat -m MODEL [options]\n"
+              "In the chat: /help, /reset, /system TEXT, /raw, /tokens, /bye; \"\"\" opens a multi-line message;\n"
+              "Ctrl-C stops a reply or clears the line, twice (or Ctrl-D) exits.\n", f);
+    else
+        fputs("usage: quill tokenize -m MODEL (-p TEXT | -f FILE) [options]\n", f);
+    fputs("options:\n", f);
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+        const option *o = &options[i];
+        if (!(o->commands & command)) continue;
+        char names[96];
+        snprintf(names, sizeof names, "%s%s%s%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "",
+                 o->long_name, o->alias ? ", " : "", o->alias ? o->alias : "", "");
+        char left[128];
+        snprintf(left, sizeof left, "%s%s%s", names, o->value ? " " : "", o->value ? o->value : "");
+        fprintf(f, "  %-34s %s\n", left, o->help);
+    }
+}
+
+/* The option an argument names, accepting "--name=value" for long names. */
+static const option *find_option(const char *arg, const char **inline_value) {
+    *inline_value = NULL;
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+        const option *o = &options[i];
+        const char *names[3] = {o->short_name, o->long_name, o->alias};
+        for (int k = 0; k < 3; k++) {
+            const char *n = names[k];
+            if (!n) continue;
+            size_t len = strlen(n);
+            if (!strncmp(arg, n, len)) {
+                if (!arg[len]) return o;
+                if (arg[len] == '=' && n[1] == '-' && o->value) {
+                    *inline_value = arg + len + 1;
+                    return o;
+                }
+            }
+        }
+    }
+    return NULL;
+}
+
+int cli_parse_token_list(const char *s, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 16, count = 0;
+    int32_t *list = malloc(cap * sizeof *list);
+    if (!list) return cli_fail("out of memory");
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno || v > INT32_MAX || (*end && *end != ',') || (*end == ',' && !end[1])) {
+            free(list);
+            return cli_fail("--tokens: '%s' is not a comma-separated list of token ids (whole numbers >= 0, "
+                            "e.g. 1,403,407)", s);
+        }
+        if (count == cap) {
+            int32_t *grown = realloc(list, (cap *= 2) * sizeof *list);
+            if (!grown) {
+                free(list);
+                return cli_fail("out of memory");
+            }
+            list = grown;
+        }
+        list[count++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (count == 0) {
+        free(list);
+        return cli_fail("--tokens: no token ids given (e.g. --tokens 1,403,407)");
+    }
+    *ids = list;
+    *n = count;
+    return 0;
+}
+
+static int parse_count(const char *opt, const char *v, long lo, long hi, const char *note, long *dst) {
+    long l;
+    if (!cli_parse_long(v, lo, hi, &l))
+        return cli_fail("%s: '%s' is not a whole number in %ld..%ld%s", opt, v, lo, hi, note);
+    *dst = l;
+    return 0;
+}
+
+static char *read_stream(FILE *f) {
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap + 1);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *grown = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!grown) {
+                free(buf);
+                return NULL;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+/* As llama-cli does for -f: the newline that ends a file or an echo is not part of the prompt. */
+static void drop_final_newline(char *s) {
+    size_t n = strlen(s);
+    if (n && s[n - 1] == '\n') s[--n] = 0;
+    if (n && s[n - 1] == '\r') s[--n] = 0;
+}
+
+int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *diag) {
+    memset(o, 0, sizeof *o);
+    o->command = command;
+    o->n_predict = command == CLI_CHAT ? 512 : 128;
+    o->sp = quill_sampler_defaults();
+    const char *cmd = command_name(command);
+    quill_error err;
+    long ngl = -1;
+    bool seed_random = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        const option *opt = find_option(a, &v);
+        if (!opt || !(opt->commands & command)) {
+            if (opt) return cli_fail("%s: option %s does not apply to quill %s (see quill %s --help)", cmd, a, cmd, cmd);
+            return cli_fail("%s: unknown option '%s' (see quill %s --help)", cmd, a, cmd);
+        }
+        if (opt->id == O_HELP) {
+            cli_opts_usage(command, stdout);
+            return -1;
+        }
+        if (opt->value && !v) {
+            if (i + 1 >= argc)
+                return cli_fail("%s: option %s needs a value %s (see quill %s --help)", cmd, a, opt->value, cmd);
+            v = argv[++i];
+        } else if (!opt->value && v) {
+            return cli_fail("%s: option %s takes no value", cmd, opt->long_name);
+        }
+        const char *name = opt->long_name;
+        switch (opt->id) {
+        case O_MODEL: o->model = v; break;
+        case O_PROMPT: o->prompt_arg = v; break;
+        case O_FILE: o->prompt_file = v; break;
+        case O_TOKENS: o->tokens = v; break;
+        case O_LOGITS: o->logits_path = v; break;
+        case O_TRACE: o->trace_path = v; break;
+        case O_SYSTEM: o->system = v; break;
+        case O_TEMPLATE: o->template_path = v; break;
+        case O_FORMAT: o->format = v; break;
+        case O_N_PREDICT:
+            if (command == CLI_CHAT) {
+                if (parse_count(name, v, -1, 1 << 24, " (-1 = until the context is full)", &o->n_predict)) return 1;
+                if (o->n_predict == 0) return cli_fail("%s: a reply of 0 tokens would say nothing; use 1..%d or -1", name, 1 << 24);
+            } else if (parse_count(name, v, -1, 1 << 24, " (0 = only evaluate the prompt; -1 = until the context is full)",
+                                   &o->n_predict)) {
+                return 1;
+            }
+            break;
+        case O_CTX:
+            if (parse_count(name, v, 0, 1 << 24, " (0 = the model's)", &o->n_ctx)) return 1;
+            break;
+        case O_THREADS:
+            if (parse_count(name, v, 1, 1024, "", &o->n_threads)) return 1;
+            break;
+        case O_NGL:
+            if (parse_count(name, v, -1, 1 << 20, "", &ngl)) return 1;
+            break;
+        case O_TEMP: case O_TOP_K: case O_TOP_P: case O_MIN_P: case O_REPEAT_PENALTY: case O_REPEAT_LAST_N:
+        case O_SEED:
+            if (quill_sampler_params_set(&o->sp, name, v, &err)) return cli_fail("%s", err.message);
+            if (opt->id == O_SEED) {
+                o->seed_given = true;
+                seed_random = !strcmp(v, "-1");
+            }
+            break;
+        case O_STOP:
+            if (!*v) return cli_fail("%s: the stop string is empty", name);
+            if (o->n_stop == CLI_MAX_STOP) return cli_fail("%s: at most %d stop strings", name, CLI_MAX_STOP);
+            o->stop[o->n_stop++] = v;
+            break;
+        case O_NO_BOS: o->no_bos = true; break;
+        case O_SPECIAL: o->special = true; break;
+        case O_REFERENCE: o->reference = true; break;
+        case O_JSON: o->json = true; break;
+        case O_CHAT: o->chat = true; break;
+        case O_VERBOSE: o->verbose = true; break;
+        case O_NO_DISPLAY_PROMPT: o->no_display_prompt = true; break;
+        case O_MLOCK: case O_NO_MMAP: case O_HELP: break;
+        }
+    }
+    if (seed_random) o->sp.seed = quill_random_seed();
+    if (!o->model) return cli_fail("%s: no model given: use -m MODEL.gguf (see quill %s --help)", cmd, cmd);
+    if (command == CLI_RUN && !o->chat) {
+        const char *stray = o->system ? "--system" : o->template_path ? "--chat-template" : o->format ? "--chat-format" : NULL;
+        if (stray) return cli_fail("run: %s applies only with --chat (the prompt is sent as plain text otherwise)", stray);
+    }
+    int sources = (o->prompt_arg != NULL) + (o->prompt_file != NULL) + (o->tokens != NULL);
+    if (sources > 1) return cli_fail("%s: give one of -p, -f and --tokens, not several", cmd);
+    if (command != CLI_CHAT && sources == 0)
+        return cli_fail("%s: no prompt given: use -p TEXT, -p - (stdin), -f FILE%s", cmd,
+                        command == CLI_RUN ? " or --tokens IDS" : "");
+    if (o->tokens && o->chat) return cli_fail("run: --tokens cannot be combined with --chat");
+    if (o->prompt_arg && !strcmp(o->prompt_arg, "-")) {
+        if (!(o->prompt = read_stream(stdin))) return cli_fail("%s: cannot read the prompt from stdin", cmd);
+    } else if (o->prompt_file) {
+        if (!(o->prompt = cli_read_file(o->prompt_file, NULL)))
+            return cli_fail("%s: cannot read the prompt: %s", o->prompt_file, strerror(errno));
+    } else if (o->prompt_arg && !(o->prompt = strdup(o->prompt_arg))) {
+        return cli_fail("out of memory");
+    }
+    if (o->prompt && (!o->prompt_arg || !strcmp(o->prompt_arg, "-"))) drop_final_newline(o->prompt);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (diag && o->n_threads > 0 && cpus > 0 && o->n_threads > cpus)
+        fprintf(diag, "quill: warning: -t %ld is more threads than the %ld online CPUs; the extra threads "
+                      "share cores and usually slow generation down\n", o->n_threads, cpus);
+    if (diag && ngl > 0)
+        fprintf(diag, "quill: note: -ngl %ld ignored: quill runs on the CPU\n", ngl);
+    return 0;
+}
+
+void cli_opts_free(cli_opts *o) {
+    free(o->prompt);
+    o->prompt = NULL;
+}

@@ -1,0 +1,42 @@
+/* One option parser for the commands that load a model and generate or tokenize (run, chat,
+ * tokenize): the same names, ranges and messages everywhere, every value checked before a model is
+ * loaded. Names follow llama-cli's habits (-m/--model, -p/--prompt, -f/--file, -n/--n-predict,
+ * -c/--ctx-size, -t/--threads, -r/--reverse-prompt, --seed -1 for random, ...). */
+#ifndef QUILL_CLI_OPTIONS_H
+#define QUILL_CLI_OPTIONS_H
+
+#include "quill.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+enum { CLI_RUN = 1, CLI_CHAT = 2, CLI_TOKENIZE = 4 };
+
+#define CLI_MAX_STOP 16
+
+typedef struct cli_opts {
+    unsigned command;       /* CLI_RUN, CLI_CHAT or CLI_TOKENIZE */
+    const char *model, *prompt_arg, *prompt_file, *tokens, *logits_path, *trace_path;
+    const char *system, *template_path, *format;
+    char *prompt;           /* the prompt text from -p, -p - (stdin) or -f FILE: malloc'd */
+    long n_predict, n_ctx, n_threads;
+    quill_sampler_params sp;
+    bool seed_given;
+    const char *stop[CLI_MAX_STOP];
+    size_t n_stop;
+    bool no_bos, special, reference, json, chat, verbose, no_display_prompt;
+} cli_opts;
+
+/* Parses argv (argv[0] is the command name). Returns 0 on success, -1 when --help was printed
+ * (the caller exits 0), or 1 after printing the error. On success the caller frees with
+ * cli_opts_free(). Warnings (more threads than CPUs, -ngl) go to `diag`. */
+int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *diag);
+void cli_opts_free(cli_opts *o);
+/* The usage text of a command, generated from the option table. */
+void cli_opts_usage(unsigned command, FILE *f);
+
+/* Parses "1,2,3" into a malloc'd id list. Returns 0, or 1 after printing why the list is bad
+ * (*ids is then NULL). */
+int cli_parse_token_list(const char *s, int32_t **ids, size_t *n);
+
+#endif

@@ -1,0 +1,221 @@
+/* The command line: one option parser for run/chat/tokenize, llama-cli habits, and the crashes a
+ * new user found (each also runs under ASan/UBSan in the sanitizer build of the suite). */
+#include "gguf_build.h"
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *stories(const char *shared) { return path_join(shared, "models/stories260K.gguf"); }
+
+/* Runs `quill ARGS` (through the shell) and returns its exit status; *out gets stdout and, unless
+ * ARGS discard it, stderr. */
+static int quill(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int quill(char **out, const char *fmt, ...) {
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s", quill_bin(), args);
+    return run_cmd(cmd, out, strstr(args, "2>/dev/null") == NULL);
+}
+
+/* A bad --tokens list is an error message and exit 1; it used to be freed twice (SIGABRT). */
+TEST(cli_run_bad_token_lists_fail_cleanly) {
+    REQUIRE_SHARED(shared);
+    char *model = stories(shared);
+    static const char *const bad[] = {"abc", "", "1,,2", "-1", "1,", ",1", "1 2", "99999999999", "+1", NULL};
+    for (const char *const *b = bad; *b; b++) {
+        char *out = NULL;
+        int rc = quill(&out, "run -m %s --tokens '%s' -n 1", model, *b);
+        CHECK(rc == 1, "--tokens '%s': exit %d: %s", *b, rc, out);
+        CHECK_STR_CONTAINS(out, "--tokens");
+        CHECK(!strstr(out, "free") && !strstr(out, "Sanitizer"), "--tokens '%s': %s", *b, out);
+        free(out);
+    }
+    char *out = NULL;
+    int rc = quill(&out, "run -m %s --tokens 1,403,407 -n 2 --temp 0", model);
+    CHECK(rc == 0, "%s", out);
+    free(out);
+    free(model);
+}
+
+/* A copy of stories260K with add_bos_token = false (and, like it, no chat template). */
+static char *no_bos_model(const char *shared) {
+    char *src = stories(shared), *dst = path_join(tmp_dir(), "no_bos.gguf");
+    quill_gguf *g = NULL;
+    quill_error err;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = quill_gguf_open(src, &g, &err) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        if (strcmp(kv->key, "tokenizer.ggml.add_bos_token"))
+            ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    free(src);
+    if (!ok) {
+        free(dst);
+        return NULL;
+    }
+    return dst;
+}
+
+/* chat on a model without BOS and without a template, first input an empty line (and a lone
+ * space, which tokenizes to nothing or almost): it used to evaluate "1 new token, 2^64-1 reused"
+ * and read before the buffer. */
+TEST(cli_chat_empty_first_line_without_bos) {
+    REQUIRE_SHARED(shared);
+    char *model = no_bos_model(shared);
+    CHECK(model != NULL, "cannot write the model copy");
+    char *out = NULL, cmd[4096];
+    snprintf(cmd, sizeof cmd, "printf '\\n \\n\\nOnce upon a time\\n/bye\\n' | %s chat -m %s -n 4 --temp 0 --verbose",
+             quill_bin(), model);
+    int rc = run_cmd(cmd, &out, true);
+    free(model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK(!strstr(out, "18446744073709551615") && !strstr(out, "Sanitizer"), "%s", out);
+    CHECK_STR_CONTAINS(out, "raw mode");
+    CHECK_STR_CONTAINS(out, "[turn 1: evaluating");
+    CHECK_STR_CONTAINS(out, "tokens, 0 reused from the cache]");
+    free(out);
+}
+
+/* Values are checked before the model is loaded, with the same message in every command. */
+TEST(cli_options_checked_before_loading) {
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"run -m /nonexistent.gguf -p hi --top-p 0", "--top-p: '0' is not a number in (0, 1]"},
+        {"chat -m /nonexistent.gguf --top-p 0", "--top-p: '0' is not a number in (0, 1]"},
+        {"run -m /nonexistent.gguf -p hi -n x", "--n-predict: 'x' is not a whole number"},
+        {"chat -m /nonexistent.gguf -n 0", "a reply of 0 tokens"},
+        {"chat -m /nonexistent.gguf --n-predict=abc", "--n-predict: 'abc' is not a whole number"},
+        {"run -m /nonexistent.gguf -p hi -t 0", "--threads: '0' is not a whole number in 1..1024"},
+        {"chat -m /nonexistent.gguf --threads 5000", "--threads: '5000' is not a whole number in 1..1024"},
+        {"run -m /nonexistent.gguf -p hi --ctx-size -5", "--ctx-size: '-5'"},
+        {"run -m /nonexistent.gguf -p hi --seed x", "--seed: 'x' is not a whole number"},
+        {"run -m /nonexistent.gguf -p hi --system S", "--system applies only with --chat"},
+        {"run -m /nonexistent.gguf -p hi --chat-format chatml", "--chat-format applies only with --chat"},
+        {"run -m /nonexistent.gguf -p hi --chat-template t.jinja", "--chat-template applies only with --chat"},
+        {"run -m /nonexistent.gguf -p hi --tokens 1", "give one of -p, -f and --tokens"},
+        {"run -m /nonexistent.gguf", "no prompt given"},
+        {"run -p hi", "no model given"},
+        {"chat -m /nonexistent.gguf --bogus", "unknown option '--bogus'"},
+        {"chat -m /nonexistent.gguf --tokens 1", "does not apply to quill chat"},
+        {"tokenize -m /nonexistent.gguf -p hi --temp 1", "does not apply to quill tokenize"},
+        {"run -m /nonexistent.gguf -p hi --temp", "needs a value"},
+        {"run -m /nonexistent.gguf -f /nonexistent.txt", "/nonexistent.txt: cannot read the prompt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = quill(&out, "%s", cases[i].args);
+        CHECK(rc == 1, "%s: exit %d: %s", cases[i].args, rc, out);
+        CHECK(strstr(out, cases[i].message) != NULL, "%s: expected \"%s\" in \"%s\"", cases[i].args, cases[i].message, out);
+        CHECK(!strstr(out, "nonexistent.gguf:"), "%s: the model was opened before the options were checked: %s",
+              cases[i].args, out);
+        free(out);
+    }
+}
+
+/* llama-cli habits: long names, -f, -p -, the prompt echoed, -r/--stop, -ngl, --mlock, --no-mmap,
+ * -t above the CPUs, --version, quill help COMMAND. */
+TEST(cli_llama_cli_habits) {
+    REQUIRE_SHARED(shared);
+    char *model = stories(shared), *out = NULL;
+    int rc = quill(&out, "run --model %s --prompt 'Once upon a time' --n-predict 8 --temp 0 --ctx-size 64 --threads 1 "
+                   "-ngl 99 --mlock --no-mmap", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "Once upon a time, there was a little girl");
+    CHECK_STR_CONTAINS(out, "-ngl 99 ignored: quill runs on the CPU");
+    free(out);
+    rc = quill(&out, "run -m %s -p 'Once upon a time' -n 8 --temp 0 --no-display-prompt 2>/dev/null", model);
+    CHECK(rc == 0 && !strncmp(out, ", there was a little girl", 25), "exit %d: %s", rc, out);
+    free(out);
+    /* -p - reads stdin, -f reads a file; the final newline is not part of the prompt */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "echo 'Once upon a time' | %s run -m %s -p - -n 8 --temp 0 --json", quill_bin(), model);
+    rc = run_cmd(cmd, &out, false);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "\"prompt_tokens\": [1, 403, 407, 261, 378]");
+    free(out);
+    char *file = path_join(tmp_dir(), "prompt.txt");
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    fputs("Once upon a time\n", f);
+    fclose(f);
+    rc = quill(&out, "run -m %s -f %s -n 8 --temp 0 --json", model, file);
+    free(file);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "\"prompt_tokens\": [1, 403, 407, 261, 378]");
+    free(out);
+    /* stop strings: -r, --reverse-prompt and --stop are one list */
+    rc = quill(&out, "run -m %s -p 'Once upon a time' -n 30 --temp 0 -r Lily --stop zzz 2>/dev/null", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK(!strcmp(out, "Once upon a time, there was a little girl named \n"), "\"%s\"", out);
+    free(out);
+    rc = quill(&out, "run -m %s -p 'Once upon a time' -n 30 --temp 0 -r Lily --json", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "\"finish_reason\": \"stop\"");
+    free(out);
+    /* more threads than CPUs: accepted, with a warning */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    rc = quill(&out, "run -m %s -p hi -n 1 --temp 0 -t %ld", model, cpus + 1);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "more threads than the");
+    free(out);
+    rc = quill(&out, "--version");
+    CHECK(rc == 0 && !strncmp(out, "quill ", 6), "exit %d: %s", rc, out);
+    free(out);
+    rc = quill(&out, "help run");
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "--reverse-prompt");
+    CHECK_STR_CONTAINS(out, "--ctx-size");
+    free(out);
+    rc = quill(&out, "help chat");
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "/bye");
+    free(out);
+    rc = quill(&out, "help nonsense");
+    CHECK(rc == 1, "exit %d: %s", rc, out);
+    free(out);
+    free(model);
+}
+
+/* The default seed is random and reported; --seed N reproduces; --seed -1 is random. */
+TEST(cli_seed_default_random_and_reproducible) {
+    REQUIRE_SHARED(shared);
+    char *model = stories(shared), *a = NULL, *b = NULL;
+    int rc;
+    rc = quill(&a, "run -m %s -p 'Once upon a time' -n 24 --temp 1.5 --json 2>/dev/null", model);
+    CHECK(rc == 0, "%s", a);
+    rc = quill(&b, "run -m %s -p 'Once upon a time' -n 24 --temp 1.5 --json 2>/dev/null", model);
+    CHECK(rc == 0, "%s", b);
+    const char *sa = strstr(a, "\"seed\": "), *sb = strstr(b, "\"seed\": ");
+    CHECK(sa && sb, "no seed in %s", a);
+    CHECK(strtoull(sa + 8, NULL, 10) != strtoull(sb + 8, NULL, 10), "two default seeds were equal");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", strtoull(sa + 8, NULL, 10));
+    free(b);
+    rc = quill(&b, "run -m %s -p 'Once upon a time' -n 24 --temp 1.5 --json --seed %s 2>/dev/null", model, seed);
+    CHECK(rc == 0);
+    const char *ga = strstr(a, "\"generated_tokens\""), *gb = strstr(b, "\"generated_tokens\"");
+    CHECK(ga && gb && !strncmp(ga, gb, strcspn(ga, "]")), "the same seed gave another text:\n%s\n%s", a, b);
+    free(a);
+    free(b);
+    rc = quill(&a, "run -m %s -p hi -n 1 --seed -1 --verbose", model);
+    CHECK(rc == 0, "%s", a);
+    CHECK_STR_CONTAINS(a, "seed ");
+    free(a);
+    free(model);
+}
