@@ -97,8 +97,10 @@ const quill_gguf *quill_model_gguf(const quill_model *m);
 typedef struct quill_context quill_context;
 
 typedef struct quill_context_params {
-    int n_ctx;          /* context length in tokens; 0 = the model's training context */
+    int n_ctx;          /* context length in tokens, of each sequence; 0 = the model's training
+                         * context (at most 4096) */
     int n_threads;      /* 0 = all online CPUs */
+    int n_seq;          /* sequences the KV cache holds at once (ids 0..n_seq-1); 0 = 1 */
     bool reference;     /* float64 reference path: plain loops over dequantized weights */
 } quill_context_params;
 
@@ -110,17 +112,46 @@ typedef void (*quill_trace_fn)(const char *name, const float *data, int n_dims, 
 quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
                                quill_error *err);
 void quill_context_free(quill_context *c);
-/* Tokens already in the KV cache. */
+/* Tokens already in the KV cache (of sequence 0). */
 int quill_context_pos(const quill_context *c);
 int quill_context_n_ctx(const quill_context *c);
 /* The kernel set it computes with: "amx", "vnni", "avx512", "avx2" or "scalar" (the best the CPU
  * offers, or the one QUILL_ISA names), or "reference" for the float64 path. */
 const char *quill_context_kernels(const quill_context *c);
-/* Forgets cached tokens from position `pos` on (0 clears the conversation). */
+/* Forgets cached tokens of sequence 0 from position `pos` on (0 clears the conversation). */
 void quill_context_truncate(quill_context *c, int pos);
 void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);
 
-/* Evaluates `n` tokens at the next positions, as one batch. `logits` receives n × n_vocab floats
+/* ---------------------------------------------------------------- several sequences at once
+ *
+ * A batch holds tokens of one or more sequences, each token with its sequence id and position,
+ * and is evaluated in one forward pass: the weights are read once for all of them. Each token
+ * sees only the cached positions of its own sequence. Every token's arithmetic is independent of
+ * the rest of the batch, so a sequence's logits are bitwise identical to evaluating it alone, in
+ * any batch composition, any chunking and any thread count. */
+typedef struct quill_batch {
+    int n;                  /* tokens */
+    const int32_t *token;   /* [n] ids */
+    const int32_t *seq;     /* [n] sequence ids, 0..n_seq-1 */
+    const int32_t *pos;     /* [n] positions: a sequence's tokens in the batch are consecutive
+                             * positions, the first at most the sequence's length (a smaller one
+                             * forgets the positions from there on first) */
+    const bool *logits;     /* [n] which tokens want logits; NULL = only the batch's last token */
+} quill_batch;
+
+/* Evaluates a batch. `logits` (may be NULL) receives n_vocab floats for each token that asked
+ * for them, in batch order. A batch that fails its checks changes nothing. */
+quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits, quill_error *err);
+int quill_context_n_seq(const quill_context *c);
+/* Positions cached for sequence `seq` (its next position); -1 for an invalid id. */
+int quill_seq_len(const quill_context *c, int seq);
+/* Forgets sequence `seq`'s positions from `pos` on (0 clears it). */
+void quill_seq_truncate(quill_context *c, int seq, int pos);
+/* Makes `dst` hold the first `n` positions of `src` (prompt reuse: a conversation that starts
+ * like another one need not evaluate the shared part again); `dst` forgets what it held. */
+quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
+
+/* Evaluates `n` tokens at the next positions of sequence 0, as one batch. `logits` receives n × n_vocab floats
  * (one row per token) when `all_logits`, else only the last token's n_vocab; it may be NULL. */
 quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
                         quill_error *err);

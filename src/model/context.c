@@ -31,12 +31,19 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         return quill_fail(err, QUILL_E_ARG, "context length %d is out of range (1..%d)", p->n_ctx, 1 << 24);
     if (p && (p->n_threads < 0 || p->n_threads > 1024))
         return quill_fail(err, QUILL_E_ARG, "thread count %d is out of range (1..1024)", p->n_threads);
+    const int n_seq = p && p->n_seq > 0 ? p->n_seq : 1;
+    if (p && (p->n_seq < 0 || p->n_seq > 4096))
+        return quill_fail(err, QUILL_E_ARG, "sequence count %d is out of range (1..4096)", p->n_seq);
+    if (p && p->reference && n_seq > 1)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "the float64 reference path evaluates one sequence (n_seq 1, not %d)", n_seq);
     quill_context *c = calloc(1, sizeof *c);
     if (!c) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     c->model = m;
     c->hp = hp;
     c->n_ctx = n_ctx;
     c->n_threads = n_threads;
+    c->n_seq = n_seq;
     c->reference = p && p->reference;
     c->kern = quill_kernels_best();
     /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
@@ -44,15 +51,18 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long
                                                                           : m->ap.rope_factors;
     const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
-    const size_t cache = (size_t)hp->n_layer * (size_t)n_ctx * (size_t)kv_dim;
-    const size_t key_cache = (size_t)hp->n_layer * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
+    const size_t cache = (size_t)hp->n_layer * (size_t)n_seq * (size_t)n_ctx * (size_t)kv_dim;
+    const size_t key_cache =
+        (size_t)hp->n_layer * (size_t)n_seq * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
     const size_t ub = QUILL_UBATCH;
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
-    bool ok = (c->pool = quill_pool_new(n_threads)) != NULL;
+    bool ok = (c->pool = quill_pool_new(n_threads)) != NULL && (c->seq_len = calloc((size_t)n_seq, sizeof(int))) &&
+              (c->seq_next = calloc((size_t)n_seq, sizeof(int))) &&
+              (c->run_start = malloc((QUILL_UBATCH + 1) * sizeof(int)));
     if (c->reference) {
         ok = ok && (c->ref_k = calloc(cache, sizeof(double))) && (c->ref_v = calloc(cache, sizeof(double)));
     } else {
@@ -81,8 +91,8 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (!ok) {
         /* the message reads the context's settings, so it is written before the context is freed */
         quill_fail(err, QUILL_E_NOMEM,
-                   "out of memory creating a context of %d tokens (KV cache %.1f MB); use a smaller context (-c)",
-                   n_ctx, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
+                   "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB); use a smaller context (-c)",
+                   n_ctx, n_seq, 2.0 * cache * (c->reference ? 8 : 4) / 1e6);
         quill_context_free(c);
         return QUILL_E_NOMEM;
     }
@@ -109,17 +119,18 @@ void quill_context_free(quill_context *c) {
     free(c->matmul_scratch);
     free(c->ref_k);
     free(c->ref_v);
+    free(c->seq_len);
+    free(c->seq_next);
+    free(c->run_start);
     free(c);
 }
 
-int quill_context_pos(const quill_context *c) { return c->pos; }
+int quill_context_pos(const quill_context *c) { return c->seq_len[0]; }
 int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
 
 const char *quill_context_kernels(const quill_context *c) { return c->reference ? "reference" : c->kern->isa; }
 
-void quill_context_truncate(quill_context *c, int pos) {
-    if (pos >= 0 && pos < c->pos) c->pos = pos;
-}
+void quill_context_truncate(quill_context *c, int pos) { quill_seq_truncate(c, 0, pos); }
 
 void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user) {
     c->trace = fn;

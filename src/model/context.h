@@ -19,7 +19,10 @@
 struct quill_context {
     quill_model *model;
     const quill_hparams *hp;
-    int n_ctx, n_threads, pos;
+    int n_ctx, n_threads;           /* n_ctx: positions of each sequence */
+    int n_seq;                      /* sequences in the cache */
+    int *seq_len;                   /* [n_seq] cached positions of each sequence */
+    int *seq_next;                  /* [n_seq] scratch of quill_decode's checks */
     bool reference;
     quill_pool *pool;
     const quill_kernels *kern;
@@ -28,8 +31,13 @@ struct quill_context {
 
     const float *rope_factors;      /* the RoPE frequency divisors this context uses, or NULL */
 
-    /* fast path: f32 KV cache, keys [n_layer][kv head][block of KEY_BLOCK positions][head dim]
-     * [KEY_BLOCK], values [n_layer][kv head][n_ctx][head dim]; RoPE cos and sin [table][n_ctx]
+    /* the micro-batch being evaluated: each token's sequence and position, and the runs of
+     * consecutive tokens of one sequence (at most ATT_TOKENS) that attention items take */
+    const int32_t *ub_seq, *ub_pos;
+    int *run_start, n_runs;
+
+    /* fast path: f32 KV cache, keys [n_layer][seq][kv head][block of KEY_BLOCK positions][head dim]
+     * [KEY_BLOCK], values [n_layer][seq][kv head][n_ctx][head dim]; RoPE cos and sin [table][n_ctx]
      * [n_rot/2] */
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
@@ -52,7 +60,13 @@ static inline int64_t quill_key_positions(int n_ctx) {
  * sliding-window layers' of architectures that rotate those with another base), in double. */
 double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i);
 
-/* The float64 reference forward pass (reference.c). */
+/* One micro-batch (at most QUILL_UBATCH tokens) of the fast path: token t of sequence seq[t] at
+ * position pos[t]; `logits` receives a row for each token with want[t], in order (forward.c).
+ * The caller has checked the batch (batch.c). */
+void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
+                          const bool *want, int n, float *logits);
+
+/* The float64 reference forward pass (reference.c), sequence 0 only. */
 quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n, float *logits,
                                   bool all_logits, quill_error *err);
 

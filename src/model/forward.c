@@ -208,23 +208,26 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     /* the scores of token i of an item: group rows from scores + i · group · sstride */
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
     const int64_t kpos = quill_key_positions(c->n_ctx);
-    const float *kc = c->k_cache + (size_t)j->layer * kpos * kv_dim; /* [kv head][block][dim][pos] */
-    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
-    const int64_t n_blocks = (j->n_tok + ATT_TOKENS - 1) / ATT_TOKENS;
+    const int n_runs = c->n_runs;
     for (int64_t item = i0; item < i1; item++) {
-        const int64_t kvh = item / n_blocks, t0 = item % n_blocks * ATT_TOKENS, h0 = kvh * group;
-        const int nt = j->n_tok - t0 < ATT_TOKENS ? (int)(j->n_tok - t0) : ATT_TOKENS;
-        const int last_keys = c->pos + (int)t0 + nt; /* the block's last token sees the most */
-        int first[ATT_TOKENS];                       /* each token's first visible key */
+        /* a run: consecutive tokens of one sequence at consecutive positions from p0 */
+        const int64_t kvh = item / n_runs, run = item % n_runs, h0 = kvh * group;
+        const int64_t t0 = c->run_start[run];
+        const int nt = c->run_start[run + 1] - (int)t0, p0 = c->ub_pos[t0];
+        const size_t cache = (size_t)j->layer * c->n_seq + (size_t)c->ub_seq[t0];
+        const float *kc = c->k_cache + cache * kpos * kv_dim;   /* [kv head][block][dim][pos] */
+        const float *vc = c->v_cache + cache * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
+        const int last_keys = p0 + nt; /* the run's last token sees the most */
+        int first[ATT_TOKENS] = {0};   /* each token's first visible key */
         for (int i = 0; i < nt; i++) {
-            const int p = c->pos + (int)t0 + i;
+            const int p = p0 + i;
             first[i] = L->window && p + 1 > L->window ? p + 1 - (int)L->window : 0;
         }
         const int p_lo = first[0] / KEY_BLOCK * KEY_BLOCK;
         const float *kh = kc + (size_t)kvh * hd * kpos, *vh = vc + (size_t)kvh * c->n_ctx * hd;
         for (int p = p_lo; p < last_keys; p += KEY_BLOCK)
             for (int i = 0; i < nt; i++) {
-                const int n_keys = c->pos + (int)t0 + i + 1, lo = first[i] > p ? first[i] : p;
+                const int n_keys = p0 + i + 1, lo = first[i] > p ? first[i] : p;
                 if (lo < n_keys && lo < p + KEY_BLOCK)
                     c->kern->dot_columns(c->q + (t0 + i) * q_dim + h0 * hd, hd, group, kh + (size_t)p * hd + (lo - p),
                                          hd, KEY_BLOCK, n_keys - lo < p + KEY_BLOCK - lo ? n_keys - lo : p + KEY_BLOCK - lo,
@@ -233,7 +236,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < group; g++) {
                 float *row = scores + ((size_t)i * group + g) * sstride + first[i];
-                const int n_keys = c->pos + (int)t0 + i + 1 - first[i];
+                const int n_keys = p0 + i + 1 - first[i];
                 if (cap > 0) {
                     softcap_scores(row, n_keys, scale, cap);
                     c->kern->softmax(row, n_keys, 1.0f);
@@ -245,7 +248,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
         const int vb = nt > 1 ? KEY_BLOCK : last_keys;
         for (int p = nt > 1 ? p_lo : first[0]; p < last_keys; p += vb)
             for (int i = 0; i < nt; i++) {
-                const int n_keys = c->pos + (int)t0 + i + 1, lo = first[i] > p ? first[i] : p;
+                const int n_keys = p0 + i + 1, lo = first[i] > p ? first[i] : p;
                 if (lo < n_keys && lo < p + vb)
                     c->kern->weighted_sum(scores + (size_t)i * group * sstride + lo, sstride, group, vh + (size_t)lo * hd,
                                           n_keys - lo < p + vb - lo ? n_keys - lo : p + vb - lo, hd, hd,
@@ -308,13 +311,14 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const float *sin_table = c->rope_sin + (size_t)L->rope_table * c->n_ctx * half;
     /* keys in blocks of positions, dimension-major within a block (see KEY_BLOCK) */
     const int64_t kpos = quill_key_positions(c->n_ctx);
-    float *kt = c->k_cache + (size_t)j->layer * kpos * kv_dim;
-    /* values head-major: one head's values are one contiguous stream for the hardware prefetchers
-     * (position-major, a head's 256 bytes every kv_dim floats, the weighted sum ran ~1.8x slower
-     * at 2000 positions) */
-    float *vt = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     for (int64_t t = t0; t < t1; t++) {
-        const int pos = c->pos + (int)t;
+        const int pos = c->ub_pos[t];
+        const size_t cache = (size_t)j->layer * c->n_seq + (size_t)c->ub_seq[t];
+        float *kt = c->k_cache + cache * kpos * kv_dim;
+        /* values head-major: one head's values are one contiguous stream for the hardware
+         * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
+         * ran ~1.8x slower at 2000 positions) */
+        float *vt = c->v_cache + cache * c->n_ctx * kv_dim;
         float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
         if (L->bq) {
             add_bias(q, L->bq, q_dim);
@@ -385,13 +389,24 @@ static void scale_rows(float *x, int64_t n, float s) {
 
 /* ---------------------------------------------------------------- one micro-batch */
 
-static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits) {
+void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
+                          const bool *want, int n, float *logits) {
     const quill_model *m = c->model;
     const quill_hparams *hp = c->hp;
     const quill_arch_params *ap = &m->ap;
     const int64_t d = hp->n_embd, hd = hp->head_dim;
     const int64_t q_dim = hp->n_head * hd, ff = hp->n_ff;
     quill_row_dequant_fn embed = quill_kernels_dequant(c->kern, m->token_embd.type);
+
+    /* attention's runs: a new one where the sequence changes, positions jump, or one is full */
+    c->ub_seq = seq;
+    c->ub_pos = pos;
+    c->n_runs = 0;
+    for (int t = 0; t < n; t++)
+        if (t == 0 || seq[t] != seq[t - 1] || pos[t] != pos[t - 1] + 1 ||
+            t - c->run_start[c->n_runs - 1] == ATT_TOKENS)
+            c->run_start[c->n_runs++] = t;
+    c->run_start[c->n_runs] = n;
 
     for (int t = 0; t < n; t++)
         embed(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, c->x + t * d, d);
@@ -411,7 +426,7 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
         trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
 
         attn_job aj = {c, l, n};
-        quill_pool_run(c->pool, attention_items, &aj, (n + ATT_TOKENS - 1) / ATT_TOKENS * hp->n_head_kv, 1);
+        quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * hp->n_head_kv, 1);
         trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
 
         matmul(c, &L->wo, c->att, n, c->xb);
@@ -443,39 +458,17 @@ static void eval_ubatch(quill_context *c, const int32_t *tokens, int n, float *l
     add_and_norm(c, NULL, m->output_norm, c->xb, n);
     trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
     if (logits) {
-        const int rows = all_logits ? n : 1;
-        matmul(c, &m->output, c->xb + (all_logits ? 0 : (n - 1) * d), rows, logits);
-        if (ap->final_softcap > 0) {
+        /* the rows that asked for logits, gathered in order (row t only moves down) */
+        int rows = 0;
+        for (int t = 0; t < n; t++)
+            if (want[t]) {
+                if (rows != t) memcpy(c->xb + rows * d, c->xb + t * d, (size_t)d * sizeof(float));
+                rows++;
+            }
+        if (rows) matmul(c, &m->output, c->xb, rows, logits);
+        if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;
             for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);
         }
     }
-    c->pos += n;
-}
-
-quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
-                        quill_error *err) {
-    if (n <= 0) return quill_fail(err, QUILL_E_ARG, "nothing to evaluate: %d tokens", n);
-    const int64_t n_vocab = c->hp->n_vocab;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return quill_fail(err, QUILL_E_ARG,
-                              "token id %d at position %d is outside the vocabulary (0..%lld)",
-                              tokens[i], i, (long long)n_vocab - 1);
-    if (n > c->n_ctx - c->pos)
-        return quill_fail(err, QUILL_E_CONTEXT,
-                          "%d tokens do not fit in the context: %d of %d positions are used, %d are "
-                          "free; use a larger context (-c) or a shorter prompt",
-                          n, c->pos, c->n_ctx, c->n_ctx - c->pos);
-    if (c->reference) return quill_reference_eval(c, tokens, n, logits, all_logits, err);
-    for (int done = 0; done < n;) {
-        int chunk = n - done < QUILL_UBATCH ? n - done : QUILL_UBATCH;
-        bool last = done + chunk == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)done * n_vocab;
-        else if (logits && last) out = logits;
-        eval_ubatch(c, tokens + done, chunk, out, all_logits);
-        done += chunk;
-    }
-    return QUILL_OK;
 }

@@ -83,7 +83,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
     const quill_arch_params *ap = &m->ap;
     const quill_type_traits *embd_tr = quill_type_traits_of(m->token_embd.type);
     for (int t = 0; t < n; t++) {
-        const int pos = c->pos;
+        const int pos = c->seq_len[0];
         embd_tr->to_float(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, row, d);
         for (int64_t i = 0; i < d; i++) x[i] = ap->embd_scale ? row[i] * (double)ap->embd_scale : row[i];
         ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
@@ -170,7 +170,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             for (int64_t i = 0; i < nv; i++)
                 dst[i] = (float)(ap->final_softcap > 0 ? ap->final_softcap * tanh(out[i] / ap->final_softcap) : out[i]);
         }
-        c->pos++;
+        c->seq_len[0]++;
     }
 done:
     free(x); free(xb); free(q); free(k); free(v); free(att); free(g); free(u); free(o);

@@ -1,0 +1,142 @@
+/* Several sequences in one forward pass: checking a batch, splitting it into micro-batches, and
+ * the sequences' share of the KV cache (truncate, copy a prefix). quill_eval is the one-sequence
+ * case. Each sequence has its own n_ctx positions in the cache, laid out as a lone context's
+ * cache, so a token's attention reads exactly what it would read alone. */
+#include "model/context.h"
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The batch's sequence ids and positions make sense: each sequence's tokens are consecutive
+ * positions that start at most at its cached length and end inside the context. */
+static quill_status check_batch(quill_context *c, const quill_batch *b, quill_error *err) {
+    if (!b || b->n <= 0 || !b->token || !b->seq || !b->pos)
+        return quill_fail(err, QUILL_E_ARG, "quill_decode: an empty batch, or one without tokens, sequences or positions");
+    const int64_t n_vocab = c->hp->n_vocab;
+    for (int s = 0; s < c->n_seq; s++) c->seq_next[s] = -1;
+    for (int i = 0; i < b->n; i++) {
+        const int32_t t = b->token[i], s = b->seq[i], p = b->pos[i];
+        if (t < 0 || t >= n_vocab)
+            return quill_fail(err, QUILL_E_ARG, "token id %d at batch index %d is outside the vocabulary (0..%lld)", t, i,
+                              (long long)n_vocab - 1);
+        if (s < 0 || s >= c->n_seq)
+            return quill_fail(err, QUILL_E_ARG, "sequence id %d at batch index %d is outside 0..%d (n_seq %d)", s, i,
+                              c->n_seq - 1, c->n_seq);
+        if (p < 0 || p >= c->n_ctx)
+            return quill_fail(err, QUILL_E_CONTEXT,
+                              "position %d of sequence %d does not fit in the context of %d positions; use a larger "
+                              "context (-c) or a shorter prompt",
+                              p, s, c->n_ctx);
+        if (c->seq_next[s] < 0 ? p > c->seq_len[s] : p != c->seq_next[s])
+            return quill_fail(err, QUILL_E_ARG,
+                              "batch index %d: position %d of sequence %d does not follow on (expected %s%d): a "
+                              "sequence's tokens take consecutive positions from at most its length",
+                              i, p, s, c->seq_next[s] < 0 ? "at most " : "", c->seq_next[s] < 0 ? c->seq_len[s] : c->seq_next[s]);
+        c->seq_next[s] = p + 1;
+    }
+    return QUILL_OK;
+}
+
+quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits, quill_error *err) {
+    quill_status st = check_batch(c, b, err);
+    if (st) return st;
+    const int64_t n_vocab = c->hp->n_vocab;
+    /* a sequence that starts before its end forgets the positions from there on */
+    for (int i = b->n - 1; i >= 0; i--) c->seq_len[b->seq[i]] = b->pos[i] < c->seq_len[b->seq[i]] ? b->pos[i] : c->seq_len[b->seq[i]];
+    if (c->reference) {
+        /* one token at a time, as the reference path always goes (n_seq is 1) */
+        for (int i = 0; i < b->n; i++) {
+            bool want = b->logits ? b->logits[i] : i == b->n - 1;
+            st = quill_reference_eval(c, &b->token[i], 1, want ? logits : NULL, false, err);
+            if (st) return st;
+            if (want && logits) logits += n_vocab;
+        }
+        return QUILL_OK;
+    }
+    bool want_last[QUILL_UBATCH];
+    for (int done = 0; done < b->n;) {
+        const int n = b->n - done < QUILL_UBATCH ? b->n - done : QUILL_UBATCH;
+        const bool *want = b->logits ? b->logits + done : want_last;
+        if (!b->logits)
+            for (int i = 0; i < n; i++) want_last[i] = done + i == b->n - 1;
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += want[i];
+        quill_forward_ubatch(c, b->token + done, b->seq + done, b->pos + done, want, n, logits);
+        for (int i = 0; i < n; i++) c->seq_len[b->seq[done + i]] = b->pos[done + i] + 1;
+        if (logits) logits += (size_t)rows * n_vocab;
+        done += n;
+    }
+    return QUILL_OK;
+}
+
+quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
+                        quill_error *err) {
+    if (n <= 0) return quill_fail(err, QUILL_E_ARG, "nothing to evaluate: %d tokens", n);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->hp->n_vocab)
+            return quill_fail(err, QUILL_E_ARG, "token id %d at position %d is outside the vocabulary (0..%lld)",
+                              tokens[i], i, (long long)c->hp->n_vocab - 1);
+    const int start = c->seq_len[0];
+    if (n > c->n_ctx - start)
+        return quill_fail(err, QUILL_E_CONTEXT,
+                          "%d tokens do not fit in the context: %d of %d positions are used, %d are "
+                          "free; use a larger context (-c) or a shorter prompt",
+                          n, start, c->n_ctx, c->n_ctx - start);
+    /* micro-batch by micro-batch, so that the batch's arrays stay small */
+    int32_t seq[QUILL_UBATCH] = {0}, pos[QUILL_UBATCH];
+    bool want[QUILL_UBATCH];
+    for (int done = 0; done < n;) {
+        const int k = n - done < QUILL_UBATCH ? n - done : QUILL_UBATCH;
+        for (int i = 0; i < k; i++) {
+            pos[i] = start + done + i;
+            want[i] = logits && (all_logits || done + i == n - 1);
+        }
+        quill_batch b = {k, tokens + done, seq, pos, want};
+        quill_status st = quill_decode(c, &b, logits && all_logits ? logits + (size_t)done * c->hp->n_vocab : logits, err);
+        if (st) return st;
+        done += k;
+    }
+    return QUILL_OK;
+}
+
+int quill_context_n_seq(const quill_context *c) { return c->n_seq; }
+
+int quill_seq_len(const quill_context *c, int seq) { return seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1; }
+
+void quill_seq_truncate(quill_context *c, int seq, int pos) {
+    if (seq >= 0 && seq < c->n_seq && pos >= 0 && pos < c->seq_len[seq]) c->seq_len[seq] = pos;
+}
+
+quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err) {
+    if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq)
+        return quill_fail(err, QUILL_E_ARG, "quill_seq_copy_prefix: sequence ids %d and %d must be in 0..%d", src, dst,
+                          c->n_seq - 1);
+    if (n < 0 || n > c->seq_len[src])
+        return quill_fail(err, QUILL_E_ARG, "quill_seq_copy_prefix: sequence %d holds %d positions, not %d", src,
+                          c->seq_len[src], n);
+    if (src == dst) {
+        c->seq_len[dst] = n;
+        return QUILL_OK;
+    }
+    const quill_hparams *hp = c->hp;
+    const int64_t hd = hp->head_dim, n_kv = hp->n_head_kv, kv_dim = n_kv * hd;
+    if (c->reference) {
+        /* (n_seq is 1 on the reference path: unreachable, kept for clarity of the contract) */
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "the reference path holds one sequence");
+    }
+    const int64_t kpos = quill_key_positions(c->n_ctx);
+    /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
+    const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const size_t s_cache = (size_t)l * c->n_seq + (size_t)src, d_cache = (size_t)l * c->n_seq + (size_t)dst;
+        for (int64_t h = 0; h < n_kv; h++) {
+            memcpy(c->k_cache + (d_cache * kpos * kv_dim + (size_t)h * hd * kpos),
+                   c->k_cache + (s_cache * kpos * kv_dim + (size_t)h * hd * kpos), key_floats * sizeof(float));
+            memcpy(c->v_cache + (d_cache * c->n_ctx * kv_dim + (size_t)h * c->n_ctx * hd),
+                   c->v_cache + (s_cache * c->n_ctx * kv_dim + (size_t)h * c->n_ctx * hd), (size_t)n * hd * sizeof(float));
+        }
+    }
+    c->seq_len[dst] = n;
+    return QUILL_OK;
+}

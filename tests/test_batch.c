@@ -1,0 +1,221 @@
+/* The multi-sequence batch API: each sequence's logits bitwise identical to evaluating it alone,
+ * whatever else shares its batches, how the batches are cut, and the thread count. */
+#include "golden.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const int32_t *tokens;
+    int n;
+} prompt;
+
+/* All logits of one prompt evaluated alone, in one batch, in a one-sequence context. */
+static float *alone(quill_model *m, const prompt *p, int threads) {
+    quill_context *c;
+    quill_error err;
+    quill_context_params cp = {.n_ctx = 256, .n_threads = threads};
+    if (quill_context_new(m, &cp, &c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    float *l = malloc((size_t)p->n * nv * sizeof *l);
+    if (l && quill_eval(c, p->tokens, p->n, l, true, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        free(l);
+        l = NULL;
+    }
+    quill_context_free(c);
+    return l;
+}
+
+/* The three prompts interleaved token by token in shared batches of varying size; sequence k
+ * joins at step start[k] and lives in sequence id seq_id[k]. Returns false after a test failure. */
+static bool interleaved(quill_model *m, const prompt *p, const int *start, const int *seq_id, int threads,
+                        uint64_t seed, float *const *ref) {
+    quill_context *c;
+    quill_error err;
+    quill_context_params cp = {.n_ctx = 256, .n_threads = threads, .n_seq = 5};
+    if (quill_context_new(m, &cp, &c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return false;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    int total = p[0].n + p[1].n + p[2].n;
+    int32_t *tok = malloc((size_t)total * sizeof *tok), *seq = malloc((size_t)total * sizeof *seq);
+    int32_t *pos = malloc((size_t)total * sizeof *pos), *owner = malloc((size_t)total * sizeof *owner);
+    bool *want = malloc((size_t)total * sizeof *want);
+    float *logits = malloc((size_t)total * nv * sizeof *logits);
+    int done[3] = {0, 0, 0};
+    bool ok = tok && seq && pos && owner && want && logits;
+    for (int step = 0; ok && (done[0] < p[0].n || done[1] < p[1].n || done[2] < p[2].n); step++) {
+        int n = 0, take[3];
+        for (int k = 0; k < 3; k++) {
+            take[k] = step < start[k] ? 0 : 1 + (int)(test_rand(&seed) % 7);
+            if (take[k] > p[k].n - done[k]) take[k] = p[k].n - done[k];
+        }
+        /* round robin over the sequences: their tokens alternate inside the batch */
+        for (int i = 0; i < 7; i++)
+            for (int k = 0; k < 3; k++)
+                if (i < take[k]) {
+                    tok[n] = p[k].tokens[done[k] + i];
+                    seq[n] = seq_id[k];
+                    pos[n] = done[k] + i;
+                    owner[n] = k;
+                    want[n] = (test_rand(&seed) & 3) != 0;   /* some tokens do not ask */
+                    n++;
+                }
+        if (!n) continue;
+        quill_batch b = {n, tok, seq, pos, want};
+        if (quill_decode(c, &b, logits, &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.message);
+            ok = false;
+            break;
+        }
+        for (int i = 0, row = 0; i < n; i++) {
+            if (!want[i]) continue;
+            const float *got = logits + (size_t)row++ * nv, *exp = ref[owner[i]] + (size_t)pos[i] * nv;
+            if (memcmp(got, exp, (size_t)nv * sizeof *got)) {
+                test_fail(__FILE__, __LINE__,
+                          "step %d, %d threads: sequence %d (id %d) position %d differs from the prompt alone", step,
+                          threads, owner[i], seq[i], pos[i]);
+                ok = false;
+                break;
+            }
+        }
+        for (int k = 0; k < 3; k++) done[k] += take[k];
+    }
+    for (int k = 0; ok && k < 3; k++)
+        if (quill_seq_len(c, seq_id[k]) != p[k].n) {
+            test_fail(__FILE__, __LINE__, "sequence %d holds %d positions, expected %d", seq_id[k],
+                      quill_seq_len(c, seq_id[k]), p[k].n);
+            ok = false;
+        }
+    free(tok);
+    free(seq);
+    free(pos);
+    free(owner);
+    free(want);
+    free(logits);
+    quill_context_free(c);
+    return ok;
+}
+
+static void check_model(const char *model_path, const prompt *p) {
+    quill_model *m;
+    quill_error err;
+    if (quill_model_load(model_path, &m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return;
+    }
+    float *ref[3] = {NULL, NULL, NULL};
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++) ok = (ref[k] = alone(m, &p[k], 2)) != NULL;
+    const int starts[][3] = {{0, 0, 0}, {0, 2, 5}, {3, 0, 1}};
+    const int ids[][3] = {{0, 1, 2}, {4, 2, 0}, {1, 3, 4}};
+    for (int t = 1; t <= 2 && ok; t++)
+        for (int v = 0; v < 3 && ok; v++) ok = interleaved(m, p, starts[v], ids[v], t, 0x5eed + (uint64_t)v * 77, ref);
+    for (int k = 0; k < 3; k++) free(ref[k]);
+    quill_model_free(m);
+}
+
+/* Three golden prompts of stories260K (F32 weights), interleaved with different lengths and
+ * start steps, against each alone; 1 and 2 threads. */
+TEST(batch_interleaved_golden_prompts_f32) {
+    REQUIRE_SHARED(shared);
+    const char *names[3] = {"s260-once", "s260-lily", "s260-long"};
+    golden_case gc[3];
+    int loaded = 0;
+    for (; loaded < 3; loaded++)
+        if (!golden_load(shared, names[loaded], &gc[loaded])) break;
+    if (loaded == 3) {
+        prompt p[3];
+        for (int k = 0; k < 3; k++) p[k] = (prompt){gc[k].prompt_tokens, (int)gc[k].n_prompt};
+        CHECK(p[0].n != p[1].n && p[1].n != p[2].n, "the cases should differ in length");
+        check_model(gc[0].model_path, p);
+    }
+    for (int k = 0; k < loaded; k++) golden_free(&gc[k]);
+}
+
+/* The same on quantized weights (the exact integer products, 16-token tiles on AMX): the chat
+ * and plain prompts of synth-32k-q4_k_m, and the plain one's first half. */
+TEST(batch_interleaved_golden_prompts_q4_k_m) {
+    REQUIRE_SHARED(shared);
+    golden_case chat, plain;
+    bool ok = golden_load(shared, "synth-32k-q4_k_m-chat", &chat);
+    ok = golden_load(shared, "synth-32k-q4_k_m-plain", &plain) && ok;
+    if (ok) {
+        prompt p[3] = {{chat.prompt_tokens, (int)chat.n_prompt},
+                       {plain.prompt_tokens, (int)plain.n_prompt},
+                       {plain.prompt_tokens, (int)plain.n_prompt / 2}};
+        check_model(chat.model_path, p);
+    }
+    golden_free(&chat);
+    golden_free(&plain);
+}
+
+/* Truncating a sequence and copying a prefix into another one give the logits of evaluating
+ * from scratch; a bad batch is refused and changes nothing. */
+TEST(batch_sequence_operations) {
+    REQUIRE_SHARED(shared);
+    golden_case gc;
+    if (!golden_load(shared, "s260-long", &gc)) {
+        golden_free(&gc);
+        return;
+    }
+    quill_model *m = NULL;
+    quill_context *c = NULL;
+    quill_error err;
+    float *ref = NULL, *l = NULL;
+    const int n = (int)gc.n_prompt, half = n / 2;
+    CHECK(quill_model_load(gc.model_path, &m, &err) == QUILL_OK, "%s", err.message);
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    prompt p = {gc.prompt_tokens, n};
+    ref = alone(m, &p, 2);
+    quill_context_params cp = {.n_ctx = 256, .n_threads = 2, .n_seq = 3};
+    bool ok = ref && quill_context_new(m, &cp, &c, &err) == QUILL_OK && (l = malloc((size_t)n * nv * sizeof *l));
+    if (ok) {
+        /* sequence 2 reads the whole prompt; 1 gets a copy of its first half and reads the rest */
+        int32_t seq[512], pos[512];
+        CHECK(n <= 512);
+        for (int i = 0; i < n; i++) seq[i] = 2, pos[i] = i;
+        quill_batch b = {n, gc.prompt_tokens, seq, pos, NULL};
+        ok = quill_decode(c, &b, l, &err) == QUILL_OK && !memcmp(l, ref + (size_t)(n - 1) * nv, (size_t)nv * sizeof *l);
+        if (ok) ok = quill_seq_copy_prefix(c, 2, 1, half, &err) == QUILL_OK && quill_seq_len(c, 1) == half;
+        for (int i = half; ok && i < n; i++) seq[i] = 1;
+        quill_batch rest = {n - half, gc.prompt_tokens + half, seq + half, pos + half, NULL};
+        if (ok) ok = quill_decode(c, &rest, l, &err) == QUILL_OK;
+        if (ok) ok = !memcmp(l, ref + (size_t)(n - 1) * nv, (size_t)nv * sizeof *l);
+        if (!ok) test_fail(__FILE__, __LINE__, "copy_prefix: %s", err.message);
+        /* truncate 2 to 3 positions and read again from there: a position below the length
+         * truncates implicitly too */
+        quill_seq_truncate(c, 2, 3);
+        if (ok) ok = quill_seq_len(c, 2) == 3;
+        for (int i = 0; i < n; i++) seq[i] = 2;
+        quill_batch again = {n - 3, gc.prompt_tokens + 3, seq + 3, pos + 3, NULL};
+        if (ok) ok = quill_decode(c, &again, l, &err) == QUILL_OK &&
+                     !memcmp(l, ref + (size_t)(n - 1) * nv, (size_t)nv * sizeof *l);
+        quill_batch implicit = {n - 5, gc.prompt_tokens + 5, seq + 5, pos + 5, NULL};
+        if (ok) ok = quill_decode(c, &implicit, l, &err) == QUILL_OK &&
+                     !memcmp(l, ref + (size_t)(n - 1) * nv, (size_t)nv * sizeof *l);
+        if (!ok) test_fail(__FILE__, __LINE__, "truncate: %s", err.message);
+        /* refused: a gap, an unknown sequence, a position past the context; nothing changes */
+        const int len0 = quill_seq_len(c, 0);
+        int32_t t2[2] = {gc.prompt_tokens[0], gc.prompt_tokens[1]}, s2[2] = {0, 0}, p2[2] = {0, 2};
+        quill_batch gap = {2, t2, s2, p2, NULL};
+        if (ok) ok = quill_decode(c, &gap, l, &err) == QUILL_E_ARG && strstr(err.message, "does not follow on");
+        s2[1] = 3;
+        p2[1] = 0;
+        quill_batch bad_seq = {2, t2, s2, p2, NULL};
+        if (ok) ok = quill_decode(c, &bad_seq, l, &err) == QUILL_E_ARG && strstr(err.message, "sequence id 3");
+        if (ok) ok = quill_seq_len(c, 0) == len0 && quill_seq_copy_prefix(c, 0, 1, 5, &err) == QUILL_E_ARG;
+        if (!ok) test_fail(__FILE__, __LINE__, "refusals: %s", err.message);
+    }
+    free(l);
+    free(ref);
+    quill_context_free(c);
+    quill_model_free(m);
+    golden_free(&gc);
+}
