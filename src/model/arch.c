@@ -7,6 +7,19 @@
 static const quill_arch archs[] = {
     /* Llama 1-3, TinyLlama, Mistral (dense), Mistral Nemo's head size, Llama 3's frequency factors */
     {.name = "llama", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .rope_freqs = true},
+    /* Qwen 2 / 2.5: biases on q, k, v */
+    {.name = "qwen2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qkv_bias = true},
+    /* Qwen 3 (dense): RMS norm per head on q and k */
+    {.name = "qwen3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true},
+    /* Gemma 2: every other layer (0, 2, ...) sees a sliding window, 4096 unless the file says */
+    {.name = "gemma2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .post_norms = true, .embd_scale = true,
+     .softcap = true, .gemma_query_scale = true, .swa_pattern = 2, .swa_default = 4096},
+    /* Gemma 3: five sliding-window layers rotating with base 10000, then one global layer */
+    {.name = "gemma3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .gemma_query_scale = true, .swa_pattern = 6, .swa_local_rope = true},
+    /* Phi-3 / 3.5: fused qkv and gate+up; its sliding window is ignored, as the reference does */
+    {.name = "phi3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .fused_qkv = true, .fused_gate_up = true,
+     .rope_long_short = true, .trace_q_scaled = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -15,4 +28,7 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
     return NULL;
 }
 
-const char *quill_arch_list(void) { return "llama (Llama 2/3, TinyLlama, Mistral)"; }
+const char *quill_arch_list(void) {
+    return "llama (Llama 2 and 3, TinyLlama, Mistral), qwen2, qwen3, gemma2, gemma3 and phi3; mixture-of-experts "
+           "and other families are not implemented";
+}

@@ -421,7 +421,13 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
         rope_job rj = {c, l};
         quill_pool_run(c->pool, rope_rows, &rj, n, 1);
-        trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+        if (c->trace && m->arch->trace_q_scaled) {
+            /* att is free until the attention writes it */
+            for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
+            trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
+        } else {
+            trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+        }
         trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
         trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
 

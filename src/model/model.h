@@ -42,6 +42,7 @@ typedef struct quill_arch {
     int swa_pattern;      /* n > 0: layer il uses the sliding window when il % n < n - 1 */
     bool swa_local_rope;  /* the sliding-window layers rotate with base 10000, unscaled */
     double swa_default;   /* window when the file names none (0: required) */
+    bool trace_q_scaled;  /* the reference's Qcur trace is taken after the queries' scaling (Phi-3) */
 } quill_arch;
 
 /* The descriptor named by general.architecture, or NULL. */

@@ -104,7 +104,12 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             }
             ref_rope(c, L->rope_table, q, hp->n_head, pos);
             ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
-            ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
+            if (c->trace && arch->trace_q_scaled) {
+                for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
+                ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
+            } else {
+                ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
+            }
             ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
             ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
             double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;

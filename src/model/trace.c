@@ -164,8 +164,8 @@ static quill_status push(trace_file *f, const char *name, size_t name_len, int64
 
 /* The reference's refdump writes records of (u32 name length, name, 4 × i64 ne, f32 data). */
 static quill_status load_records(const char *path, const uint8_t *p, size_t size, trace_file *f, quill_error *err) {
-    size_t off = 0;
-    while (off < size) {
+    size_t off = 0, record = 0;
+    while ((record = off) < size) {
         uint32_t len;
         int64_t ne[4];
         if (size - off < 4) goto truncated;
@@ -177,8 +177,8 @@ static quill_status load_records(const char *path, const uint8_t *p, size_t size
         int64_t n = 1;
         for (int d = 0; d < 4; d++) {
             if (ne[d] < 1 || ne[d] > ((int64_t)1 << 32) || n > (((int64_t)1 << 40) / ne[d]))
-                return quill_fail(err, QUILL_E_FORMAT, "%s: record '%.*s' has an invalid shape at byte %zu", path,
-                                  (int)len, name, off - 32);
+                return quill_fail(err, QUILL_E_FORMAT, "%s: record '%.*s' at byte %zu has an invalid shape", path,
+                                  (int)len, name, record);
             n *= ne[d];
         }
         if ((uint64_t)n * 4 > size - off) goto truncated;
@@ -191,7 +191,7 @@ static quill_status load_records(const char *path, const uint8_t *p, size_t size
     return QUILL_OK;
 truncated:
     return quill_fail(err, QUILL_E_FORMAT, "%s: truncated trace record at byte %zu (not a GGUF or refdump trace)", path,
-                      off);
+                      record);
 }
 
 /* Older reference traces (../shared/golden) name the attention before the output projection

@@ -1,0 +1,421 @@
+/* quill synth: a random-weight model GGUF of any supported architecture and shape, with a real
+ * tokenizer and the hyperparameter keys the published files carry, for tests and benchmarks. */
+#include "cli.h"
+#include "quill_quantize.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* True when both paths name the same existing file (writing would destroy the input). */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* splitmix64: a 64-bit counter through a mixing function; one stream per tensor. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001B3ull;
+    return h;
+}
+
+/* Uniform in [-1, 1) from the top 24 bits: exact in float, so the weights are the same bits on
+ * every platform. */
+static float uniform_pm1(uint64_t *state) {
+    return (float)(int32_t)(splitmix64(state) >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+/* The families synth writes: general.architecture and what its published files carry. */
+typedef struct {
+    const char *name;       /* --arch */
+    const char *arch;       /* general.architecture */
+    double freq_base, eps;
+    int64_t ctx;            /* context_length */
+    int head_dim_num, head_dim_den; /* attention.key_length = n_embd / n_head · num / den (0: not written) */
+    bool tied;              /* no output.weight */
+    bool rope_freqs;        /* Llama 3.1's rope_freqs.weight */
+    bool qkv_bias, qk_norm, post_norms, fused, softcap, rope_long_short;
+    int64_t window;         /* attention.sliding_window (0: none) */
+    double linear_scaling;  /* rope.scaling.type linear with this factor (0: none) */
+} synth_arch;
+
+static const synth_arch arches[] = {
+    {"llama", "llama", 10000, 1e-5, 2048, 0, 0, false, false, false, false, false, false, false, false, 0, 0},
+    /* Llama 3.1/3.2: frequency factors, base 500000, tied embeddings (1B/3B) */
+    {"llama3", "llama", 500000, 1e-5, 131072, 0, 0, true, true, false, false, false, false, false, false, 0, 0},
+    /* Mistral Nemo: a head size other than n_embd / n_head */
+    {"mistral", "llama", 1000000, 1e-5, 131072, 3, 4, false, false, false, false, false, false, false, false, 0, 0},
+    {"qwen2", "qwen2", 1000000, 1e-6, 32768, 0, 0, true, false, true, false, false, false, false, false, 0, 0},
+    {"qwen3", "qwen3", 1000000, 1e-6, 40960, 2, 1, true, false, false, true, false, false, false, false, 0, 0},
+    {"gemma2", "gemma2", 10000, 1e-6, 8192, 1, 1, true, false, false, false, true, false, true, false, 4096, 0},
+    {"gemma3", "gemma3", 1000000, 1e-6, 131072, 1, 1, true, false, false, true, true, false, false, false, 1024, 8},
+    {"phi3", "phi3", 10000, 1e-5, 131072, 0, 0, false, false, false, false, false, true, false, true, 262144, 0},
+};
+
+typedef struct {
+    const char *name;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+} synth_preset;
+
+static const synth_preset presets[] = {
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 2048},
+};
+
+typedef struct {
+    char name[96];
+    uint32_t n_dims;
+    int64_t ne[2];
+    uint32_t type;
+    float center, spread;   /* values: center + spread * uniform(-1, 1) */
+    const float *fixed;     /* or these values */
+} synth_tensor;
+
+static void synth_add(synth_tensor *t, int *n, uint32_t type, float center, float spread, int64_t ne0, int64_t ne1,
+                      const char *fmt, int layer) {
+    synth_tensor *s = &t[(*n)++];
+    snprintf(s->name, sizeof s->name, fmt, layer);
+    s->n_dims = ne1 > 0 ? 2 : 1;
+    s->ne[0] = ne0;
+    s->ne[1] = ne1 > 0 ? ne1 : 1;
+    s->type = type;
+    s->center = center;
+    s->spread = spread;
+}
+
+/* Generates one tensor in chunks and streams it to the writer. */
+static quill_status synth_stream(quill_gguf_writer *w, const synth_tensor *t, uint64_t seed, float *vals,
+                                 uint8_t *bytes, int64_t chunk, quill_error *err) {
+    uint64_t state = seed ^ fnv1a(t->name);
+    const int64_t total = t->ne[0] * t->ne[1];
+    for (int64_t done = 0; done < total; done += chunk) {
+        const int64_t n = total - done < chunk ? total - done : chunk;
+        for (int64_t i = 0; i < n; i++)
+            vals[i] = t->fixed ? t->fixed[done + i] : t->center + t->spread * uniform_pm1(&state);
+        quill_status s = quill_quantize_rows(t->type, vals, bytes, 1, n, err);
+        if (s) return s;
+        s = quill_gguf_writer_stream_data(w, bytes, quill_row_size(t->type, n), err);
+        if (s) return s;
+    }
+    return QUILL_OK;
+}
+
+/* Llama 3.1's frequency factors (its rope_scaling: factor 8, low 1, high 4, 8192 original
+ * positions), as its converter computes them for rope_freqs.weight. */
+static void llama3_factors(float *f, int64_t half, int64_t n_rot, double base) {
+    const double factor = 8, low = 1, high = 4, orig = 8192, pi = 3.14159265358979323846;
+    for (int64_t i = 0; i < half; i++) {
+        const double wavelen = 2 * pi / pow(base, -2.0 * (double)i / (double)n_rot);
+        if (wavelen < orig / high) f[i] = 1;
+        else if (wavelen > orig / low) f[i] = (float)factor;
+        else {
+            const double smooth = (orig / wavelen - low) / (high - low);
+            f[i] = (float)(1 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}
+
+static int synth_usage(FILE *f) {
+    fprintf(f,
+            "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
+            "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--softcap ATTN,FINAL] [--seed S]\n"
+            "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
+            "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
+            "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
+            "  llama3 (rope_freqs, base 500000, tied), mistral (head size 3/4 of n_embd/n_head), qwen2,\n"
+            "  qwen3, gemma2, gemma3, phi3, each with the hyperparameter keys its published files carry.\n"
+            "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
+            "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
+            "  window, --softcap gemma2's soft-capping values (50,30). Explicit sizes override those of --like.\n");
+    return f == stdout ? 0 : 1;
+}
+
+int cmd_synth(int argc, char **argv) {
+    synth_preset hp = {NULL, 0, 0, 0, 0, 0, 0};
+    const synth_arch *arch = &arches[0];
+    const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
+    long seed = 0, head_dim_opt = 0, window_opt = -1;
+    double attn_cap = 50, final_cap = 30;
+    uint32_t wtype = QUILL_TYPE_F16;
+    struct { const char *flag; int64_t *dst; long max; } dims[] = {
+        {"--embd", &hp.n_embd, 1 << 16}, {"--layers", &hp.n_layer, 1024}, {"--heads", &hp.n_head, 1024},
+        {"--kv-heads", &hp.n_head_kv, 1024}, {"--ff", &hp.n_ff, 1 << 18}, {"--ctx", &hp.n_ctx, 1 << 24},
+    };
+    int64_t explicit_dims[6] = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return synth_usage(stdout);
+        bool matched = false;
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+            if (strcmp(a, dims[d].flag)) continue;
+            long v;
+            if (++i >= argc || !cli_parse_long(argv[i], 1, dims[d].max, &v))
+                return cli_fail("synth: %s needs a number from 1 to %ld", a, dims[d].max);
+            explicit_dims[d] = v;
+            matched = true;
+        }
+        if (matched) continue;
+        if (!strcmp(a, "--like")) {
+            if (++i >= argc) return cli_fail("synth: --like needs a model name (tinyllama-1.1b)");
+            const synth_preset *p = NULL;
+            for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++)
+                if (!strcmp(argv[i], presets[k].name)) p = &presets[k];
+            if (!p) return cli_fail("synth: unknown --like '%s' (known: tinyllama-1.1b)", argv[i]);
+            hp = *p;
+        } else if (!strcmp(a, "--arch")) {
+            if (++i >= argc) return cli_fail("synth: --arch needs a name");
+            arch = NULL;
+            for (size_t k = 0; k < sizeof arches / sizeof arches[0]; k++)
+                if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
+            if (!arch)
+                return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
+                                "gemma3, phi3)",
+                                argv[i]);
+        } else if (!strcmp(a, "--head-dim")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
+                return cli_fail("synth: --head-dim needs an even number from 2 to 4096");
+        } else if (!strcmp(a, "--window")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 1, 1L << 30, &window_opt))
+                return cli_fail("synth: --window needs a number of positions from 1 to %ld", 1L << 30);
+        } else if (!strcmp(a, "--softcap")) {
+            char *comma = ++i < argc ? strchr(argv[i], ',') : NULL;
+            if (comma) *comma = 0;
+            bool ok = comma && cli_parse_double(argv[i], 0.01, 1e6, &attn_cap) &&
+                      cli_parse_double(comma + 1, 0.01, 1e6, &final_cap);
+            if (comma) *comma = ',';
+            if (!ok) return cli_fail("synth: --softcap needs ATTN,FINAL (two numbers from 0.01 to 1e6)");
+        } else if (!strcmp(a, "--vocab")) {
+            if (++i >= argc) return cli_fail("synth: --vocab needs a GGUF file with tokenizer metadata");
+            vocab_path = argv[i];
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (++i >= argc) return cli_fail("synth: %s needs a file name", a);
+            out_path = argv[i];
+        } else if (!strcmp(a, "--seed")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 0x7FFFFFFFL, &seed))
+                return cli_fail("synth: --seed needs a number from 0 to 2147483647");
+        } else if (!strcmp(a, "--name")) {
+            if (++i >= argc) return cli_fail("synth: --name needs a value");
+            name = argv[i];
+        } else if (!strcmp(a, "--type")) {
+            if (++i >= argc) return cli_fail("synth: --type needs f16, f32 or bf16");
+            if (!strcmp(argv[i], "f16")) wtype = QUILL_TYPE_F16;
+            else if (!strcmp(argv[i], "f32")) wtype = QUILL_TYPE_F32;
+            else if (!strcmp(argv[i], "bf16")) wtype = QUILL_TYPE_BF16;
+            else return cli_fail("synth: --type must be f16, f32 or bf16, not '%s'", argv[i]);
+        } else {
+            return cli_fail("synth: unknown argument '%s' (see quill synth --help)", a);
+        }
+    }
+    for (size_t d = 0; d < 6; d++)
+        if (explicit_dims[d]) *dims[d].dst = explicit_dims[d];
+    if (!hp.n_embd || !hp.n_layer || !hp.n_head || !hp.n_ff)
+        return cli_fail("synth: give --like tinyllama-1.1b or all of --embd --layers --heads --ff (and --kv-heads)");
+    if (!hp.n_head_kv) hp.n_head_kv = hp.n_head;
+    if (!hp.n_ctx) hp.n_ctx = arch->ctx;
+    if (!vocab_path) return cli_fail("synth: --vocab VOCAB.gguf is required (the tokenizer to copy)");
+    if (!out_path) return cli_fail("synth: -o OUT.gguf is required");
+    if (hp.n_embd % hp.n_head != 0)
+        return cli_fail("synth: --embd %" PRId64 " is not a multiple of --heads %" PRId64, hp.n_embd, hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0)
+        return cli_fail("synth: --heads %" PRId64 " is not a multiple of --kv-heads %" PRId64, hp.n_head, hp.n_head_kv);
+    int64_t head_dim = hp.n_embd / hp.n_head;
+    if (arch->head_dim_num) head_dim = head_dim * arch->head_dim_num / arch->head_dim_den / 2 * 2;
+    if (head_dim_opt) head_dim = head_dim_opt;
+    if (head_dim < 2 || head_dim % 2 != 0)
+        return cli_fail("synth: the head dimension %" PRId64 " must be even (RoPE)", head_dim);
+    const bool write_head_dim = arch->head_dim_num || head_dim_opt;
+    const int64_t window = window_opt > 0 ? window_opt : arch->window;
+    if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
+
+    quill_error err;
+    quill_gguf *vocab;
+    if (quill_gguf_open(vocab_path, &vocab, &err) != QUILL_OK) return cli_fail("%s", err.message);
+    quill_gguf_value tokens;
+    if (quill_gguf_get_arr(vocab, "tokenizer.ggml.tokens", &tokens, &err) != QUILL_OK || tokens.count == 0 ||
+        tokens.count > (1u << 24)) {
+        quill_gguf_close(vocab);
+        return cli_fail("synth: %s has no tokenizer.ggml.tokens array: not a vocabulary", vocab_path);
+    }
+    const int64_t n_vocab = (int64_t)tokens.count;
+
+    /* metadata, in the order a converted model has it */
+    char default_name[128];
+    snprintf(default_name, sizeof default_name, "synth-%s%s%s", arch->name, hp.name ? "-" : "", hp.name ? hp.name : "");
+    if (!name) name = default_name;
+    const uint32_t file_type = wtype == QUILL_TYPE_F32 ? 0 : wtype == QUILL_TYPE_F16 ? 1 : 32;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    int bad = !w;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch->arch, suffix), key)
+    if (w) {
+        bad |= quill_gguf_writer_add_str(w, "general.architecture", arch->arch, strlen(arch->arch)) != QUILL_OK;
+        bad |= quill_gguf_writer_add_str(w, "general.name", name, strlen(name)) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, "general.file_type", file_type) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp.n_ctx) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)hp.n_layer) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
+        if (write_head_dim) {
+            bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim) != QUILL_OK;
+        }
+        bad |= quill_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)arch->eps) != QUILL_OK;
+        bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
+        if (window) bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)window) != QUILL_OK;
+        if (arch->softcap) {
+            bad |= quill_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), (float)attn_cap) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), (float)final_cap) != QUILL_OK;
+        }
+        if (arch->linear_scaling) {
+            bad |= quill_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", 6) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), (float)arch->linear_scaling) != QUILL_OK;
+        }
+        if (arch->rope_long_short)
+            bad |= quill_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"), 4096) != QUILL_OK;
+        if (!strcmp(arch->arch, "llama"))
+            bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
+        for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {
+            const quill_gguf_kv *kv = quill_gguf_kv_at(vocab, i);
+            if (!strncmp(kv->key, "tokenizer.", 10))
+                bad |= quill_gguf_writer_add_value(w, kv->key, &kv->value) != QUILL_OK;
+        }
+    }
+#undef KEY
+    quill_gguf_close(vocab);
+    if (bad) {
+        quill_gguf_writer_free(w);
+        return cli_fail("synth: cannot build the metadata (out of memory?)");
+    }
+
+    /* tensors, in the order of a converted model */
+    const int64_t q_dim = hp.n_head * head_dim, kv_dim = hp.n_head_kv * head_dim, half = head_dim / 2;
+    const int n_tensors = 6 + 16 * (int)hp.n_layer;
+    synth_tensor *ts = calloc((size_t)n_tensors, sizeof *ts);
+    float *factors = calloc((size_t)(2 * half), sizeof *factors);
+    if (!ts || !factors) {
+        free(ts);
+        free(factors);
+        quill_gguf_writer_free(w);
+        return cli_fail("synth: out of memory");
+    }
+    int nt = 0;
+    const float root3 = 1.7320508f; /* a uniform on [-a, a] has standard deviation a / sqrt(3) */
+    const float norm_spread = 0.01f * root3;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    synth_add(ts, &nt, wtype, 0.0f, 0.02f * root3, hp.n_embd, n_vocab, "token_embd.weight", 0);
+    if (arch->rope_freqs) {
+        llama3_factors(factors, half, head_dim, arch->freq_base);
+        synth_add(ts, &nt, QUILL_TYPE_F32, 0, 0, half, 0, "rope_freqs.weight", 0);
+        ts[nt - 1].fixed = factors;
+    }
+    if (arch->rope_long_short) {
+        /* LongRoPE-like: short factors near 1, long ones growing to ~20 in the low frequencies */
+        for (int64_t i = 0; i < half; i++) {
+            const float x = (float)i / (float)half;
+            factors[i] = 1.0f + 19.0f * x * x;
+            factors[half + i] = 1.0f + 0.1f * x;
+        }
+        synth_add(ts, &nt, QUILL_TYPE_F32, 0, 0, half, 0, "rope_factors_long.weight", 0);
+        ts[nt - 1].fixed = factors;
+        synth_add(ts, &nt, QUILL_TYPE_F32, 0, 0, half, 0, "rope_factors_short.weight", 0);
+        ts[nt - 1].fixed = factors + half;
+    }
+    synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "output_norm.weight", 0);
+    if (!arch->tied) synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_vocab, "output.weight", 0);
+    for (int l = 0; l < (int)hp.n_layer; l++) {
+        synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
+        if (arch->fused) {
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, q_dim + 2 * kv_dim, "blk.%d.attn_qkv.weight", l);
+        } else {
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, q_dim, "blk.%d.attn_q.weight", l);
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, kv_dim, "blk.%d.attn_k.weight", l);
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, kv_dim, "blk.%d.attn_v.weight", l);
+        }
+        if (arch->qkv_bias) {
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, q_dim, 0, "blk.%d.attn_q.bias", l);
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_k.bias", l);
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_v.bias", l);
+        }
+        if (arch->qk_norm) {
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_q_norm.weight", l);
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
+        }
+        synth_add(ts, &nt, wtype, 0.0f, SPREAD(q_dim), q_dim, hp.n_embd, "blk.%d.attn_output.weight", l);
+        if (arch->post_norms)
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
+        synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
+        if (arch->fused) {
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 2 * hp.n_ff, "blk.%d.ffn_up.weight", l);
+        } else {
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_gate.weight", l);
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_up.weight", l);
+        }
+        synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_ff), hp.n_ff, hp.n_embd, "blk.%d.ffn_down.weight", l);
+        if (arch->post_norms)
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_ffw_norm.weight", l);
+    }
+#undef SPREAD
+    uint64_t total_bytes = 0, total_params = 0;
+    for (int i = 0; i < nt && !bad; i++) {
+        bad |= quill_gguf_writer_add_tensor_info(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) != QUILL_OK;
+        total_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
+        total_bytes += quill_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
+    }
+    const int64_t chunk = (int64_t)1 << 20;
+    float *vals = malloc((size_t)chunk * sizeof *vals);
+    uint8_t *bytes = malloc((size_t)chunk * sizeof(float));
+    int rc = 0;
+    const double t0 = now_seconds();
+    if (bad || !vals || !bytes) {
+        rc = cli_fail("synth: out of memory");
+    } else if (quill_gguf_writer_begin_stream(w, out_path, &err) != QUILL_OK) {
+        rc = cli_fail("%s", err.message);
+    } else {
+        quill_status s = QUILL_OK;
+        for (int i = 0; i < nt && s == QUILL_OK; i++)
+            s = synth_stream(w, &ts[i], (uint64_t)seed * 0x9E3779B97F4A7C15ull, vals, bytes, chunk, &err);
+        quill_error ferr;
+        quill_status fs = quill_gguf_writer_finish_stream(w, &ferr);
+        if (s == QUILL_OK && fs != QUILL_OK) {
+            s = fs;
+            err = ferr;
+        }
+        if (s != QUILL_OK) {
+            remove(out_path);
+            rc = cli_fail("%s", err.message);
+        }
+    }
+    if (rc == 0)
+        fprintf(stderr,
+                "synth: wrote %s: %s (%s) n_embd %" PRId64 ", %" PRId64 " layers, %" PRId64 " heads (%" PRId64
+                " KV) of %" PRId64 ", n_ff %" PRId64 ", vocab %" PRId64 ", ctx %" PRId64 ", %d tensors, %" PRIu64
+                " parameters, %.1f MiB of %s weights, seed %ld, %.1f s\n",
+                out_path, arch->arch, arch->name, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, head_dim, hp.n_ff,
+                n_vocab, hp.n_ctx, nt, total_params, (double)total_bytes / (1024.0 * 1024.0), quill_type_name(wtype),
+                seed, now_seconds() - t0);
+    free(vals);
+    free(bytes);
+    free(ts);
+    free(factors);
+    quill_gguf_writer_free(w);
+    return rc;
+}
