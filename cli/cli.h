@@ -20,7 +20,7 @@ int cmd_synth(int argc, char **argv);
 
 /* Prints "quill: <message>" to stderr and returns the exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Writes s as a JSON string literal (quotes included). */
+/* Writes s as a JSON string literal (quotes included); bytes that are not UTF-8 become U+FFFD. */
 void cli_json_string(FILE *f, const char *s, size_t len);
 /* A whole file, NUL-terminated and malloc'd; NULL with errno set on failure (files over 1 GiB
  * are refused). */

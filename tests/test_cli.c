@@ -3,6 +3,8 @@
 #include "gguf_build.h"
 #include "test.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,5 +219,164 @@ TEST(cli_seed_default_random_and_reproducible) {
     CHECK(rc == 0, "%s", a);
     CHECK_STR_CONTAINS(a, "seed ");
     free(a);
+    free(model);
+}
+
+/* The chat template is checked before the session starts: an unknown --chat-format, a template
+ * that does not parse, and one that refuses the conversation (Gemma has no system role) end with
+ * exit 1 and the message, instead of an error at every turn. */
+TEST(cli_chat_template_checked_at_start) {
+    REQUIRE_SHARED(shared);
+    char *model = stories(shared), *gemma = path_join(shared, "chat/google-gemma-2-2b-it.jinja");
+    char *broken = path_join(tmp_dir(), "broken.jinja"), *out = NULL;
+    FILE *f = fopen(broken, "w");
+    CHECK(f != NULL);
+    fputs("{% for m in messages %}{{ m.content }", f);
+    fclose(f);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "printf 'hi\\nhi\\n' | %s chat -m %s --chat-format nonsense -n 2", quill_bin(), model);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 1, "unknown format: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "nonsense");
+    free(out);
+    snprintf(cmd, sizeof cmd, "printf 'hi\\nhi\\n' | %s chat -m %s --chat-template %s -n 2", quill_bin(), model, broken);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 1, "broken template: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "the chat template cannot be used");
+    CHECK_STR_CONTAINS(out, "line 1");
+    free(out);
+    snprintf(cmd, sizeof cmd, "printf 'hi\\nhi\\n' | %s chat -m %s --chat-template %s --system 'Be brief' -n 2",
+             quill_bin(), model, gemma);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 1, "gemma with a system message: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "System role not supported");
+    free(out);
+    /* without --system the same template works */
+    snprintf(cmd, sizeof cmd, "printf 'hi\\n/bye\\n' | %s chat -m %s --chat-template %s -n 2 --temp 0", quill_bin(),
+             model, gemma);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "gemma: exit %d: %s", rc, out);
+    free(out);
+    free(model), free(gemma), free(broken);
+}
+
+/* A conversation longer than the context drops its oldest turns (the system message stays) and
+ * says so once; /reset keeps the system message and restarts the turn count; /system in raw mode
+ * says it has no effect. */
+TEST(cli_chat_full_context_drops_oldest_turns) {
+    REQUIRE_SHARED(shared);
+    char *model = stories(shared), *out = NULL, cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "printf 'Once upon a time\\nThere was a dog\\nThe dog ran\\nThe cat sat\\nThe sun was hot\\n/tokens\\n"
+             "/reset\\nHello\\n/bye\\n' | %s chat -m %s --chat-format chatml --system 'You tell stories.' -c 96 "
+             "-n 16 --temp 0 --verbose", quill_bin(), model);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    const char *first = strstr(out, "[the context is full: dropping the oldest turns (the system message stays)]");
+    CHECK(first != NULL, "no notice: %s", out);
+    CHECK(strstr(first + 40, "dropping the oldest turns") == NULL, "said more than once: %s", out);
+    CHECK_STR_CONTAINS(out, "[turn 5: evaluating");
+    CHECK(!strstr(out, "quill: the conversation needs"), "%s", out);
+    /* the system message is still the first thing the model reads: its tokens stay cached */
+    const char *t5 = strstr(out, "[turn 5: evaluating");
+    const char *reused = t5 ? strstr(t5, "tokens, ") : NULL;
+    CHECK(reused && strtol(reused + 8, NULL, 10) > 20, "turn 5 reused too little: %s", t5);
+    CHECK_STR_CONTAINS(out, "[conversation cleared; the system message stays]");
+    const char *after = strstr(out, "[conversation cleared");
+    CHECK(after && strstr(after, "[turn 1: evaluating"), "the turn count did not restart: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "printf '/system Be nice\\n/bye\\n' | %s chat -m %s", quill_bin(), model);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "/system has no effect in raw mode");
+    free(out);
+    free(model);
+}
+
+/* A copy of stories260K whose general.name starts with byte 0xFF and whose token 300 is "▁" and the
+ * byte FF (metadata is untrusted: not necessarily UTF-8). */
+static char *invalid_utf8_model(const char *shared) {
+    char *src = stories(shared), *dst = path_join(tmp_dir(), "bad_utf8.gguf");
+    quill_gguf *g = NULL;
+    quill_error err;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = quill_gguf_open(src, &g, &err) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        if (!strcmp(kv->key, "general.name")) continue;
+        if (!strcmp(kv->key, "tokenizer.ggml.tokens")) {
+            uint64_t n = kv->value.count, cursor = 0;
+            const char **strs = calloc(n, sizeof *strs);
+            size_t *lens = calloc(n, sizeof *lens);
+            quill_gguf_value e;
+            for (uint64_t k = 0; k < n && quill_gguf_array_next(&kv->value, &cursor, &e); k++) {
+                strs[k] = (const char *)e.data;
+                lens[k] = e.count;
+            }
+            strs[300] = "\xe2\x96\x81\xff";
+            lens[300] = 4;
+            ok = quill_gguf_writer_add_str_arr(w, kv->key, strs, lens, n) == QUILL_OK;
+            free(strs);
+            free(lens);
+            continue;
+        }
+        ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_add_str(w, "general.name", "\xff" "bad \xc3(name", 11) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    free(src);
+    if (!ok) {
+        free(dst);
+        return NULL;
+    }
+    return dst;
+}
+
+static bool valid_utf8(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        int n = *u < 0x80 ? 1 : (*u >> 5) == 6 ? 2 : (*u >> 4) == 14 ? 3 : (*u >> 3) == 30 ? 4 : 0;
+        if (!n) return false;
+        for (int i = 1; i < n; i++)
+            if ((u[i] & 0xC0) != 0x80) return false;
+        u += n;
+    }
+    return true;
+}
+
+/* inspect --json and tokenize --json print valid JSON (and UTF-8) whatever bytes the metadata
+ * holds: invalid sequences come out as U+FFFD. */
+TEST(cli_json_output_with_invalid_utf8_metadata) {
+    REQUIRE_SHARED(shared);
+    char *model = invalid_utf8_model(shared), *out = NULL;
+    CHECK(model != NULL, "cannot write the model copy");
+    int rc = quill(&out, "inspect --json %s 2>/dev/null", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK(valid_utf8(out), "inspect --json wrote bytes that are not UTF-8");
+    cJSON *j = cJSON_Parse(out);
+    CHECK(j != NULL, "inspect --json is not JSON");
+    cJSON_Delete(j);
+    CHECK_STR_CONTAINS(out, "\"\xef\xbf\xbd" "bad \xef\xbf\xbd(name\"");
+    free(out);
+    rc = quill(&out, "tokenize -m %s -p 'the cat' --json 2>/dev/null", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    j = cJSON_Parse(out);
+    CHECK(j != NULL && valid_utf8(out), "tokenize --json: %s", out);
+    cJSON_Delete(j);
+    free(out);
+    /* token 300 itself, through a prompt made of its bytes */
+    rc = quill(&out, "tokenize -m %s -p \"$(printf '\\377')\" --json --no-bos 2>/dev/null", model);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "\"tokens\": [300]");
+    j = cJSON_Parse(out);
+    CHECK(j != NULL && valid_utf8(out), "tokenize --json: %s", out);
+    cJSON_Delete(j);
+    free(out);
     free(model);
 }
