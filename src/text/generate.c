@@ -102,11 +102,11 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
     quill_generate_params p = params ? *params : quill_generate_defaults();
     const int32_t n_vocab = (int32_t)c->hp->n_vocab;
     const quill_tokenizer *tok = quill_model_tokenizer(c->model);
-    if (n_prompt > (size_t)(c->n_ctx - c->seq_len[0]))
+    if (n_prompt > (size_t)(quill_context_n_ctx(c) - quill_context_pos(c)))
         return quill_fail(err, QUILL_E_CONTEXT,
                           "the prompt has %zu tokens but the context has room for %d more (%d of %d used); use a "
                           "larger context (-c) or a shorter prompt",
-                          n_prompt, c->n_ctx - c->seq_len[0], c->seq_len[0], c->n_ctx);
+                          n_prompt, quill_context_n_ctx(c) - quill_context_pos(c), quill_context_pos(c), quill_context_n_ctx(c));
 
     quill_sampler *own = NULL;
     if (!sampler) {
@@ -189,7 +189,7 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
         }
         if (k.cancelled) break;
         if (p.n_predict >= 0 && res->n_generated >= p.n_predict) break;
-        if (c->seq_len[0] >= c->n_ctx) {
+        if (quill_context_pos(c) >= quill_context_n_ctx(c)) {
             res->context_full = true;
             break;
         }
