@@ -960,7 +960,7 @@ TEST(tokenizer_flags_and_special_ids) {
     CHECK(quill_tokenizer_is_eog(t, X + 4));   /* EOT by metadata */
     CHECK(quill_tokenizer_is_eog(t, X + 5));   /* FIM pad by text, and turned into a control token */
     CHECK_EQ_INT(quill_tokenizer_token_type(t, X + 5), QUILL_TOKEN_CONTROL);
-    CHECK(!quill_tokenizer_is_eog(t, 2));      /* </s> is not EOS here */
+    CHECK(quill_tokenizer_is_eog(t, 2));       /* </s> is not EOS here but ends generation by its text */
     CHECK(!quill_tokenizer_is_eog(t, 1));
     mt_free(&m);
 }

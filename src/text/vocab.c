@@ -82,31 +82,43 @@ static quill_status read_flag(const quill_gguf *g, const char *key, bool *flag, 
  * token into a control token (so it is only parsed with parse_special and not rendered). */
 typedef struct {
     const char *keys[2];
-    const char *texts[8];
+    const char *texts[12];
     bool eog;           /* the role's token ends generation */
 } role_spec;
 
+#define FULLWIDTH_BAR "\xef\xbd\x9c"
+#define LOWER_BLOCK "\xe2\x96\x81"
 static const role_spec roles[] = {
     {{"tokenizer.ggml.eot_token_id"},
-     {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-      "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>"}, true},
+     {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+      "[EOT]", "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">", "<end_of_utterance>"},
+     true},
     {{"tokenizer.ggml.eom_token_id"}, {"<|eom_id|>"}, true},
     {{"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
-     {"<|fim_prefix|>", "<fim-prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>"}, false},
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "begin" FULLWIDTH_BAR ">",
+      "<PRE>", LOWER_BLOCK "<PRE>", "<|code_prefix|>", "<|prefix|>"}, false},
     {{"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
-     {"<|fim_suffix|>", "<fim-suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>"}, false},
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "hole" FULLWIDTH_BAR ">",
+      "<SUF>", LOWER_BLOCK "<SUF>", "<|code_suffix|>", "<|suffix|>"}, false},
     {{"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
-     {"<|fim_middle|>", "<fim-middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>"}, false},
-    {{"tokenizer.ggml.fim_pad_token_id"}, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}, true},
-    {{"tokenizer.ggml.fim_rep_token_id"}, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}, true},
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "end" FULLWIDTH_BAR ">",
+      "<MID>", LOWER_BLOCK "<MID>", "<|code_middle|>", "<|middle|>"}, false},
+    {{"tokenizer.ggml.fim_pad_token_id"}, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}, true},
+    {{"tokenizer.ggml.fim_rep_token_id"}, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}, true},
     {{"tokenizer.ggml.fim_sep_token_id"}, {"<|file_sep|>"}, true},
 };
 enum { ROLE_EOT, ROLE_EOM, N_ROLES = sizeof roles / sizeof roles[0] };
 
 /* Tokens that end generation whatever their role (the reference's list, matched by text). */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">", "[e~[",
 };
+
+/* gpt-oss's channel markers, which the reference always renders and splits out (user-defined). */
+static const char *const rendered_texts[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 static bool text_in(const char *s, size_t n, const char *const *list, size_t count) {
     for (size_t i = 0; i < count && list[i]; i++)
@@ -393,6 +405,14 @@ static quill_status build_pieces(quill_tokenizer *t, const char *path, quill_err
     return QUILL_OK;
 }
 
+/* The reference adds the control attribute to tokens it recognizes by text. */
+static void make_control(quill_tokenizer *t, int32_t id, const char *path) {
+    if (is_type(t, id, QUILL_TOKEN_CONTROL)) return;
+    quill_log(QUILL_LOG_WARN, "%s: token %d '%s' looks like a control token; treating it as one", path, id,
+              vocab_text(t, id));
+    t->type[id] = QUILL_TOKEN_CONTROL;
+}
+
 quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, quill_error *err) {
     if (!g || !out) return quill_fail(err, QUILL_E_ARG, "quill_tokenizer_load: NULL argument");
     *out = NULL;
@@ -486,33 +506,46 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
 
     /* Roles found by text. Only the id a text maps to counts (the reference walks its text->id
      * map); among several candidates for one role the lowest id wins. */
+    int32_t eog_end = -1, eog_s = -1;
+    bool eog_return = false, eog_call = false, eog_flush = false, eog_tool_response = false;
     for (int32_t id = 0; id < n; id++) {
         const char *txt = vocab_text(t, id);
         size_t len = t->text_len[id];
-        if (len < 3 || txt[0] != '<' || vocab_lookup(t, txt, len) != id) continue;
+        /* every listed text starts with one of these */
+        if (len < 3 || !strchr("<[_\xe2", txt[0]) || vocab_lookup(t, txt, len) != id) continue;
         for (int r = 0; r < N_ROLES; r++) {
-            if (role_id[r] >= 0 || !text_in(txt, len, roles[r].texts, 8)) continue;
+            if (role_id[r] >= 0 || !text_in(txt, len, roles[r].texts, 12)) continue;
             role_id[r] = id;
-            if (!is_type(t, id, QUILL_TOKEN_CONTROL)) {
-                quill_log(QUILL_LOG_WARN, "%s: token %d '%s' looks like a control token; treating it as one",
-                          path, id, txt);
-                t->type[id] = QUILL_TOKEN_CONTROL;
-            }
+            make_control(t, id, path);
         }
         if (text_in(txt, len, eog_texts, sizeof eog_texts / sizeof eog_texts[0])) {
             t->flags[id] |= F_EOG;
-            if (!is_type(t, id, QUILL_TOKEN_CONTROL)) {
-                quill_log(QUILL_LOG_WARN, "%s: token %d '%s' looks like a control token; treating it as one",
-                          path, id, txt);
-                t->type[id] = QUILL_TOKEN_CONTROL;
-            }
+            make_control(t, id, path);
+            if (strcmp(txt, "<|end|>") == 0) eog_end = id;
+            else if (strcmp(txt, "</s>") == 0) eog_s = id;
+            else if (strcmp(txt, "<|return|>") == 0) eog_return = true;
+            else if (strcmp(txt, "<|call|>") == 0 || strcmp(txt, "<|calls|>") == 0) eog_call = true;
+            else if (strcmp(txt, "<|flush|>") == 0) eog_flush = true;
+            else if (strcmp(txt, "<|tool_response>") == 0) eog_tool_response = true;
         }
+        if (text_in(txt, len, rendered_texts, sizeof rendered_texts / sizeof rendered_texts[0]))
+            t->type[id] = QUILL_TOKEN_USER_DEFINED;
     }
     t->eot = role_id[ROLE_EOT];
     t->eom = role_id[ROLE_EOM];
     for (int r = 0; r < N_ROLES; r++)
         if (roles[r].eog && role_id[r] >= 0) t->flags[role_id[r]] |= F_EOG;
     if (t->eos >= 0) t->flags[t->eos] |= F_EOG;
+    /* The reference's exceptions: in o200k-harmony / solar-open vocabularies <|end|> ends a message,
+     * not the generation; with Gemma 4's <|tool_response>, </s> is ordinary text. */
+    if (eog_end >= 0 && ((eog_return && eog_call) || (eog_call && eog_flush))) {
+        t->flags[eog_end] &= (uint8_t)~F_EOG;
+        t->type[eog_end] = QUILL_TOKEN_USER_DEFINED;
+    }
+    if (eog_s >= 0 && eog_tool_response) {
+        t->flags[eog_s] &= (uint8_t)~F_EOG;
+        t->type[eog_s] = QUILL_TOKEN_NORMAL;
+    }
 
     by_len *order = malloc((size_t)n * sizeof *order);
     t->special = malloc((size_t)n * sizeof *t->special);
