@@ -8,12 +8,14 @@
  * On a terminal the line editor is libedit, reading through our own character function so that
  * Ctrl-C is seen the same way on every libedit version: it clears the line, and a second Ctrl-C
  * in a row exits. During evaluation and generation Ctrl-C stops the reply and the chat goes on. */
+#define _GNU_SOURCE /* ppoll */
 #include "cli.h"
 #include "options.h"
 
 #include <errno.h>
 #include <histedit.h>
 #include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +132,21 @@ static int read_wchar(EditLine *el, wchar_t *out) {
     (void)el;
     line_reader *r = active_reader;
     for (;;) {
+        /* Wait with SIGINT blocked except inside ppoll: a Ctrl-C that lands between checking the
+         * flag and starting to wait cannot be lost. */
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigprocmask(SIG_BLOCK, &block, &old);
+        struct pollfd pfd = {STDIN_FILENO, POLLIN, 0};
+        int ready = interrupted ? -1 : ppoll(&pfd, 1, NULL, &old);
+        int poll_errno = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        if (interrupted) {
+            r->ctrl_c = true;
+            return -1;
+        }
+        if (ready < 0 && poll_errno == EINTR) continue;
         unsigned char b;
         ssize_t n = read(STDIN_FILENO, &b, 1);
         if (n == 0) return 0;
@@ -199,6 +216,10 @@ static void reader_open(line_reader *r) {
     el_set(r->el, EL_PROMPT, prompt_fn);
     el_set(r->el, EL_HIST, history, r->hist);
     el_set(r->el, EL_SIGNAL, 0);
+    /* Between lines (while a reply streams) the terminal stays non-canonical: keys typed ahead,
+     * Ctrl-D included, wait as bytes for the next prompt instead of being taken as a line end
+     * that is lost when the editor switches modes. */
+    el_set(r->el, EL_SETTY, "-x", "-icanon", NULL);
     el_wset(r->el, EL_GETCFN, read_wchar);
     el_set(r->el, EL_ADDFN, "quill-paste", "insert a bracketed paste as one block", paste_fn);
     el_set(r->el, EL_BIND, "\033[200~", "quill-paste", NULL);

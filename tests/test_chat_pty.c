@@ -63,6 +63,13 @@ static bool wait_for(session *s, size_t from, const char *want, double seconds) 
     }
 }
 
+/* wait_for, then moves *mark past the match: the next wait looks only at what follows it. */
+static bool wait_after(session *s, size_t *mark, const char *want, double seconds) {
+    if (!wait_for(s, *mark, want, seconds)) return false;
+    *mark = (size_t)(strstr(s->out + *mark, want) - s->out) + strlen(want);
+    return true;
+}
+
 static void type(session *s, const char *keys) {
     size_t n = strlen(keys);
     while (n) {
@@ -108,28 +115,22 @@ TEST(chat_pty_ctrl_c_stops_reply_and_clears_line) {
     const char *args[] = {"-m", model, "-n", "-1", "-c", "2048", "--temp", "0", NULL};
     session s;
     CHECK(start(&s, args), "forkpty failed");
-    bool ok = wait_for(&s, 0, ">>> ", 20);
-    size_t mark = s.len;
-    if (ok) {
-        type(&s, "Tell me a long story\r");
-        ok = wait_for(&s, mark, "Tell me a long story\r\n", 10);
-        mark = s.len;
-        /* some reply text, then Ctrl-C */
-        ok = ok && wait_for(&s, mark, " ", 20);
-        type(&s, "\003");
-        ok = ok && wait_for(&s, mark, "[stopped]", 20) && wait_for(&s, mark, ">>> ", 10);
-    }
+    size_t mark = 0;
+    bool ok = wait_after(&s, &mark, ">>> ", 20);
+    type(&s, "Tell me a long story\r");
+    /* the echo, then some reply text, then Ctrl-C */
+    ok = ok && wait_after(&s, &mark, "Tell me a long story\r\n", 10) && wait_after(&s, &mark, " ", 20);
+    type(&s, "\003");
+    ok = ok && wait_after(&s, &mark, "[stopped]", 20) && wait_after(&s, &mark, ">>> ", 10);
     bool stopped = ok;
-    mark = s.len;
     /* a half-typed line, Ctrl-C: the line is gone, the next command runs alone */
     type(&s, "half typed");
-    ok = ok && wait_for(&s, mark, "half typed", 5);
+    ok = ok && wait_after(&s, &mark, "half typed", 5);
     type(&s, "\003");
-    ok = ok && wait_for(&s, mark, "[Ctrl-C again or Ctrl-D to leave]", 5) && wait_for(&s, mark, ">>> ", 5);
+    ok = ok && wait_after(&s, &mark, "[Ctrl-C again or Ctrl-D to leave]", 5) && wait_after(&s, &mark, ">>> ", 5);
     bool cleared = ok;
-    mark = s.len;
     type(&s, "/help\r");
-    ok = ok && wait_for(&s, mark, "/bye", 5);
+    ok = ok && wait_after(&s, &mark, "/bye", 5) && wait_after(&s, &mark, "\n>>> ", 5);
     bool help = ok;
     type(&s, "\004");
     int rc = finish(&s, 10);
@@ -154,19 +155,19 @@ TEST(chat_pty_paste_multiline_and_double_ctrl_c) {
     size_t mark = s.len;
     type(&s, "\r\r");
     type(&s, "\033[200~Once upon\ra time\033[201~\r");
-    ok = ok && wait_for(&s, mark, "[turn 1: evaluating", 10) && wait_for(&s, mark, "tokens in context]", 10) &&
-         wait_for(&s, mark, ">>> ", 10);
+    ok = ok && wait_after(&s, &mark, "[turn 1: evaluating", 10) && wait_after(&s, &mark, "tokens in context]", 10) &&
+         wait_after(&s, &mark, ">>> ", 10);
     bool pasted = ok && !strstr(s.out + mark, "[turn 2:");
-    mark = s.len;
     type(&s, "\"\"\"There was\r");
-    ok = ok && wait_for(&s, mark, "... ", 10);
+    ok = ok && wait_after(&s, &mark, "... ", 10);
     type(&s, "a dog\r");
-    ok = ok && wait_for(&s, mark, "... ", 10);
+    ok = ok && wait_after(&s, &mark, "... ", 10);
     type(&s, "named Max\"\"\"\r");
-    ok = ok && wait_for(&s, mark, "[turn 2: evaluating", 10) && wait_for(&s, mark, ">>> ", 10);
+    ok = ok && wait_after(&s, &mark, "[turn 2: evaluating", 10) && wait_after(&s, &mark, "tokens in context]", 10) &&
+         wait_after(&s, &mark, ">>> ", 10);
     bool multi = ok && !strstr(s.out + mark, "[turn 3:");
     type(&s, "\003");
-    ok = ok && wait_for(&s, s.len, ">>> ", 5);
+    ok = ok && wait_after(&s, &mark, "[Ctrl-C again", 5) && wait_after(&s, &mark, ">>> ", 5);
     type(&s, "\003");
     int rc = finish(&s, 10);
     free(model);
