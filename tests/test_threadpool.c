@@ -1,13 +1,20 @@
 /* The thread pool (threadpool.c): every item runs exactly once for any item count, chunk size and
  * thread count; each thread starts on its own contiguous share; a thread that is held up has its
- * share finished by the others. */
+ * share finished by the others; the caller never waits for a worker that is not working; waiting
+ * workers sleep; more threads than CPUs give the same logits and do not stall. */
 #include "test.h"
 
 #include "base/threadpool.h"
+#include "quill.h"
 
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     atomic_int *runs;     /* per item: how many times it ran */
@@ -15,6 +22,7 @@ typedef struct {
     int64_t first[8];     /* per thread: the first item it ran (-1: none) */
     atomic_int started[8];
     int slow_thread;      /* this thread sleeps on its first chunk (-1: none) */
+    long item_ns;         /* every chunk sleeps this long per item */
 } count_job;
 
 static void count_items(void *arg, int64_t begin, int64_t end, int thread) {
@@ -23,6 +31,7 @@ static void count_items(void *arg, int64_t begin, int64_t end, int thread) {
         j->first[thread] = begin;
         if (thread == j->slow_thread) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
     }
+    if (j->item_ns) nanosleep(&(struct timespec){0, j->item_ns * (end - begin)}, NULL);
     for (int64_t i = begin; i < end; i++) {
         atomic_fetch_add(&j->runs[i], 1);
         j->ran_on[i] = thread;
@@ -73,16 +82,18 @@ TEST(pool_runs_every_item_once) {
 }
 
 TEST(pool_threads_start_on_their_own_share) {
-    /* Each thread's first chunk comes from its own share [n·t/threads, n·(t+1)/threads) (its
-     * front, unless a faster thread already took some of it). */
+    /* Each thread's first chunk comes from its share s = t % shares, [n·s/shares, n·(s+1)/shares)
+     * (its front, unless a faster thread already took some of it). */
     const int threads = 3;
     const int64_t n = 300;
     quill_pool *pool = quill_pool_new(threads);
     CHECK(pool != NULL);
+    const int shares = quill_pool_shares(pool);
     count_job *j = new_job(n);
     quill_pool_run(pool, count_items, j, n, 1);
     for (int t = 0; t < threads; t++) {
-        const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        const int s = t % shares;
+        const int64_t lo = n * s / shares, hi = n * (s + 1) / shares;
         if (j->first[t] >= 0 && (j->first[t] < lo || j->first[t] >= hi)) {
             test_fail(__FILE__, __LINE__, "thread %d started at item %lld, outside its share [%lld, %lld)", t,
                       (long long)j->first[t], (long long)lo, (long long)hi);
@@ -99,6 +110,11 @@ TEST(pool_others_finish_a_held_up_share) {
     const int64_t n = 200;
     quill_pool *pool = quill_pool_new(2);
     CHECK(pool != NULL);
+    if (quill_pool_shares(pool) < 2) {
+        quill_pool_free(pool);
+        test_skip("one usable CPU: the caller runs every item");
+        return;
+    }
     count_job *j = new_job(n);
     j->slow_thread = 0;
     quill_pool_run(pool, count_items, j, n, 1);
@@ -114,6 +130,28 @@ TEST(pool_others_finish_a_held_up_share) {
     quill_pool_free(pool);
     CHECK(by_worker_in_share0 > n / 4, "the worker took %lld of the held-up share's %lld items",
           (long long)by_worker_in_share0, (long long)(n / 2));
+}
+
+TEST(pool_caller_waits_for_a_working_worker) {
+    /* A worker sleeps 50 ms inside its first chunk: the caller, out of items long before, must wait
+     * (past its spin, asleep) until that chunk is done. Items take 20 us, so that the worker joins. */
+    quill_pool *pool = quill_pool_new(2);
+    CHECK(pool != NULL);
+    int64_t not_once = -1;
+    bool worker_joined = false;
+    for (int rep = 0; rep < 3 && not_once < 0; rep++) {
+        count_job *j = new_job(200);
+        j->slow_thread = 1;
+        j->item_ns = 20 * 1000;
+        quill_pool_run(pool, count_items, j, 200, 1);
+        for (int64_t i = 0; i < 200 && not_once < 0; i++)
+            if (atomic_load(&j->runs[i]) != 1) not_once = i;
+        worker_joined |= atomic_load(&j->started[1]) > 0;
+        free_job(j);
+    }
+    quill_pool_free(pool);
+    CHECK(not_once < 0, "item %lld had not run exactly once when the job returned", (long long)not_once);
+    CHECK(worker_joined, "the worker never ran an item");
 }
 
 /* Joined jobs: each job's items run exactly once, with the job's own item numbers, whatever the
@@ -145,4 +183,155 @@ TEST(pool_joined_jobs_run_each_item_once) {
         }
         quill_pool_free(pool);
     }
+}
+
+/* Workers parked in a signal handler stand for workers that get no core (a busy machine). */
+static atomic_int parked_workers;
+static atomic_bool release_workers;
+
+static void park_worker(int sig) {
+    (void)sig;
+    atomic_fetch_add(&parked_workers, 1);
+    while (!atomic_load(&release_workers)) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    atomic_fetch_sub(&parked_workers, 1);
+}
+
+/* Releases the workers after 3 s at the latest (a pool that waits for them then finishes late). */
+static void *release_later(void *arg) {
+    (void)arg;
+    for (int ms = 0; ms < 3000 && !atomic_load(&release_workers); ms++)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    atomic_store(&release_workers, true);
+    return NULL;
+}
+
+/* The thread ids of this process, ascending; returns how many (at most cap). */
+static int list_threads(pid_t *tids, int cap) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < cap;)
+        if (e->d_name[0] != '.') tids[n++] = (pid_t)atoi(e->d_name);
+    closedir(d);
+    return n;
+}
+
+TEST(pool_caller_never_waits_for_idle_workers) {
+    /* Every worker of a 4-thread pool is held in a signal handler for 3 s; 100 jobs must all finish
+     * before then, run by the caller alone. */
+    pid_t before[64], after[64];
+    const int n_before = list_threads(before, 64);
+    quill_pool *pool = quill_pool_new(4);
+    CHECK(pool != NULL);
+    const int n_after = list_threads(after, 64);
+    struct sigaction sa = {.sa_handler = park_worker}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, &old_sa) == 0);
+    atomic_store(&parked_workers, 0);
+    atomic_store(&release_workers, false);
+    int signalled = 0;
+    for (int i = 0; i < n_after; i++) {
+        bool old_thread = false;
+        for (int k = 0; k < n_before; k++) old_thread |= after[i] == before[k];
+        if (!old_thread && syscall(SYS_tgkill, getpid(), after[i], SIGUSR1) == 0) signalled++;
+    }
+    pthread_t releaser;
+    bool releasing = pthread_create(&releaser, NULL, release_later, NULL) == 0;
+    while (releasing && atomic_load(&parked_workers) < signalled && !atomic_load(&release_workers))
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    const bool all_parked = signalled == 3 && atomic_load(&parked_workers) == 3;
+
+    const int64_t n = 1000;
+    count_job *j = new_job(n);
+    for (int rep = 0; rep < 100; rep++) quill_pool_run(pool, count_items, j, n, 7);
+    const bool finished_alone = !atomic_load(&release_workers);
+    int64_t wrong = -1;
+    for (int64_t i = 0; i < n && wrong < 0; i++)
+        if (atomic_load(&j->runs[i]) != 100 || j->ran_on[i] != 0) wrong = i;
+
+    atomic_store(&release_workers, true);
+    if (releasing) pthread_join(releaser, NULL);
+    while (atomic_load(&parked_workers) > 0) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    quill_pool_free(pool);
+    sigaction(SIGUSR1, &old_sa, NULL);
+    free_job(j);
+    CHECK(releasing && all_parked, "could not hold the 3 workers (%d signalled)", signalled);
+    CHECK(finished_alone, "100 jobs waited for workers that were not running");
+    CHECK(wrong < 0, "item %lld did not run 100 times on the caller", (long long)wrong);
+}
+
+TEST(pool_waiting_workers_sleep) {
+    /* After a job, waiting workers spin briefly and then sleep: 300 ms of waiting by 7 workers
+     * costs far less than 300 ms of CPU time. */
+    quill_pool *pool = quill_pool_new(8);
+    CHECK(pool != NULL);
+    count_job *j = new_job(64);
+    quill_pool_run(pool, count_items, j, 64, 1);
+    free_job(j);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    quill_pool_free(pool);
+    const double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK(cpu_ms < 60, "idle workers used %.1f ms of CPU time in 300 ms", cpu_ms);
+}
+
+/* More threads than CPUs: the same logits as one thread, and a 999-thread run of the CLI does not
+ * stall (it took minutes when every worker had to run once per parallel loop). */
+TEST(pool_oversubscribed_threads_same_logits) {
+    REQUIRE_SHARED(shared);
+    char *path = path_join(shared, "models/stories260K.gguf");
+    const int32_t tokens[] = {1, 403, 407, 261, 378, 10, 172, 394, 259, 390, 2, 45, 500};
+    const int n = (int)(sizeof tokens / sizeof *tokens);
+    const int thread_counts[] = {1, 7, 64};
+    float *logits[3] = {0};
+    int64_t n_vocab = 0;
+    for (int k = 0; k < 3; k++) {
+        quill_model *m = NULL;
+        quill_context *c = NULL;
+        quill_error err;
+        quill_context_params p = {.n_ctx = 64, .n_threads = thread_counts[k]};
+        if (quill_model_load(path, &m, &err) || quill_context_new(m, &p, &c, &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.message);
+        } else {
+            n_vocab = quill_model_hparams(m)->n_vocab;
+            logits[k] = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
+            /* the prompt in one batch, then one token at a time: both kinds of parallel loops */
+            if (quill_eval(c, tokens, n - 3, logits[k], true, &err) ||
+                quill_eval(c, tokens + n - 3, 1, logits[k] + (size_t)(n - 3) * (size_t)n_vocab, true, &err) ||
+                quill_eval(c, tokens + n - 2, 1, logits[k] + (size_t)(n - 2) * (size_t)n_vocab, true, &err) ||
+                quill_eval(c, tokens + n - 1, 1, logits[k] + (size_t)(n - 1) * (size_t)n_vocab, true, &err)) {
+                test_fail(__FILE__, __LINE__, "%d threads: %s", thread_counts[k], err.message);
+                free(logits[k]);
+                logits[k] = NULL;
+            }
+        }
+        quill_context_free(c);
+        quill_model_free(m);
+    }
+    bool same[3] = {true, true, true};
+    for (int k = 1; k < 3; k++)
+        same[k] = logits[0] && logits[k] && !memcmp(logits[0], logits[k], (size_t)n * (size_t)n_vocab * sizeof(float));
+    for (int k = 0; k < 3; k++) free(logits[k]);
+
+    char *cmd = NULL, *out1 = NULL, *out999 = NULL;
+    const char *fmt = "timeout 60 %s run -m %s -p 'Once upon a time' -n 24 --temp 0 -t %d 2>/dev/null";
+    int len = snprintf(NULL, 0, fmt, quill_bin(), path, 999) + 1;
+    cmd = malloc((size_t)len);
+    snprintf(cmd, (size_t)len, fmt, quill_bin(), path, 1);
+    int rc1 = run_cmd(cmd, &out1, false);
+    snprintf(cmd, (size_t)len, fmt, quill_bin(), path, 999);
+    int rc999 = run_cmd(cmd, &out999, false);
+    const bool same_text = rc1 == 0 && rc999 == 0 && out1 && out999 && !strcmp(out1, out999) && strlen(out1) > 20;
+    free(cmd);
+    free(path);
+    if (!(same[1] && same[2])) free(out1), free(out999);
+    CHECK(same[1] && same[2], "7 threads: %s, 64 threads: %s (against 1 thread)", same[1] ? "same" : "different",
+          same[2] ? "same" : "different");
+    if (!same_text)
+        test_fail(__FILE__, __LINE__, "-t 999 (exit %d): \"%s\"; -t 1 (exit %d): \"%s\"", rc999,
+                  out999 ? out999 : "", rc1, out1 ? out1 : "");
+    free(out1);
+    free(out999);
 }

@@ -1,29 +1,60 @@
-/* Workers spin briefly on a generation counter before sleeping on a condition variable: decoding
- * runs hundreds of small parallel loops per token, and waking a sleeping thread costs more than
- * many of them take.
+/* The pool shares the machine. Decoding runs hundreds of small parallel loops per token, so a
+ * waiting thread spins briefly (waking a sleeping thread costs more than many loops take), then
+ * sleeps on a futex so that it does not take a core another thread or process needs.
  *
- * Each thread owns a contiguous share of the items and claims chunks from the front of it; a
- * thread done with its share then claims chunks of the others' shares, so faster threads take
- * more. Contiguous shares matter for decoding: a matrix-vector product prefetches the rows it will
- * read next, and with items dealt round-robin from one counter those rows were often the other
- * thread's (chunks of 2 tiles ran at 7.4 GB/s against 12.4 for contiguous halves). */
+ * The caller never waits for a thread that is not working: it does every item itself if no worker
+ * comes, and then waits only for the workers that claimed items and are still computing them. A
+ * worker that arrives after the last item was claimed finds nothing and goes back to waiting. With
+ * more threads than free cores (a busy machine, or -t above the CPU count) a job therefore costs
+ * no more than the threads that actually got a core; when every worker had to run once per job,
+ * each job waited for a scheduler time slice per descheduled worker (2 cores: 21,000 tokens/s
+ * with 2 threads, 29 with 16, 2 with 200).
+ *
+ * At most (CPUs - 1) workers spin or are woken per job; the others sleep until a spinning slot is
+ * free. Thread indices stay 0 .. size-1, so per-thread scratch memory is unchanged.
+ *
+ * Each share is a contiguous run of the items; a thread claims chunks from the front of its own
+ * share, then from the others', so faster threads take more. Contiguous shares matter for decoding:
+ * a matrix-vector product prefetches the rows it will read next, and with items dealt round-robin
+ * from one counter those rows were often the other thread's (chunks of 2 tiles ran at 7.4 GB/s
+ * against 12.4 for contiguous halves). There are min(threads, CPUs) shares: more threads than
+ * CPUs cannot run at once, and finer shares would interleave the threads that do.
+ *
+ * Joining a job, worker side:  active += 1;  then proceed only if closed == generation - 1.
+ * Closing it, caller side:     closed = generation;  then wait until active == 0.
+ * Both pairs are sequentially consistent, so either the caller sees the worker in `active` and
+ * waits for it, or the worker sees the job closed and leaves the job's state alone, which the
+ * caller then rewrites for the next job. */
+#if defined(__linux__)
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "base/threadpool.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
 #else
 #define cpu_relax() ((void)0)
 #endif
 
 /* About 0.1-0.3 ms of pausing: longer than the gap between two loops of one token, short enough
- * not to steal much from other processes when the machine is oversubscribed. */
+ * not to steal much from other processes. */
 #define SPIN_ROUNDS 2000
 
 typedef struct {
@@ -31,28 +62,80 @@ typedef struct {
     int index;
 } worker_arg;
 
-/* A thread's share of the current job's items: [next, end) is still unclaimed. Own cache line, so
- * that claiming from one's own share does not contend with the other threads. */
+/* A share's unclaimed items are [next, end). Own cache line, so that claiming from one's own share
+ * does not contend with the other threads. */
 typedef struct {
     _Alignas(64) atomic_llong next;
     int64_t end;
 } share;
 
+/* Without futexes (not Linux): the same wait/wake on a value, with one mutex and condition
+ * variable per waited-on word. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} wait_slot;
+
 struct quill_pool {
-    int n_threads;
+    int n_threads;   /* counting the caller */
+    int n_shares;    /* min(n_threads, CPUs) */
+    int max_spinning; /* min(n_threads, CPUs) - 1: workers that spin or are woken for a job */
     pthread_t *threads;
     worker_arg *args;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    atomic_uint generation;     /* bumped for every job; workers run when it changes */
-    atomic_int busy;            /* workers still inside the current job */
-    atomic_bool stop;
-    /* the current job */
+    share *shares;
+    /* the current job, written by the caller only while no worker is inside a job */
     quill_task_fn fn;
     void *ctx;
     int64_t grain;
-    share *shares; /* one per thread */
+    /* written by the caller once per job, read by waiting workers */
+    _Alignas(64) atomic_uint generation; /* the latest job; workers wait for it to change */
+    atomic_uint closed;                  /* the latest job whose items are all claimed */
+    atomic_bool stop;
+    /* written by workers */
+    _Alignas(64) atomic_uint active;     /* workers inside a job; the caller waits for 0 */
+    atomic_bool caller_waiting;
+    _Alignas(64) atomic_int spinning;    /* workers spinning for the next job */
+    atomic_int sleeping;                 /* workers asleep (or about to be) on `generation` */
+    wait_slot generation_slot, active_slot;
 };
+
+#if defined(__linux__)
+static void wait_while_equal(atomic_uint *word, unsigned value, wait_slot *slot) {
+    (void)slot;
+    /* returns early on a change, a signal or a spurious wake: callers re-check */
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+}
+static void wake(atomic_uint *word, int count, wait_slot *slot) {
+    (void)slot;
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+#else
+static void wait_while_equal(atomic_uint *word, unsigned value, wait_slot *slot) {
+    pthread_mutex_lock(&slot->lock);
+    if (atomic_load(word) == value) pthread_cond_wait(&slot->cond, &slot->lock);
+    pthread_mutex_unlock(&slot->lock);
+}
+static void wake(atomic_uint *word, int count, wait_slot *slot) {
+    (void)word;
+    pthread_mutex_lock(&slot->lock);
+    if (count == 1) pthread_cond_signal(&slot->cond);
+    else pthread_cond_broadcast(&slot->cond);
+    pthread_mutex_unlock(&slot->lock);
+}
+#endif
+
+/* The CPUs this process may run on (its affinity mask, e.g. taskset or a container's cpuset). */
+static int usable_cpus(void) {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (n < INT_MAX ? (int)n : INT_MAX) : 1;
+}
 
 static void work_share(quill_pool *p, share *s, int thread) {
     for (;;) {
@@ -64,51 +147,75 @@ static void work_share(quill_pool *p, share *s, int thread) {
 }
 
 static void work(quill_pool *p, int thread) {
-    for (int i = 0; i < p->n_threads; i++) work_share(p, &p->shares[(thread + i) % p->n_threads], thread);
+    const int first = thread % p->n_shares;
+    for (int i = 0; i < p->n_shares; i++) work_share(p, &p->shares[(first + i) % p->n_shares], thread);
+}
+
+/* Returns once `generation` differs from `seen` or the pool stops. */
+static unsigned wait_for_job(quill_pool *p, unsigned seen) {
+    unsigned gen = atomic_load_explicit(&p->generation, memory_order_acquire);
+    if (gen != seen) return gen;
+    int spinning = atomic_load_explicit(&p->spinning, memory_order_relaxed);
+    while (spinning < p->max_spinning &&
+           !atomic_compare_exchange_weak_explicit(&p->spinning, &spinning, spinning + 1, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+    if (spinning < p->max_spinning) {
+        for (int i = 0; i < SPIN_ROUNDS && gen == seen; i++) {
+            cpu_relax();
+            gen = atomic_load_explicit(&p->generation, memory_order_acquire);
+        }
+        atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
+        if (gen != seen) return gen;
+    }
+    for (;;) {
+        /* announce the sleep, then re-check: the caller stores `generation` before reading `sleeping` */
+        atomic_fetch_add(&p->sleeping, 1);
+        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+            wait_while_equal(&p->generation, seen, &p->generation_slot);
+        atomic_fetch_sub(&p->sleeping, 1);
+        gen = atomic_load(&p->generation);
+        if (gen != seen || atomic_load(&p->stop)) return gen;
+    }
 }
 
 static void *worker_main(void *arg) {
     quill_pool *p = ((worker_arg *)arg)->pool;
-    int index = ((worker_arg *)arg)->index;
+    const int index = ((worker_arg *)arg)->index;
     /* Generation 0 is "no job yet": reading the counter here instead could skip a job posted
      * before this thread got to run. */
     unsigned seen = 0;
     for (;;) {
-        unsigned gen;
-        int spins = 0;
-        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ROUNDS) {
-                cpu_relax();
-                continue;
-            }
-            pthread_mutex_lock(&p->lock);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&p->wake, &p->lock);
-            pthread_mutex_unlock(&p->lock);
-        }
+        const unsigned gen = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) return NULL;
         seen = gen;
-        work(p, index);
-        atomic_fetch_sub_explicit(&p->busy, 1, memory_order_release);
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->closed) == gen - 1u) work(p, index);
+        if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_waiting))
+            wake(&p->active, 1, &p->active_slot);
     }
 }
 
 quill_pool *quill_pool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    quill_pool *p = calloc(1, sizeof *p);
+    const size_t bytes = (sizeof(quill_pool) + _Alignof(quill_pool) - 1) / _Alignof(quill_pool) * _Alignof(quill_pool);
+    quill_pool *p = aligned_alloc(_Alignof(quill_pool), bytes);
     if (!p) return NULL;
+    memset(p, 0, bytes);
     p->n_threads = n_threads;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
+    const int cpus = usable_cpus();
+    p->n_shares = n_threads < cpus ? n_threads : cpus;
+    p->max_spinning = p->n_shares - 1;
+    pthread_mutex_init(&p->generation_slot.lock, NULL);
+    pthread_cond_init(&p->generation_slot.cond, NULL);
+    pthread_mutex_init(&p->active_slot.lock, NULL);
+    pthread_cond_init(&p->active_slot.cond, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->args = calloc((size_t)n_threads, sizeof *p->args);
-    p->shares = aligned_alloc(_Alignof(share), (size_t)n_threads * sizeof *p->shares);
+    p->shares = aligned_alloc(_Alignof(share), (size_t)p->n_shares * sizeof *p->shares);
     if (!p->threads || !p->args || !p->shares) {
-        free(p->threads);
-        free(p->args);
-        free(p->shares);
-        free(p);
+        p->n_threads = 1;
+        quill_pool_free(p);
         return NULL;
     }
     for (int i = 1; i < n_threads; i++) {
@@ -124,13 +231,15 @@ quill_pool *quill_pool_new(int n_threads) {
 
 void quill_pool_free(quill_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->lock);
+    /* stop first, then change the generation, so that a worker woken by the change sees stop */
     atomic_store(&p->stop, true);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_fetch_add(&p->generation, 1);
+    wake(&p->generation, INT_MAX, &p->generation_slot);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->generation_slot.lock);
+    pthread_cond_destroy(&p->generation_slot.cond);
+    pthread_mutex_destroy(&p->active_slot.lock);
+    pthread_cond_destroy(&p->active_slot.cond);
     free(p->threads);
     free(p->args);
     free(p->shares);
@@ -139,31 +248,44 @@ void quill_pool_free(quill_pool *p) {
 
 int quill_pool_size(const quill_pool *p) { return p->n_threads; }
 
+int quill_pool_shares(const quill_pool *p) { return p ? p->n_shares : 1; }
+
 void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain) {
     if (n_items <= 0) return;
     if (grain < 1) grain = 1;
-    if (!p || p->n_threads == 1 || n_items <= grain) {
+    if (!p || p->n_shares == 1 || n_items <= grain) {
         fn(ctx, 0, n_items, 0);
         return;
     }
     p->fn = fn;
     p->ctx = ctx;
     p->grain = grain;
-    for (int t = 0; t < p->n_threads; t++) {
-        atomic_store_explicit(&p->shares[t].next, n_items * t / p->n_threads, memory_order_relaxed);
-        p->shares[t].end = n_items * (t + 1) / p->n_threads;
+    for (int s = 0; s < p->n_shares; s++) {
+        atomic_store_explicit(&p->shares[s].next, n_items * s / p->n_shares, memory_order_relaxed);
+        p->shares[s].end = n_items * (s + 1) / p->n_shares;
     }
-    atomic_store(&p->busy, p->n_threads - 1);
-    pthread_mutex_lock(&p->lock);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    const unsigned gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1u;
+    atomic_store(&p->generation, gen);
+    /* Wake sleepers only up to (CPUs - 1) workers awake. Awake workers are not necessarily running
+     * (a busy machine): the caller does their items if they do not come, and a worker that comes
+     * late finds the job closed. */
+    const int sleeping = atomic_load(&p->sleeping);
+    if (sleeping > 0) {
+        const int awake = p->n_threads - 1 - sleeping;
+        int want = p->max_spinning - awake;
+        if (want > sleeping) want = sleeping;
+        if (want > 0) wake(&p->generation, want, &p->generation_slot);
+    }
     work(p, 0);
-    /* A worker may have been descheduled: after a short spin, give the core away while waiting. */
-    for (int spins = 0; atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spins++) {
-        if (spins < SPIN_ROUNDS) cpu_relax();
-        else sched_yield();
+    atomic_store(&p->closed, gen);
+    /* only workers still computing claimed items remain: a short spin, then sleep */
+    for (int spins = 0; spins < SPIN_ROUNDS; spins++) {
+        if (atomic_load(&p->active) == 0) return;
+        cpu_relax();
     }
+    atomic_store(&p->caller_waiting, true);
+    for (unsigned a; (a = atomic_load(&p->active)) != 0;) wait_while_equal(&p->active, a, &p->active_slot);
+    atomic_store_explicit(&p->caller_waiting, false, memory_order_relaxed);
 }
 
 typedef struct {
