@@ -17,6 +17,7 @@ char **golden_case_names(const char *shared, size_t *n) {
     char **names = calloc(256, sizeof *names);
     if (!d || !names) {
         if (d) closedir(d);
+        test_fail(__FILE__, __LINE__, "cannot list %s/golden", shared);
         return names;
     }
     struct dirent *e;
@@ -26,6 +27,8 @@ char **golden_case_names(const char *shared, size_t *n) {
     }
     closedir(d);
     qsort(names, *n, sizeof *names, cmp_str);
+    /* a loop over no cases would pass without testing anything */
+    if (*n < 20) test_fail(__FILE__, __LINE__, "expected the golden cases in %s/golden, found %zu", shared, *n);
     return names;
 }
 

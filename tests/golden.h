@@ -22,7 +22,8 @@ typedef struct {
     char *trace_path;      /* NULL when the case has no trace */
 } golden_case;
 
-/* Names of all cases (sorted), NULL-terminated; free with golden_free_names. */
+/* Names of all cases (sorted), NULL-terminated; free with golden_free_names. Fewer than 20 (the
+ * cases the reference data holds) records a test failure: a loop over them must not pass empty. */
 char **golden_case_names(const char *shared, size_t *n);
 void golden_free_names(char **names);
 /* Loads one case; false (and a test failure recorded) when a file is missing or malformed. */

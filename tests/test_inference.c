@@ -3,6 +3,8 @@
 #include "gguf_build.h"
 #include "test.h"
 
+#include "kernels/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,8 +469,20 @@ TEST(infer_context_out_of_memory_is_an_error) {
     quill_model_free(m);
 }
 
+/* The kernel set a context for this model computes with, or NULL (and a failure). */
+static const char *context_kernels(const char *model_path) {
+    quill_model *m;
+    quill_context *c;
+    if (!open_model(model_path, 64, 1, false, &m, &c)) return NULL;
+    const char *name = quill_context_kernels(c); /* a static name: outlives the context */
+    quill_context_free(c);
+    quill_model_free(m);
+    return name;
+}
+
 /* Every kernel set the CPU has (the scalar one always) meets the accuracy bar and is thread- and
- * batch-invariant on its own: the run-time choice must not matter for correctness. */
+ * batch-invariant on its own: the run-time choice must not matter for correctness. A set the CPU
+ * lacks is reported as skipped (test_kernel_choice.c checks that asking for it is an error). */
 TEST(infer_every_instruction_set) {
     REQUIRE_SHARED(shared);
     const char *isas[] = {"scalar", "avx2", "avx512", "vnni", "amx"};
@@ -477,9 +491,21 @@ TEST(infer_every_instruction_set) {
     char *restore = saved ? strdup(saved) : NULL;
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         setenv("QUILL_ISA", isas[k], 1);
+        if (!quill_kernels_for(isas[k])) {
+            char why[96];
+            snprintf(why, sizeof why, "this CPU does not offer the %s kernel set", isas[k]);
+            test_skip(why);
+            continue;
+        }
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             golden_case gc;
             if (!golden_load(shared, cases[i], &gc)) { golden_free(&gc); break; }
+            const char *used = context_kernels(gc.model_path);
+            if (!used || strcmp(used, isas[k]) != 0) {
+                test_fail(__FILE__, __LINE__, "QUILL_ISA=%s: the context computes with %s", isas[k], used ? used : "(none)");
+                golden_free(&gc);
+                break;
+            }
             size_t count = gc.n_prompt * (size_t)gc.n_vocab;
             float *one = eval_logits(gc.model_path, gc.prompt_tokens, gc.n_prompt, 1, 0, false);
             float *tok = eval_logits(gc.model_path, gc.prompt_tokens, gc.n_prompt, 2, 1, false);

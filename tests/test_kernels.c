@@ -53,9 +53,21 @@ static const uint32_t decodable[] = {
 };
 static const char *const isas[] = {"avx2", "avx512"};
 
+/* The named set, or NULL after reporting a skip when this CPU lacks it (the other sets are still
+ * checked, and the test reads "skip", not "ok"). */
+static const quill_kernels *set_or_skip(const char *isa) {
+    const quill_kernels *k = quill_kernels_for(isa);
+    if (!k) {
+        char why[96];
+        snprintf(why, sizeof why, "this CPU does not offer the %s kernel set", isa);
+        test_skip(why);
+    }
+    return k;
+}
+
 TEST(kernels_dequant_bit_identical_to_to_float) {
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;
         for (size_t ti = 0; ti < sizeof decodable / sizeof decodable[0]; ti++) {
             uint32_t type = decodable[ti];
@@ -80,7 +92,7 @@ TEST(kernels_dequant_bit_identical_to_to_float) {
 TEST(kernels_dot_matches_scalar_for_every_size) {
     const quill_kernels *scalar = quill_kernels_scalar();
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;
         for (int64_t n = 1; n <= 300; n += (n < 70 ? 1 : 37)) {
             for (int nt = 1; nt <= 11; nt += 3) {
@@ -114,7 +126,7 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
     const int64_t sizes[] = {8, 16, 48, 64, 128, 100, 256, 3};
     const int heads[] = {1, 2, 3, 4, 5, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
             for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
@@ -146,7 +158,7 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
     const int heads[] = {1, 3, 4, 5, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;
         for (int cols = 1; cols <= 150; cols += cols < 20 ? 3 : 13)
             for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
@@ -189,7 +201,7 @@ TEST(kernels_softmax_bit_identical_and_accurate) {
         }
         CHECK(worst < 1, "softmax of %d: error %.3g of the bound", n, worst);
         for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-            const quill_kernels *kern = quill_kernels_for(isas[k]);
+            const quill_kernels *kern = set_or_skip(isas[k]);
             if (!kern) continue;
             memcpy(fast, x, (size_t)n * sizeof *x);
             kern->softmax(fast, n, s);
@@ -222,7 +234,7 @@ TEST(kernels_swiglu_bit_identical_and_accurate) {
         /* as the f32 formula gives (and libm's expf gave): -inf / (1 + inf) is nan */
         if (n > 5) CHECK(ref[1] == INFINITY * u[1] && isnan(ref[2]) && isnan(ref[3]), "inf, -inf, nan: %g %g %g", ref[1], ref[2], ref[3]);
         for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-            const quill_kernels *kern = quill_kernels_for(isas[k]);
+            const quill_kernels *kern = set_or_skip(isas[k]);
             if (!kern) continue;
             memcpy(fast, g, (size_t)n * sizeof *g);
             kern->swiglu(fast, u, n);
@@ -234,7 +246,7 @@ TEST(kernels_swiglu_bit_identical_and_accurate) {
 
 TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-        const quill_kernels *kern = quill_kernels_for(isas[k]);
+        const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;
         for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++) {
             if (!kern->vec_dot[type]) continue;

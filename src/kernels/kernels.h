@@ -1,11 +1,15 @@
 /* Compute kernels, one table per instruction set, one entry per tensor type.
  *
- * By default a matrix-vector or matrix-matrix product is computed row by row: the weight row is
- * dequantized to f32 (bit-identical to the type's to_float), then dotted with every token's
- * activations in f32. The AMX table replaces that for q4_0/q4_1/q5_0/q5_1/q8_0/q4_K/q5_K/q6_K with whole-matrix
- * products on integer activation codes (bf16 precision) and exact integer sums (kernels_amx.c). Either way each
- * (row, token) result runs the same arithmetic whatever the batch size or thread count, which is
- * what makes results batch- and thread-invariant. */
+ * The sets, fastest first: amx, vnni, avx512, avx2 and scalar (kernels.c builds them from what the
+ * CPU offers; $QUILL_ISA forces one). By default a matrix-vector or matrix-matrix product is
+ * computed row by row: the weight row is dequantized to f32 (bit-identical to the type's
+ * to_float), then dotted with every token's activations in f32; that is all the scalar set does.
+ * The others replace it for q4_0/q4_1/q5_0/q5_1/q8_0/q4_K/q5_K/q6_K with whole-matrix products on
+ * integer activation codes (bf16 precision) and exact integer sums, which exact_scalar.c defines
+ * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
+ * amx on AVX-512 VNNI and the tile unit (kernels_avx512_exact.c). Either way each (row, token)
+ * result runs the same arithmetic whatever the batch size or thread count, which is what makes
+ * results batch- and thread-invariant. */
 #ifndef QUILL_KERNELS_H
 #define QUILL_KERNELS_H
 
@@ -86,10 +90,13 @@ typedef struct quill_kernels {
     size_t (*matmul_scratch)(int64_t cols, int n_tok); /* set when any matmul entry is */
 } quill_kernels;
 
-/* The fastest kernels this CPU runs: amx > avx512 > avx2 > scalar ($QUILL_ISA forces one). */
+/* The fastest kernels this CPU runs: amx > vnni > avx512 > avx2 > scalar. */
 const quill_kernels *quill_kernels_best(void);
-/* Kernels for one instruction set, or NULL when this CPU lacks it. */
+/* The kernels of one set by name, or NULL when the name is unknown or this CPU lacks the set. */
 const quill_kernels *quill_kernels_for(const char *isa);
+/* The set a context computes with: the one $QUILL_ISA names, else the fastest. A name that is no
+ * set, or a set this CPU lacks, is an error (QUILL_E_ARG) whose message names the sets it offers. */
+quill_status quill_kernels_choose(const quill_kernels **out, quill_error *err);
 /* The plain C versions every fast kernel is tested against. */
 const quill_kernels *quill_kernels_scalar(void);
 /* The row dequantizer of a kernel set for a type (its own, or the type's to_float). */
@@ -99,12 +106,13 @@ quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type
 void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate);
 
-/* Instruction-set specific tables (defined only when compiled for x86-64). */
-extern const quill_kernels quill_kernels_avx2_table;
-extern const quill_kernels quill_kernels_avx512_table;
-/* The AVX-512 table plus AMX matrix products, or NULL without AMX (or the kernel's permission). */
-const quill_kernels *quill_kernels_amx(void);
-/* The same exact integer products on the vector unit alone (AVX-512 VNNI, no AMX); NULL without. */
-const quill_kernels *quill_kernels_vnni(void);
+/* The instruction-set files (built with their ISA flags, on x86-64 only) fill in their entries of
+ * a table that kernels.c builds, and only on a CPU that has the set: avx2 and avx512 over the
+ * scalar set, each with the AVX2 exact products; vnni and amx over the avx512 set. */
+void quill_kernels_install_avx2(quill_kernels *k);
+void quill_kernels_install_avx512(quill_kernels *k);
+void quill_kernels_install_avx2_exact(quill_kernels *k);
+void quill_kernels_install_vnni(quill_kernels *k);
+void quill_kernels_install_amx(quill_kernels *k);
 
 #endif

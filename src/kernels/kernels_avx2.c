@@ -1,6 +1,5 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
-#include "kernels/kernels.h"
-#include "kernels/kernels_avx2_exact.h"
+#include "kernels/kernels_simd.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
 
@@ -637,35 +636,5 @@ static void swiglu_avx2(float *gate, const float *up, int64_t n) {
     }
 }
 
-const quill_kernels quill_kernels_avx2_table = {
-    .isa = "avx2",
-    .dot = dot_avx2,
-    .weighted_sum = weighted_sum_avx2,
-    .dot_columns = dot_columns_avx2,
-    .softmax = softmax_avx2,
-    .swiglu = swiglu_avx2,
-    .dequant = {
-        [QUILL_TYPE_F16] = dequant_f16,
-        [QUILL_TYPE_BF16] = dequant_bf16,
-        [QUILL_TYPE_Q4_0] = dequant_q4_0,
-        [QUILL_TYPE_Q8_0] = dequant_q8_0,
-        [QUILL_TYPE_Q4_K] = dequant_q4_K,
-        [QUILL_TYPE_Q6_K] = dequant_q6_K,
-        [QUILL_TYPE_Q4_1] = dequant_q4_1,
-        [QUILL_TYPE_Q5_0] = dequant_q5_0,
-        [QUILL_TYPE_Q5_1] = dequant_q5_1,
-        [QUILL_TYPE_Q2_K] = dequant_q2_K,
-        [QUILL_TYPE_Q3_K] = dequant_q3_K,
-        [QUILL_TYPE_Q5_K] = dequant_q5_K,
-        [QUILL_TYPE_IQ4_NL] = dequant_iq4_nl,
-        [QUILL_TYPE_IQ4_XS] = dequant_iq4_xs,
-    },
-    .vec_dot = {
-        [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
-        [QUILL_TYPE_Q8_0] = vec_dot_q8_0,
-        [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
-        [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
-    },
-    QUILL_AVX2_EXACT_PRODUCTS,
-};
+void quill_kernels_install_avx2(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx2); }
 #endif

@@ -1,5 +1,5 @@
 /* Exact-integer matrix products for CPUs with AVX2 but no AVX-512: the arithmetic of the AMX and
- * VNNI kernels (kernels_amx.c describes it; its quill_amx_matmul_model defines the bits), so these
+ * VNNI kernels (exact_scalar.c describes it and defines the bits), so these
  * CPUs give the same logits as those, and decode about twice as fast as through the f32 kernels,
  * which dequantize every weight and spend a multiply-add on it per token.
  *
@@ -11,7 +11,7 @@
  * sub-block are exact (see sums_per_lane16), C = 256·Σu·h + Σu·l - bias·Σa, and the f32 steps that follow are
  * the model's, operation for operation, on 8 rows at once. Every (row, token) result is a function
  * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
-#include "kernels/kernels_avx2_exact.h"
+#include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
@@ -421,7 +421,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     const int64_t n_windows = j->cols / width;
     /* Eight rows read a little at a time defeat the hardware prefetchers: each window prefetches its
      * share of the tile two ahead, one contiguous range, in address order and a few lines at a time
-     * (as kernels_amx.c's decoding loop, where this was measured essential). Addresses past the
+     * (as kernels_avx512_exact.c's decoding loop, where this was measured essential). Addresses past the
      * matrix are harmless: prefetches do not fault. */
     const size_t tile_bytes = TR * j->row_bytes, tile_lines = (tile_bytes + 63) / 64;
     const size_t pf_lines = (tile_lines + (size_t)n_windows - 1) / (size_t)n_windows;
@@ -466,7 +466,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
 /* ---------------------------------------------------------------- entry points */
 
-size_t quill_avx2_exact_scratch(int64_t cols, int n_tok) {
+static size_t exact_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * planes_bytes(cols);
 }
 
@@ -497,7 +497,8 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
         (void)thread;                                                                                \
         tiles_impl(job, t0, t1, type);                                                               \
     }                                                                                                \
-    QUILL_AVX2_EXACT_MATMUL(sfx) {                                                                   \
+    static void matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                             quill_pool *pool, void *scratch) {                                      \
         exact_matmul(type, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);                   \
     }
 EXACT_MATMUL(q4_0, QUILL_TYPE_Q4_0)
@@ -508,4 +509,16 @@ EXACT_MATMUL(q8_0, QUILL_TYPE_Q8_0)
 EXACT_MATMUL(q4_K, QUILL_TYPE_Q4_K)
 EXACT_MATMUL(q5_K, QUILL_TYPE_Q5_K)
 EXACT_MATMUL(q6_K, QUILL_TYPE_Q6_K)
+
+void quill_kernels_install_avx2_exact(quill_kernels *k) {
+    k->matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
+    k->matmul[QUILL_TYPE_Q4_1] = matmul_q4_1;
+    k->matmul[QUILL_TYPE_Q5_0] = matmul_q5_0;
+    k->matmul[QUILL_TYPE_Q5_1] = matmul_q5_1;
+    k->matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
+    k->matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;
+    k->matmul[QUILL_TYPE_Q5_K] = matmul_q5_K;
+    k->matmul[QUILL_TYPE_Q6_K] = matmul_q6_K;
+    k->matmul_scratch = exact_scratch;
+}
 #endif

@@ -1,13 +1,13 @@
 /* AVX-512 kernels. Dequantizers perform the same float operations as the scalar to_float
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
-#include "kernels/kernels.h"
-#include "kernels/kernels_avx2_exact.h"
+#include "kernels/kernels_simd.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
-#include "kernels/unpack_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/unpack_avx512.h"
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -586,38 +586,5 @@ static void swiglu_avx512(float *gate, const float *up, int64_t n) {
     }
 }
 
-const quill_kernels quill_kernels_avx512_table = {
-    .isa = "avx512",
-    .dot = dot_avx512,
-    .weighted_sum = weighted_sum_avx512,
-    .dot_columns = dot_columns_avx512,
-    .softmax = softmax_avx512,
-    .swiglu = swiglu_avx512,
-    .dequant = {
-        [QUILL_TYPE_F16] = dequant_f16,
-        [QUILL_TYPE_BF16] = dequant_bf16,
-        [QUILL_TYPE_Q4_0] = dequant_q4_0,
-        [QUILL_TYPE_Q8_0] = dequant_q8_0,
-        [QUILL_TYPE_Q4_K] = dequant_q4_K,
-        [QUILL_TYPE_Q6_K] = dequant_q6_K,
-        [QUILL_TYPE_Q4_1] = dequant_q4_1,
-        [QUILL_TYPE_Q5_0] = dequant_q5_0,
-        [QUILL_TYPE_Q5_1] = dequant_q5_1,
-        [QUILL_TYPE_Q2_K] = dequant_q2_K,
-        [QUILL_TYPE_Q3_K] = dequant_q3_K,
-        [QUILL_TYPE_Q5_K] = dequant_q5_K,
-        [QUILL_TYPE_IQ4_NL] = dequant_iq4_nl,
-        [QUILL_TYPE_IQ4_XS] = dequant_iq4_xs,
-    },
-    .vec_dot = {
-        [QUILL_TYPE_Q4_0] = vec_dot_q4_0,
-        [QUILL_TYPE_Q8_0] = vec_dot_q8_0,
-        [QUILL_TYPE_Q4_K] = vec_dot_q4_K,
-        [QUILL_TYPE_Q6_K] = vec_dot_q6_K,
-    },
-    /* Without VNNI (Skylake-SP, Cascade Lake lacks VBMI) the AVX2 exact products still beat these
-     * f32 kernels: pp64 1.5x, tg32 1.75x on a q4_0 model here (both sets forced), and they give
-     * the bits every exact set gives. The amx and vnni sets replace them. */
-    QUILL_AVX2_EXACT_PRODUCTS,
-};
+void quill_kernels_install_avx512(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx512); }
 #endif

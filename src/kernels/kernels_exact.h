@@ -1,6 +1,6 @@
-/* The arithmetic the exact integer products share (kernels_amx.c describes it; its
- * quill_amx_matmul_model defines the bits): the per-type facts and the activation codes. Static
- * inline, so that each kernel file compiles them for its own instruction set. */
+/* The arithmetic the exact integer products share (exact_scalar.c describes it and defines the
+ * bits): the per-type facts and the activation codes. Static, so that each kernel file compiles
+ * them for its own instruction set. */
 #ifndef QUILL_KERNELS_EXACT_H
 #define QUILL_KERNELS_EXACT_H
 
@@ -18,75 +18,62 @@
  * signed byte for the vector unit's byte products. */
 #define QMAX 32512
 
-/* Width of the sub-blocks that share one scale: one tile product each. */
-static inline int slot_width(uint32_t type) { return type == QUILL_TYPE_Q6_K ? 16 : 32; }
+/* How a type's blocks keep the scales of their sub-blocks. */
+typedef enum {
+    EXACT_SCALE_D,    /* one half d at the start of each block (q4_0, q5_0, q8_0) */
+    EXACT_SCALE_D_M,  /* d, then the block minimum (q4_1, q5_1) */
+    EXACT_SCALE_K4,   /* d, dmin, then 12 bytes of 6-bit scales and minimums (q4_K, q5_K) */
+    EXACT_SCALE_Q6_K, /* 16 signed 8-bit scales, then d, at the end of the block */
+} exact_scale_layout;
 
-/* Types whose value subtracts a minimum per sub-block: value = s·q - m (q4_1 and q5_1 add theirs:
- * there m is the negated block minimum). */
-static inline bool has_min(uint32_t type) {
-    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q4_1 || type == QUILL_TYPE_Q5_1;
-}
+/* What the exact integer products need to know of one weight type. A type with block_elems 0 has
+ * no exact product. Read with a constant type (every kernel is instantiated per type), each field
+ * is a constant the compiler folds into the unpacking loops, as a call to quill_row_size is not. */
+typedef struct {
+    int block_elems;   /* elements per block: 32, or 256 for the k-quants */
+    int block_bytes;
+    int slot_width;    /* elements of a sub-block, which share one scale: a tile product each */
+    int code_bias;     /* what makes the type's codes unsigned bytes (0 when they already are) */
+    int act_max;       /* the largest activation code for its products: see below */
+    bool has_min;      /* value = s·q - m per sub-block (q4_1 and q5_1 add theirs: m is the negated minimum) */
+    exact_scale_layout scales;
+    int qs, qh;        /* the 32-element 4/5-bit formats: where a block keeps its 16 bytes of nibbles,
+                        * and its 32 fifth bits (0: none) */
+} exact_type;
 
-/* The bias that makes a type's codes unsigned bytes (0 when they already are). */
-static inline int code_bias(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return 8;
-    case QUILL_TYPE_Q5_0: return 16;
-    case QUILL_TYPE_Q8_0: return 128;
-    case QUILL_TYPE_Q6_K: return 32;
-    default: return 0;
-    }
-}
+/* The largest activation code: a sub-block's sum Σq·a must stay below 2^24 in magnitude, where
+ * every partial sum of f32 adds is an exact integer, whatever order the tile unit adds its products
+ * in: slot_width · max|q| · act_max < 2^24. Each cap has at most 8 significant bits (127·2^k), so
+ * rounding a code to 8 bits never leaves the range.
+ *   q8_0: 32 · 128 · 4064 = 16,646,144; q5_1, q5_K: 32 · 31 · 16256 = 16,125,952;
+ *   q5_0: 32 · 16 · 32512 = 16,646,144; q6_K: 16 · 32 · 32512, the same;
+ *   q4_0, q4_1, q4_K: at most 32 · 15 · 32512 = 15,605,760. */
+static const exact_type exact_types[QUILL_TYPE_COUNT] = {
+    [QUILL_TYPE_Q4_0] = {32, sizeof(block_q4_0), 32, 8, QMAX, false, EXACT_SCALE_D, offsetof(block_q4_0, qs), 0},
+    [QUILL_TYPE_Q4_1] = {32, sizeof(block_q4_1), 32, 0, QMAX, true, EXACT_SCALE_D_M, offsetof(block_q4_1, qs), 0},
+    [QUILL_TYPE_Q5_0] = {32, sizeof(block_q5_0), 32, 16, QMAX, false, EXACT_SCALE_D, offsetof(block_q5_0, qs),
+                         offsetof(block_q5_0, qh)},
+    [QUILL_TYPE_Q5_1] = {32, sizeof(block_q5_1), 32, 0, 127 * 128, true, EXACT_SCALE_D_M, offsetof(block_q5_1, qs),
+                         offsetof(block_q5_1, qh)},
+    [QUILL_TYPE_Q8_0] = {32, sizeof(block_q8_0), 32, 128, 127 * 32, false, EXACT_SCALE_D, 0, 0},
+    [QUILL_TYPE_Q4_K] = {256, sizeof(block_q4_K), 32, 0, QMAX, true, EXACT_SCALE_K4, 0, 0},
+    [QUILL_TYPE_Q5_K] = {256, sizeof(block_q5_K), 32, 0, 127 * 128, true, EXACT_SCALE_K4, 0, 0},
+    [QUILL_TYPE_Q6_K] = {256, sizeof(block_q6_K), 16, 32, QMAX, false, EXACT_SCALE_Q6_K, 0, 0},
+};
 
-/* The 32-element formats q4_0, q4_1, q5_0, q5_1: where a block keeps its 16 bytes of nibbles,
- * and where the 5-bit ones keep the 32 fifth bits (0: none). */
-static inline size_t legacy_qs(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return offsetof(block_q4_0, qs);
-    case QUILL_TYPE_Q4_1: return offsetof(block_q4_1, qs);
-    case QUILL_TYPE_Q5_0: return offsetof(block_q5_0, qs);
-    case QUILL_TYPE_Q5_1: return offsetof(block_q5_1, qs);
-    default: return 0;
-    }
-}
+/* Whether a type has exact products (the facts below are only defined for those). */
+static inline bool exact_supported(uint32_t type) { return type < QUILL_TYPE_COUNT && exact_types[type].block_elems; }
 
-/* Bytes of one block (32 elements, or 256 for the k-quants): constants the compiler folds into
- * the unpacking loops, unlike a call to quill_row_size. */
-static inline size_t block_bytes(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q4_0: return sizeof(block_q4_0);
-    case QUILL_TYPE_Q4_1: return sizeof(block_q4_1);
-    case QUILL_TYPE_Q5_0: return sizeof(block_q5_0);
-    case QUILL_TYPE_Q5_1: return sizeof(block_q5_1);
-    case QUILL_TYPE_Q8_0: return sizeof(block_q8_0);
-    case QUILL_TYPE_Q4_K: return sizeof(block_q4_K);
-    case QUILL_TYPE_Q5_K: return sizeof(block_q5_K);
-    default: return sizeof(block_q6_K);
-    }
-}
-
-static inline bool is_kquant(uint32_t type) {
-    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
-}
-
-/* Elements per block: 256 for the k-quants, 32 for the others. */
-static inline int block_elems(uint32_t type) { return is_kquant(type) ? 256 : 32; }
-
-static inline size_t legacy_qh(uint32_t type) {
-    return type == QUILL_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : type == QUILL_TYPE_Q5_1 ? offsetof(block_q5_1, qh) : 0;
-}
-
-/* The largest activation code for a type's products. A sub-block's sum Σq·a must stay below 2^24
- * in magnitude, where every partial sum of f32 adds is an exact integer, whatever order the tile
- * unit adds its products in: slot_width · max|q| · act_max < 2^24. Each cap has at most 8
- * significant bits (127·2^k), so rounding a code to 8 bits never leaves the range. */
-static inline int act_max(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_Q8_0: return 127 * 32;               /* 32 · 128 · 4064 = 16,646,144 */
-    case QUILL_TYPE_Q5_1: case QUILL_TYPE_Q5_K: return 127 * 128; /* 32 · 31 · 16256 = 16,125,952 */
-    default: return QMAX; /* q5_0: 32 · 16 · 32512 = 16,646,144, q6_K: 16 · 32 · 32512 the same */
-    }
-}
+/* Short names for the facts, as the kernels read them. */
+static inline int slot_width(uint32_t type) { return exact_types[type].slot_width; }
+static inline bool has_min(uint32_t type) { return exact_types[type].has_min; }
+static inline int code_bias(uint32_t type) { return exact_types[type].code_bias; }
+static inline size_t legacy_qs(uint32_t type) { return (size_t)exact_types[type].qs; }
+static inline size_t legacy_qh(uint32_t type) { return (size_t)exact_types[type].qh; }
+static inline size_t block_bytes(uint32_t type) { return (size_t)exact_types[type].block_bytes; }
+static inline int block_elems(uint32_t type) { return exact_types[type].block_elems; }
+static inline bool is_kquant(uint32_t type) { return exact_types[type].block_elems == 256; }
+static inline int act_max(uint32_t type) { return exact_types[type].act_max; }
 
 /* An integer (|v| < 2^24) rounded to 8 significant bits, to nearest, ties to even: the bf16
  * value nearest to it. */

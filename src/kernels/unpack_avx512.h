@@ -1,5 +1,5 @@
-/* Register-level unpacking shared by the AVX-512 and AMX kernels (both files are compiled with
- * AVX-512). Every function yields exactly the floats the type's to_float writes. */
+/* Register-level unpacking for the AVX-512 kernels (kernels_avx512.c; include it only from a file
+ * built with AVX-512). Every function yields exactly the floats the type's to_float writes. */
 #ifndef QUILL_UNPACK_AVX512_H
 #define QUILL_UNPACK_AVX512_H
 

@@ -37,6 +37,9 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (p && p->reference && n_seq > 1)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "the float64 reference path evaluates one sequence (n_seq 1, not %d)", n_seq);
+    const quill_kernels *kern;
+    quill_status st = quill_kernels_choose(&kern, err);
+    if (st != QUILL_OK) return st;
     quill_context *c = calloc(1, sizeof *c);
     if (!c) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     c->model = m;
@@ -45,7 +48,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->n_threads = n_threads;
     c->n_seq = n_seq;
     c->reference = p && p->reference;
-    c->kern = quill_kernels_best();
+    c->kern = kern;
     /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
      * reference chooses them per context */
     c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long

@@ -1,11 +1,13 @@
-/* The AMX matrix products (kernels_amx.c) and their VNNI and AVX2 (kernels_avx2_exact.c, which
- * the avx512 set runs too) counterparts: bit for bit equal to their scalar model, within the error bound of their
- * activation codes of a double product, and bitwise batch and thread invariant. Each set's checks are
- * skipped on CPUs without it (the scalar model's own checks run everywhere). */
+/* The exact integer products of the amx and vnni sets (kernels_avx512_exact.c) and of the avx2 and
+ * avx512 sets (kernels_avx2_exact.c): bit for bit equal to their scalar model (exact_scalar.c),
+ * within the error bound of their activation codes of a double product, and bitwise batch and
+ * thread invariant. Each set's checks report a skip on CPUs without it (the scalar model's own
+ * checks run everywhere). */
 #include "test.h"
 
 #include "kernels/kernels.h"
-#include "kernels/kernels_amx.h"
+#include "kernels/exact_scalar.h"
+#include "kernels/kernels_exact.h"
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
@@ -52,46 +54,36 @@ static float *random_acts(int n_tok, int64_t cols) {
 /* Not a multiple of the kernels' 256-column chunks for the 32-blocks: a short last chunk. */
 static int64_t cols_for(uint32_t type) { return quill_type_traits_of(type)->block_size == 256 ? 768 : 352; }
 
-static const quill_kernels *amx_or_skip(void) {
-    const quill_kernels *k = quill_kernels_amx();
-    if (!k) test_skip("this CPU (or kernel) does not offer AMX");
-    return k;
-}
-
-static const quill_kernels *vnni_or_skip(void) {
-    const quill_kernels *k = quill_kernels_vnni();
-    if (!k) test_skip("this CPU does not offer AVX-512 VNNI and VBMI");
-    return k;
-}
-
-static const quill_kernels *avx512_or_skip(void) {
-    const quill_kernels *k = quill_kernels_for("avx512");
-    if (!k) test_skip("this CPU does not offer AVX-512");
-    return k;
-}
-
-static const quill_kernels *avx2_or_skip(void) {
-    const quill_kernels *k = quill_kernels_for("avx2");
-    if (!k) test_skip("this CPU does not offer AVX2, FMA and F16C");
+/* The named set, or NULL and a skip when this CPU lacks it. */
+static const quill_kernels *set_or_skip(const char *isa) {
+    const quill_kernels *k = quill_kernels_for(isa);
+    if (!k) {
+        char why[96];
+        snprintf(why, sizeof why, "this CPU does not offer the %s kernel set", isa);
+        test_skip(why);
+    } else if (strcmp(k->isa, isa) != 0) {
+        test_fail(__FILE__, __LINE__, "asked for the %s set, got %s", isa, k->isa);
+        return NULL;
+    }
     return k;
 }
 
 /* A check of a kernel set, registered once for each set that runs the exact integer products. */
 #define ON_EXACT_SETS(check)                                                                         \
     TEST(kernels_amx_##check) {                                                                      \
-        const quill_kernels *k = amx_or_skip();                                                      \
+        const quill_kernels *k = set_or_skip("amx");                                                 \
         if (k) check(k);                                                                             \
     }                                                                                                \
     TEST(kernels_vnni_##check) {                                                                     \
-        const quill_kernels *k = vnni_or_skip();                                                     \
+        const quill_kernels *k = set_or_skip("vnni");                                                \
         if (k) check(k);                                                                             \
     }                                                                                                \
     TEST(kernels_avx2_##check) {                                                                     \
-        const quill_kernels *k = avx2_or_skip();                                                     \
+        const quill_kernels *k = set_or_skip("avx2");                                                \
         if (k) check(k);                                                                             \
     }                                                                                                \
     TEST(kernels_avx512_##check) {                                                                   \
-        const quill_kernels *k = avx512_or_skip();                                                   \
+        const quill_kernels *k = set_or_skip("avx512");                                              \
         if (k) check(k);                                                                             \
     }
 
@@ -127,7 +119,7 @@ static bool has_8_significant_bits(int v) {
 
 /* Activation codes: integers of at most 8 significant bits within the type's cap, within half a
  * step of x / da plus the 8-bit rounding (half a unit in the 8th bit), Σa and da as documented. */
-TEST(kernels_amx_activation_codes) {
+TEST(kernels_exact_activation_codes) {
     float x[32];
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = amx_types[ti];
@@ -141,7 +133,7 @@ TEST(kernels_amx_activation_codes) {
             int16_t a[32];
             float da;
             int32_t sum, s2 = 0;
-            quill_amx_quantize_block(x, type, a, &da, &sum);
+            quill_exact_quantize_block(x, type, a, &da, &sum);
             if (trial == 8 || trial == 9) {
                 CHECK(isnan(da) && sum == 0, "a non-finite block must give a NaN scale and zero codes");
                 continue;
@@ -181,7 +173,7 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
             float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y),
                   *want = malloc((size_t)nt * rows * sizeof *want);
             amx_product(k, type, w, rb, rows, cols, x, nt, y, pool);
-            quill_amx_matmul_model(type, w, rb, rows, cols, x, nt, want);
+            CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, want), "the model runs");
             int bad = -1;
             for (int64_t i = 0; i < nt * rows && bad < 0; i++)
                 if (memcmp(&y[i], &want[i], sizeof *y)) bad = (int)i;
@@ -236,7 +228,7 @@ ON_EXACT_SETS(nonfinite_activations)
  * code step (step = max|x of its block| / cap) plus the rounding to 8 significant bits (|x| / 256,
  * with the half step it moved first), so |error| <= Σ_k |w_k| · (step_k / 2 + (|x_k| + step_k / 2) / 256),
  * plus the f32 sums (cols · 2^-23 of Σ|w·x|, generously). Checks the model, hence the kernels. */
-TEST(kernels_amx_model_within_activation_bound) {
+TEST(kernels_exact_model_within_activation_bound) {
     const int64_t rows = 21;
     const int nt = 5;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -247,7 +239,7 @@ TEST(kernels_amx_model_within_activation_bound) {
         float *wf = malloc((size_t)(rows * cols) * sizeof *wf);
         for (int64_t r = 0; r < rows; r++) quill_type_traits_of(type)->to_float(w + r * rb, wf + r * cols, cols);
         float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y);
-        quill_amx_matmul_model(type, w, rb, rows, cols, x, nt, y);
+        CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, y), "the model runs");
         double worst = 0;
         for (int t = 0; t < nt; t++)
             for (int64_t r = 0; r < rows; r++) {
@@ -354,40 +346,60 @@ static void joined_matrices(const quill_kernels *k) {
 ON_EXACT_SETS(joined_matrices)
 
 TEST(kernels_amx_selected_by_default) {
-    const quill_kernels *k = amx_or_skip();
+    const quill_kernels *k = set_or_skip("amx");
     if (!k) return;
-    CHECK(strcmp(k->isa, "amx") == 0, "isa %s", k->isa);
-    CHECK(quill_kernels_for("amx") == k, "quill_kernels_for(\"amx\")");
-    const char *forced = getenv("QUILL_ISA");
-    if (!forced || !*forced) CHECK(quill_kernels_best() == k, "AMX is the default where the CPU has it");
+    CHECK(quill_kernels_best() == k, "AMX is the default where the CPU has it");
     /* non-AMX types and the f32 path stay on the AVX-512 kernels */
+    const quill_kernels *avx512 = quill_kernels_for("avx512");
+    CHECK(avx512 != NULL, "a CPU with AMX offers the avx512 set");
     CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
           "float types must keep the exact f32 path");
-    CHECK(k->dot == quill_kernels_avx512_table.dot, "AVX-512 dot");
-    CHECK(k->matmul[QUILL_TYPE_Q4_0] != quill_kernels_avx512_table.matmul[QUILL_TYPE_Q4_0] &&
-              k->matmul_scratch != quill_kernels_avx512_table.matmul_scratch,
+    CHECK(k->dot == avx512->dot, "AVX-512 dot");
+    CHECK(k->matmul[QUILL_TYPE_Q4_0] != avx512->matmul[QUILL_TYPE_Q4_0] && k->matmul_scratch != avx512->matmul_scratch,
           "the tile products replace the AVX-512 set's (AVX2) ones, with their own scratch");
 }
 
 TEST(kernels_vnni_offered_after_amx) {
-    const quill_kernels *k = vnni_or_skip();
+    const quill_kernels *k = set_or_skip("vnni");
     if (!k) return;
-    CHECK(strcmp(k->isa, "vnni") == 0, "isa %s", k->isa);
-    CHECK(quill_kernels_for("vnni") == k, "quill_kernels_for(\"vnni\")");
-    const char *forced = getenv("QUILL_ISA");
-    if (!forced || !*forced)
-        CHECK(quill_kernels_best() == (quill_kernels_amx() ? quill_kernels_amx() : k), "default: amx, else vnni");
+    CHECK(quill_kernels_best() == (quill_kernels_for("amx") ? quill_kernels_for("amx") : k), "default: amx, else vnni");
     CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL, "float types keep the f32 path");
     CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q6_K] != NULL, "quantized products");
+    CHECK(k->dot == quill_kernels_for("avx512")->dot, "the avx512 set's f32 kernels");
 }
 
-TEST(kernels_avx2_exact_products_registered) {
-    const quill_kernels *k = avx2_or_skip();
-    if (!k) return;
-    CHECK(k == &quill_kernels_avx2_table, "quill_kernels_for(\"avx2\")");
+static void exact_products_registered(const quill_kernels *k) {
     CHECK(k->matmul_scratch != NULL, "a set with products sizes their scratch");
     for (size_t ti = 0; ti < N_TYPES; ti++)
         CHECK(k->matmul[amx_types[ti]] != NULL, "a product for %s", quill_type_traits_of(amx_types[ti])->name);
-    CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
-          "float types keep the f32 path");
+    for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++)
+        if (!quill_exact_supported(type))
+            CHECK(k->matmul[type] == NULL, "%s has no exact product, yet the %s set has one",
+                  quill_type_traits_of(type) ? quill_type_traits_of(type)->name : "?", k->isa);
+}
+
+ON_EXACT_SETS(exact_products_registered)
+
+/* The per-type facts (kernels_exact.h) agree with the type table, and the types without exact
+ * products have none: no fact silently borrowed from another type. */
+TEST(kernels_exact_type_facts) {
+    for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++) {
+        const quill_type_traits *tr = quill_type_traits_of(type);
+        bool listed = false;
+        for (size_t ti = 0; ti < N_TYPES; ti++) listed |= amx_types[ti] == type;
+        CHECK(quill_exact_supported(type) == listed, "type %u: exact products %s", type, listed ? "missing" : "unexpected");
+        if (!listed) continue;
+        const exact_type *et = &exact_types[type];
+        CHECK(tr && et->block_elems == (int)tr->block_size && et->block_bytes == (int)tr->type_size,
+              "%s: block of %d elements in %d bytes, the type table says %d in %d", tr ? tr->name : "?", et->block_elems,
+              et->block_bytes, tr ? (int)tr->block_size : 0, tr ? (int)tr->type_size : 0);
+        CHECK(et->act_max == act_cap(type), "%s: act_max %d", tr->name, et->act_max);
+        const bool slots_fit = et->block_elems % et->slot_width == 0 && et->slot_width % 16 == 0;
+        CHECK(slots_fit, "%s: sub-blocks of %d", tr->name, et->slot_width);
+    }
+    CHECK(!quill_exact_supported(QUILL_TYPE_COUNT), "out of range");
+    float x[32] = {1}, y = 7;
+    uint16_t row[32] = {0};
+    CHECK(!quill_exact_matmul_model(QUILL_TYPE_F16, row, sizeof row, 1, 32, x, 1, &y) && y == 7,
+          "the model refuses a type without exact products");
 }

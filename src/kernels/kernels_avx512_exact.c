@@ -1,26 +1,11 @@
-/* AMX kernels: quantized matrix products on the tile unit (Sapphire Rapids and later), exact
- * for decoding and prompts alike.
- *
- * The arithmetic, for weight row r and token t (quill_amx_matmul_model has it as plain C):
- *   - activations: each block of 32 x is scaled to integers, a = round(x · A / max|x|), with scale
- *     da = max|x| / A, and each code rounded to 8 significant bits (kernels_exact.h; A is
- *     act_max(type), 32512 for most types). So every code is exactly a bf16 value, with an error
- *     relative to x like bf16 rounding for the large elements and much smaller for the small ones:
- *     ~5x closer to the f32 values than the reference's 8-bit activations;
- *   - weights: each sub-block (32 weights; 16 for q6_K) enters as its integer codes (q - 8 for
- *     q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the others), unpacked from the mapping;
- *   - per sub-block the integer C = Σ q·a, which A keeps below 2^24: exact in f32, whatever the
- *     order of the adds;
- *   - then in f32, sub-block after sub-block: acc = fma(C, s·da, acc), with s the sub-block's
- *     scale (d, or d·sc for k-quants), and for the types with minimums (q4_K, q5_K; q4_1, q5_1 add
- *     theirs) acc = fma(-m, da·Σa, acc); y = acc.
- * Every step is a function of that row and that token alone: a batch runs on the tile unit's bf16
- * products (16 rows × 32 k × 16 tokens per product, lanes are tokens), one token (decoding) on the
- * vector unit's VNNI byte products over the two bytes of each code, C = 256·Σq·h + Σq·l (lanes
- * are rows), and both give the same C and the same f32 steps in the same order, on any thread:
- * results are bitwise batch- and thread-invariant, and the scalar model reproduces them bit for
- * bit. Without AMX (AVX-512 VNNI only) the `vnni` kernel set runs batches on the vector unit too,
- * with the codes unpacked once per chunk for many tokens (gemm_impl). */
+/* The exact integer products on AVX-512 (exact_scalar.c defines their arithmetic): two kernel sets.
+ *   - vnni (AVX-512 VNNI and VBMI, e.g. Ice Lake, Zen 4): all on the vector unit. One token
+ *     (decoding) by VNNI byte products over the two bytes of each code, C = 256·Σq·h + Σq·l (lanes
+ *     are rows); batches with the codes unpacked once per chunk for many tokens (gemm_impl).
+ *   - amx (Sapphire Rapids and later): batches on the tile unit's bf16 products (16 rows × 32 k ×
+ *     16 tokens per product, lanes are tokens); one token as the vnni set decodes it.
+ * Both give the same C and the same f32 steps in the same order, on any thread: results are
+ * bitwise batch- and thread-invariant, equal to the scalar model's bit for bit. */
 #include "kernels/kernels.h"
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
@@ -30,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels_amx.h"
 #include "kernels/kernels_exact.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
 
 #define TR 16         /* weight rows per tile */
 #define GT 16         /* tokens per token group: the tile's 16 columns */
@@ -57,141 +44,6 @@ static size_t acts_bytes(int64_t cols, int n_tok) {
     const int groups = (n_tok + GT - 1) / GT;
     return (size_t)groups * ((size_t)cols * 2 * GT + (size_t)(cols / 32) * GT * sizeof(float) * 2) + 64;
 }
-
-void quill_amx_quantize_block(const float *x, uint32_t type, int16_t *a, float *da, int32_t *sum) {
-    *da = quantize_block(x, type, a, sum);
-}
-
-/* ---------------------------------------------------------------- the scalar model */
-
-/* The sub-block scales of row `row` for its sub-blocks in [k0, k0 + CW): s[i], and for q4_K m[i]. */
-static void row_scales(uint32_t type, const uint8_t *row, int64_t k0, int n, float *s, float *m) {
-    for (int i = 0; i < n; i++) {
-        int64_t k = k0 + (int64_t)i * slot_width(type);
-        switch (type) {
-        case QUILL_TYPE_Q4_0:
-        case QUILL_TYPE_Q4_1:
-        case QUILL_TYPE_Q5_0:
-        case QUILL_TYPE_Q5_1: {
-            /* d first in every block; q4_1 and q5_1 keep their minimum next */
-            const uint8_t *b = row + (size_t)(k / 32) * block_bytes(type);
-            quill_half d, mn;
-            memcpy(&d, b, 2);
-            memcpy(&mn, b + 2, 2);
-            s[i] = quill_half_to_float(d);
-            if (has_min(type)) m[i] = -quill_half_to_float(mn);
-            break;
-        }
-        case QUILL_TYPE_Q8_0: s[i] = quill_half_to_float(((const block_q8_0 *)row)[k / 32].d); break;
-        case QUILL_TYPE_Q4_K:
-        case QUILL_TYPE_Q5_K: {
-            /* the two share d, dmin and the scales' packing at the start of the block */
-            const block_q4_K *b = (const block_q4_K *)(row + (size_t)(k / 256) * block_bytes(type));
-            uint8_t sc, mn;
-            quill_scale_min_k4((int)(k % 256 / 32), b->scales, &sc, &mn);
-            s[i] = quill_half_to_float(b->d) * (float)sc;
-            m[i] = quill_half_to_float(b->dmin) * (float)mn;
-            break;
-        }
-        case QUILL_TYPE_Q6_K: {
-            const block_q6_K *b = (const block_q6_K *)row + k / 256;
-            s[i] = quill_half_to_float(b->d) * (float)b->scales[k % 256 / 16];
-            break;
-        }
-        default: break;
-        }
-    }
-}
-
-/* Integer codes of row `row` at columns [k0, k0 + n), as the tile unit sees them. */
-static void row_codes(uint32_t type, const uint8_t *row, int64_t k0, int n, int8_t *q) {
-    for (int i = 0; i < n; i++) {
-        int64_t k = k0 + i;
-        switch (type) {
-        case QUILL_TYPE_Q4_0:
-        case QUILL_TYPE_Q4_1:
-        case QUILL_TYPE_Q5_0:
-        case QUILL_TYPE_Q5_1: {
-            const uint8_t *b = row + (size_t)(k / 32) * block_bytes(type);
-            const int j = (int)(k % 32);
-            int v = j < 16 ? b[legacy_qs(type) + j] & 0xF : b[legacy_qs(type) + j - 16] >> 4;
-            if (legacy_qh(type)) {
-                uint32_t qh;
-                memcpy(&qh, b + legacy_qh(type), 4);
-                v |= (int)((qh >> j) & 1) << 4;
-            }
-            q[i] = (int8_t)(v - code_bias(type));
-            break;
-        }
-        case QUILL_TYPE_Q8_0: q[i] = ((const block_q8_0 *)row)[k / 32].qs[k % 32]; break;
-        case QUILL_TYPE_Q4_K: {
-            const block_q4_K *b = (const block_q4_K *)row + k / 256;
-            int j = (int)(k % 256), chunk = j / 64, l = j % 32;
-            q[i] = (int8_t)((j % 64) < 32 ? b->qs[chunk * 32 + l] & 0xF : b->qs[chunk * 32 + l] >> 4);
-            break;
-        }
-        case QUILL_TYPE_Q5_K: {
-            const block_q5_K *b = (const block_q5_K *)row + k / 256;
-            int j = (int)(k % 256), chunk = j / 64, l = j % 32, hi = (j % 64) >= 32;
-            int lo = hi ? b->qs[chunk * 32 + l] >> 4 : b->qs[chunk * 32 + l] & 0xF;
-            q[i] = (int8_t)(lo | ((b->qh[l] >> (2 * chunk + hi)) & 1) << 4);
-            break;
-        }
-        case QUILL_TYPE_Q6_K: {
-            const block_q6_K *b = (const block_q6_K *)row + k / 256;
-            int j = (int)(k % 256), half = j / 128, qd = (j % 128) / 32, l = j % 32;
-            const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
-            int lo = qd & 1 ? ql[l + 32] : ql[l];
-            lo = qd >= 2 ? lo >> 4 : lo & 0xF;
-            q[i] = (int8_t)((lo | ((qh[l] >> (2 * qd)) & 3) << 4) - 32);
-            break;
-        }
-        default: q[i] = 0;
-        }
-    }
-}
-
-void quill_amx_matmul_model(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
-                            const float *x, int n_tok, float *y) {
-    const int kb = slot_width(type);
-    int8_t *q = malloc((size_t)cols);
-    int16_t *a = malloc((size_t)cols * sizeof *a);
-    float *s = malloc((size_t)(cols / kb) * sizeof *s), *m = malloc((size_t)(cols / kb) * sizeof *m);
-    float *da = malloc((size_t)(cols / 32) * sizeof *da), *sf = malloc((size_t)(cols / 32) * sizeof *sf);
-    if (q && a && s && m && da && sf)
-        for (int t = 0; t < n_tok; t++) {
-            for (int64_t blk = 0; blk < cols / 32; blk++) {
-                int32_t sum;
-                da[blk] = quantize_block(x + t * cols + blk * 32, type, a + blk * 32, &sum);
-                sf[blk] = da[blk] * (float)sum;
-            }
-            for (int64_t r = 0; r < rows; r++) {
-                const uint8_t *row = (const uint8_t *)w + r * row_bytes;
-                row_codes(type, row, 0, (int)cols, q);
-                row_scales(type, row, 0, (int)(cols / kb), s, m);
-                float acc = 0;
-                for (int64_t i = 0; i < cols / kb; i++) {
-                    int32_t c = 0;
-                    for (int k = 0; k < kb; k++) c += q[i * kb + k] * a[i * kb + k];
-                    const int64_t blk = i * kb / 32;
-                    acc = fmaf((float)c, s[i] * da[blk], acc);
-                    if (has_min(type)) acc = fmaf(-m[i], sf[blk], acc);
-                }
-                y[(size_t)t * rows + r] = acc;
-            }
-        }
-    free(q), free(a), free(s), free(m), free(da), free(sf);
-}
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -1351,57 +1203,16 @@ static void vnni_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_
 MATMUL_FNS(matmul_amx, amx_matmul)
 MATMUL_FNS(matmul_vnni, vnni_matmul)
 
-/* ---------------------------------------------------------------- detection */
+/* ---------------------------------------------------------------- installation (kernels.c
+ * calls these on CPUs with the features, over a copy of the avx512 set) */
 
-static quill_kernels amx_table, vnni_table;
-static bool amx_ok, vnni_ok;
-
-/* AVX-512 (F/BW/VL/DQ, as the avx512 set), VBMI and VNNI: what the vector path needs. */
-static bool has_vnni_path(void) {
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    if (!quill_kernels_for("avx512")) return false;
-    /* CPUID.(7,0): ECX AVX512-VBMI (1), AVX512-VNNI (11) */
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 1)) && (c & (1u << 11));
+void quill_kernels_install_vnni(quill_kernels *k) {
+    k->matmul_scratch = vnni_scratch;
+    matmul_vnni_install(k);
 }
 
-static void vnni_init(void) {
-    if (!has_vnni_path()) return;
-    vnni_table = quill_kernels_avx512_table;
-    vnni_table.isa = "vnni";
-    vnni_table.matmul_scratch = vnni_scratch;
-    matmul_vnni_install(&vnni_table);
-    vnni_ok = true;
+void quill_kernels_install_amx(quill_kernels *k) {
+    k->matmul_scratch = amx_scratch;
+    matmul_amx_install(k);
 }
-
-static void amx_init(void) {
-    unsigned a, b, c, d;
-    if (!has_vnni_path()) return;
-    /* CPUID.(7,0): EDX AMX-BF16 (22), AMX-TILE (24) */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
-    const unsigned need = (1u << 22) | (1u << 24);
-    if ((d & need) != need) return;
-    /* the kernel must let this process use the 8 KiB of tile data state */
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
-    amx_table = quill_kernels_avx512_table;
-    amx_table.isa = "amx";
-    amx_table.matmul_scratch = amx_scratch;
-    matmul_amx_install(&amx_table);
-    amx_ok = true;
-}
-
-const quill_kernels *quill_kernels_amx(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, amx_init);
-    return amx_ok ? &amx_table : NULL;
-}
-
-const quill_kernels *quill_kernels_vnni(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, vnni_init);
-    return vnni_ok ? &vnni_table : NULL;
-}
-#else
-const quill_kernels *quill_kernels_amx(void) { return NULL; }
-const quill_kernels *quill_kernels_vnni(void) { return NULL; }
 #endif
