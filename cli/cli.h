@@ -17,6 +17,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 /* Prints "quill: <message>" to stderr and returns the exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

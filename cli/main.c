@@ -19,7 +19,8 @@ static const command commands[] = {
     {"tensor", cmd_tensor, "write one tensor, dequantized, as raw float32"},
     {"compare", cmd_compare, "compare two trace files tensor by tensor"},
     {"quantize", cmd_quantize, "quantize a model (q4_k_m, q8_0, ...) as the reference quantizer does"},
-    {"synth", cmd_synth, "write a random-weight Llama GGUF with a real tokenizer"},
+    {"synth", cmd_synth, "write a random-weight model (llama, qwen2, gemma2, ...) with a real tokenizer"},
+    {"verify", cmd_verify, "check a model's fast path against the float64 path, layer by layer"},
     {"bench", cmd_bench, "measure prompt and generation speed against the memory bandwidth"},
 };
 

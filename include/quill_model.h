@@ -181,10 +181,16 @@ typedef struct quill_trace_diff {
     double rms_rel;         /* rms(a - b) / rms(b) */
 } quill_trace_diff;
 
-/* Compares every tensor the two trace files share (b is the reference), in forward order.
+/* Compares every tensor the two trace files share (b is the reference), in forward order. A file
+ * is a trace GGUF (quill's --trace, the reference's older traces) or the records of the
+ * reference's refdump (trace.bin).
  * *diffs is malloc'd; *first_bad is the index of the first tensor with rel > tol, or -1. */
 quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
                                  size_t *n_diffs, int64_t *first_bad, quill_error *err);
+/* The same for two recorders in memory (b is the reference), e.g. the fast and the float64 pass. */
+quill_status quill_trace_compare_recorded(const quill_trace_recorder *a, const quill_trace_recorder *b, double tol,
+                                          quill_trace_diff **diffs, size_t *n_diffs, int64_t *first_bad,
+                                          quill_error *err);
 
 /* ---------------------------------------------------------------- sampling */
 

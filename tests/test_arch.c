@@ -3,6 +3,7 @@
  * for a Q4_K_M variant), compared by logits, greedy tokens, traces and distance from float64
  * truth. */
 #include "golden.h"
+#include "gguf_build.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>
@@ -355,4 +356,59 @@ TEST(arch_trace_bin_truncated_is_an_error) {
     free(d);
     CHECK_EQ_INT(quill_trace_compare(good, cut, 0, &d, &nd, &bad, &err), QUILL_E_FORMAT);
     CHECK_STR_CONTAINS(err.message, "truncated trace record at byte 0");
+}
+
+/* Copies the F32 model at src to dst with the tensors named in `names` multiplied by `factor`. */
+static bool copy_scaling(const char *src, const char *dst, const char *const *names, size_t n_names, float factor) {
+    quill_gguf *g = NULL;
+    quill_error err;
+    if (quill_gguf_open(src, &g, &err)) return false;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = w != NULL;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++)
+        ok = quill_gguf_writer_add_value(w, quill_gguf_kv_at(g, i)->key, &quill_gguf_kv_at(g, i)->value) == QUILL_OK;
+    float *scaled[4] = {0};
+    size_t n_scaled = 0;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        const void *data = t->data;
+        for (size_t k = 0; k < n_names && n_scaled < 4; k++)
+            if (!strcmp(t->name, names[k]) && t->type == QUILL_TYPE_F32) {
+                float *v = malloc((size_t)t->n_elements * sizeof *v);
+                if (!(ok = v != NULL)) break;
+                memcpy(v, t->data, (size_t)t->n_elements * sizeof *v);
+                for (int64_t e = 0; e < t->n_elements; e++) v[e] *= factor;
+                data = scaled[n_scaled++] = v;
+            }
+        ok = ok && quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, data) == QUILL_OK;
+    }
+    ok = ok && n_scaled == n_names && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    for (size_t k = 0; k < n_scaled; k++) free(scaled[k]);
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    return ok;
+}
+
+/* quill verify passes a sound model and names the layer of a fault. A file's weights are the same
+ * for both passes, so the fault is one the f32 arithmetic cannot carry and float64 can: layer 1's
+ * attn_q and attn_k scaled by 1e20, whose scores (~1e40) overflow f32 in the fast path only. */
+TEST(arch_verify_names_an_injected_fault) {
+    REQUIRE_SHARED(shared);
+    case_files f;
+    if (!make_case(shared, &cases[0], &f)) return;
+    char faulty[512], cmd[2048], *out = NULL;
+    snprintf(faulty, sizeof faulty, "%s/verify-faulty.gguf", tmp_dir());
+    const char *names[] = {"blk.1.attn_q.weight", "blk.1.attn_k.weight"};
+    CHECK(copy_scaling(f.f32, faulty, names, 2, 1e20f), "cannot write %s", faulty);
+    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens 1,20,300,45,67 -t 2", quill_bin(), f.f32);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "sound model: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "ok: 26 tensors within 0.01");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens 1,20,300,45,67 -t 2", quill_bin(), faulty);
+    rc = run_cmd(cmd, &out, true);
+    remove(faulty);
+    CHECK(rc == 1, "faulty model: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "FAIL: kqv_out-1 (layer 1) is the first tensor beyond 0.01");
+    free(out);
 }

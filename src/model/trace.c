@@ -264,23 +264,20 @@ static const loaded *find_loaded(const trace_file *f, const char *name) {
     return NULL;
 }
 
-quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
-                                 size_t *n_diffs, int64_t *first_bad, quill_error *err) {
-    *diffs = NULL;
-    *n_diffs = 0;
-    *first_bad = -1;
-    trace_file a = {0}, b = {0};
-    quill_status s = load_trace(path_a, &a, err);
-    if (!s) s = load_trace(path_b, &b, err);
-    quill_trace_diff *out = NULL;
-    if (!s && !(out = calloc(b.n ? b.n : 1, sizeof *out))) s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
+/* The diffs of every tensor b has and a shares, in forward order; names copied after the array. */
+static quill_status compare_loaded(const trace_file *a, const trace_file *b, const char *what_a, const char *what_b,
+                                   double tol, quill_trace_diff **diffs, size_t *n_diffs, int64_t *first_bad,
+                                   quill_error *err) {
+    quill_status s = QUILL_OK;
+    quill_trace_diff *out = calloc(b->n ? b->n : 1, sizeof *out);
+    if (!out) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     size_t n = 0;
-    for (size_t i = 0; i < b.n && !s; i++) {
-        const loaded *tb = &b.t[i], *ta = find_loaded(&a, tb->name);
+    for (size_t i = 0; i < b->n && !s; i++) {
+        const loaded *tb = &b->t[i], *ta = find_loaded(a, tb->name);
         if (!ta) continue;
         if (ta->n != tb->n) {
             s = quill_fail(err, QUILL_E_FORMAT, "tensor '%s' has %lld elements in %s but %lld in %s", tb->name,
-                           (long long)ta->n, path_a, (long long)tb->n, path_b);
+                           (long long)ta->n, what_a, (long long)tb->n, what_b);
             break;
         }
         quill_trace_diff *d = &out[n++];
@@ -301,7 +298,7 @@ quill_status quill_trace_compare(const char *path_a, const char *path_b, double 
         qsort(out, n, sizeof *out, cmp_diff);
         for (size_t i = 0; i < n; i++)
             if (!(out[i].rel <= tol)) { *first_bad = (int64_t)i; break; }
-        /* the names live in b, freed below: one block holds the array and a copy of them */
+        /* the names live in b: one block holds the array and a copy of them */
         size_t names = 0;
         for (size_t i = 0; i < n; i++) names += strlen(out[i].name) + 1;
         quill_trace_diff *packed = malloc(n * sizeof *packed + names + 1);
@@ -320,7 +317,45 @@ quill_status quill_trace_compare(const char *path_a, const char *path_b, double 
         }
     }
     free(out);
+    return s;
+}
+
+quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
+                                 size_t *n_diffs, int64_t *first_bad, quill_error *err) {
+    *diffs = NULL;
+    *n_diffs = 0;
+    *first_bad = -1;
+    trace_file a = {0}, b = {0};
+    quill_status s = load_trace(path_a, &a, err);
+    if (!s) s = load_trace(path_b, &b, err);
+    if (!s) s = compare_loaded(&a, &b, path_a, path_b, tol, diffs, n_diffs, first_bad, err);
     trace_file_free(&a);
     trace_file_free(&b);
+    return s;
+}
+
+/* A recorder's tensors as a trace_file that borrows its names and data. */
+static quill_status view_recorder(const quill_trace_recorder *r, trace_file *f, quill_error *err) {
+    if (r->failed) return quill_fail(err, QUILL_E_NOMEM, "out of memory while recording a trace");
+    f->n = r->n;
+    f->t = calloc(r->n ? r->n : 1, sizeof *f->t);
+    if (!f->t) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < r->n; i++)
+        f->t[i] = (loaded){r->t[i].name, count(r->t[i].n_dims, r->t[i].ne), r->t[i].data};
+    return QUILL_OK;
+}
+
+quill_status quill_trace_compare_recorded(const quill_trace_recorder *a, const quill_trace_recorder *b, double tol,
+                                          quill_trace_diff **diffs, size_t *n_diffs, int64_t *first_bad,
+                                          quill_error *err) {
+    *diffs = NULL;
+    *n_diffs = 0;
+    *first_bad = -1;
+    trace_file fa = {0}, fb = {0};
+    quill_status s = view_recorder(a, &fa, err);
+    if (!s) s = view_recorder(b, &fb, err);
+    if (!s) s = compare_loaded(&fa, &fb, "the first trace", "the second", tol, diffs, n_diffs, first_bad, err);
+    free(fa.t);
+    free(fb.t);
     return s;
 }
