@@ -84,7 +84,7 @@ cross:
 # libFuzzer targets (clang): see fuzz/README.md for how to run them.
 FUZZ_FLAGS := -std=c11 -g -O1 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined -Iinclude -Isrc
-FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/types.c src/model/model.c \
+FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/types.c src/model/model.c src/model/arch.c \
             $(wildcard src/text/tokenizer*.c src/text/vocab*.c src/text/spm*.c src/text/bpe*.c)
 fuzz:
 	@mkdir -p build-fuzz

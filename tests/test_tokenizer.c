@@ -1059,6 +1059,171 @@ TEST(tokenizer_tiny_vocab_without_bos) {
     mt_free(&m);
 }
 
+/* ---------------------------------------------------------------- byte-level BPE */
+
+/* GPT-2's printable character for a byte, as UTF-8. */
+static size_t byte_char_utf8(unsigned char b, char *out) {
+    unsigned c;
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) c = b;
+    else if (b <= 0x20) c = 0x100u + b;
+    else if (b <= 0xA0) c = 0x100u + 33 + (b - 0x7Fu);
+    else c = 0x143;
+    if (c < 0x80) { out[0] = (char)c; return 1; }
+    out[0] = (char)(0xC0 | (c >> 6));
+    out[1] = (char)(0x80 | (c & 0x3F));
+    return 2;
+}
+
+/* A byte-level vocabulary: the 256 byte characters (ids 0..255), then `extra` (NORMAL unless a type
+ * is given), with `merges` in rank order; `pre` NULL leaves tokenizer.ggml.pre out. */
+static void add_bpe_vocab(gbuf *b, const char *pre, const tokspec *extra, int n_extra, const char *const *merges,
+                          int n_merges) {
+    kv_str(b, "tokenizer.ggml.model", "gpt2");
+    if (pre) kv_str(b, "tokenizer.ggml.pre", pre);
+    kv_arr_hdr(b, "tokenizer.ggml.tokens", QUILL_GGUF_STRING, (uint64_t)(256 + n_extra));
+    for (int i = 0; i < 256; i++) {
+        char u[2];
+        gb_strn(b, u, byte_char_utf8((unsigned char)i, u));
+    }
+    for (int i = 0; i < n_extra; i++) gb_strn(b, extra[i].text, strlen(extra[i].text));
+    kv_arr_hdr(b, "tokenizer.ggml.token_type", QUILL_GGUF_INT32, (uint64_t)(256 + n_extra));
+    int32_t normal = QUILL_TOKEN_NORMAL;
+    for (int i = 0; i < 256; i++) gb_bytes(b, &normal, 4);
+    for (int i = 0; i < n_extra; i++) {
+        int32_t ty = extra[i].type ? extra[i].type : QUILL_TOKEN_NORMAL;
+        gb_bytes(b, &ty, 4);
+    }
+    kv_arr_hdr(b, "tokenizer.ggml.merges", QUILL_GGUF_STRING, (uint64_t)n_merges);
+    for (int i = 0; i < n_merges; i++) gb_strn(b, merges[i], strlen(merges[i]));
+}
+
+#define G_SPACE "\xc4\xa0"   /* GPT-2's character for ' ' */
+
+TEST(tokenizer_bpe_merges_by_rank) {
+    /* "abc": "b c" has the lower rank, so bc forms first and "a b" never applies. */
+    tokspec v[] = {{"ab", 0, 0}, {"bc", 0, 0}, {"abc", 0, 0}, {G_SPACE "a", 0, 0}, {"a bc", 0, 0}};
+    const char *merges[] = {"b c", "a b", "a bc", G_SPACE " a", "x"};
+    const int32_t X = 256;
+    gbuf b = {0};
+    add_bpe_vocab(&b, "gpt-2", v, 5, merges, 5);
+    memtok m = mt_load(&b);
+    CHECK(m.status == QUILL_OK, "%s", m.err.message);
+    TOK_EQ(m.t, "abc", false, false, X + 2);
+    TOK_EQ(m.t, "ab", false, false, X);
+    TOK_EQ(m.t, "abd", false, false, X, 'd');
+    TOK_EMPTY(m.t, "", false, false);
+    /* "Ga" ranks after "bc" and "abc", which take the a first */
+    TOK_EQ(m.t, " abc", false, false, ' ', X + 2);
+    TOK_EQ(m.t, " a", false, false, X + 3);
+    /* words do not merge across the pre-tokenizer's boundaries; "a bc" (a space inside) is never made */
+    TOK_EQ(m.t, "a bc", false, false, 'a', ' ', X + 1);
+    CHECK_EQ_INT(quill_tokenizer_bos(m.t), 11);    /* the reference's BPE defaults */
+    CHECK(!quill_tokenizer_add_bos(m.t));
+    mt_free(&m);
+}
+
+/* llama3-style pre-tokenizers take a word that is a token whole, whatever the merges say. */
+TEST(tokenizer_bpe_ignore_merges) {
+    tokspec v[] = {{"abc", 0, 0}};
+    const char *merges[] = {"a b"};
+    for (int llama3 = 0; llama3 < 2; llama3++) {
+        gbuf b = {0};
+        add_bpe_vocab(&b, llama3 ? "llama-bpe" : "gpt-2", v, 1, merges, 1);
+        memtok m = mt_load(&b);
+        CHECK(m.status == QUILL_OK, "%s", m.err.message);
+        if (llama3) TOK_EQ(m.t, "abc", false, false, 256);
+        else TOK_EQ(m.t, "abc", false, false, 'a', 'b', 'c');
+        CHECK_EQ_INT(quill_tokenizer_add_bos(m.t), llama3);   /* llama3 implies add_bos */
+        mt_free(&m);
+    }
+}
+
+TEST(tokenizer_bpe_pre_names) {
+    /* refused by name, as the reference refuses it */
+    const char *refused[] = {"gpt-neox", "kimi-k2", "no-such-pre"};
+    for (int i = 0; i < 3; i++) {
+        gbuf b = {0};
+        add_bpe_vocab(&b, refused[i], NULL, 0, NULL, 0);
+        memtok m = mt_load(&b);
+        CHECK(m.status == QUILL_E_UNSUPPORTED, "pre '%s': status %d", refused[i], m.status);
+        char want[64];
+        snprintf(want, sizeof want, "'%s'", refused[i]);
+        CHECK_STR_CONTAINS(m.err.message, want);
+        CHECK_STR_CONTAINS(m.err.message, "tokenizer.ggml.pre");
+        mt_free(&m);
+    }
+    /* every name of the table compiles and tokenizes; a missing pre is the reference's default */
+    const char *names[] = {NULL, "", "default", "llama3", "llama-bpe", "dbrx", "glm4", "deepseek-llm", "deepseek-coder",
+                           "falcon", "gpt-2", "mpt", "olmo", "starcoder", "refact", "command-r", "qwen2", "stablelm2",
+                           "qwen35", "jais-2", "poro-chat", "viking", "tekken", "gpt-4o", "llama4", "bailingmoe",
+                           "seed-coder", "ufakzeka", "laguna", "exaone-moe", "minicpm5", "grok-2", "megrez"};
+    const char *text = "Hello World 12345 it's IT'S \xe4\xbd\xa0\xe5\xa5\xbd\n\n  x\xc3\xa9 !?";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        gbuf b = {0};
+        add_bpe_vocab(&b, names[i], NULL, 0, NULL, 0);
+        memtok m = mt_load(&b);
+        CHECK(m.status == QUILL_OK, "pre '%s': %s", names[i] ? names[i] : "(none)", m.err.message);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        quill_error err = {0};
+        CHECK(quill_tokenize(m.t, text, strlen(text), false, false, &ids, &n, &err) == QUILL_OK, "%s", err.message);
+        CHECK_EQ_INT(n, strlen(text));   /* no merges: one token per byte */
+        for (size_t k = 0; k < n; k++) CHECK_EQ_INT(ids[k], (unsigned char)text[k]);
+        free(ids);
+        if (names[i] && strcmp(names[i], "glm4") == 0) CHECK_EQ_INT(quill_tokenizer_bos(m.t), -1);
+        mt_free(&m);
+    }
+}
+
+TEST(tokenizer_bpe_decoding_and_specials) {
+    tokspec v[] = {{G_SPACE "a", 0, 0}, {"\xe2\x82\xac", 0, 0}, {"<|im_start|>", 0, QUILL_TOKEN_CONTROL},
+                   {"<|endoftext|>", 0, QUILL_TOKEN_CONTROL}, {"<tool>", 0, QUILL_TOKEN_USER_DEFINED}};
+    const char *merges[] = {G_SPACE " a"};
+    const int32_t X = 256;
+    gbuf b = {0};
+    add_bpe_vocab(&b, "qwen2", v, 5, merges, 1);
+    memtok m = mt_load(&b);
+    CHECK(m.status == QUILL_OK, "%s", m.err.message);
+    char buf[64];
+    CHECK_EQ_INT(quill_token_to_bytes(m.t, X, false, buf, sizeof buf), 2);
+    CHECK(memcmp(buf, " a", 2) == 0);
+    /* a character outside GPT-2's byte mapping: the reference's marker, naming its bytes and the text */
+    int n = quill_token_to_bytes(m.t, X + 1, false, buf, sizeof buf);
+    CHECK(n > 0 && (size_t)n < sizeof buf);
+    CHECK(strncmp(buf, "[UNK_BYTE_0xe282ac\xe2\x82\xac]", (size_t)n) == 0, "got %.*s", n, buf);
+    CHECK_EQ_INT(quill_token_to_bytes(m.t, X + 2, false, buf, sizeof buf), 0);    /* control: hidden */
+    CHECK_EQ_INT(quill_token_to_bytes(m.t, X + 2, true, buf, sizeof buf), 12);    /* rendered as is */
+    CHECK_EQ_INT(quill_token_to_bytes(m.t, X + 4, false, buf, sizeof buf), 6);    /* user-defined: shown */
+    CHECK(quill_tokenizer_is_eog(m.t, X + 3));
+    TOK_EQ(m.t, "<|im_start|> a", false, true, X + 2, X);
+    TOK_EQ(m.t, "<tool> a", false, false, X + 4, X);              /* user-defined: split without parsing */
+    /* a control token is text without parse_special: '<', '|', ... one byte each here */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    CHECK(quill_tokenize(m.t, "<|im_start|>", 12, false, false, &ids, &n_ids, NULL) == QUILL_OK);
+    CHECK_EQ_INT(n_ids, 12);
+    free(ids);
+    /* streaming: the euro sign's three bytes, one token each, come out once complete */
+    quill_detokenizer d;
+    quill_detokenizer_init(&d, m.t, false, true);
+    char out[256];
+    CHECK_EQ_INT(quill_detokenizer_push(&d, 0xE2, out, sizeof out), 0);
+    CHECK_EQ_INT(quill_detokenizer_push(&d, 0x82, out, sizeof out), 0);
+    CHECK_EQ_INT(quill_detokenizer_push(&d, 0xAC, out, sizeof out), 3);
+    CHECK(memcmp(out, "\xe2\x82\xac", 3) == 0);
+    CHECK_EQ_INT(quill_detokenizer_push(&d, 0xE2, out, sizeof out), 0);
+    CHECK_EQ_INT(quill_detokenizer_flush(&d, out, sizeof out), 3);   /* cut off: U+FFFD */
+    mt_free(&m);
+}
+
+static void b_merges_ints(gbuf *b) {
+    kv_str(b, "tokenizer.ggml.model", "gpt2");
+    kv_str(b, "tokenizer.ggml.pre", "gpt-2");
+    add_vocab(b, NULL, 0, false);
+    kv_arr_hdr(b, "tokenizer.ggml.merges", QUILL_GGUF_INT32, 1);
+    gb_u32(b, 7);
+}
+
 /* ---------------------------------------------------------------- hostile files */
 
 typedef void (*builder)(gbuf *b);
@@ -1167,6 +1332,8 @@ TEST(tokenizer_hostile_metadata) {
     CHECK_STR_CONTAINS(err.message, "tokenizer.ggml.model");
     CHECK_EQ_INT(load_err(b_gpt2, &err), QUILL_E_FORMAT);
     CHECK_STR_CONTAINS(err.message, "tokenizer.ggml.merges");
+    CHECK_EQ_INT(load_err(b_merges_ints, &err), QUILL_E_FORMAT);
+    CHECK_STR_CONTAINS(err.message, "tokenizer.ggml.merges is an array of i32");
     CHECK_EQ_INT(load_err(b_bert, &err), QUILL_E_UNSUPPORTED);
     CHECK_STR_CONTAINS(err.message, "'bert'");
     CHECK_EQ_INT(load_err(b_model_int, &err), QUILL_E_FORMAT);

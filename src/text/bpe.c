@@ -498,13 +498,12 @@ quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err)
     const char *pre = "default";
     size_t pre_len = 7;
     quill_status s = quill_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len, err);
-    if (s == QUILL_E_NOT_FOUND) {
+    if (s && s != QUILL_E_NOT_FOUND) return s;
+    if (s == QUILL_E_NOT_FOUND || pre_len == 0) {
         quill_log(QUILL_LOG_WARN, "%s: tokenizer.ggml.pre is missing; using the 'default' pre-tokenizer, as the "
                   "reference does (its output may differ from the model's own tokenizer)", path);
         pre = "default";
         pre_len = 7;
-    } else if (s) {
-        return s;
     }
     const pre_spec *spec = NULL;
     for (size_t i = 0; i < sizeof pre_specs / sizeof pre_specs[0] && !spec; i++)

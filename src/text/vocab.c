@@ -213,6 +213,10 @@ void quill_tokenizer_free(quill_tokenizer *t) {
     free(t->flags);
     free(t->slots);
     free(t->special);
+    free(t->special_group);
+    free(t->group_first);
+    free(t->group_slots);
+    free(t->special_lens);
     bpe_free(t->bpe);
     free(t);
 }
@@ -405,6 +409,50 @@ static quill_status build_pieces(quill_tokenizer *t, const char *path, quill_err
     return QUILL_OK;
 }
 
+static int32_t group_find(const quill_tokenizer *t, const char *s, size_t n) {
+    for (uint32_t i = vocab_hash(s, n) & t->group_mask;; i = (i + 1) & t->group_mask) {
+        int32_t g = t->group_slots[i];
+        if (g < 0) return -1;
+        int32_t id = t->special[t->group_first[g]];
+        if (t->text_len[id] == n && memcmp(vocab_text(t, id), s, n) == 0) return g;
+    }
+}
+
+/* Partitioning tries each special token in turn over the whole text; with thousands of them
+ * (Gemma's vocabulary has thousands of user-defined tokens) that is what costs. This index lets one
+ * pass over the text find which of them occur at all. */
+static bool index_specials(quill_tokenizer *t) {
+    int32_t n = t->n_special;
+    t->special_group = malloc(((size_t)n + 1) * sizeof *t->special_group);
+    t->group_first = malloc(((size_t)n + 1) * sizeof *t->group_first);
+    t->special_lens = malloc(((size_t)n + 1) * sizeof *t->special_lens);
+    uint32_t cap = 16;
+    while (cap < (uint32_t)n * 2u) cap <<= 1;
+    t->group_slots = malloc((size_t)cap * sizeof *t->group_slots);
+    if (!t->special_group || !t->group_first || !t->special_lens || !t->group_slots) return false;
+    memset(t->group_slots, 0xff, (size_t)cap * sizeof *t->group_slots);
+    t->group_mask = cap - 1;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = t->special[k];
+        const char *s = vocab_text(t, id);
+        size_t len = t->text_len[id];
+        int32_t g = group_find(t, s, len);
+        if (g < 0) {
+            g = t->n_groups++;
+            t->group_first[g] = k;
+            uint32_t i = vocab_hash(s, len) & t->group_mask;
+            while (t->group_slots[i] >= 0) i = (i + 1) & t->group_mask;
+            t->group_slots[i] = g;
+        }
+        t->special_group[k] = g;
+        t->special_starts[(unsigned char)s[0] >> 3] |= (uint8_t)(1u << (s[0] & 7));
+        bool seen = false;
+        for (int l = 0; l < t->n_special_lens && !seen; l++) seen = t->special_lens[l] == len;
+        if (!seen) t->special_lens[t->n_special_lens++] = len;
+    }
+    return true;
+}
+
 /* The reference adds the control attribute to tokens it recognizes by text. */
 static void make_control(quill_tokenizer *t, int32_t id, const char *path) {
     if (is_type(t, id, QUILL_TOKEN_CONTROL)) return;
@@ -563,6 +611,10 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
     qsort(order, (size_t)t->n_special, sizeof *order, cmp_by_len);
     for (int32_t i = 0; i < t->n_special; i++) t->special[i] = order[i].id;
     free(order);
+    if (!index_specials(t)) {
+        quill_tokenizer_free(t);
+        return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory", path);
+    }
 
     /* Phi-3 (an SPM vocabulary) eats the whitespace after its special tokens; the reference
      * keys this on the model name, since GGUF has no per-token strip attributes. */
@@ -675,10 +727,23 @@ static bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 static bool partition(const quill_tokenizer *t, const char *text, size_t len, bool parse_special, fvec *frags) {
     fvec next = {0};
     if (len && !fvec_push(frags, 0, len, -1)) return false;
+    if (!len || !t->n_special) return true;
+    uint8_t *hit = calloc((size_t)t->n_groups, 1);
+    if (!hit) return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (!(t->special_starts[c >> 3] & (1u << (c & 7)))) continue;
+        for (int l = 0; l < t->n_special_lens; l++) {
+            size_t sl = t->special_lens[l];
+            int32_t g = sl <= len - i ? group_find(t, text + i, sl) : -1;
+            if (g >= 0) hit[g] = 1;
+        }
+    }
     for (int32_t k = 0; k < t->n_special && frags->n; k++) {
         int32_t id = t->special[k];
         /* User-defined tokens are split out even without parse_special, like HF tokenizers do. */
         if (!parse_special && !is_type(t, id, QUILL_TOKEN_USER_DEFINED)) continue;
+        if (!hit[t->special_group[k]]) continue;
         const char *st = vocab_text(t, id);
         size_t sl = t->text_len[id];
         bool any = false;
@@ -717,9 +782,11 @@ static bool partition(const quill_tokenizer *t, const char *text, size_t len, bo
         next = tmp;
     }
     free(next.v);
+    free(hit);
     return true;
 oom:
     free(next.v);
+    free(hit);
     return false;
 }
 quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,

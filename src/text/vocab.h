@@ -38,6 +38,16 @@ struct quill_tokenizer {
     int32_t byte_tok[256];   /* SPM byte fallback: <0xNN> (or the byte itself), -1 when absent */
     int32_t *special;        /* partition order: CONTROL / USER_DEFINED / UNKNOWN, longest first */
     int32_t n_special;
+    /* Which special texts occur in a text, found in one pass: the special texts' distinct
+     * lengths, the bytes they start with, and a hash of the distinct texts ("groups"). */
+    int32_t *special_group;  /* group of each entry of `special` */
+    int32_t *group_first;    /* the first entry of `special` with the group's text */
+    int32_t n_groups;
+    int32_t *group_slots;
+    uint32_t group_mask;
+    size_t *special_lens;
+    int n_special_lens;
+    uint8_t special_starts[32];
     int32_t bos, eos, unk, pad, eot, eom;
     bool add_bos, add_eos, add_space_prefix;
     bool word_split;         /* SPM: no piece has U+2581 inside except in a leading run (see spm.c) */
