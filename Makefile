@@ -20,7 +20,8 @@ endif
 
 # Sources are found by folder: src/<layer>/*.c is the library (see the README's layout table).
 LIB_SRC  := $(wildcard src/*/*.c)
-CLI_SRC  := $(wildcard cli/*.c)
+# the quill tool: cli/ (one file per command) and server/ (quill serve)
+CLI_SRC  := $(wildcard cli/*.c server/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -53,7 +54,7 @@ $(BUILD)/libquill.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/quill: $(CLI_OBJ) $(BUILD)/libquill.a
-	$(CC) $(LDFLAGS) -o $@ $^ -lcjson -ledit $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcjson -ledit $(LDLIBS)
 
 $(BUILD)/quill_test: $(TEST_OBJ) $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lcjson $(LDLIBS)
@@ -93,6 +94,8 @@ fuzz:
 	clang $(FUZZ_FLAGS) fuzz/fuzz_tokenize.c $(FUZZ_SRC) -o build-fuzz/fuzz_tokenize $(LDLIBS)
 	clang $(FUZZ_FLAGS) -Icli fuzz/fuzz_cli_options.c cli/options.c cli/util.c src/text/sampler.c src/base/error.c \
 	    -o build-fuzz/fuzz_cli_options $(LDLIBS)
+	clang $(FUZZ_FLAGS) -I. fuzz/fuzz_request.c server/request.c server/util.c src/text/sampler.c src/base/error.c \
+	    -o build-fuzz/fuzz_request -lcjson $(LDLIBS)
 
 -include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
 

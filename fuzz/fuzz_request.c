@@ -1,0 +1,52 @@
+/* libFuzzer target for the server's request parser (server/request.c): any bytes as a
+ * /v1/chat/completions and a /v1/completions body. A refusal must be a 4xx/5xx with a message;
+ * an accepted request must hold what the engine relies on. Any broken promise aborts. */
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void check_accepted(const gen_request *r, request_kind kind) {
+    if (kind == REQ_CHAT) {
+        if (r->n_msgs == 0 || !r->msgs) abort();
+        for (size_t i = 0; i < r->n_msgs; i++) {
+            const char *role = r->msgs[i].role, *content = r->msgs[i].content;
+            if (!role || !content) abort();
+            if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool"))
+                abort();
+        }
+    } else if (!r->prompt && (!r->prompt_ids || r->n_prompt_ids == 0)) {
+        abort();
+    }
+    for (size_t i = 0; i < r->n_prompt_ids; i++)
+        if (r->prompt_ids[i] < 0) abort();
+    if (r->n_stop < 0 || r->n_stop > MAX_STOP) abort();
+    for (int i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !*r->stop[i]) abort();
+    if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS) abort();
+    if (r->max_tokens != -1 && r->max_tokens < 1) abort();
+    /* the sampler must take what the parser let through */
+    if (quill_sampler_params_check(&r->sp, NULL) != QUILL_OK) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *body = (const char *)data;
+    const request_limits lim = {64, 4096};
+    for (int k = 0; k < 2; k++) {
+        const request_kind kind = k ? REQ_COMPLETION : REQ_CHAT;
+        gen_request r;
+        api_error e;
+        memset(&e, 0, sizeof e);
+        if (request_parse(body, size, kind, &lim, &r, &e)) {
+            check_accepted(&r, kind);
+            request_free(&r);
+        } else if (e.status < 400 || e.status > 599 || !e.message[0] || !e.type) {
+            abort();
+        }
+    }
+    /* the sanitizer's output is always valid UTF-8 */
+    char *clean = utf8_sanitize(body, size);
+    if (clean && utf8_valid_prefix(clean, strlen(clean)) != strlen(clean)) abort();
+    free(clean);
+    return 0;
+}

@@ -1,0 +1,479 @@
+/* OpenAI's generation routes: /v1/chat/completions and /v1/completions, whole replies and
+ * Server-Sent Events streams as OpenAI sends them (a first delta with the role, content deltas, a
+ * last chunk with finish_reason, an optional usage chunk, `data: [DONE]`), and /v1/models. */
+#include "server.h"
+
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE, PHASE_END } stream_phase;
+
+/* One generation request from parsing to the last byte sent. */
+typedef struct gen {
+    server *srv;
+    struct MHD_Connection *conn;
+    gen_request req;
+    job *job;
+    char id[48];
+    long long created;
+    /* streaming */
+    stream_phase phase;
+    size_t text_sent, tokens_sent;
+    char *out;
+    size_t out_len, out_pos, out_cap;
+} gen;
+
+static void gen_free(gen *g) {
+    if (!g) return;
+    job_release(g->srv->sched, g->job);
+    request_free(&g->req);
+    free(g->out);
+    free(g);
+}
+
+/* ---------------------------------------------------------------- JSON pieces */
+
+static cJSON *token_bytes(const int32_t id, const quill_tokenizer *tok, char *piece, size_t cap, int *len) {
+    int n = quill_token_to_bytes(tok, id, false, piece, cap);
+    if (n < 0) n = 0;
+    if ((size_t)n > cap) n = (int)cap;
+    *len = n;
+    cJSON *bytes = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    return bytes;
+}
+
+/* A token as text: its bytes, with U+FFFD for a character it holds only part of. */
+static void add_token_text(cJSON *o, const char *key, const char *piece, int len) {
+    char *text = utf8_sanitize(piece, (size_t)len);
+    cJSON_AddStringToObject(o, key, text ? text : "");
+    free(text);
+}
+
+/* Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]} */
+static cJSON *chat_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n) {
+    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
+    char piece[256];
+    int len;
+    for (size_t i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON *bytes = token_bytes(t[i].id, tok, piece, sizeof piece, &len);
+        add_token_text(e, "token", piece, len);
+        cJSON_AddNumberToObject(e, "logprob", t[i].logprob);
+        cJSON_AddItemToObject(e, "bytes", bytes);
+        cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int k = 0; k < t[i].n_top; k++) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON *ab = token_bytes(t[i].top_id[k], tok, piece, sizeof piece, &len);
+            add_token_text(a, "token", piece, len);
+            cJSON_AddNumberToObject(a, "logprob", t[i].top_logprob[k]);
+            cJSON_AddItemToObject(a, "bytes", ab);
+            cJSON_AddItemToArray(top, a);
+        }
+        cJSON_AddItemToArray(content, e);
+    }
+    return lp;
+}
+
+/* Completions logprobs (the legacy shape): tokens, token_logprobs, top_logprobs, text_offset. */
+static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n, size_t offset0) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+    char piece[256];
+    size_t offset = offset0;
+    for (size_t i = 0; i < n; i++) {
+        int len = quill_token_to_bytes(tok, t[i].id, false, piece, sizeof piece);
+        if (len < 0) len = 0;
+        if ((size_t)len > sizeof piece) len = sizeof piece;
+        char *text = utf8_sanitize(piece, (size_t)len);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(text ? text : ""));
+        free(text);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(t[i].logprob));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        offset += (size_t)len;
+        cJSON *top = cJSON_CreateObject();
+        for (int k = 0; k < t[i].n_top; k++) {
+            int l2 = quill_token_to_bytes(tok, t[i].top_id[k], false, piece, sizeof piece);
+            if (l2 < 0) l2 = 0;
+            if ((size_t)l2 > sizeof piece) l2 = sizeof piece;
+            char *alt = utf8_sanitize(piece, (size_t)l2);
+            if (alt && !cJSON_GetObjectItemCaseSensitive(top, alt)) cJSON_AddNumberToObject(top, alt, t[i].top_logprob[k]);
+            free(alt);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return lp;
+}
+
+/* Under the scheduler's mutex. */
+static cJSON *usage_object(const job *j) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->n_generated);
+    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_generated);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
+    return u;
+}
+
+/* llama-server's timings: what was taken from the cache, evaluated, generated, and how fast. */
+static cJSON *timings_object(const job *j) {
+    cJSON *t = cJSON_CreateObject();
+    double prompt_ms = j->t_first > 0 ? j->t_first - j->t_start : 0;
+    double gen_ms = j->t_end > j->t_first && j->t_first > 0 ? j->t_end - j->t_first : 0;
+    int prompt_n = j->n_prompt - j->n_cached;
+    cJSON_AddNumberToObject(t, "cache_n", j->n_cached);
+    cJSON_AddNumberToObject(t, "prompt_n", prompt_n);
+    cJSON_AddNumberToObject(t, "prompt_ms", prompt_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_second", prompt_ms > 0 ? prompt_n / (prompt_ms / 1e3) : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", j->n_generated);
+    cJSON_AddNumberToObject(t, "predicted_ms", gen_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_second",
+                            gen_ms > 0 && j->n_generated > 1 ? (j->n_generated - 1) / (gen_ms / 1e3) : 0);
+    cJSON_AddNumberToObject(t, "queue_ms", j->t_start > 0 ? j->t_start - j->t_submit : 0);
+    cJSON_AddNumberToObject(t, "slot", j->slot);
+    return t;
+}
+
+static cJSON *envelope(const gen *g, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", g->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)g->created);
+    cJSON_AddStringToObject(o, "model", g->srv->model_id);
+    cJSON_AddStringToObject(o, "system_fingerprint", "quill");
+    return o;
+}
+
+/* ---------------------------------------------------------------- starting a request */
+
+static int fail(http_request *r, gen *g, const api_error *e) {
+    gen_free(g);
+    return reply_error(r, e);
+}
+
+/* Parses, renders the prompt, and queues the job. NULL after replying with an error. */
+static gen *gen_start(http_request *r, request_kind kind, int *ret) {
+    server *s = r->srv;
+    api_error e;
+    gen *g = calloc(1, sizeof *g);
+    if (!g) {
+        *ret = MHD_NO;
+        return NULL;
+    }
+    g->srv = s;
+    g->conn = r->conn;
+    g->created = (long long)time(NULL);
+    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    request_limits lim = {s->cfg.max_depth, s->cfg.max_tokens};
+    if (!request_parse(r->body, r->body_len, kind, &lim, &g->req, &e)) {
+        *ret = fail(r, g, &e);
+        return NULL;
+    }
+    gen_request *q = &g->req;
+    if (!(g->job = job_new())) {
+        api_fail(&e, 500, NULL, "out of memory");
+        *ret = fail(r, g, &e);
+        return NULL;
+    }
+    job *j = g->job;
+    quill_error err;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    quill_status st = QUILL_OK;
+    if (kind == REQ_CHAT) {
+        st = quill_chat_tokenize(s->model, s->chat_template, q->msgs, q->n_msgs, true, &ids, &n, NULL, &err);
+    } else if (q->prompt) {
+        st = quill_tokenize(s->tok, q->prompt, strlen(q->prompt), true, true, &ids, &n, &err);
+    } else {
+        int32_t n_vocab = quill_tokenizer_n_vocab(s->tok);
+        for (size_t i = 0; i < q->n_prompt_ids; i++)
+            if (q->prompt_ids[i] >= n_vocab) {
+                api_fail(&e, 400, "prompt", "token id %d is outside the vocabulary (0..%d)", q->prompt_ids[i],
+                         n_vocab - 1);
+                *ret = fail(r, g, &e);
+                return NULL;
+            }
+        ids = q->prompt_ids;
+        n = q->n_prompt_ids;
+        q->prompt_ids = NULL;
+        q->n_prompt_ids = 0;
+    }
+    if (st) {
+        api_fail(&e, st == QUILL_E_NOMEM ? 500 : 400, kind == REQ_CHAT ? "messages" : "prompt", "%s", err.message);
+        *ret = fail(r, g, &e);
+        return NULL;
+    }
+    j->prompt = ids;
+    j->n_prompt = (int)n;
+    j->sp = q->sp;
+    if (!q->seed_given) {
+        /* no seed: a different draw each time, as OpenAI does */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        j->sp.seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
+                     atomic_fetch_add(&s->next_id, 1) << 32;
+    }
+    j->max_tokens = q->max_tokens;
+    j->stop = q->stop;
+    j->n_stop = q->n_stop;
+    j->want_logprobs = q->logprobs;
+    j->top_logprobs = q->top_logprobs;
+    j->ignore_eos = q->ignore_eos;
+    if (!scheduler_submit(s->sched, j, &e)) {
+        *ret = fail(r, g, &e);
+        return NULL;
+    }
+    return g;
+}
+
+/* ---------------------------------------------------------------- whole replies */
+
+static int reply_whole(http_request *r, gen *g) {
+    server *s = r->srv;
+    job *j = g->job;
+    scheduler_lock(s->sched);
+    while (!j->done) {
+        scheduler_wait(s->sched, j, 200);
+        if (j->done) break;
+        scheduler_unlock(s->sched);
+        if (http_client_gone(r->conn) || atomic_load(&s->stopping)) {
+            scheduler_cancel(s->sched, j);
+            gen_free(g);
+            return MHD_NO;
+        }
+        scheduler_lock(s->sched);
+    }
+    if (j->error_status) {
+        api_error e;
+        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
+        scheduler_unlock(s->sched);
+        return fail(r, g, &e);
+    }
+    const bool chat = g->req.kind == REQ_CHAT;
+    cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *msg = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", j->text ? j->text : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
+    }
+    if (j->want_logprobs)
+        cJSON_AddItemToObject(c, "logprobs", chat ? chat_logprobs(s->tok, j->tokens, j->n_tokens)
+                                                  : completion_logprobs(s->tok, j->tokens, j->n_tokens, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(root, "usage", usage_object(j));
+    cJSON_AddItemToObject(root, "timings", timings_object(j));
+    scheduler_unlock(s->sched);
+    gen_free(g);
+    return reply_json(r, 200, root);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static bool out_event(gen *g, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return false;
+    size_t n = strlen(text), need = g->out_len + n + 8;
+    if (need > g->out_cap) {
+        char *grown = realloc(g->out, need * 2);
+        if (!grown) {
+            free(text);
+            return false;
+        }
+        g->out = grown;
+        g->out_cap = need * 2;
+    }
+    memcpy(g->out + g->out_len, "data: ", 6);
+    memcpy(g->out + g->out_len + 6, text, n);
+    memcpy(g->out + g->out_len + 6 + n, "\n\n", 2);
+    g->out_len += n + 8;
+    free(text);
+    return true;
+}
+
+static cJSON *chunk(gen *g, cJSON **choice) {
+    const bool chat = g->req.kind == REQ_CHAT;
+    cJSON *o = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    *choice = cJSON_CreateObject();
+    cJSON_AddNumberToObject(*choice, "index", 0);
+    cJSON_AddItemToArray(choices, *choice);
+    if (g->req.include_usage) cJSON_AddNullToObject(o, "usage");
+    return o;
+}
+
+/* The events the job's progress allows, under the scheduler's mutex. False: nothing new. */
+static bool produce(gen *g) {
+    const job *j = g->job;
+    const bool chat = g->req.kind == REQ_CHAT;
+    const quill_tokenizer *tok = g->srv->tok;
+    cJSON *c;
+    if (g->phase == PHASE_ROLE) {
+        if (chat) {
+            cJSON *o = chunk(g, &c);
+            cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            cJSON_AddStringToObject(delta, "content", "");
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            out_event(g, o);
+        }
+        g->phase = PHASE_CONTENT;
+        return true;
+    }
+    if (g->phase == PHASE_CONTENT) {
+        if (j->error_status) {
+            cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+            cJSON_AddStringToObject(e, "message", j->error);
+            cJSON_AddStringToObject(e, "type", j->error_status >= 500 ? "server_error" : "invalid_request_error");
+            cJSON_AddNumberToObject(e, "code", j->error_status);
+            out_event(g, o);
+            g->phase = PHASE_END;
+            return true;
+        }
+        bool produced = false;
+        size_t new_tokens = j->n_tokens - g->tokens_sent;
+        if (j->ready > g->text_sent || (new_tokens && j->want_logprobs)) {
+            size_t n = j->ready > g->text_sent ? j->ready - g->text_sent : 0;
+            cJSON *o = chunk(g, &c);
+            char *piece = malloc(n + 1);
+            if (!piece) {
+                cJSON_Delete(o);
+                return false;
+            }
+            memcpy(piece, j->text + g->text_sent, n);
+            piece[n] = 0;
+            if (chat) cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "delta"), "content", piece);
+            else cJSON_AddStringToObject(c, "text", piece);
+            free(piece);
+            if (j->want_logprobs && new_tokens)
+                cJSON_AddItemToObject(c, "logprobs",
+                                      chat ? chat_logprobs(tok, j->tokens + g->tokens_sent, new_tokens)
+                                           : completion_logprobs(tok, j->tokens + g->tokens_sent, new_tokens, g->text_sent));
+            else cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            out_event(g, o);
+            g->text_sent += n;
+            g->tokens_sent = j->n_tokens;
+            produced = true;
+        }
+        if (j->done && g->text_sent == j->ready) {
+            cJSON *o = chunk(g, &c);
+            if (chat) cJSON_AddObjectToObject(c, "delta");
+            else cJSON_AddStringToObject(c, "text", "");
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
+            if (!chat) cJSON_AddItemToObject(o, "timings", timings_object(j));
+            else cJSON_AddItemToObject(o, "timings", timings_object(j));
+            out_event(g, o);
+            g->phase = g->req.include_usage ? PHASE_USAGE : PHASE_DONE;
+            produced = true;
+        }
+        return produced;
+    }
+    if (g->phase == PHASE_USAGE) {
+        cJSON *o = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage_object(j));
+        out_event(g, o);
+        g->phase = PHASE_DONE;
+        return true;
+    }
+    if (g->phase == PHASE_DONE) {
+        static const char done[] = "data: [DONE]\n\n";
+        if (g->out_len + sizeof done > g->out_cap) {
+            char *grown = realloc(g->out, g->out_len + sizeof done);
+            if (!grown) return false;
+            g->out = grown;
+            g->out_cap = g->out_len + sizeof done;
+        }
+        memcpy(g->out + g->out_len, done, sizeof done - 1);
+        g->out_len += sizeof done - 1;
+        g->phase = PHASE_END;
+        return true;
+    }
+    return false;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen *g = cls;
+    server *s = g->srv;
+    for (;;) {
+        if (g->out_pos < g->out_len) {
+            size_t n = g->out_len - g->out_pos < max ? g->out_len - g->out_pos : max;
+            memcpy(buf, g->out + g->out_pos, n);
+            g->out_pos += n;
+            return (ssize_t)n;
+        }
+        g->out_len = g->out_pos = 0;
+        if (g->phase == PHASE_END) return MHD_CONTENT_READER_END_OF_STREAM;
+        scheduler_lock(s->sched);
+        bool produced = produce(g);
+        if (!produced) {
+            scheduler_wait(s->sched, g->job, 200);
+            produced = produce(g);
+        }
+        scheduler_unlock(s->sched);
+        if (!produced && http_client_gone(g->conn)) {
+            scheduler_cancel(s->sched, g->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* Called by libmicrohttpd when the stream ends, finished or cut (the client went away). */
+static void stream_free(void *cls) {
+    gen *g = cls;
+    scheduler_cancel(g->srv->sched, g->job);   /* no-op for a finished job */
+    gen_free(g);
+}
+
+static int route_generate(http_request *r, request_kind kind) {
+    int ret = MHD_NO;
+    gen *g = gen_start(r, kind, &ret);
+    if (!g) return ret;
+    if (!g->req.stream) return reply_whole(r, g);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
+    if (!resp) {
+        scheduler_cancel(r->srv->sched, g->job);
+        gen_free(g);
+        return MHD_NO;
+    }
+    return reply_stream(r, resp);
+}
+
+int route_chat_completions(http_request *r) { return route_generate(r, REQ_CHAT); }
+int route_completions(http_request *r) { return route_generate(r, REQ_COMPLETION); }
+
+int route_models(http_request *r) {
+    server *s = r->srv;
+    const quill_hparams *hp = quill_model_hparams(s->model);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "quill");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_vocab", (double)hp->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", (double)hp->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_embd", (double)hp->n_embd);
+    cJSON_AddNumberToObject(meta, "n_ctx_slot", scheduler_n_ctx(s->sched));
+    cJSON_AddNumberToObject(meta, "n_slots", s->cfg.n_slots);
+    cJSON_AddItemToArray(data, m);
+    return reply_json(r, 200, root);
+}

@@ -1,0 +1,228 @@
+/* quill serve: an OpenAI-compatible HTTP server on the batched multi-sequence engine.
+ *
+ *   serve.c          options, startup (the HTTP side answers "loading" while the model loads),
+ *                    signals, shutdown
+ *   http.c           libmicrohttpd daemon: bodies and their limits, auth, CORS, the route table,
+ *                    replies, error objects, metrics by status
+ *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
+ *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
+ *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
+ *                    fuzz/fuzz_request.c)
+ *   scheduler.c      the slots and the engine thread: continuous batching, queue, prefix reuse
+ *
+ * A new route: a handler in routes_*.c and a line in http.c's route table. */
+#ifndef QUILL_SERVER_H
+#define QUILL_SERVER_H
+
+#include "quill.h"
+#include "quill_chat.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---------------------------------------------------------------- errors (OpenAI's error object) */
+
+typedef struct api_error {
+    int status;             /* HTTP status: 400, 401, 404, 405, 413, 500, 503 */
+    const char *type;       /* "invalid_request_error", "authentication_error", ... */
+    const char *param;      /* the request field at fault, or NULL */
+    char message[512];
+} api_error;
+
+/* Fills *e (type from the status) and returns false, so that parsers can `return api_fail(...)`. */
+bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---------------------------------------------------------------- JSON and text helpers */
+
+/* Length of the valid UTF-8 prefix of s[0..n) (n when all of it is valid). */
+size_t utf8_valid_prefix(const char *s, size_t n);
+/* s[0..n) with every invalid byte replaced by U+FFFD; malloc'd, NUL-terminated. */
+char *utf8_sanitize(const char *s, size_t n);
+/* Checks a request body before parsing it: valid UTF-8, JSON nesting at most max_depth. */
+bool json_body_check(const char *body, size_t len, int max_depth, api_error *e);
+
+/* ---------------------------------------------------------------- requests (request.c) */
+
+typedef enum { REQ_CHAT, REQ_COMPLETION } request_kind;
+
+typedef struct request_limits {
+    int max_depth;
+    long max_tokens;        /* largest max_tokens a request may ask for; 0 = no limit */
+} request_limits;
+
+enum { MAX_STOP = 16, MAX_TOP_LOGPROBS = 20 };
+
+typedef struct gen_request {
+    request_kind kind;
+    char *model;                    /* as the client named it (echoed back); NULL when absent */
+    quill_chat_message *msgs;       /* chat: role and content malloc'd per message */
+    size_t n_msgs;
+    char *prompt;                   /* completion with a text prompt */
+    int32_t *prompt_ids;            /* completion with token ids */
+    size_t n_prompt_ids;
+    long max_tokens;                /* -1: until the end of generation or of the context */
+    quill_sampler_params sp;
+    bool seed_given, ignore_eos;
+    char *stop[MAX_STOP];
+    int n_stop;
+    bool stream, include_usage;
+    bool logprobs;
+    int top_logprobs;
+} gen_request;
+
+/* Parses and checks a /v1/chat/completions or /v1/completions body. Unknown fields are ignored;
+ * a known field of the wrong type or range is a 400 naming it. On failure *out holds nothing. */
+bool request_parse(const char *body, size_t len, request_kind kind, const request_limits *lim, gen_request *out,
+                   api_error *e);
+void request_free(gen_request *r);
+
+/* ---------------------------------------------------------------- scheduler (scheduler.c) */
+
+/* One generated token, for logprobs. */
+typedef struct token_info {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[MAX_TOP_LOGPROBS];
+    float top_logprob[MAX_TOP_LOGPROBS];
+} token_info;
+
+/* A request in flight, shared by its connection thread and the engine thread (both hold a
+ * reference; the last to let go frees it). Fields below `sched` are guarded by the scheduler's
+ * mutex. */
+typedef struct job {
+    /* set before submission, read-only afterwards */
+    int32_t *prompt;
+    int n_prompt;
+    quill_sampler_params sp;
+    long max_tokens;
+    char **stop;                /* borrowed from the request, which outlives the job's use of it */
+    int n_stop;
+    bool want_logprobs, ignore_eos;
+    int top_logprobs;
+    double t_submit;
+
+    /* guarded by the scheduler's mutex */
+    pthread_cond_t changed;     /* text, tokens or done changed */
+    int refs;
+    char *text;                 /* generated text; text[0..ready) is final (no stop string can
+                                 * still begin in it) */
+    size_t text_len, text_cap, ready;
+    token_info *tokens;         /* when want_logprobs */
+    size_t n_tokens, tokens_cap;
+    int n_generated, n_cached, slot;
+    double t_start, t_first, t_end;   /* started in a slot, first token, finished (ms) */
+    const char *finish_reason;  /* "stop" or "length" once done */
+    bool done, cancelled;
+    int error_status;           /* nonzero: ended by an error (message in error) */
+    char error[256];
+} job;
+
+typedef struct scheduler scheduler;
+
+typedef struct scheduler_params {
+    int n_slots;
+    int n_ctx;                  /* per slot */
+    int n_threads;
+    int n_batch;                /* tokens per step: generating slots first, then prompt chunks */
+    int max_queue;
+} scheduler_params;
+
+typedef struct scheduler_stats {
+    int n_slots, busy, queued;
+    unsigned long long prompt_tokens, cached_tokens, generated_tokens, steps;
+    double decode_seconds, generation_seconds;
+} scheduler_stats;
+
+quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler **out, quill_error *err);
+/* Ends every job (queued and running: an error "the server is shutting down") and stops the
+ * engine thread; the scheduler stays usable for releasing jobs and reading stats. */
+void scheduler_stop(scheduler *s);
+/* Stops it if needed and frees everything: after every connection has let go of its jobs. */
+void scheduler_free(scheduler *s);
+/* Queues a job (the scheduler takes a reference). False with a 503 when the queue is full or the
+ * server is stopping, a 400 when the prompt does not fit a slot. */
+bool scheduler_submit(scheduler *s, job *j, api_error *e);
+/* The client went away or gave up: the engine frees its slot at its next step. */
+void scheduler_cancel(scheduler *s, job *j);
+/* Waits until the job changed or `ms` passed; returns with the scheduler's mutex held. */
+void scheduler_lock(scheduler *s);
+void scheduler_unlock(scheduler *s);
+void scheduler_wait(scheduler *s, job *j, int ms);
+void scheduler_stats_get(scheduler *s, scheduler_stats *out);
+int scheduler_n_ctx(const scheduler *s);
+const char *scheduler_kernels(const scheduler *s);
+
+job *job_new(void);
+void job_release(scheduler *s, job *j);   /* drops a reference (under no lock) */
+
+/* ---------------------------------------------------------------- the server */
+
+typedef struct server_config {
+    const char *model_path, *host, *alias, *api_key, *chat_template_path, *chat_format, *cors_origin;
+    int port, n_ctx, n_slots, n_threads, n_batch, timeout_s, max_queue, max_connections, max_depth;
+    long max_tokens;
+    size_t max_body;
+} server_config;
+
+typedef struct server {
+    server_config cfg;
+    char *api_key;                  /* owned copy (from --api-key or --api-key-file) */
+    char *model_id;                 /* what /v1/models lists */
+    atomic_bool ready;              /* the model is loaded: /health says "ok" */
+    atomic_bool stopping;
+    quill_model *model;
+    const quill_tokenizer *tok;
+    char *chat_template;
+    scheduler *sched;
+    long long created;              /* start time, for the "created" fields */
+    atomic_ullong next_id;
+    /* requests by status, for /metrics */
+    pthread_mutex_t stats_mu;
+    unsigned long long by_status[6][100];   /* [status / 100][status % 100] */
+} server;
+
+/* ---------------------------------------------------------------- HTTP (http.c) */
+
+struct MHD_Connection;
+struct MHD_Response;
+
+typedef struct http_request {
+    server *srv;
+    struct MHD_Connection *conn;
+    const char *method, *url;
+    const char *body;
+    size_t body_len;
+} http_request;
+
+/* Replies, each counted by status in /metrics. `json` is consumed. */
+int reply_json(http_request *r, int status, cJSON *json);
+int reply_text(http_request *r, int status, const char *content_type, const char *text);
+int reply_error(http_request *r, const api_error *e);
+/* Queues a streamed reply (the response is consumed). */
+int reply_stream(http_request *r, struct MHD_Response *resp);
+/* True when the client closed its end of the connection. */
+bool http_client_gone(struct MHD_Connection *conn);
+void server_count_status(server *s, int status);
+
+typedef int (*route_fn)(http_request *r);
+int route_chat_completions(http_request *r);
+int route_completions(http_request *r);
+int route_models(http_request *r);
+int route_health(http_request *r);
+int route_metrics(http_request *r);
+int route_tokenize(http_request *r);
+int route_detokenize(http_request *r);
+
+struct MHD_Daemon *http_start(server *s, quill_error *err);
+int http_port(struct MHD_Daemon *d);
+
+double now_ms(void);
+
+int cmd_serve(int argc, char **argv);
+
+#endif
