@@ -466,13 +466,25 @@ TEST(server_queue_full_and_shutdown) {
     free(model);
     CHECK(ok);
     int running = start_long_stream(s.port);
+    /* the first holds the slot before the second comes, and the second waits in the queue before
+     * the third comes */
+    for (int i = 0; i < 200 && busy_slots(s.port) != 1; i++) usleep(50000);
     int queued = http_connect(s.port);
     char req[512];
     int n = snprintf(req, sizeof req,
                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(long_stream), long_stream);
     bool sent = queued >= 0 && send(queued, req, (size_t)n, MSG_NOSIGNAL) == n;
-    usleep(300000);
+    int depth = -1;
+    for (int i = 0; i < 200 && depth != 1; i++) {
+        usleep(50000);
+        http_resp m;
+        if (http_do(s.port, "GET", "/metrics", NULL, NULL, 0, 10, &m) && m.status == 200) {
+            const char *at = strstr(m.body, "\nquill_queue_depth ");
+            depth = at ? atoi(at + strlen("\nquill_queue_depth ")) : -1;
+        }
+        http_resp_free(&m);
+    }
     http_resp r;
     bool got = http_post(s.port, "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", &r);
     char *retry = got ? http_header(&r, "Retry-After") : NULL;
