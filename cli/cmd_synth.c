@@ -289,8 +289,11 @@ int cmd_synth(int argc, char **argv) {
             bad |= quill_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", 6) != QUILL_OK;
             bad |= quill_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), (float)arch->linear_scaling) != QUILL_OK;
         }
-        if (arch->rope_long_short)
+        if (arch->rope_long_short) {
+            /* Phi-3.5-mini's LongRoPE keys */
             bad |= quill_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"), 4096) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("rope.scaling.attn_factor"), 1.1902381f) != QUILL_OK;
+        }
         if (!strcmp(arch->arch, "llama"))
             bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
         for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {

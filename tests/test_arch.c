@@ -35,6 +35,12 @@ static const arch_case cases[] = {
     {"gemma2", "--arch gemma2 --layers 2 --window 5 --softcap 0.5,0.5 " SHAPE, "models/stories260K.gguf", true},
     /* six layers: five with the window and base 10000, then a global one */
     {"gemma3", "--arch gemma3 --layers 6 --window 5 " SHAPE, "models/stories260K.gguf", true},
+    /* byte-level BPE vocabularies: Llama 3's 128256 tokens and Qwen 2.5's 151669 (small layers, so
+     * that the embeddings stay ~35 MB) */
+    {"llama3-bpe", "--arch llama3 --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 128 --seed 7",
+     "tokenizer/ggml-vocab-llama-bpe.gguf", false},
+    {"qwen2-bpe", "--arch qwen2 --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 128 --seed 7",
+     "tokenizer/ggml-vocab-qwen2.gguf", false},
     /* the reference insists on Phi-3's own special tokens */
     {"phi3", "--arch phi3 --layers 2 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 7",
      "tokenizer/ggml-vocab-phi-3.gguf", false},
@@ -176,7 +182,7 @@ TEST(arch_f32_logits_match_the_reference) {
         if (fast && exact && nv == r.n_vocab) {
             const double vs_ref = rel_to_max(fast, r.logits, n), vs_exact = rel_to_max(fast, exact, n);
             const double ref_vs_exact = rel_to_max(r.logits, exact, n);
-            printf("    %-8s fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g\n",
+            printf("    %-10s fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g\n",
                    ac->name, vs_ref, vs_exact, ref_vs_exact);
             if (ac->gelu_table) {
                 CHECK(vs_exact < 1e-5, "%s: fast path %.3g from float64", ac->name, vs_exact);
@@ -236,7 +242,7 @@ TEST(arch_greedy_tokens_match_the_reference) {
             s = quill_eval(c, &best, 1, logits, false, &err);
             last = logits;
         }
-        printf("    %-8s %d of %d greedy tokens equal%s\n", ac->name, steps, r.n_greedy,
+        printf("    %-10s %d of %d greedy tokens equal%s\n", ac->name, steps, r.n_greedy,
                diverged_at_tie ? ", then a near-tie" : "");
         free(logits);
         free(r.logits);
@@ -265,7 +271,7 @@ TEST(arch_quantized_closer_to_truth_and_thread_invariant) {
         const size_t n = (size_t)N_PROMPT * (size_t)nv;
         if (fast && one && exact && nv == r.n_vocab) {
             const double ours = rms_rel_error(fast, exact, n), theirs = rms_rel_error(r.logits, exact, n);
-            printf("    %-8s q4_k_m rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", ac->name, ours,
+            printf("    %-10s q4_k_m rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", ac->name, ours,
                    theirs, theirs / ours);
             CHECK(2 * ours <= theirs, "%s: quill %.3g is not 2x closer to truth than the reference's %.3g", ac->name,
                   ours, theirs);
@@ -304,7 +310,7 @@ TEST(arch_traces_match_the_reference) {
         CHECK(quill_trace_compare(trace, ref, tol, &d, &nd, &bad, &err) == QUILL_OK, "%s", err.message);
         double worst = 0;
         for (size_t k = 0; k < nd; k++) if (d[k].rel > worst) worst = d[k].rel;
-        printf("    %-8s %zu tensors compared, worst rel %.3g\n", ac->name, nd, worst);
+        printf("    %-10s %zu tensors compared, worst rel %.3g\n", ac->name, nd, worst);
         const char *first = bad >= 0 ? d[bad].name : "";
         const double first_rel = bad >= 0 ? d[bad].rel : 0;
         bool has_qcur = false;

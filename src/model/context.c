@@ -82,13 +82,14 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
         if (ok && c->kern->matmul_scratch)
             ok = (c->matmul_scratch = malloc(c->kern->matmul_scratch(widest, (int)ub))) != NULL;
-        /* the angles in double, rounded once */
+        /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
+        const double mscale = m->ap.rope_attn_factor;
         for (size_t t = 0; ok && t < tables; t++)
             for (int pos = 0; pos < n_ctx; pos++)
                 for (size_t i = 0; i < half; i++) {
                     double theta = quill_rope_angle(c, (int)t, pos, (int64_t)i);
-                    c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)cos(theta);
-                    c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)sin(theta);
+                    c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(cos(theta) * mscale);
+                    c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(sin(theta) * mscale);
                 }
     }
     if (!ok) {

@@ -212,6 +212,13 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     double orig = (double)hp->n_ctx_train;
     key_real(m->gguf, a->name, "rope.scaling.original_context_length", &orig);
     ap->n_ctx_orig = orig >= 1 && orig < 1e9 ? (int64_t)orig : hp->n_ctx_train;
+    /* LongRoPE's magnitude correction (Phi-3.5 carries 1.19): the reference scales the rotation
+     * itself, so both q and k, in every architecture */
+    ap->rope_attn_factor = 1;
+    key_real(m->gguf, a->name, "rope.scaling.attn_factor", &ap->rope_attn_factor);
+    if (!(ap->rope_attn_factor > 0) || ap->rope_attn_factor > 1e3)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.scaling.attn_factor = %g is out of range", path, a->name,
+                          ap->rope_attn_factor);
     if (a->gemma_query_scale) {
         /* the reference computes it in float; the 27B shapes (46 or 62 layers) use n_embd / n_head */
         const bool big = hp->n_layer == (strcmp(a->name, "gemma2") ? 62 : 46);

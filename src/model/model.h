@@ -71,6 +71,7 @@ typedef struct {
     float *rope_factors;           /* [n_rot/2] frequency divisors or NULL */
     float *rope_factors_long;      /* [n_rot/2] the divisors beyond n_ctx_orig (Phi-3), or NULL */
     int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
+    double rope_attn_factor;       /* rope.scaling.attn_factor: multiplies the rotated q and k (1: none) */
 } quill_arch_params;
 
 struct quill_model {

@@ -35,7 +35,7 @@ static void ref_rope(const quill_context *c, int table, double *v, int64_t n_hea
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < half; i++) {
             double theta = quill_rope_angle(c, table, pos, i);
-            double co = cos(theta), s = sin(theta);
+            double co = cos(theta) * c->model->ap.rope_attn_factor, s = sin(theta) * c->model->ap.rope_attn_factor;
             double *p0 = v + h * hd + (neox ? i : 2 * i), *p1 = neox ? p0 + half : p0 + 1;
             double x0 = *p0, x1 = *p1;
             *p0 = x0 * co - x1 * s;
