@@ -40,7 +40,7 @@ $(BUILD)/src/kernels/kernels_avx512_exact.o: CFLAGS += -mavx512f -mavx512bw -mav
                                              -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 -mfma -mf16c
 endif
 
-.PHONY: all test test-san fuzz clean run bench-probe deps cross
+.PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
 $(BUILD)/%.o: %.c
@@ -69,6 +69,11 @@ deps:
 
 run: all
 	./$(BUILD)/quill run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 64 --temp 0
+
+# Batched decoding measured as the reference's llama-batched-bench does it (bench/vs_ref.sh).
+bench-batched: $(BUILD)/quill_batched
+$(BUILD)/quill_batched: $(BUILD)/bench/batched.o $(BUILD)/libquill.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md).
 bench-probe: $(BUILD)/amx_probe

@@ -1,0 +1,222 @@
+#!/bin/sh
+# quill against the reference implementation (../shared/ref), side by side on the same machine in
+# the same minutes: each measurement is a pair of runs back to back, quill and the reference's
+# llama-bench on the same model file (which of the two goes first alternates from pair to pair),
+# one timed repetition each after its own warm-up. A pair gives the ratio quill / reference; the
+# table shows, per line, the median of each program's speed, the median ratio and the spread of
+# the ratios (lowest-highest) over the pairs. These machines change speed by up to 2x from minute
+# to minute, so only the ratios of neighbouring runs mean much, and only on a quiet machine: the
+# load average is printed before and after. (The reference's threads spin at every barrier, as its
+# releases are built: with more runnable threads than cores its multi-threaded tg collapses, see
+# bench/README.md.)
+#
+#   bench/vs_ref.sh             the whole table: TinyLlama-1.1B-shaped models (random weights, real
+#                               tokenizer) in q4_0 q8_0 q4_k_m q6_k q5_k_m, 1 and 2 threads, pp512
+#                               and tg128, 5 pairs each; then batched decoding of 4 and 8 sequences
+#                               (2 threads) against llama-batched-bench, per sequence. About 1.5
+#                               hours on 2 quiet cores; narrow it with the variables below.
+#
+# Environment (defaults in brackets):
+#   QUILL_BENCH_DIR  models and raw results [../quill-bench-models, beside the repository]: the
+#                    f16 model is made with `quill synth --like tinyllama-1.1b`, the others from it
+#                    with the reference's llama-quantize, each only when absent
+#   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
+#   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
+#   QUILL [build/quill]   QUILL_BATCHED [build/quill_batched: make bench-batched]
+#   REF [../shared/ref/bin]
+# Needs sh, awk, sed and sort.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+QUILL=${QUILL:-$root/build/quill}
+QUILL_BATCHED=${QUILL_BATCHED:-$root/build/quill_batched}
+REF=${REF:-$root/../shared/ref/bin}
+DIR=${QUILL_BENCH_DIR:-$root/../quill-bench-models}
+VOCAB=$root/../shared/tokenizer/ggml-vocab-llama-spm.gguf
+TYPES=${TYPES:-q4_0 q8_0 q4_k_m q6_k q5_k_m}
+THREADS=${THREADS:-1 2}
+PAIRS=${PAIRS:-5}
+PP=${PP:-512}
+TG=${TG:-128}
+TESTS=${TESTS:-pp tg batched}
+NPL=${NPL:-4 8}
+BATCH_THREADS=${BATCH_THREADS:-2}
+BATCH_PP=${BATCH_PP:-128}
+BATCH_TG=${BATCH_TG:-128}
+
+die() { echo "vs_ref.sh: $*" >&2; exit 1; }
+number() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number, not '$2'" ;; esac; }
+number PAIRS "$PAIRS"; number PP "$PP"; number TG "$TG"; number BATCH_PP "$BATCH_PP"; number BATCH_TG "$BATCH_TG"
+[ "$PAIRS" -ge 1 ] || die "PAIRS must be at least 1"
+for t in $THREADS $BATCH_THREADS $NPL; do number "a thread or sequence count" "$t"; done
+for t in $TESTS; do case $t in pp | tg | batched) ;; *) die "TESTS lists pp, tg or batched, not '$t'" ;; esac; done
+[ -x "$QUILL" ] || die "$QUILL is not built (run make, or set QUILL)"
+[ -x "$REF/llama-bench" ] || die "$REF/llama-bench is missing (the shared reference data, or set REF)"
+case " $TESTS " in *" batched "*)
+    [ -x "$QUILL_BATCHED" ] || die "$QUILL_BATCHED is not built (make bench-batched, or leave batched out of TESTS)"
+    [ -x "$REF/llama-batched-bench" ] || die "$REF/llama-batched-bench is missing" ;;
+esac
+mkdir -p "$DIR" || die "cannot create $DIR"
+
+# ---------------------------------------------------------------- models
+
+f16=$DIR/tinyllama-f16.gguf
+model() { echo "$DIR/tinyllama-$1.gguf"; }
+ref_type() {
+    case $1 in
+        q4_0) echo Q4_0 ;; q8_0) echo Q8_0 ;; q4_k_m) echo Q4_K_M ;; q6_k) echo Q6_K ;; q5_k_m) echo Q5_K_M ;;
+        q4_1) echo Q4_1 ;; q5_0) echo Q5_0 ;; q5_1) echo Q5_1 ;; q4_k_s) echo Q4_K_S ;; q5_k_s) echo Q5_K_S ;;
+        *) die "no llama-quantize name known for type '$1'" ;;
+    esac
+}
+for t in $TYPES; do
+    q=$(model "$t")
+    [ -f "$q" ] && continue
+    if [ ! -f "$f16" ]; then
+        [ -f "$VOCAB" ] || die "$VOCAB is missing (the shared reference data)"
+        echo "synthesizing $f16" >&2
+        # written under a temporary name, so that an interrupted run leaves no half file to reuse
+        "$QUILL" synth --like tinyllama-1.1b --vocab "$VOCAB" -o "$f16.part" > "$DIR/synth.log" 2>&1 ||
+            { cat "$DIR/synth.log" >&2; die "quill synth failed"; }
+        mv "$f16.part" "$f16"
+    fi
+    echo "quantizing $q with the reference's llama-quantize" >&2
+    "$REF/llama-quantize" "$f16" "$q.part" "$(ref_type "$t")" 2 > "$DIR/quantize-$t.log" 2>&1 ||
+        { tail -n 20 "$DIR/quantize-$t.log" >&2; die "llama-quantize $t failed"; }
+    mv "$q.part" "$q"
+done
+
+# ---------------------------------------------------------------- one run of each program
+
+# t/s of quill bench's "pp" or "tg" line (its JSON is one key per line). A small bandwidth buffer
+# keeps the run short; the bandwidth is not what is compared here.
+quill_run() { # model threads test n
+    if [ "$3" = pp ]; then args="-p $4 -n 0"; else args="-p 0 -n $4"; fi
+    # shellcheck disable=SC2086 # $args is a list of options
+    "$QUILL" bench -m "$1" -t "$2" $args -r 1 --bw-mib 64 --json 2> "$LOG.err" > "$LOG.out" ||
+        { cat "$LOG.err" >&2; die "quill bench failed: $QUILL bench -m $1 -t $2 $args -r 1"; }
+    sed -n 's/^  "kernels": "\(.*\)",*$/\1/p' "$LOG.out" > "$OUT/quill-kernels"
+    awk -v key="\"$3\"" 'index($0, key ":") { sub(/.*"mean": */, ""); sub(/,.*/, ""); print; exit }' "$LOG.out"
+}
+
+ref_run() { # model threads test n
+    if [ "$3" = pp ]; then args="-p $4 -n 0"; else args="-p 0 -n $4"; fi
+    # shellcheck disable=SC2086
+    "$REF/llama-bench" -m "$1" -t "$2" $args -r 1 -o jsonl 2> "$LOG.err" > "$LOG.out" ||
+        { cat "$LOG.err" >&2; die "llama-bench failed: $REF/llama-bench -m $1 -t $2 $args -r 1"; }
+    grep -o 'libggml-cpu-[a-z0-9_]*\.so' "$LOG.err" | head -n 1 > "$OUT/ref-backend" || true
+    sed -n 's/.*"avg_ts": *\([0-9.eE+-]*\).*/\1/p' "$LOG.out" | head -n 1
+}
+
+# Batched decoding: tokens of all sequences per second while they generate.
+quill_batched_run() { # model threads npl
+    "$QUILL_BATCHED" -m "$1" -t "$2" -npp "$BATCH_PP" -ntg "$BATCH_TG" -npl "$3" 2> "$LOG.err" > "$LOG.out" ||
+        { cat "$LOG.err" >&2; die "quill_batched failed: $QUILL_BATCHED -m $1 -t $2 -npl $3"; }
+    sed -n 's/.*"kernels": "\([a-z0-9]*\)".*/\1/p' "$LOG.out" > "$OUT/quill-kernels"
+    sed -n 's/.*"speed_tg": *\([0-9.eE+-]*\).*/\1/p' "$LOG.out" | head -n 1
+}
+
+ref_batched_run() { # model threads npl
+    ctx=$(( $3 * (BATCH_PP + BATCH_TG) + 64 ))
+    "$REF/llama-batched-bench" -m "$1" -t "$2" -c "$ctx" -b 512 -ub 512 -npp "$BATCH_PP" -ntg "$BATCH_TG" \
+        -npl "$3" --output-format jsonl 2> "$LOG.err" > "$LOG.out" ||
+        { cat "$LOG.err" >&2; die "llama-batched-bench failed on $1 (-t $2 -npl $3)"; }
+    sed -n 's/.*"speed_tg": *\([0-9.eE+-]*\).*/\1/p' "$LOG.out" | head -n 1
+}
+
+# ---------------------------------------------------------------- the pairs
+
+stamp=$(date -u +%Y%m%d-%H%M%S)
+OUT=$DIR/vs_ref-$stamp
+mkdir -p "$OUT"
+LOG=$OUT/run
+RAW=$OUT/pairs.txt
+: > "$RAW"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+
+# One run of one side: quill or ref, kind pp, tg or batched (ARG: tokens, or sequences).
+one() { # side kind model threads arg
+    case "$1 $2" in
+        "quill pp" | "quill tg") quill_run "$3" "$4" "$2" "$5" ;;
+        "ref pp" | "ref tg") ref_run "$3" "$4" "$2" "$5" ;;
+        "quill batched") quill_batched_run "$3" "$4" "$5" ;;
+        "ref batched") ref_batched_run "$3" "$4" "$5" ;;
+    esac
+}
+
+# One line of the table: PAIRS pairs of runs; raw lines "type threads label pair quill ref" go to $RAW.
+measure() { # type model threads kind arg label
+    i=1
+    while [ "$i" -le "$PAIRS" ]; do
+        if [ $((i % 2)) -eq 1 ]; then
+            q=$(one quill "$4" "$2" "$3" "$5"); r=$(one ref "$4" "$2" "$3" "$5")
+        else
+            r=$(one ref "$4" "$2" "$3" "$5"); q=$(one quill "$4" "$2" "$3" "$5")
+        fi
+        [ -n "$q" ] && [ -n "$r" ] || die "a run gave no figure ($1, $3 threads, $6, pair $i): see $LOG.*"
+        echo "$1 $3 $6 $i $q $r" >> "$RAW"
+        echo "  $1 -t $3 $6 pair $i: quill $q, reference $r t/s" >&2
+        i=$((i + 1))
+    done
+}
+
+for t in $TYPES; do
+    m=$(model "$t")
+    for th in $THREADS; do
+        for test in $TESTS; do
+            case $test in
+                pp) measure "$t" "$m" "$th" pp "$PP" "pp$PP" ;;
+                tg) measure "$t" "$m" "$th" tg "$TG" "tg$TG" ;;
+            esac
+        done
+    done
+    case " $TESTS " in *" batched "*)
+        for th in $BATCH_THREADS; do
+            for n in $NPL; do measure "$t" "$m" "$th" batched "$n" "batch$n"; done
+        done ;;
+    esac
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+
+# ---------------------------------------------------------------- the table
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+flags=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 | tr ' ' '\n' |
+        grep -E '^(avx|avx2|fma|f16c|avx512|avx_vnni|amx)' | tr '\n' ' ')
+kernels=$(cat "$OUT/quill-kernels" 2>/dev/null || true)
+backend=$(cat "$OUT/ref-backend" 2>/dev/null || true)
+{
+    echo "quill vs the reference, TinyLlama-1.1B shape (random weights), $PAIRS alternating pairs per line"
+    echo "CPU: ${cpu:-unknown}, $(nproc 2>/dev/null || echo '?') CPUs; flags: $flags"
+    echo "quill: $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'), kernels ${kernels:-?};" \
+         "reference: $REF${backend:+ ($backend)}"
+    echo "load average before: $load_before, after: $load_after; $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "goals: tg >= 1.0x, pp >= 1.2x, batched per sequence >= 1.0x (issue 20)"
+    echo
+    awk '
+        function flush() {
+            if (!n) return
+            # insertion sorts: n is small
+            for (i = 1; i <= n; i++) { for (j = i; j > 1 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t } }
+            for (i = 1; i <= n; i++) { for (j = i; j > 1 && q[j - 1] > q[j]; j--) { t = q[j]; q[j] = q[j - 1]; q[j - 1] = t } }
+            for (i = 1; i <= n; i++) { for (j = i; j > 1 && f[j - 1] > f[j]; j--) { t = f[j]; f[j] = f[j - 1]; f[j - 1] = t } }
+            mr = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+            mq = n % 2 ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+            mf = n % 2 ? f[(n + 1) / 2] : (f[n / 2] + f[n / 2 + 1]) / 2
+            per = substr(test, 1, 5) == "batch" ? substr(test, 6) : 1
+            goal = substr(test, 1, 2) == "pp" ? 1.2 : 1.0
+            printf "%-7s %3s  %-8s %10.2f %10.2f   %6.3fx  %6.3f-%6.3f  %5d   %s\n", type, th, test, mq / per, mf / per,
+                   mr, r[1], r[n], n, (mr >= goal ? "met" : "missed")
+            n = 0
+        }
+        BEGIN { printf "%-7s %3s  %-8s %10s %10s   %7s  %13s  %5s   %s\n", "type", "thr", "test", "quill t/s",
+                       "ref t/s", "ratio", "ratio range", "pairs", "goal" }
+        { key = $1 " " $2 " " $3; if (key != last) { flush(); last = key; type = $1; th = $2; test = $3 }
+          n++; q[n] = $5; f[n] = $6; r[n] = $5 / $6 }
+        END { flush() }' "$RAW"
+    echo
+    echo "t/s: medians over the pairs (batchN: per sequence, while N sequences generate together);"
+    echo "ratio: median of quill / reference per pair, and the lowest and highest of them."
+    echo "raw pairs: $RAW"
+} | tee "$OUT/table.txt"
