@@ -439,8 +439,11 @@ TEST(server_client_vanishes_mid_stream) {
     make_jobs(&other, 1, s.port);
     pthread_t th;
     pthread_create(&th, NULL, client_run, &other);
-    usleep(200000);
     int busy_before = busy_slots(s.port);
+    for (int i = 0; i < 100 && busy_before < 1; i++) {
+        usleep(50000);
+        busy_before = busy_slots(s.port);
+    }
     if (fd >= 0) close(fd);
     pthread_join(th, NULL);
     int busy = -1;

@@ -339,6 +339,10 @@ TEST(nginx_failover_when_a_replica_dies) {
     /* two long streams: least_conn puts one on each replica */
     int s1 = ok ? open_stream(n.port) : -1, s2 = ok ? open_stream(n.port) : -1;
     double busy_a = metric(a.port, "quill_slots_busy");
+    for (int i = 0; i < 100 && busy_a != 1; i++) {   /* the first bytes come before a slot is taken */
+        usleep(50000);
+        busy_a = metric(a.port, "quill_slots_busy");
+    }
     if (ok && (s1 < 0 || s2 < 0 || busy_a != 1)) {
         test_fail(__FILE__, __LINE__, "the two streams should run one per replica (replica a busy: %g)", busy_a);
         ok = false;
