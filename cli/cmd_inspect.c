@@ -177,7 +177,7 @@ int cmd_inspect(int argc, char **argv) {
         }
         fputs("}\n", f);
     } else {
-        printf("\nllama hyperparameters\n");
+        printf("\n%s hyperparameters\n", have_hp ? hp.arch : "model");
         if (have_hp) print_hparams(f, &hp, false);
         else printf("  (none: %s)\n", herr.message);
     }

@@ -110,7 +110,7 @@ TEST(cli_inspect_text_every_shared_file) {
         snprintf(line, sizeof line, "tensors (%llu)\n", (unsigned long long)quill_gguf_n_tensors(g));
         CHECK_STR_CONTAINS(out, line);
         CHECK_STR_CONTAINS(out, "\ntotals\n");
-        CHECK_STR_CONTAINS(out, "\nllama hyperparameters\n");
+        CHECK_STR_CONTAINS(out, " hyperparameters\n");
         for (uint64_t k = 0; k < quill_gguf_n_kv(g); k++) {
             snprintf(line, sizeof line, "\n  %-40s ", quill_gguf_kv_at(g, k)->key);
             CHECK_STR_CONTAINS(out, line);
