@@ -87,6 +87,19 @@ static bool make_case(const char *shared, const arch_case *ac, case_files *f) {
     return rc == 0;
 }
 
+/* The generated models and golden files (~250 MB) go once the file's last test has used them. */
+static void remove_cases(void) {
+    for (size_t i = 0; i < N_CASES; i++) {
+        char path[700];
+        const char *suffixes[] = {"-f32.gguf", "-q4_k_m.gguf", "-f32.ref.json", "-f32.ref.logits.f32",
+                                  "-f32.ref.trace.bin", "-q4_k_m.ref.json", "-q4_k_m.ref.logits.f32", ".trace.gguf"};
+        for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+            snprintf(path, sizeof path, "%s/arch-%s%s", tmp_dir(), cases[i].name, suffixes[k]);
+            remove(path);
+        }
+    }
+}
+
 /* refdump's OUTPREFIX.json and OUTPREFIX.logits.f32 */
 typedef struct {
     float *logits;
@@ -395,7 +408,8 @@ static bool copy_scaling(const char *src, const char *dst, const char *const *na
     return ok;
 }
 
-/* quill verify passes a sound model and names the layer of a fault. A file's weights are the same
+/* quill verify passes a sound model and names the layer of a fault (the file's last test: it
+ * removes the generated models). A file's weights are the same
  * for both passes, so the fault is one the f32 arithmetic cannot carry and float64 can: layer 1's
  * attn_q and attn_k scaled by 1e20, whose scores (~1e40) overflow f32 in the fast path only. */
 TEST(arch_verify_names_an_injected_fault) {
@@ -417,4 +431,5 @@ TEST(arch_verify_names_an_injected_fault) {
     CHECK(rc == 1, "faulty model: exit %d: %s", rc, out);
     CHECK_STR_CONTAINS(out, "FAIL: kqv_out-1 (layer 1) is the first tensor beyond 0.01");
     free(out);
+    remove_cases();
 }
