@@ -5,9 +5,11 @@
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
-# -Werror is for development and CI (WERROR=0 for a user's build with another compiler's new warnings).
+# -Werror is for development and CI. `make install` builds without it (a user's newer compiler may
+# warn where ours does not); WERROR=0 does the same for any target.
 WERROR  ?= 1
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -D_DEFAULT_SOURCE \
+WERROR_FLAG = $(if $(filter 1,$(WERROR)),-Werror)
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -D_DEFAULT_SOURCE \
            -D_FILE_OFFSET_BITS=64 -Iinclude -Isrc -pthread -fPIC -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS  := -lpcre2-8 -lm -pthread
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -27,6 +29,18 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# libquill.so exports only what the public headers mark QUILL_API. The CLI and the tests link the
+# static library, where hidden symbols stay visible to the linker, so they may call internals.
+$(LIB_OBJ): CFLAGS += -fvisibility=hidden
+# The library's flags are set here, so a change here rebuilds it.
+$(LIB_OBJ): Makefile
+
+# The version is stated once, in include/quill.h; the SONAME follows the major version.
+quill_version_part = $(shell sed -n 's/^\#define QUILL_VERSION_$(1) *\([0-9][0-9]*\).*/\1/p' include/quill.h)
+VERSION_MAJOR := $(call quill_version_part,MAJOR)
+VERSION       := $(VERSION_MAJOR).$(call quill_version_part,MINOR).$(call quill_version_part,PATCH)
+SONAME        := libquill.so.$(VERSION_MAJOR)
+
 # SIMD kernels live in their own files, compiled for their instruction set and chosen at run time.
 # Only those files get ISA flags, and only when the target is x86-64: elsewhere they compile to
 # nothing and the scalar kernels run. Code that any CPU may run (the dispatcher, the scalar exact
@@ -40,18 +54,18 @@ $(BUILD)/src/kernels/kernels_avx512_exact.o: CFLAGS += -mavx512f -mavx512bw -mav
                                              -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 -mfma -mf16c
 endif
 
-.PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross
+.PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross install uninstall examples
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(WERROR_FLAG) -c $< -o $@
 
 $(BUILD)/libquill.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libquill.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/quill: $(CLI_OBJ) $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcjson -ledit $(LDLIBS)
@@ -74,6 +88,42 @@ run: all
 bench-batched: $(BUILD)/quill_batched
 $(BUILD)/quill_batched: $(BUILD)/bench/batched.o $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---------------------------------------------------------------- install (see the README's "Using the library")
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+PUBLIC_HEADERS := $(wildcard include/*.h)
+
+install: WERROR = 0
+install: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(BUILD)/quill $(DESTDIR)$(BINDIR)/quill
+	install -m 644 $(BUILD)/libquill.a $(DESTDIR)$(LIBDIR)/libquill.a
+	install -m 755 $(BUILD)/libquill.so $(DESTDIR)$(LIBDIR)/libquill.so.$(VERSION)
+	ln -sf libquill.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libquill.so
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 packaging/quill.1 $(DESTDIR)$(MANDIR)/man1/quill.1
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|; s|@LIBS_PRIVATE@|$(LDLIBS)|' packaging/quill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/quill.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/quill $(DESTDIR)$(LIBDIR)/libquill.a $(DESTDIR)$(LIBDIR)/libquill.so \
+	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libquill.so.$(VERSION) \
+	    $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_HEADERS))) $(DESTDIR)$(MANDIR)/man1/quill.1 \
+	    $(DESTDIR)$(PKGCONFIGDIR)/quill.pc
+
+# The examples, built against this tree (the suite also builds them against an installed copy).
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+examples: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libquill.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 
 # The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md).
 bench-probe: $(BUILD)/amx_probe

@@ -1,4 +1,8 @@
-/* libquill — run GGUF Llama-family models on the CPU, exactly.
+/* libquill — run GGUF language models on the CPU, exactly.
+ *
+ * This header is the whole API: it includes quill_model.h (tokenizer, model, context, sampling,
+ * generation), quill_chat.h (chat templates) and quill_quantize.h (quantization), each of which
+ * can also be included alone. Link with `pkg-config --cflags --libs quill`.
  *
  * Conventions: every fallible function returns a quill_status and, when `err` is not NULL, fills
  * it with a message that says what failed, where (file, offset, tensor, token) and what to do.
@@ -10,9 +14,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library's version; quill_version() tells the version of the library actually linked.
+ * The shared library's SONAME changes with the major version. */
+#define QUILL_VERSION_MAJOR 0
+#define QUILL_VERSION_MINOR 1
+#define QUILL_VERSION_PATCH 0
+#define QUILL_VERSION "0.1.0"
+
+/* Marks every public function: libquill is built with hidden visibility, so that libquill.so
+ * exports these and nothing else. */
+#if defined(__GNUC__)
+#define QUILL_API __attribute__((visibility("default")))
+#else
+#define QUILL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* "MAJOR.MINOR.PATCH" of the linked library. */
+QUILL_API const char *quill_version(void);
 
 /* ---------------------------------------------------------------- errors and logging */
 
@@ -33,12 +55,12 @@ typedef struct quill_error {
     char message[768];
 } quill_error;
 
-const char *quill_status_name(quill_status s);
+QUILL_API const char *quill_status_name(quill_status s);
 
 typedef enum { QUILL_LOG_DEBUG, QUILL_LOG_INFO, QUILL_LOG_WARN, QUILL_LOG_ERROR } quill_log_level;
 typedef void (*quill_log_fn)(quill_log_level level, const char *message, void *user);
 /* Sets the process-wide log sink; NULL (the default) discards everything. */
-void quill_set_log(quill_log_fn fn, void *user);
+QUILL_API void quill_set_log(quill_log_fn fn, void *user);
 
 /* ---------------------------------------------------------------- tensor types */
 
@@ -66,19 +88,19 @@ typedef struct quill_type_traits {
 } quill_type_traits;
 
 /* Traits of a type id, or NULL when the id is not a known ggml type. */
-const quill_type_traits *quill_type_traits_of(uint32_t type);
+QUILL_API const quill_type_traits *quill_type_traits_of(uint32_t type);
 /* "q4_K" or "unknown". */
-const char *quill_type_name(uint32_t type);
+QUILL_API const char *quill_type_name(uint32_t type);
 /* Bytes of a row of n elements (n must be a multiple of the block size). */
-size_t quill_row_size(uint32_t type, int64_t n);
+QUILL_API size_t quill_row_size(uint32_t type, int64_t n);
 /* Dequantizes n elements (a multiple of the block size) of a tensor of type `type`. */
-quill_status quill_dequantize(uint32_t type, const void *src, float *dst, int64_t n, quill_error *err);
+QUILL_API quill_status quill_dequantize(uint32_t type, const void *src, float *dst, int64_t n, quill_error *err);
 
 /* IEEE half and bfloat16 conversions (exact in this direction). */
-float quill_f16_to_f32(uint16_t h);
-float quill_bf16_to_f32(uint16_t h);
-uint16_t quill_f32_to_f16(float f);   /* round to nearest even */
-uint16_t quill_f32_to_bf16(float f);  /* round to nearest even */
+QUILL_API float quill_f16_to_f32(uint16_t h);
+QUILL_API float quill_bf16_to_f32(uint16_t h);
+QUILL_API uint16_t quill_f32_to_f16(float f);   /* round to nearest even */
+QUILL_API uint16_t quill_f32_to_bf16(float f);  /* round to nearest even */
 
 /* ---------------------------------------------------------------- GGUF files */
 
@@ -89,7 +111,7 @@ typedef enum quill_gguf_type {
     QUILL_GGUF_FLOAT64 = 12, QUILL_GGUF_TYPE_COUNT = 13
 } quill_gguf_type;
 
-const char *quill_gguf_type_name(uint32_t t);
+QUILL_API const char *quill_gguf_type_name(uint32_t t);
 
 /* A view of one metadata value inside the mapped file (nothing is copied).
  * Scalars: `data` points at the little-endian bytes. Strings: `data`/`count` are the bytes and
@@ -123,47 +145,47 @@ typedef struct quill_gguf_tensor {
 typedef struct quill_gguf quill_gguf;
 
 /* Maps and validates a whole file; on success the file can be read without further checks. */
-quill_status quill_gguf_open(const char *path, quill_gguf **out, quill_error *err);
+QUILL_API quill_status quill_gguf_open(const char *path, quill_gguf **out, quill_error *err);
 /* The same over bytes the caller owns and keeps alive (used by the fuzzer); `name` labels errors. */
-quill_status quill_gguf_open_memory(const void *data, size_t size, const char *name,
-                                    quill_gguf **out, quill_error *err);
-void quill_gguf_close(quill_gguf *g);
+QUILL_API quill_status quill_gguf_open_memory(const void *data, size_t size, const char *name,
+                                              quill_gguf **out, quill_error *err);
+QUILL_API void quill_gguf_close(quill_gguf *g);
 
-const char *quill_gguf_path(const quill_gguf *g);
-uint32_t quill_gguf_version(const quill_gguf *g);
-uint64_t quill_gguf_alignment(const quill_gguf *g);
-uint64_t quill_gguf_file_size(const quill_gguf *g);
-uint64_t quill_gguf_data_offset(const quill_gguf *g);
+QUILL_API const char *quill_gguf_path(const quill_gguf *g);
+QUILL_API uint32_t quill_gguf_version(const quill_gguf *g);
+QUILL_API uint64_t quill_gguf_alignment(const quill_gguf *g);
+QUILL_API uint64_t quill_gguf_file_size(const quill_gguf *g);
+QUILL_API uint64_t quill_gguf_data_offset(const quill_gguf *g);
 
-uint64_t quill_gguf_n_kv(const quill_gguf *g);
-const quill_gguf_kv *quill_gguf_kv_at(const quill_gguf *g, uint64_t i);
-const quill_gguf_value *quill_gguf_find(const quill_gguf *g, const char *key); /* NULL if absent */
+QUILL_API uint64_t quill_gguf_n_kv(const quill_gguf *g);
+QUILL_API const quill_gguf_kv *quill_gguf_kv_at(const quill_gguf *g, uint64_t i);
+QUILL_API const quill_gguf_value *quill_gguf_find(const quill_gguf *g, const char *key); /* NULL if absent */
 
-uint64_t quill_gguf_n_tensors(const quill_gguf *g);
-const quill_gguf_tensor *quill_gguf_tensor_at(const quill_gguf *g, uint64_t i);
-const quill_gguf_tensor *quill_gguf_find_tensor(const quill_gguf *g, const char *name);
+QUILL_API uint64_t quill_gguf_n_tensors(const quill_gguf *g);
+QUILL_API const quill_gguf_tensor *quill_gguf_tensor_at(const quill_gguf *g, uint64_t i);
+QUILL_API const quill_gguf_tensor *quill_gguf_find_tensor(const quill_gguf *g, const char *name);
 
 /* Typed getters by key. They return QUILL_E_NOT_FOUND when the key is absent and QUILL_E_FORMAT
  * (with a message naming the key and both types) when its type does not fit. Integers of any
  * width are accepted where they fit the requested range; floats accept floats and integers. */
-quill_status quill_gguf_get_u64(const quill_gguf *g, const char *key, uint64_t *out, quill_error *err);
-quill_status quill_gguf_get_i64(const quill_gguf *g, const char *key, int64_t *out, quill_error *err);
-quill_status quill_gguf_get_f64(const quill_gguf *g, const char *key, double *out, quill_error *err);
-quill_status quill_gguf_get_bool(const quill_gguf *g, const char *key, bool *out, quill_error *err);
+QUILL_API quill_status quill_gguf_get_u64(const quill_gguf *g, const char *key, uint64_t *out, quill_error *err);
+QUILL_API quill_status quill_gguf_get_i64(const quill_gguf *g, const char *key, int64_t *out, quill_error *err);
+QUILL_API quill_status quill_gguf_get_f64(const quill_gguf *g, const char *key, double *out, quill_error *err);
+QUILL_API quill_status quill_gguf_get_bool(const quill_gguf *g, const char *key, bool *out, quill_error *err);
 /* The string's bytes inside the mapping (not NUL-terminated) and their length. */
-quill_status quill_gguf_get_str(const quill_gguf *g, const char *key, const char **s, size_t *len,
-                                quill_error *err);
-quill_status quill_gguf_get_arr(const quill_gguf *g, const char *key, quill_gguf_value *out,
-                                quill_error *err);
+QUILL_API quill_status quill_gguf_get_str(const quill_gguf *g, const char *key, const char **s, size_t *len,
+                                          quill_error *err);
+QUILL_API quill_status quill_gguf_get_arr(const quill_gguf *g, const char *key, quill_gguf_value *out,
+                                          quill_error *err);
 
 /* Scalar conversions of a value (false when the type does not fit). */
-bool quill_gguf_value_u64(const quill_gguf_value *v, uint64_t *out);
-bool quill_gguf_value_i64(const quill_gguf_value *v, int64_t *out);
-bool quill_gguf_value_f64(const quill_gguf_value *v, double *out);
+QUILL_API bool quill_gguf_value_u64(const quill_gguf_value *v, uint64_t *out);
+QUILL_API bool quill_gguf_value_i64(const quill_gguf_value *v, int64_t *out);
+QUILL_API bool quill_gguf_value_f64(const quill_gguf_value *v, double *out);
 
 /* Sequential access to array elements: set `*cursor = 0` first, then each call yields the next
  * element (strings and nested arrays have variable size). Returns false past the end. */
-bool quill_gguf_array_next(const quill_gguf_value *arr, uint64_t *cursor, quill_gguf_value *elem);
+QUILL_API bool quill_gguf_array_next(const quill_gguf_value *arr, uint64_t *cursor, quill_gguf_value *elem);
 
 /* ---------------------------------------------------------------- GGUF writer */
 
@@ -174,37 +196,37 @@ bool quill_gguf_array_next(const quill_gguf_value *arr, uint64_t *cursor, quill_
  * alignment makes write() fail with QUILL_E_ARG. */
 typedef struct quill_gguf_writer quill_gguf_writer;
 
-quill_gguf_writer *quill_gguf_writer_new(void);
-void quill_gguf_writer_free(quill_gguf_writer *w);
-void quill_gguf_writer_set_alignment(quill_gguf_writer *w, uint32_t alignment);
+QUILL_API quill_gguf_writer *quill_gguf_writer_new(void);
+QUILL_API void quill_gguf_writer_free(quill_gguf_writer *w);
+QUILL_API void quill_gguf_writer_set_alignment(quill_gguf_writer *w, uint32_t alignment);
 /* Metadata. Arrays of numbers take `count` elements of `elem_type` in native layout. */
-quill_status quill_gguf_writer_add_u32(quill_gguf_writer *w, const char *key, uint32_t v);
-quill_status quill_gguf_writer_add_i32(quill_gguf_writer *w, const char *key, int32_t v);
-quill_status quill_gguf_writer_add_u64(quill_gguf_writer *w, const char *key, uint64_t v);
-quill_status quill_gguf_writer_add_f32(quill_gguf_writer *w, const char *key, float v);
-quill_status quill_gguf_writer_add_bool(quill_gguf_writer *w, const char *key, bool v);
-quill_status quill_gguf_writer_add_str(quill_gguf_writer *w, const char *key, const char *s, size_t len);
-quill_status quill_gguf_writer_add_arr(quill_gguf_writer *w, const char *key, uint32_t elem_type,
-                                       const void *elems, uint64_t count);
-quill_status quill_gguf_writer_add_str_arr(quill_gguf_writer *w, const char *key,
-                                           const char *const *strs, const size_t *lens, uint64_t count);
+QUILL_API quill_status quill_gguf_writer_add_u32(quill_gguf_writer *w, const char *key, uint32_t v);
+QUILL_API quill_status quill_gguf_writer_add_i32(quill_gguf_writer *w, const char *key, int32_t v);
+QUILL_API quill_status quill_gguf_writer_add_u64(quill_gguf_writer *w, const char *key, uint64_t v);
+QUILL_API quill_status quill_gguf_writer_add_f32(quill_gguf_writer *w, const char *key, float v);
+QUILL_API quill_status quill_gguf_writer_add_bool(quill_gguf_writer *w, const char *key, bool v);
+QUILL_API quill_status quill_gguf_writer_add_str(quill_gguf_writer *w, const char *key, const char *s, size_t len);
+QUILL_API quill_status quill_gguf_writer_add_arr(quill_gguf_writer *w, const char *key, uint32_t elem_type,
+                                                 const void *elems, uint64_t count);
+QUILL_API quill_status quill_gguf_writer_add_str_arr(quill_gguf_writer *w, const char *key,
+                                                     const char *const *strs, const size_t *lens, uint64_t count);
 /* Copies a value read from another file (any type, including nested arrays). */
-quill_status quill_gguf_writer_add_value(quill_gguf_writer *w, const char *key, const quill_gguf_value *v);
+QUILL_API quill_status quill_gguf_writer_add_value(quill_gguf_writer *w, const char *key, const quill_gguf_value *v);
 /* Tensors: `data` holds quill_row_size(type, ne[0]) * rows bytes and is copied. */
-quill_status quill_gguf_writer_add_tensor(quill_gguf_writer *w, const char *name, uint32_t type,
-                                          uint32_t n_dims, const int64_t *ne, const void *data);
-quill_status quill_gguf_writer_write(quill_gguf_writer *w, const char *path, quill_error *err);
+QUILL_API quill_status quill_gguf_writer_add_tensor(quill_gguf_writer *w, const char *name, uint32_t type,
+                                                    uint32_t n_dims, const int64_t *ne, const void *data);
+QUILL_API quill_status quill_gguf_writer_write(quill_gguf_writer *w, const char *path, quill_error *err);
 
 /* Streaming, for files too large to build in memory: declare tensors without data, write the
  * header with begin_stream, then pass every declared tensor's bytes in declaration order to
  * stream_data (in pieces of any size; padding is added between tensors; tensors added with data
  * are written when the stream reaches them) and close with finish_stream, which fails when data
  * is missing. Metadata and tensors cannot be added once streaming has begun. */
-quill_status quill_gguf_writer_add_tensor_info(quill_gguf_writer *w, const char *name, uint32_t type,
-                                               uint32_t n_dims, const int64_t *ne);
-quill_status quill_gguf_writer_begin_stream(quill_gguf_writer *w, const char *path, quill_error *err);
-quill_status quill_gguf_writer_stream_data(quill_gguf_writer *w, const void *data, size_t n, quill_error *err);
-quill_status quill_gguf_writer_finish_stream(quill_gguf_writer *w, quill_error *err);
+QUILL_API quill_status quill_gguf_writer_add_tensor_info(quill_gguf_writer *w, const char *name, uint32_t type,
+                                                         uint32_t n_dims, const int64_t *ne);
+QUILL_API quill_status quill_gguf_writer_begin_stream(quill_gguf_writer *w, const char *path, quill_error *err);
+QUILL_API quill_status quill_gguf_writer_stream_data(quill_gguf_writer *w, const void *data, size_t n, quill_error *err);
+QUILL_API quill_status quill_gguf_writer_finish_stream(quill_gguf_writer *w, quill_error *err);
 
 #ifdef __cplusplus
 }
@@ -212,5 +234,6 @@ quill_status quill_gguf_writer_finish_stream(quill_gguf_writer *w, quill_error *
 
 #include "quill_model.h"
 #include "quill_chat.h"
+#include "quill_quantize.h"
 
 #endif

@@ -28,20 +28,20 @@ typedef struct quill_chat_message {
  * `add_generation_prompt`. On success *out is a malloc'd NUL-terminated string the caller frees;
  * on failure *out is NULL. Errors: QUILL_E_ARG (NULL template/out, a message with a NULL field),
  * QUILL_E_TEMPLATE (syntax error, runtime error or raise_exception), QUILL_E_NOMEM. */
-quill_status quill_chat_render(const char *template_src, const quill_chat_message *msgs, size_t n_msgs,
-                               const char *bos_token, const char *eos_token, bool add_generation_prompt,
-                               char **out, quill_error *err);
+QUILL_API quill_status quill_chat_render(const char *template_src, const quill_chat_message *msgs, size_t n_msgs,
+                                         const char *bos_token, const char *eos_token, bool add_generation_prompt,
+                                         char **out, quill_error *err);
 
 /* Parses a template without rendering it: QUILL_OK or the syntax error render would report.
  * Runtime errors (undefined attributes, raise_exception) depend on the messages and are not found. */
-quill_status quill_chat_check(const char *template_src, quill_error *err);
+QUILL_API quill_status quill_chat_check(const char *template_src, quill_error *err);
 
 /* The Jinja source a model family publishes, for models whose GGUF carries no template:
  * "chatml", "llama2", "llama3", "zephyr", "mistral", "gemma". NULL for an unknown name. */
-const char *quill_chat_builtin_template(const char *name);
+QUILL_API const char *quill_chat_builtin_template(const char *name);
 
 /* The names quill_chat_builtin_template() knows, NULL-terminated. */
-const char *const *quill_chat_builtin_names(void);
+QUILL_API const char *const *quill_chat_builtin_names(void);
 
 #ifdef __cplusplus
 }

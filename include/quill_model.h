@@ -2,6 +2,8 @@
 #ifndef QUILL_MODEL_H
 #define QUILL_MODEL_H
 
+#include "quill.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,29 +21,29 @@ enum {
     QUILL_TOKEN_BYTE = 6
 };
 
-quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, quill_error *err);
-void quill_tokenizer_free(quill_tokenizer *t);
+QUILL_API quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, quill_error *err);
+QUILL_API void quill_tokenizer_free(quill_tokenizer *t);
 
-int32_t quill_tokenizer_n_vocab(const quill_tokenizer *t);
-int32_t quill_tokenizer_bos(const quill_tokenizer *t);   /* -1 when the model has none */
-int32_t quill_tokenizer_eos(const quill_tokenizer *t);
-bool quill_tokenizer_add_bos(const quill_tokenizer *t);
-bool quill_tokenizer_add_eos(const quill_tokenizer *t);
+QUILL_API int32_t quill_tokenizer_n_vocab(const quill_tokenizer *t);
+QUILL_API int32_t quill_tokenizer_bos(const quill_tokenizer *t);   /* -1 when the model has none */
+QUILL_API int32_t quill_tokenizer_eos(const quill_tokenizer *t);
+QUILL_API bool quill_tokenizer_add_bos(const quill_tokenizer *t);
+QUILL_API bool quill_tokenizer_add_eos(const quill_tokenizer *t);
 /* End of generation: EOS, EOT and similar control tokens. */
-bool quill_tokenizer_is_eog(const quill_tokenizer *t, int32_t id);
-int quill_tokenizer_token_type(const quill_tokenizer *t, int32_t id);
+QUILL_API bool quill_tokenizer_is_eog(const quill_tokenizer *t, int32_t id);
+QUILL_API int quill_tokenizer_token_type(const quill_tokenizer *t, int32_t id);
 /* The vocabulary entry as stored (e.g. "▁the", "<0x0A>", "</s>"); NULL for an invalid id. */
-const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id);
+QUILL_API const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id);
 
 /* Text to ids. `add_special` adds BOS/EOS as the model's add_bos_token/add_eos_token ask;
  * `parse_special` turns control-token text such as "</s>" into its id. *tokens is malloc'd. */
-quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,
-                            bool parse_special, int32_t **tokens, size_t *n_tokens, quill_error *err);
+QUILL_API quill_status quill_tokenize(const quill_tokenizer *t, const char *text, size_t len, bool add_special,
+                                      bool parse_special, int32_t **tokens, size_t *n_tokens, quill_error *err);
 
 /* The bytes a token stands for ("▁" becomes a space, <0xNN> a byte; control tokens give nothing
  * unless `render_special`). Returns the byte count, which may exceed `cap` (nothing is written
  * past it); -1 for an invalid id. */
-int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+QUILL_API int quill_token_to_bytes(const quill_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
 
 /* Streaming detokenizer: bytes of a UTF-8 character split across tokens are held back until the
  * character is complete, and the space the tokenizer put in front of the first word is removed. */
@@ -56,13 +58,13 @@ typedef struct quill_detokenizer {
 /* `text_start`: the first token pushed begins the text, so the space the tokenizer put in front
  * of the first word is removed. A continuation of a prompt is not the start of the text: its
  * leading space is real and stays (pass false). */
-void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special, bool text_start);
+QUILL_API void quill_detokenizer_init(quill_detokenizer *d, const quill_tokenizer *t, bool render_special, bool text_start);
 /* Feeds one token; writes the bytes now complete to `out` (cap >= 256 is always enough) and
  * returns their count. Each byte of an invalid UTF-8 sequence comes out as U+FFFD, as the
  * reference renders text. */
-size_t quill_detokenizer_push(quill_detokenizer *d, int32_t id, char *out, size_t cap);
+QUILL_API size_t quill_detokenizer_push(quill_detokenizer *d, int32_t id, char *out, size_t cap);
 /* Emits whatever is still held (each byte of an incomplete character becomes U+FFFD). */
-size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap);
+QUILL_API size_t quill_detokenizer_flush(quill_detokenizer *d, char *out, size_t cap);
 
 /* ---------------------------------------------------------------- model */
 
@@ -80,17 +82,17 @@ typedef struct quill_hparams {
 } quill_hparams;
 
 /* Reads and checks the hyperparameters of a model GGUF (refuses architectures quill does not run). */
-quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, quill_error *err);
+QUILL_API quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, quill_error *err);
 
 typedef struct quill_model quill_model;
 
 /* Maps the file, checks every tensor's presence, type and shape, and loads the tokenizer. The
  * weights stay in the mapping in their stored type. */
-quill_status quill_model_load(const char *path, quill_model **out, quill_error *err);
-void quill_model_free(quill_model *m);
-const quill_hparams *quill_model_hparams(const quill_model *m);
-const quill_tokenizer *quill_model_tokenizer(const quill_model *m);
-const quill_gguf *quill_model_gguf(const quill_model *m);
+QUILL_API quill_status quill_model_load(const char *path, quill_model **out, quill_error *err);
+QUILL_API void quill_model_free(quill_model *m);
+QUILL_API const quill_hparams *quill_model_hparams(const quill_model *m);
+QUILL_API const quill_tokenizer *quill_model_tokenizer(const quill_model *m);
+QUILL_API const quill_gguf *quill_model_gguf(const quill_model *m);
 
 /* ---------------------------------------------------------------- inference context */
 
@@ -109,18 +111,18 @@ typedef struct quill_context_params {
 typedef void (*quill_trace_fn)(const char *name, const float *data, int n_dims, const int64_t *ne,
                                void *user);
 
-quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
-                               quill_error *err);
-void quill_context_free(quill_context *c);
+QUILL_API quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
+                                         quill_error *err);
+QUILL_API void quill_context_free(quill_context *c);
 /* Tokens already in the KV cache (of sequence 0). */
-int quill_context_pos(const quill_context *c);
-int quill_context_n_ctx(const quill_context *c);
+QUILL_API int quill_context_pos(const quill_context *c);
+QUILL_API int quill_context_n_ctx(const quill_context *c);
 /* The kernel set it computes with: "amx", "vnni", "avx512", "avx2" or "scalar" (the best the CPU
  * offers, or the one QUILL_ISA names), or "reference" for the float64 path. */
-const char *quill_context_kernels(const quill_context *c);
+QUILL_API const char *quill_context_kernels(const quill_context *c);
 /* Forgets cached tokens of sequence 0 from position `pos` on (0 clears the conversation). */
-void quill_context_truncate(quill_context *c, int pos);
-void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);
+QUILL_API void quill_context_truncate(quill_context *c, int pos);
+QUILL_API void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);
 
 /* ---------------------------------------------------------------- several sequences at once
  *
@@ -141,36 +143,36 @@ typedef struct quill_batch {
 
 /* Evaluates a batch. `logits` (may be NULL) receives n_vocab floats for each token that asked
  * for them, in batch order. A batch that fails its checks changes nothing. */
-quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits, quill_error *err);
-int quill_context_n_seq(const quill_context *c);
+QUILL_API quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits, quill_error *err);
+QUILL_API int quill_context_n_seq(const quill_context *c);
 /* Positions cached for sequence `seq` (its next position); -1 for an invalid id. */
-int quill_seq_len(const quill_context *c, int seq);
+QUILL_API int quill_seq_len(const quill_context *c, int seq);
 /* Forgets sequence `seq`'s positions from `pos` on (0 clears it). */
-void quill_seq_truncate(quill_context *c, int seq, int pos);
+QUILL_API void quill_seq_truncate(quill_context *c, int seq, int pos);
 /* Makes `dst` hold the first `n` positions of `src` (prompt reuse: a conversation that starts
  * like another one need not evaluate the shared part again); `dst` forgets what it held. */
-quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
+QUILL_API quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
 
 /* Evaluates `n` tokens at the next positions of sequence 0, as one batch. `logits` receives n × n_vocab floats
  * (one row per token) when `all_logits`, else only the last token's n_vocab; it may be NULL. */
-quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
-                        quill_error *err);
+QUILL_API quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
+                                  quill_error *err);
 
 /* ---------------------------------------------------------------- traces */
 
 /* Records what a quill_trace_fn receives; tensors seen again (the next micro-batch of the same
  * prompt) are appended along their last dimension, the token dimension. */
 typedef struct quill_trace_recorder quill_trace_recorder;
-quill_trace_recorder *quill_trace_recorder_new(void);
-void quill_trace_recorder_free(quill_trace_recorder *r);
+QUILL_API quill_trace_recorder *quill_trace_recorder_new(void);
+QUILL_API void quill_trace_recorder_free(quill_trace_recorder *r);
 /* A quill_trace_fn: pass the recorder as `user`. */
-void quill_trace_record(const char *name, const float *data, int n_dims, const int64_t *ne, void *recorder);
+QUILL_API void quill_trace_record(const char *name, const float *data, int n_dims, const int64_t *ne, void *recorder);
 /* Writes every recorded tensor as F32 into a GGUF file, like the reference's trace files. */
-quill_status quill_trace_recorder_write(const quill_trace_recorder *r, const char *path, quill_error *err);
+QUILL_API quill_status quill_trace_recorder_write(const quill_trace_recorder *r, const char *path, quill_error *err);
 
 /* Position of a trace tensor name in the forward pass ("inp_embd" first, "result_norm" last);
  * names it does not know sort after all others. */
-int64_t quill_trace_rank(const char *name);
+QUILL_API int64_t quill_trace_rank(const char *name);
 
 typedef struct quill_trace_diff {
     const char *name;
@@ -185,12 +187,12 @@ typedef struct quill_trace_diff {
  * is a trace GGUF (quill's --trace, the reference's older traces) or the records of the
  * reference's refdump (trace.bin).
  * *diffs is malloc'd; *first_bad is the index of the first tensor with rel > tol, or -1. */
-quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
-                                 size_t *n_diffs, int64_t *first_bad, quill_error *err);
+QUILL_API quill_status quill_trace_compare(const char *path_a, const char *path_b, double tol, quill_trace_diff **diffs,
+                                           size_t *n_diffs, int64_t *first_bad, quill_error *err);
 /* The same for two recorders in memory (b is the reference), e.g. the fast and the float64 pass. */
-quill_status quill_trace_compare_recorded(const quill_trace_recorder *a, const quill_trace_recorder *b, double tol,
-                                          quill_trace_diff **diffs, size_t *n_diffs, int64_t *first_bad,
-                                          quill_error *err);
+QUILL_API quill_status quill_trace_compare_recorded(const quill_trace_recorder *a, const quill_trace_recorder *b, double tol,
+                                                    quill_trace_diff **diffs, size_t *n_diffs, int64_t *first_bad,
+                                                    quill_error *err);
 
 /* ---------------------------------------------------------------- sampling */
 
@@ -206,30 +208,30 @@ typedef struct quill_sampler_params {
     uint64_t seed;
 } quill_sampler_params;
 
-quill_sampler_params quill_sampler_defaults(void);
+QUILL_API quill_sampler_params quill_sampler_defaults(void);
 
 /* QUILL_OK when every field is in range, else QUILL_E_ARG naming the field, its range and what
  * the "off" value is. quill_sampler_new() checks the same. */
-quill_status quill_sampler_params_check(const quill_sampler_params *p, quill_error *err);
+QUILL_API quill_status quill_sampler_params_check(const quill_sampler_params *p, quill_error *err);
 
 /* Sets one option by name from its text, so that every front end (CLI flags, server fields)
  * accepts the same names, ranges and messages: "temperature" (or "temp"), "top_k", "top_p",
  * "min_p", "repeat_penalty", "repeat_last_n", "seed" (leading dashes are skipped and dashes may stand
  * for underscores, so "--top-p" works; messages use the name as given). A seed
  * of -1 draws a random seed and stores it in p->seed, so it can be shown and reused. */
-quill_status quill_sampler_params_set(quill_sampler_params *p, const char *name, const char *value,
-                                      quill_error *err);
+QUILL_API quill_status quill_sampler_params_set(quill_sampler_params *p, const char *name, const char *value,
+                                                quill_error *err);
 /* A seed from the system's entropy source (the clock when there is none). */
-uint64_t quill_random_seed(void);
+QUILL_API uint64_t quill_random_seed(void);
 
 typedef struct quill_sampler quill_sampler;
-quill_status quill_sampler_new(const quill_sampler_params *p, int32_t n_vocab, quill_sampler **out,
-                               quill_error *err);
-void quill_sampler_free(quill_sampler *s);
+QUILL_API quill_status quill_sampler_new(const quill_sampler_params *p, int32_t n_vocab, quill_sampler **out,
+                                         quill_error *err);
+QUILL_API void quill_sampler_free(quill_sampler *s);
 /* Records a token (prompt or generated) for the repetition penalty window. */
-void quill_sampler_accept(quill_sampler *s, int32_t token);
+QUILL_API void quill_sampler_accept(quill_sampler *s, int32_t token);
 /* Picks the next token from logits (which it may modify). */
-int32_t quill_sampler_sample(quill_sampler *s, float *logits);
+QUILL_API int32_t quill_sampler_sample(quill_sampler *s, float *logits);
 
 /* ---------------------------------------------------------------- generation */
 
@@ -239,7 +241,7 @@ typedef enum quill_finish {
     QUILL_FINISH_LENGTH,    /* n_predict tokens, or the context is full */
 } quill_finish;
 /* "stop" or "length", as the OpenAI API names them. */
-const char *quill_finish_name(quill_finish f);
+QUILL_API const char *quill_finish_name(quill_finish f);
 
 typedef struct quill_generate_params {
     quill_sampler_params sampling;  /* used when quill_generate() is given no sampler */
@@ -265,7 +267,7 @@ typedef struct quill_generate_params {
 } quill_generate_params;
 
 /* n_predict 128, quill_sampler_defaults(), everything else off. */
-quill_generate_params quill_generate_defaults(void);
+QUILL_API quill_generate_params quill_generate_defaults(void);
 
 /* Receives each generated token with the text it completes (possibly empty: a UTF-8 character
  * split across tokens, or text held back while it could become a stop string). A final call with
@@ -286,15 +288,15 @@ typedef struct quill_generate_result {
  * detokenizes and streams tokens to `fn` until a stop condition. `sampler` may be NULL: one is made
  * from p->sampling for this call. `fn` and `result` may be NULL. On an error the result still
  * tells what was done; the context holds every token that was evaluated. */
-quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int32_t *prompt, size_t n_prompt,
-                            const quill_generate_params *p, quill_generate_fn fn, void *user,
-                            quill_generate_result *result, quill_error *err);
+QUILL_API quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int32_t *prompt, size_t n_prompt,
+                                      const quill_generate_params *p, quill_generate_fn fn, void *user,
+                                      quill_generate_result *result, quill_error *err);
 
 /* Text in, streamed text out: tokenizes `prompt` as the model asks (BOS as add_bos_token says) and
  * continues it with quill_generate() on a fresh context position 0 (the context is cleared). */
-quill_status quill_generate_text(quill_context *c, const char *prompt, const quill_generate_params *p,
-                                 quill_generate_fn fn, void *user, quill_generate_result *result,
-                                 quill_error *err);
+QUILL_API quill_status quill_generate_text(quill_context *c, const char *prompt, const quill_generate_params *p,
+                                           quill_generate_fn fn, void *user, quill_generate_result *result,
+                                           quill_error *err);
 
 /* ---------------------------------------------------------------- chat prompts (see quill_chat.h) */
 
@@ -302,15 +304,15 @@ struct quill_chat_message;
 /* The template that applies to a model: `override_src` when given, else the model's own
  * tokenizer.chat_template, else the built-in template `format` (chatml, llama2, ...). *out is a
  * malloc'd copy. QUILL_E_NOT_FOUND when none applies. */
-quill_status quill_chat_template_for(const quill_model *m, const char *override_src, const char *format,
-                                     char **out, quill_error *err);
+QUILL_API quill_status quill_chat_template_for(const quill_model *m, const char *override_src, const char *format,
+                                               char **out, quill_error *err);
 /* Renders a conversation and tokenizes it with special-token parsing on; BOS is added as the
  * model asks unless the rendered text already starts with it. *tokens (and *text when not NULL,
  * the rendered prompt) are malloc'd. */
-quill_status quill_chat_tokenize(const quill_model *m, const char *template_src,
-                                 const struct quill_chat_message *msgs, size_t n_msgs,
-                                 bool add_generation_prompt, int32_t **tokens, size_t *n_tokens,
-                                 char **text, quill_error *err);
+QUILL_API quill_status quill_chat_tokenize(const quill_model *m, const char *template_src,
+                                           const struct quill_chat_message *msgs, size_t n_msgs,
+                                           bool add_generation_prompt, int32_t **tokens, size_t *n_tokens,
+                                           char **text, quill_error *err);
 
 #ifdef __cplusplus
 }

@@ -18,14 +18,14 @@ extern "C" {
 
 /* True when quill_quantize_rows can produce `type`: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
  * q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs. */
-bool quill_can_quantize(uint32_t type);
+QUILL_API bool quill_can_quantize(uint32_t type);
 
 /* Quantizes `n_rows` rows of `n_per_row` floats (contiguous) into `dst`, which receives
  * quill_row_size(type, n_per_row) * n_rows bytes. n_per_row must be a multiple of the type's block
  * size (QUILL_E_ARG otherwise). Deterministic; rows are independent, so any split of the rows
  * gives the same bytes. */
-quill_status quill_quantize_rows(uint32_t type, const float *src, void *dst, int64_t n_rows,
-                                 int64_t n_per_row, quill_error *err);
+QUILL_API quill_status quill_quantize_rows(uint32_t type, const float *src, void *dst, int64_t n_rows,
+                                           int64_t n_per_row, quill_error *err);
 
 /* ---------------------------------------------------------------- file types */
 
@@ -54,13 +54,13 @@ typedef enum quill_ftype {
 
 /* "q4_k_m" (case-insensitive; also "Q4_K_M", "q6_k", "f16", ...) to a file type; false when quill
  * cannot produce that mix. */
-bool quill_ftype_from_name(const char *name, quill_ftype *out);
+QUILL_API bool quill_ftype_from_name(const char *name, quill_ftype *out);
 /* "q4_k_m" or NULL for a value quill cannot produce. */
-const char *quill_ftype_name(quill_ftype ftype);
+QUILL_API const char *quill_ftype_name(quill_ftype ftype);
 /* The type most tensors of the mix get (q4_K for q4_k_m, f16 for f16). */
-uint32_t quill_ftype_base_type(quill_ftype ftype);
+QUILL_API uint32_t quill_ftype_base_type(quill_ftype ftype);
 /* Space-separated list of the names quill_ftype_from_name accepts (for usage messages). */
-const char *quill_ftype_names(void);
+QUILL_API const char *quill_ftype_names(void);
 
 /* ---------------------------------------------------------------- whole files */
 
@@ -100,14 +100,14 @@ typedef struct quill_quantize_params {
  * quill_gguf_n_tensors(in) entries in output order. Fails (QUILL_E_UNSUPPORTED) when a tensor can
  * not be produced, e.g. rows of a length no type of the mix fits, or a quantized input tensor
  * that would need requantizing. */
-quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, bool pure, quill_quant_choice *choices,
-                                 quill_error *err);
+QUILL_API quill_status quill_quantize_plan(const quill_gguf *in, quill_ftype ftype, bool pure, quill_quant_choice *choices,
+                                           quill_error *err);
 
 /* Quantizes a Llama GGUF with F32 / F16 / BF16 weights into `out_path`: all metadata is copied,
  * general.quantization_version = 2 and general.file_type = ftype are set, tensors are streamed to
  * disk one at a time (memory stays near the largest tensor's size). */
-quill_status quill_quantize_file(const char *in_path, const char *out_path, const quill_quantize_params *params,
-                                 quill_error *err);
+QUILL_API quill_status quill_quantize_file(const char *in_path, const char *out_path, const quill_quantize_params *params,
+                                           quill_error *err);
 
 #ifdef __cplusplus
 }
