@@ -12,8 +12,18 @@ case "${1:-}" in
     *) echo "install-deps: unknown option '$1' (the only one is --dry-run)" >&2; exit 2 ;;
 esac
 
-packages=$(sed -e 's/#.*//' scripts/debian-packages.txt | tr -s ' \t\n' '   ')
-if [ -z "$(echo "$packages" | tr -d ' ')" ]; then
+packages=""
+while read -r package guard command rest; do
+    case "$package" in "" | "#"*) continue ;; esac
+    if [ "$guard" = "unless" ] && [ -n "$command" ]; then
+        command -v "$command" >/dev/null 2>&1 && continue
+    elif [ -n "$guard" ] && [ "${guard#\#}" = "$guard" ]; then
+        echo "install-deps: scripts/debian-packages.txt: '$guard' after '$package' (a line is PACKAGE [unless COMMAND])" >&2
+        exit 1
+    fi
+    packages="$packages $package"
+done < scripts/debian-packages.txt
+if [ -z "$packages" ]; then
     echo "install-deps: scripts/debian-packages.txt lists no packages" >&2
     exit 1
 fi
