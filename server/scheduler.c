@@ -110,46 +110,20 @@ static bool text_append(job *j, const char *bytes, size_t n) {
     return true;
 }
 
-static const char *find(const char *hay, size_t n, const char *needle, size_t m) {
-    for (size_t i = 0; i + m <= n; i++)
-        if (hay[i] == needle[0] && !memcmp(hay + i, needle, m)) return hay + i;
-    return NULL;
-}
-
 /* After new text: cuts it at the first stop string (true when one was found), or marks ready
- * everything no stop string can still begin in. */
+ * everything no stop string can still begin in (the library's rule, quill_stop_scan). Nothing
+ * before the ready mark can begin one, so only text[ready..] is scanned. */
 static bool check_stop(job *j) {
-    if (j->n_stop == 0) {
-        j->ready = j->text_len;
-        return false;
-    }
-    size_t longest = 0;
-    for (int i = 0; i < j->n_stop; i++)
-        if (strlen(j->stop[i]) > longest) longest = strlen(j->stop[i]);
-    /* a match ends in the new text, so it starts at most `longest` bytes before the ready mark */
-    size_t from = j->ready > longest ? j->ready - longest : 0;
-    const char *first = NULL;
-    for (int i = 0; i < j->n_stop; i++) {
-        const char *m = find(j->text + from, j->text_len - from, j->stop[i], strlen(j->stop[i]));
-        if (m && (!first || m < first)) first = m;
-    }
-    if (first) {
-        j->text_len = (size_t)(first - j->text);
+    if (j->ready == j->text_len) return false;   /* nothing new (and maybe no text at all yet) */
+    size_t release;
+    long at = quill_stop_scan(j->text + j->ready, j->text_len - j->ready, (const char *const *)j->stop,
+                              (size_t)j->n_stop, &release);
+    if (at >= 0) {
+        j->text_len = j->ready + (size_t)at;
         j->text[j->text_len] = 0;
-        j->ready = j->text_len;
-        return true;
     }
-    size_t hold = 0;
-    for (int i = 0; i < j->n_stop; i++) {
-        size_t n = strlen(j->stop[i]);
-        for (size_t k = n - 1; k > hold; k--)
-            if (k <= j->text_len && !memcmp(j->text + j->text_len - k, j->stop[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    if (j->text_len - hold > j->ready) j->ready = j->text_len - hold;
-    return false;
+    j->ready += release;
+    return at >= 0;
 }
 
 /* ---------------------------------------------------------------- slots (engine thread, under the mutex) */

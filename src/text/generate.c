@@ -54,29 +54,28 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
     return NULL;
 }
 
-/* The earliest complete stop string in the held text: its offset, or -1. */
-static long stop_match(const held_text *h, const quill_generate_params *p) {
+long quill_stop_scan(const char *text, size_t len, const char *const *stop, size_t n_stop, size_t *release) {
     long best = -1;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        const char *s = p->stop[i];
+    for (size_t i = 0; i < n_stop; i++) {
+        const char *s = stop[i];
         if (!s || !*s) continue;
-        const char *at = find_bytes(h->buf, h->len, s, strlen(s));
-        if (at && (best < 0 || at - h->buf < best)) best = at - h->buf;
+        const char *at = find_bytes(text, len, s, strlen(s));
+        if (at && (best < 0 || at - text < best)) best = at - text;
     }
-    return best;
-}
-
-/* How many leading bytes of the held text can no longer be part of a stop string: everything
- * before the earliest suffix that is a proper beginning of some stop string. */
-static size_t releasable(const held_text *h, const quill_generate_params *p) {
-    for (size_t start = 0; start < h->len; start++) {
-        size_t tail = h->len - start;
-        for (size_t i = 0; i < p->n_stop; i++) {
-            const char *s = p->stop[i];
-            if (s && strlen(s) > tail && !memcmp(h->buf + start, s, tail)) return start;
+    /* everything before the earliest suffix that is a proper beginning of some stop string */
+    size_t free_bytes = len;
+    for (size_t start = 0; start < len && free_bytes == len; start++) {
+        size_t tail = len - start;
+        for (size_t i = 0; i < n_stop; i++) {
+            const char *s = stop[i];
+            if (s && strlen(s) > tail && !memcmp(text + start, s, tail)) {
+                free_bytes = start;
+                break;
+            }
         }
     }
-    return h->len;
+    if (release) *release = best >= 0 ? (size_t)best : free_bytes;
+    return best;
 }
 
 typedef struct {
@@ -174,7 +173,8 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
                 st = quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the generated text");
                 break;
             }
-            long at = stop_match(&held, &p);
+            size_t n;
+            long at = quill_stop_scan(held.buf, held.len, p.stop, p.n_stop, &n);
             if (at >= 0) {
                 held.len = (size_t)at;
                 res->stop_string = stopped = true;
@@ -182,7 +182,6 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
                 held.len = 0;
                 break;
             }
-            size_t n = releasable(&held, &p);
             deliver(&k, next, held.buf, n);
             memmove(held.buf, held.buf + n, held.len - n);
             held.len -= n;
@@ -202,7 +201,7 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
         if (len && !held_append(&held, piece, len)) {
             st = quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the generated text");
         } else {
-            long at = held.len ? stop_match(&held, &p) : -1;
+            long at = held.len ? quill_stop_scan(held.buf, held.len, p.stop, p.n_stop, NULL) : -1;
             if (at >= 0) {
                 held.len = (size_t)at;
                 res->stop_string = stopped = true;
