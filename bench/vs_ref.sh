@@ -13,8 +13,8 @@
 #   bench/vs_ref.sh             the whole table: TinyLlama-1.1B-shaped models (random weights, real
 #                               tokenizer) in q4_0 q8_0 q4_k_m q6_k q5_k_m, 1 and 2 threads, pp512
 #                               and tg128, 5 pairs each; then batched decoding of 4 and 8 sequences
-#                               (2 threads) against llama-batched-bench, per sequence. About 1.5
-#                               hours on 2 quiet cores; narrow it with the variables below.
+#                               (2 threads) against llama-batched-bench, per sequence: 30 lines,
+#                               300 runs; narrow it with the variables below.
 #
 # Environment (defaults in brackets):
 #   QUILL_BENCH_DIR  models and raw results [../quill-bench-models, beside the repository]: the
