@@ -62,12 +62,12 @@ start() {   # start NAME: one server on $port, waits for /health
 # The load generator: N streams at once, each a different prompt of token ids; prints
 # "tokens seconds ttft_median".
 load() {
-    python3 - "$port" "$1" "$GEN" "$PROMPT" <<'PY'
+    python3 - "$port" "$1" "$GEN" "$PROMPT" "${2:-1000}" <<'PY'
 import http.client, json, sys, threading, time, random, statistics
-port, n, gen, plen = (int(a) for a in sys.argv[1:5])
+port, n, gen, plen, seed = (int(a) for a in sys.argv[1:6])
 res = [None] * n
 def one(i):
-    rnd = random.Random(1000 + i)
+    rnd = random.Random(seed + i)
     prompt = [1] + [rnd.randrange(100, 31000) for _ in range(plen - 1)]
     body = json.dumps({"prompt": prompt, "max_tokens": gen, "temperature": 0, "ignore_eos": True,
                        "stream": True, "stream_options": {"include_usage": True}})
@@ -102,7 +102,7 @@ for round in $(seq "$ROUNDS"); do
     for n in $STREAMS; do
         for server in quill llama; do
             start $server
-            load 1 > /dev/null   # warm-up: first touch of the weights
+            load 1 99999 > /dev/null   # warm-up (first touch of the weights), a prompt no stream shares
             set -- $(load "$n")
             echo "$server $n $1 $2 $3" >> "$results"
             printf 'round %s  %-5s %2s streams: %5s tokens in %6.2f s = %6.1f t/s, TTFT median %.3f s\n' \

@@ -375,8 +375,7 @@ static bool produce(gen *g) {
             else cJSON_AddStringToObject(c, "text", "");
             cJSON_AddNullToObject(c, "logprobs");
             cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
-            if (!chat) cJSON_AddItemToObject(o, "timings", timings_object(j));
-            else cJSON_AddItemToObject(o, "timings", timings_object(j));
+            cJSON_AddItemToObject(o, "timings", timings_object(j));
             out_event(g, o);
             g->phase = g->req.include_usage ? PHASE_USAGE : PHASE_DONE;
             produced = true;
