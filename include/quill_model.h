@@ -273,7 +273,7 @@ QUILL_API quill_generate_params quill_generate_defaults(void);
  * complete stop string in text[0..len), or -1; *release (when not NULL) gets how many leading
  * bytes are final: before the match, or before the earliest suffix that could still grow into a
  * stop string. For front ends that run their own loop (the server's scheduler). */
-long quill_stop_scan(const char *text, size_t len, const char *const *stop, size_t n_stop, size_t *release);
+QUILL_API long quill_stop_scan(const char *text, size_t len, const char *const *stop, size_t n_stop, size_t *release);
 
 /* Receives each generated token with the text it completes (possibly empty: a UTF-8 character
  * split across tokens, or text held back while it could become a stop string). A final call with
