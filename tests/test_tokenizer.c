@@ -1059,6 +1059,71 @@ TEST(tokenizer_tiny_vocab_without_bos) {
     mt_free(&m);
 }
 
+/* A Gemma-sized SentencePiece vocabulary: 256000 tokens, thousands of user-defined ones, no space
+ * prefix. User-defined tokens are split out without special-token parsing, the rest merges by
+ * score, and the ids decode back to the text. */
+TEST(tokenizer_spm_large_vocabulary) {
+    enum { N = 256000, N_USER = 4000, FIRST_USER = 259, FIRST_WORD = FIRST_USER + N_USER };
+    gbuf b = {0};
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+    kv_arr_hdr(&b, "tokenizer.ggml.tokens", QUILL_GGUF_STRING, N);
+    gb_strn(&b, "<unk>", 5);
+    gb_strn(&b, "<bos>", 5);
+    gb_strn(&b, "<eos>", 5);
+    char s[32];
+    for (int i = 0; i < 256; i++) {
+        snprintf(s, sizeof s, "<0x%02X>", i);
+        gb_strn(&b, s, 6);
+    }
+    for (int i = 0; i < N_USER; i++) {
+        snprintf(s, sizeof s, "<tag%d>", i);
+        gb_strn(&b, s, strlen(s));
+    }
+    /* words: "w" + a base-26 number, with and without the escaped space in front */
+    for (int i = FIRST_WORD; i < N; i++) {
+        int k = (i - FIRST_WORD) / 2;
+        size_t n = 0;
+        if ((i - FIRST_WORD) % 2) { memcpy(s, SP, 3); n = 3; }
+        s[n++] = 'w';
+        do { s[n++] = (char)('a' + k % 26); k /= 26; } while (k);
+        gb_strn(&b, s, n);
+    }
+    kv_arr_hdr(&b, "tokenizer.ggml.scores", QUILL_GGUF_FLOAT32, N);
+    for (int i = 0; i < N; i++) {
+        float f = i < FIRST_WORD ? 0.0f : -(float)i;
+        gb_bytes(&b, &f, 4);
+    }
+    kv_arr_hdr(&b, "tokenizer.ggml.token_type", QUILL_GGUF_INT32, N);
+    for (int i = 0; i < N; i++) {
+        int32_t ty = i == 0 ? QUILL_TOKEN_UNKNOWN : i < 3 ? QUILL_TOKEN_CONTROL : i < FIRST_USER ? QUILL_TOKEN_BYTE
+                   : i < FIRST_WORD ? QUILL_TOKEN_USER_DEFINED : QUILL_TOKEN_NORMAL;
+        gb_bytes(&b, &ty, 4);
+    }
+    memtok m = mt_load(&b);
+    CHECK(m.status == QUILL_OK, "%s", m.err.message);
+    CHECK_EQ_INT(quill_tokenizer_n_vocab(m.t), N);
+    const int32_t wa = FIRST_WORD, sp_wa = FIRST_WORD + 1, wb = FIRST_WORD + 2;
+    /* "wa": no space prefix; "<tag3999>" and "<tag17>" are split out without parse_special */
+    TOK_EQ(m.t, "wa<tag3999> wa<tag17>wb", false, false, wa, FIRST_USER + 3999, sp_wa, FIRST_USER + 17, wb);
+    TOK_EQ(m.t, "wa", true, false, 1, wa);
+    const char *text = "<tag0><tag1>wa wb wa\n<tag2>";
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    CHECK(quill_tokenize(m.t, text, strlen(text), false, false, &ids, &n_ids, NULL) == QUILL_OK);
+    quill_detokenizer d;
+    quill_detokenizer_init(&d, m.t, false, true);
+    char out[512];
+    size_t len = 0;
+    for (size_t i = 0; i < n_ids; i++) len += quill_detokenizer_push(&d, ids[i], out + len, sizeof out - len);
+    len += quill_detokenizer_flush(&d, out + len, sizeof out - len);
+    CHECK(len == strlen(text) && memcmp(out, text, len) == 0, "decoded \"%.*s\"", (int)len, out);
+    free(ids);
+    mt_free(&m);
+}
+
 /* ---------------------------------------------------------------- byte-level BPE */
 
 /* GPT-2's printable character for a byte, as UTF-8. */
