@@ -195,14 +195,8 @@ TEST(tokenizer_llama_vocab_load) {
     quill_error err = {0};
     CHECK(quill_gguf_open(path, &g, &err) == QUILL_OK, "%s", err.message);
     free(path);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     quill_status s = quill_tokenizer_load(g, &t, &err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     CHECK(s == QUILL_OK, "%s", err.message);
-    /* A few ms normally; generous so sanitizer builds pass too. */
-    CHECK(ms < 250, "loading 32000 tokens took %.1f ms", ms);
     CHECK_EQ_INT(quill_tokenizer_n_vocab(t), 32000);
     CHECK_EQ_INT(quill_tokenizer_bos(t), 1);
     CHECK_EQ_INT(quill_tokenizer_eos(t), 2);
