@@ -5,58 +5,48 @@
 
 #include "quill_chat.h"
 
-#include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
-    fputs("usage: quill template (-m MODEL | --chat-template FILE|NAME) --messages FILE.json\n"
-          "                      [--add-generation-prompt] [--bos TEXT] [--eos TEXT]\n"
+    fputs("usage: quill template (-m MODEL | --chat-template FILE|NAME) --messages FILE.json|-\n"
+          "                      [--tools FILE.json] [--add-generation-prompt] [--bos TEXT] [--eos TEXT]\n"
           "\n"
           "Prints the rendered prompt exactly (no trailing newline is added).\n"
           "  -m, --model FILE         take tokenizer.chat_template and the BOS/EOS text from a GGUF\n"
           "  --chat-template FILE     a Jinja template file (overrides the model's); a built-in name\n"
           "                           (chatml, llama2, llama3, zephyr, mistral, gemma) also works\n"
-          "  --messages FILE          JSON: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...]}\n"
+          "  --messages FILE          JSON list of OpenAI-style messages ('-' reads stdin): role, content\n"
+          "                           (text, null, or a list of {\"type\": \"text\", \"text\": ...} parts),\n"
+          "                           tool_calls, tool_call_id, name; or {\"messages\": [...], \"tools\": [...]}\n"
+          "  --tools FILE             JSON list of tool definitions, passed to the template as `tools`\n"
           "  --add-generation-prompt  end with the header of the assistant's turn\n"
           "  --bos TEXT, --eos TEXT   the bos_token / eos_token variables (default: the model's, or \"\")\n",
           f);
 }
 
-/* Parses the messages file into msgs (pointing into *root, which the caller deletes). Returns
- * an exit code: 0 on success. */
-static int load_messages(const char *path, cJSON **root, quill_chat_message **msgs, size_t *n) {
-    *root = NULL;
-    *msgs = NULL;
-    *n = 0;
-    size_t len;
-    char *text = cli_read_file(path, &len);
-    if (!text) return cli_fail("template: cannot read messages file %s", path);
-    const char *end = NULL;
-    *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    size_t where = end && end >= text ? (size_t)(end - text) : 0;
-    free(text);
-    if (!*root) return cli_fail("template: %s is not valid JSON (near byte %zu)", path, where);
-    const cJSON *arr = *root;
-    if (cJSON_IsObject(arr)) arr = cJSON_GetObjectItemCaseSensitive(arr, "messages");
-    if (!cJSON_IsArray(arr))
-        return cli_fail("template: %s must hold an array of messages or an object with \"messages\"", path);
-    int count = cJSON_GetArraySize(arr);
-    *msgs = calloc(count > 0 ? (size_t)count : 1, sizeof **msgs);
-    if (!*msgs) return cli_fail("template: out of memory");
-    const cJSON *m;
-    cJSON_ArrayForEach(m, arr) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
-            return cli_fail("template: %s: message %zu needs a string \"role\"", path, *n);
-        if (!cJSON_IsString(content))
-            return cli_fail("template: %s: message %zu needs a string \"content\"", path, *n);
-        (*msgs)[*n].role = role->valuestring;
-        (*msgs)[*n].content = content->valuestring;
-        (*n)++;
+/* A file's text, or stdin's for "-". */
+static char *read_input(const char *path, const char *what) {
+    char *text = NULL;
+    if (!strcmp(path, "-")) {
+        size_t cap = 4096, n = 0, got;
+        text = malloc(cap + 1);
+        while (text && (got = fread(text + n, 1, cap - n, stdin)) > 0) {
+            n += got;
+            if (n == cap) {
+                char *g = cap < ((size_t)1 << 30) ? realloc(text, cap * 2 + 1) : NULL;
+                if (!g) { free(text); text = NULL; break; }
+                text = g;
+                cap *= 2;
+            }
+        }
+        if (text) text[n] = 0;
+        if (!text) cli_fail("template: cannot read %s from stdin", what);
+        return text;
     }
-    return 0;
+    if (!(text = cli_read_file(path, NULL))) cli_fail("template: cannot read %s file %s: %s", what, path, strerror(errno));
+    return text;
 }
 
 /* Text of the token whose id is stored under `id_key`, straight from the metadata; used when the
@@ -124,7 +114,7 @@ static int read_model(const char *path, char **tmpl, char **bos, char **eos) {
 }
 
 int cmd_template(int argc, char **argv) {
-    const char *model = NULL, *tmpl_arg = NULL, *msgs_path = NULL, *bos_arg = NULL, *eos_arg = NULL;
+    const char *model = NULL, *tmpl_arg = NULL, *msgs_path = NULL, *tools_path = NULL, *bos_arg = NULL, *eos_arg = NULL;
     bool add_gen = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -139,6 +129,7 @@ int cmd_template(int argc, char **argv) {
         const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
                            : !strcmp(a, "--chat-template")          ? &tmpl_arg
                            : !strcmp(a, "--messages")               ? &msgs_path
+                           : !strcmp(a, "--tools")                  ? &tools_path
                            : !strcmp(a, "--bos")                    ? &bos_arg
                            : !strcmp(a, "--eos")                    ? &eos_arg
                                                                     : NULL;
@@ -157,12 +148,11 @@ int cmd_template(int argc, char **argv) {
         usage(stderr);
         return cli_fail("template: --messages FILE is required");
     }
+    if (tools_path && !strcmp(tools_path, "-") && !strcmp(msgs_path, "-"))
+        return cli_fail("template: --messages and --tools cannot both read stdin");
 
     int rc = 0;
-    char *tmpl = NULL, *bos = NULL, *eos = NULL, *out = NULL;
-    quill_chat_message *msgs = NULL;
-    size_t n_msgs = 0;
-    cJSON *root = NULL;
+    char *tmpl = NULL, *bos = NULL, *eos = NULL, *out = NULL, *msgs_text = NULL, *tools_text = NULL;
     if (model && (rc = read_model(model, &tmpl, &bos, &eos)) != 0) goto done;
     if (tmpl_arg) {
         free(tmpl);
@@ -183,11 +173,16 @@ int cmd_template(int argc, char **argv) {
         rc = cli_fail("template: %s has no tokenizer.chat_template; pass --chat-template FILE or a built-in name", model);
         goto done;
     }
-    if ((rc = load_messages(msgs_path, &root, &msgs, &n_msgs)) != 0) goto done;
+    if (!model && (!bos_arg || !eos_arg))
+        fprintf(stderr, "quill: template: no -m MODEL to take them from: %s%s%s%s empty (give --bos/--eos to set them)\n",
+                bos_arg ? "" : "bos_token", !bos_arg && !eos_arg ? " and " : "", eos_arg ? "" : "eos_token",
+                !bos_arg && !eos_arg ? " are" : " is");
+    if (!(msgs_text = read_input(msgs_path, "messages"))) { rc = 1; goto done; }
+    if (tools_path && !(tools_text = read_input(tools_path, "tools"))) { rc = 1; goto done; }
 
     quill_error err;
-    quill_status st = quill_chat_render(tmpl, msgs, n_msgs, bos_arg ? bos_arg : bos ? bos : "",
-                                        eos_arg ? eos_arg : eos ? eos : "", add_gen, &out, &err);
+    quill_status st = quill_chat_render_json(tmpl, msgs_text, tools_text, bos_arg ? bos_arg : bos ? bos : "",
+                                             eos_arg ? eos_arg : eos ? eos : "", add_gen, &out, &err);
     if (st != QUILL_OK) {
         rc = cli_fail("template: %s", err.message);
         goto done;
@@ -197,8 +192,8 @@ int cmd_template(int argc, char **argv) {
 
 done:
     free(out);
-    free(msgs);
-    cJSON_Delete(root);
+    free(msgs_text);
+    free(tools_text);
     free(tmpl);
     free(bos);
     free(eos);

@@ -3,7 +3,8 @@
  * Templates render the way Hugging Face renders them (Jinja2 with trim_blocks and lstrip_blocks
  * on, the loopcontrols extension, the immutable sandbox, `raise_exception(msg)` and a `tojson`
  * filter that is json.dumps with ensure_ascii off), because that is the text the models were
- * trained on. `tools` and `strftime_now` are left undefined.
+ * trained on. `tools` is defined only when given (quill_chat_render_json); `strftime_now` is left
+ * undefined.
  *
  * A template is untrusted input: a bad one yields QUILL_E_TEMPLATE with a message naming the line
  * and column ("chat template syntax error at line 3, column 5: unknown tag 'foo'"), never a crash.
@@ -31,6 +32,18 @@ typedef struct quill_chat_message {
 QUILL_API quill_status quill_chat_render(const char *template_src, const quill_chat_message *msgs, size_t n_msgs,
                                          const char *bos_token, const char *eos_token, bool add_generation_prompt,
                                          char **out, quill_error *err);
+
+/* The same, with the conversation as JSON text in OpenAI's shapes, so that tool-use templates see
+ * what Jinja2 sees after json.loads: `messages_json` is a list of message objects (or a request
+ * body {"messages": [...], "tools": [...]}) whose fields
+ * reach the template as they are (content null with "tool_calls", content as a list of
+ * {"type": "text", "text": ...} parts, "tool_call_id", "name", ...); `tools_json` (NULL: `tools`
+ * stays undefined) is a JSON list passed as `tools`. Each message needs a string "role".
+ * Errors: QUILL_E_ARG for JSON that is malformed or not of that shape (naming the byte offset),
+ * else as quill_chat_render. */
+quill_status quill_chat_render_json(const char *template_src, const char *messages_json, const char *tools_json,
+                                    const char *bos_token, const char *eos_token, bool add_generation_prompt,
+                                    char **out, quill_error *err);
 
 /* Parses a template without rendering it: QUILL_OK or the syntax error render would report.
  * Runtime errors (undefined attributes, raise_exception) depend on the messages and are not found. */

@@ -206,6 +206,9 @@ static const struct { const char *name, *src, *expected; } JINJA_GOLDEN[] = {
     {"globals",
      "{% for i in range(3) %}{{ i }}{% endfor %}{% for i in range(1, 10, 3) %}{{ i }}{% endfor %}{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}{{ dict(a=1) }}{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}{{ tools is defined }}{{ strftime_now is defined }}",
      "012147531{'a': 1}<s></s>TrueFalseFalse"},
+    {"filters_over_falsy_values",
+     "{{ none | selectattr('a') | list }}{{ none | rejectattr('a', 'equalto', 1) | list }}{{ none | select | list }}{{ 0 | reject | list }}{{ '' | map('upper') | list }}{{ none | map(attribute='a') | list }}{% for x in none | selectattr('type', 'equalto', 'text') %}{{ x }}{% endfor %}|{{ none | map(bogus=1) | list }}",
+     "[][][][][][]|[]"},
     {"nested_brackets_in_tags",
      "{{ '{{' }}{{ '}}' }}{{ {'a': {'b': 1}} }}{{ {'a': {'b': 1}}['a']['b'] }}",
      "{{}}{'a': {'b': 1}}1"},
@@ -632,7 +635,7 @@ TEST(jinja_cli_reports_errors) {
     char *bad_tp = write_tmp("jinja_cli_bad.jinja", "ok\n{% if %}");
     char *raise_tp = write_tmp("jinja_cli_raise.jinja", "{{ raise_exception('System role not supported') }}");
     char *mp = write_tmp("jinja_cli_msgs2.json", "[{\"role\": \"user\", \"content\": \"x\"}]");
-    char *bad_mp = write_tmp("jinja_cli_badmsgs.json", "[{\"role\": \"user\", \"content\": 5}]");
+    char *bad_mp = write_tmp("jinja_cli_badmsgs.json", "[{\"content\": \"no role\"}]");
     char *junk_mp = write_tmp("jinja_cli_junk.json", "[{\"role\": ");
     struct { char args[1024]; const char *want; } cases[5];
     snprintf(cases[0].args, sizeof cases[0].args, "--chat-template %s --messages %s", bad_tp, mp);
@@ -640,7 +643,7 @@ TEST(jinja_cli_reports_errors) {
     snprintf(cases[1].args, sizeof cases[1].args, "--chat-template %s --messages %s", raise_tp, mp);
     cases[1].want = "System role not supported";
     snprintf(cases[2].args, sizeof cases[2].args, "--chat-template %s --messages %s", raise_tp, bad_mp);
-    cases[2].want = "needs a string \"content\"";
+    cases[2].want = "message 0 needs a string \"role\"";
     snprintf(cases[3].args, sizeof cases[3].args, "--chat-template %s --messages %s", raise_tp, junk_mp);
     cases[3].want = "not valid JSON";
     snprintf(cases[4].args, sizeof cases[4].args, "--messages %s", mp);
@@ -693,4 +696,211 @@ TEST(jinja_cli_uses_the_models_template_and_tokens) {
     free(plain);
     free(model);
     free(mp);
+}
+
+/* ---------------------------------------------------------------- tools and OpenAI message shapes */
+
+/* Expected renders generated with Jinja2 3.1.6 as Hugging Face configures it (see the golden table
+ * above) over these messages and tools; do not edit by hand. */
+static const char TOOL_MESSAGES_PARTS[] = "[{\"role\": \"system\", \"content\": \"You are helpful.\"},\n"
+    " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Weather in Paris, 2 days?\"}]},\n"
+    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call12345\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}}}]},\n"
+    " {\"role\": \"tool\", \"tool_call_id\": \"call12345\", \"name\": \"get_weather\", \"content\": \"{\\\"temp\\\": 21, \\\"sky\\\": \\\"clair \\u00e9t\\u00e9\\\"}\"}]";
+static const char TOOL_MESSAGES[] = "[{\"role\": \"system\", \"content\": \"You are helpful.\"}, {\"role\": \"user\", \"content\": \"Weather in Paris, 2 days?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call12345\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call12345\", \"name\": \"get_weather\", \"content\": \"{\\\"temp\\\": 21, \\\"sky\\\": \\\"clair été\\\"}\"}]";
+static const char TOOL_LIST[] = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"the city\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}]";
+static const struct { const char *template_file; bool parts; const char *expected; } TOOL_RENDERS[] = {
+    {"Qwen-Qwen2.5-7B-Instruct.jinja", false,
+    "<|im_start|>system\n"
+    "You are helpful.\n"
+    "\n"
+    "# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"the city\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "<|im_start|>user\n"
+    "Weather in Paris, 2 days?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "<tool_call>\n"
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}}\n"
+    "</tool_call><|im_end|>\n"
+    "<|im_start|>user\n"
+    "<tool_response>\n"
+    "{\"temp\": 21, \"sky\": \"clair été\"}\n"
+    "</tool_response><|im_end|>\n"
+    "<|im_start|>assistant\n"
+    ""},
+    {"meta-llama-Llama-3.1-8B-Instruct.jinja", false,
+    "<s><|start_header_id|>system<|end_header_id|>\n"
+    "\n"
+    "Environment: ipython\n"
+    "Cutting Knowledge Date: December 2023\n"
+    "Today Date: 26 Jul 2024\n"
+    "\n"
+    "You are helpful.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+    "\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+    "\n"
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+    "\n"
+    "{\n"
+    "    \"type\": \"function\",\n"
+    "    \"function\": {\n"
+    "        \"name\": \"get_weather\",\n"
+    "        \"description\": \"Weather for a city\",\n"
+    "        \"parameters\": {\n"
+    "            \"type\": \"object\",\n"
+    "            \"properties\": {\n"
+    "                \"city\": {\n"
+    "                    \"type\": \"string\",\n"
+    "                    \"description\": \"the city\"\n"
+    "                },\n"
+    "                \"days\": {\n"
+    "                    \"type\": \"integer\"\n"
+    "                }\n"
+    "            },\n"
+    "            \"required\": [\n"
+    "                \"city\"\n"
+    "            ]\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "Weather in Paris, 2 days?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n"
+    "\n"
+    "\"{\\\"temp\\\": 21, \\\"sky\\\": \\\"clair été\\\"}\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    ""},
+    {"mistralai-Mistral-Nemo-Instruct-2407.jinja", false,
+    "<s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"the city\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]Weather in Paris, 2 days?[/INST][TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}, \"id\": \"call12345\"}]</s>[TOOL_RESULTS]{\"content\": {\"temp\": 21, \"sky\": \"clair été\"}, \"call_id\": \"call12345\"}[/TOOL_RESULTS]"},
+    {"meta-llama-Llama-3.1-8B-Instruct.jinja", true,
+    "<s><|start_header_id|>system<|end_header_id|>\n"
+    "\n"
+    "Environment: ipython\n"
+    "Cutting Knowledge Date: December 2023\n"
+    "Today Date: 26 Jul 2024\n"
+    "\n"
+    "You are helpful.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+    "\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n"
+    "\n"
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n"
+    "\n"
+    "{\n"
+    "    \"type\": \"function\",\n"
+    "    \"function\": {\n"
+    "        \"name\": \"get_weather\",\n"
+    "        \"description\": \"Weather for a city\",\n"
+    "        \"parameters\": {\n"
+    "            \"type\": \"object\",\n"
+    "            \"properties\": {\n"
+    "                \"city\": {\n"
+    "                    \"type\": \"string\",\n"
+    "                    \"description\": \"the city\"\n"
+    "                },\n"
+    "                \"days\": {\n"
+    "                    \"type\": \"integer\"\n"
+    "                }\n"
+    "            },\n"
+    "            \"required\": [\n"
+    "                \"city\"\n"
+    "            ]\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "[{'type': 'text', 'text': 'Weather in Paris, 2 days?'}]<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 2, \"threshold\": 1.5, \"metric\": true}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n"
+    "\n"
+    "\"{\\\"temp\\\": 21, \\\"sky\\\": \\\"clair été\\\"}\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    ""},
+};
+
+/* Tool-use templates render OpenAI-shaped conversations (content null with tool_calls, content as
+ * a list of parts, tool messages with tool_call_id and name, float and boolean arguments) and a
+ * `tools` list exactly as Jinja2 does. */
+TEST(jinja_tools_and_openai_shapes_render_like_jinja2) {
+    REQUIRE_SHARED(shared);
+    int failed = 0;
+    for (size_t i = 0; i < sizeof TOOL_RENDERS / sizeof TOOL_RENDERS[0]; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "chat/%s", TOOL_RENDERS[i].template_file);
+        char *path = path_join(shared, rel);
+        char *src = read_file(path, NULL);
+        free(path);
+        CHECK(src != NULL, "cannot read %s", rel);
+        char *out = NULL;
+        quill_error err;
+        quill_status st = quill_chat_render_json(src, TOOL_RENDERS[i].parts ? TOOL_MESSAGES_PARTS : TOOL_MESSAGES, TOOL_LIST,
+                                                 "<s>", "</s>", true, &out, &err);
+        if (st != QUILL_OK || strcmp(out, TOOL_RENDERS[i].expected) != 0) {
+            failed++;
+            test_fail(__FILE__, __LINE__, "%s:\n      got      %s\n      expected %s", TOOL_RENDERS[i].template_file,
+                      st == QUILL_OK ? out : err.message, TOOL_RENDERS[i].expected);
+        }
+        free(out);
+        free(src);
+    }
+    CHECK(failed == 0, "%d tool renders differ from Jinja2", failed);
+    /* without tools, `tools` is undefined; with them, defined */
+    char *out = NULL;
+    quill_error err;
+    CHECK(quill_chat_render_json("{{ tools is defined }}", "[]", NULL, NULL, NULL, false, &out, &err) == QUILL_OK);
+    CHECK(!strcmp(out, "False"), "%s", out);
+    free(out);
+    CHECK(quill_chat_render_json("{{ tools | length }}{{ messages[0].content }}",
+                                 "{\"messages\": [{\"role\": \"user\", \"content\": null}], \"tools\": [1, 2]}", NULL, NULL,
+                                 NULL, false, &out, &err) == QUILL_OK, "%s", err.message);
+    CHECK(!strcmp(out, "2None"), "%s", out);
+    free(out);
+    /* JSON that is malformed or of the wrong shape is an argument error naming where */
+    static const char *const bad[] = {"[", "{}", "[1]", "[{\"role\": 1}]", "[{\"role\": \"user\"}] x", "\"s\"",
+                                      "[{\"role\": \"user\", \"content\": \"\\ud800\\q\"}]", "[01]", "[1.]", "[tru]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        quill_status st = quill_chat_render_json("x", bad[i], NULL, NULL, NULL, false, &out, &err);
+        CHECK(st == QUILL_E_ARG && out == NULL, "%s: status %d", bad[i], st);
+        CHECK_STR_CONTAINS(err.message, "messages");
+    }
+    CHECK_EQ_INT(quill_chat_render_json("x", "[]", "{\"a\": 1}", NULL, NULL, false, &out, &err), QUILL_E_ARG);
+    CHECK_STR_CONTAINS(err.message, "tools");
+    /* escapes and numbers as json.loads reads them */
+    CHECK(quill_chat_render_json("{{ messages[0].content }}|{{ messages[0].n }}|{{ messages[0].f }}|{{ messages[0].e }}",
+                                 "[{\"role\": \"u\", \"content\": \"a\\u00e9\\ud83d\\ude00\\n\\t\\\"\", \"n\": -12, \"f\": 2.50, "
+                                 "\"e\": 1e3}]", NULL, NULL, NULL, false, &out, &err) == QUILL_OK, "%s", err.message);
+    CHECK(!strcmp(out, "a\xc3\xa9\xf0\x9f\x98\x80\n\t\"|-12|2.5|1000.0"), "%s", out);
+    free(out);
+}
+
+/* quill template: --messages - reads stdin, --tools passes the list, and without -m or --bos/--eos
+ * the command says the tokens are empty. */
+TEST(jinja_cli_tools_and_stdin) {
+    REQUIRE_SHARED(shared);
+    char *msgs = write_tmp("jinja_cli_tool_msgs.json", TOOL_MESSAGES);
+    char *tools = write_tmp("jinja_cli_tools.json", TOOL_LIST);
+    char *tp = path_join(shared, "chat/Qwen-Qwen2.5-7B-Instruct.jinja");
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args, "--chat-template %s --messages - --tools %s --bos '<s>' --eos '</s>' "
+             "--add-generation-prompt < %s", tp, tools, msgs);
+    int rc = quill_template(args, &out, false);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK(!strcmp(out, TOOL_RENDERS[0].expected), "got %s", out);
+    free(out);
+    snprintf(args, sizeof args, "--chat-template %s --messages %s", tp, msgs);
+    rc = quill_template(args, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "bos_token and eos_token are empty");
+    free(out);
+    free(msgs), free(tools), free(tp);
 }

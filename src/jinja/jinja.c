@@ -16,6 +16,7 @@
  * reference-counted values. */
 #include "quill_chat.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -3923,7 +3924,17 @@ static bool html_escape(J *j, const char *s, size_t n, jv *out) {
 }
 
 /* select/reject/selectattr/rejectattr: keeps items whose test (or truth) equals `keep`. */
+/* Jinja2's select/reject/selectattr/rejectattr/map start with `if value:`: a falsy input (none,
+ * an empty string, 0) gives an empty sequence before the arguments are even looked at. */
+static bool falsy_gives_empty(J *j, jv v, jv *out) {
+    if (truthy(v)) return false;
+    jlist *empty = list_new(j, 0);
+    if (empty) *out = list_val(empty);
+    return true;
+}
+
 static bool filter_select(J *j, jv v, const jargs *a, bool by_attr, bool keep, jv *out) {
+    if (falsy_gives_empty(j, v, out)) return !j->failed;
     jlist *items;
     if (!iter_list(j, v, &items)) return false;
     size_t first = by_attr ? 1 : 0;
@@ -3954,6 +3965,7 @@ static bool filter_select(J *j, jv v, const jargs *a, bool by_attr, bool keep, j
 }
 
 static bool f_map(J *j, jv v, const jargs *a, jv *out) {
+    if (falsy_gives_empty(j, v, out)) return !j->failed;
     jlist *items;
     if (!iter_list(j, v, &items)) return false;
     const jv *attr = NULL, *dflt = NULL;
@@ -5050,6 +5062,197 @@ static bool set_str(J *j, scope *g, const char *name, const char *s) {
     return mk_str(j, s ? s : "", &v) && scope_set(j, g, name, v);
 }
 
+/* ------------------------------------------------------------------ JSON input */
+
+/* Messages and tools arrive as JSON (OpenAI's shapes) and reach the template as Jinja2 sees them
+ * after json.loads: objects are dicts in key order, integers stay ints, numbers with a fraction
+ * or exponent are floats, null is none. Strict RFC 8259; errors name the byte offset. */
+typedef struct {
+    J *j;
+    const char *what;        /* "messages" or "tools" */
+    const char *s, *p, *end;
+    int depth;
+} jsonr;
+
+static bool json_err(jsonr *r, const char *why) {
+    if (!r->j->failed) {
+        r->j->failed = true;
+        r->j->status = QUILL_E_ARG;
+        snprintf(r->j->msg, sizeof r->j->msg, "%s: not valid JSON or not of the expected shape (%s at byte %zu)",
+                 r->what, why, (size_t)(r->p - r->s));
+    }
+    return false;
+}
+
+static void json_ws(jsonr *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++;
+}
+
+static int json_hex4(const char *p) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static bool json_string(jsonr *r, jv *out) {
+    r->p++; /* the opening quote */
+    jbuf b = {0};
+    while (r->p < r->end && *r->p != '"') {
+        unsigned char c = (unsigned char)*r->p;
+        if (c < 0x20) { bfree(&b); return json_err(r, "control character in a string"); }
+        if (c != '\\') {
+            if (!bput(r->j, &b, r->p, 1)) { bfree(&b); return false; }
+            r->p++;
+            continue;
+        }
+        if (r->end - r->p < 2) break;
+        char e = r->p[1];
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (simple && e) {
+            static const char map[] = "\"\\/\b\f\n\r\t";
+            if (!bput(r->j, &b, &map[simple - "\"\\/bfnrt"], 1)) { bfree(&b); return false; }
+            r->p += 2;
+            continue;
+        }
+        if (e != 'u' || r->end - r->p < 6) { bfree(&b); return json_err(r, "bad escape in a string"); }
+        int cp = json_hex4(r->p + 2);
+        r->p += 6;
+        if (cp < 0) { bfree(&b); return json_err(r, "bad \\u escape"); }
+        if (cp >= 0xD800 && cp <= 0xDBFF && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
+            int lo = json_hex4(r->p + 2);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                r->p += 6;
+            }
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD; /* a lone surrogate is not text */
+        char u[4];
+        size_t n = u8enc((uint32_t)cp, u);
+        if (!bput(r->j, &b, u, n)) { bfree(&b); return false; }
+    }
+    if (r->p >= r->end) { bfree(&b); return json_err(r, "unterminated string"); }
+    r->p++;
+    return buf_to_str(r->j, &b, out);
+}
+
+static bool json_number(jsonr *r, jv *out) {
+    const char *start = r->p;
+    bool is_float = false;
+    if (r->p < r->end && *r->p == '-') r->p++;
+    if (r->p >= r->end || *r->p < '0' || *r->p > '9') return json_err(r, "bad number");
+    if (*r->p == '0') r->p++;
+    else while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+    if (r->p < r->end && *r->p == '.') {
+        is_float = true;
+        r->p++;
+        if (r->p >= r->end || *r->p < '0' || *r->p > '9') return json_err(r, "bad number");
+        while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+    }
+    if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
+        is_float = true;
+        r->p++;
+        if (r->p < r->end && (*r->p == '+' || *r->p == '-')) r->p++;
+        if (r->p >= r->end || *r->p < '0' || *r->p > '9') return json_err(r, "bad number");
+        while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+    }
+    char tmp[64];
+    size_t n = (size_t)(r->p - start);
+    if (n >= sizeof tmp) is_float = true; /* beyond int64: Python would keep it exact; a float is close */
+    if (n >= sizeof tmp) n = sizeof tmp - 1;
+    memcpy(tmp, start, n);
+    tmp[n] = 0;
+    if (!is_float) {
+        errno = 0;
+        long long v = strtoll(tmp, NULL, 10);
+        if (errno == 0) {
+            *out = mk_int(v);
+            return true;
+        }
+    }
+    *out = mk_float(strtod(tmp, NULL));
+    return true;
+}
+
+static bool json_value(jsonr *r, jv *out);
+
+static bool json_container(jsonr *r, jv *out) {
+    bool is_obj = *r->p == '{';
+    char close = is_obj ? '}' : ']';
+    if (++r->depth > MAX_NEST) return json_err(r, "nested too deeply");
+    r->p++;
+    jlist *l = is_obj ? NULL : list_new(r->j, 4);
+    jdict *d = is_obj ? dict_new(r->j) : NULL;
+    if (!l && !d) return false;
+    jv self = is_obj ? dict_val(d) : list_val(l);
+    json_ws(r);
+    bool first = true;
+    while (r->p < r->end && *r->p != close) {
+        if (!first) {
+            if (*r->p != ',') { unref(self); return json_err(r, is_obj ? "expected ',' or '}'" : "expected ',' or ']'"); }
+            r->p++;
+            json_ws(r);
+        }
+        first = false;
+        jv k = mk_undef(), v;
+        if (is_obj) {
+            if (r->p >= r->end || *r->p != '"') { unref(self); return json_err(r, "expected a string key"); }
+            if (!json_string(r, &k)) { unref(self); return false; }
+            json_ws(r);
+            if (r->p >= r->end || *r->p != ':') { unref(k); unref(self); return json_err(r, "expected ':'"); }
+            r->p++;
+        }
+        if (!json_value(r, &v)) { unref(k); unref(self); return false; }
+        if (!(is_obj ? dict_set(r->j, d, k, v) : list_push(r->j, l, v))) { unref(self); return false; }
+        json_ws(r);
+    }
+    if (r->p >= r->end) { unref(self); return json_err(r, is_obj ? "unterminated object" : "unterminated array"); }
+    r->p++;
+    r->depth--;
+    *out = self;
+    return true;
+}
+
+static bool json_value(jsonr *r, jv *out) {
+    json_ws(r);
+    if (r->p >= r->end) return json_err(r, "unexpected end");
+    if (!charge(r->j, 1)) return false;
+    char c = *r->p;
+    if (c == '{' || c == '[') return json_container(r, out);
+    if (c == '"') return json_string(r, out);
+    if (c == '-' || (c >= '0' && c <= '9')) return json_number(r, out);
+    static const struct { const char *word; uint8_t t; bool b; } words[] = {
+        {"true", T_BOOL, true}, {"false", T_BOOL, false}, {"null", T_NONE, false}};
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = strlen(words[i].word);
+        if ((size_t)(r->end - r->p) >= n && !memcmp(r->p, words[i].word, n)) {
+            r->p += n;
+            *out = words[i].t == T_BOOL ? mk_bool(words[i].b) : mk_none();
+            return true;
+        }
+    }
+    return json_err(r, "unexpected character");
+}
+
+/* Parses a whole JSON text that must be an array (or, when `allow_object`, an object). */
+static bool json_parse_list(J *j, const char *what, const char *text, jv *out, bool allow_object) {
+    jsonr r = {j, what, text, text, text + strlen(text), 0};
+    json_ws(&r);
+    if (r.p >= r.end || (*r.p != '[' && !(allow_object && *r.p == '{')))
+        return json_err(&r, allow_object ? "expected a list or an object" : "expected a list");
+    if (!json_value(&r, out)) return false;
+    json_ws(&r);
+    if (r.p != r.end) {
+        unref(*out);
+        return json_err(&r, "text after the list");
+    }
+    return true;
+}
+
 quill_status quill_chat_render(const char *template_src, const quill_chat_message *msgs, size_t n_msgs,
                                const char *bos_token, const char *eos_token, bool add_generation_prompt,
                                char **out, quill_error *err) {
@@ -5088,6 +5291,80 @@ quill_status quill_chat_render(const char *template_src, const quill_chat_messag
             if (ok) exec(&j, root, g, &b);
         }
     }
+    if (!j.failed && !b.p) {
+        b.p = malloc(1);
+        if (b.p) b.p[0] = 0;
+        else nomem(&j);
+    }
+    cleanup(&j);
+    if (j.failed) {
+        bfree(&b);
+        set_err(err, j.status, j.msg);
+        return j.status;
+    }
+    *out = b.p;
+    return QUILL_OK;
+}
+
+quill_status quill_chat_render_json(const char *template_src, const char *messages_json, const char *tools_json,
+                                    const char *bos_token, const char *eos_token, bool add_generation_prompt,
+                                    char **out, quill_error *err) {
+    if (out) *out = NULL;
+    if (!template_src || !messages_json || !out) {
+        set_err(err, QUILL_E_ARG, "quill_chat_render_json: template, messages and out must not be NULL");
+        return QUILL_E_ARG;
+    }
+    J j;
+    memset(&j, 0, sizeof j);
+    jbuf b = {0};
+    jv messages = mk_undef(), tools = mk_undef();
+    /* The inputs are checked before the template, so a bad message is reported as such. */
+    bool parsed = json_parse_list(&j, "messages", messages_json, &messages, true) &&
+                  (!tools_json || json_parse_list(&j, "tools", tools_json, &tools, false));
+    if (parsed && messages.t == T_DICT) {
+        /* a request body: {"messages": [...], "tools": [...]} */
+        jv body = messages;
+        const jv *m = dict_get_str(body.u.d, "messages"), *t = dict_get_str(body.u.d, "tools");
+        messages = m && m->t == T_LIST ? ref(*m) : mk_undef();
+        if (t && t->t == T_LIST && tools.t == T_UNDEF) tools = ref(*t);
+        unref(body);
+        if (messages.t == T_UNDEF) {
+            j.failed = true;
+            j.status = QUILL_E_ARG;
+            snprintf(j.msg, sizeof j.msg, "messages: an object must hold a \"messages\" list");
+            parsed = false;
+        }
+    }
+    if (parsed) {
+        for (size_t i = 0; i < messages.u.l->n && !j.failed; i++) {
+            jv m = messages.u.l->v[i];
+            const jv *role = m.t == T_DICT ? dict_get_str(m.u.d, "role") : NULL;
+            if (!role || role->t != T_STR) {
+                j.failed = true;
+                j.status = QUILL_E_ARG;
+                snprintf(j.msg, sizeof j.msg, "messages: message %zu needs a string \"role\"", i);
+            }
+        }
+        j.steps = 0;
+        node *root = j.failed ? NULL : compile(&j, template_src);
+        if (root && !j.failed) {
+            scope *g = scope_new(&j, NULL);
+            if (g) {
+                capture(&j, g);
+                bool ok = scope_set(&j, g, "messages", messages);
+                messages = mk_undef();
+                if (ok && tools.t != T_UNDEF) {
+                    ok = scope_set(&j, g, "tools", tools);
+                    tools = mk_undef();
+                }
+                ok = ok && set_str(&j, g, "bos_token", bos_token) && set_str(&j, g, "eos_token", eos_token) &&
+                     scope_set(&j, g, "add_generation_prompt", mk_bool(add_generation_prompt));
+                if (ok) exec(&j, root, g, &b);
+            }
+        }
+    }
+    unref(messages);
+    unref(tools);
     if (!j.failed && !b.p) {
         b.p = malloc(1);
         if (b.p) b.p[0] = 0;
