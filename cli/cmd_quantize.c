@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "quill_quantize.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -67,14 +68,17 @@ static void quantize_progress(const quill_quantize_progress *p, void *user) {
 
 static int quantize_usage(FILE *f) {
     fprintf(f,
-            "usage: quill quantize IN.gguf OUT.gguf TYPE [-t THREADS] [--pure]\n"
+            "usage: quill quantize IN.gguf OUT.gguf TYPE [-t THREADS] [--pure] [--force]\n"
             "  Quantizes a Llama GGUF with F32, F16 or BF16 weights. Per-tensor types follow the reference\n"
             "  quantizer's mixes (e.g. q4_k_m keeps attn_v and ffn_down of some layers in q6_K, output.weight\n"
             "  in q6_K, norms in f32); all metadata is copied.\n"
             "  TYPE: %s\n"
             "  -t, --threads N   worker threads (default: all CPUs)\n"
             "  --pure            every quantized tensor in TYPE's base type, no mix rules (output.weight\n"
-            "                    included); rows the type cannot split still fall back\n",
+            "                    included); rows the type cannot split still fall back\n"
+            "  --force           replace OUT.gguf when it exists\n"
+            "  The output is written under a temporary name and renamed when complete, so OUT.gguf is\n"
+            "  never a half-written file.\n",
             quill_ftype_names());
     return f == stdout ? 0 : 1;
 }
@@ -82,7 +86,7 @@ static int quantize_usage(FILE *f) {
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
-    bool pure = false;
+    bool pure = false, force = false;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
@@ -94,6 +98,8 @@ int cmd_quantize(int argc, char **argv) {
                 return cli_fail("quantize: %s needs a thread count from 1 to 1024", a);
         } else if (!strcmp(a, "--pure")) {
             pure = true;
+        } else if (!strcmp(a, "--force") || !strcmp(a, "-f")) {
+            force = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_fail("quantize: unknown option '%s' (see quill quantize --help)", a);
         } else if (n_pos < 3) {
@@ -111,6 +117,18 @@ int cmd_quantize(int argc, char **argv) {
         return cli_fail("quantize: unknown type '%s'; choose one of: %s", pos[2], quill_ftype_names());
     if (same_file(pos[0], pos[1]))
         return cli_fail("quantize: the output %s is the input file; choose another name", pos[1]);
+    if (!force && access(pos[1], F_OK) == 0)
+        return cli_fail("quantize: %s already exists; pass --force to replace it", pos[1]);
+    {
+        quill_gguf *g;
+        quill_error gerr;
+        if (quill_gguf_open(pos[0], &g, &gerr) != QUILL_OK) return cli_fail("%s", gerr.message);
+        uint64_t n_tensors = quill_gguf_n_tensors(g);
+        quill_gguf_close(g);
+        if (n_tensors == 0)
+            return cli_fail("quantize: %s holds no tensors (a vocabulary-only file?): there is nothing to quantize",
+                            pos[0]);
+    }
     params.n_threads = (int)threads;
     params.pure = pure;
     quantize_totals totals = {0};
@@ -121,7 +139,23 @@ int cmd_quantize(int argc, char **argv) {
             quill_ftype_name(params.ftype), pure ? " (pure)" : "", (int)params.ftype, threads);
     const double t0 = now_seconds();
     quill_error err;
-    if (quill_quantize_file(pos[0], pos[1], &params, &err) != QUILL_OK) return cli_fail("%s", err.message);
+    /* A temporary name beside the output (same file system, so the rename is atomic). */
+    size_t tmp_len = strlen(pos[1]) + 32;
+    char *tmp = malloc(tmp_len);
+    if (!tmp) return cli_fail("out of memory");
+    snprintf(tmp, tmp_len, "%s.partial-%ld", pos[1], (long)getpid());
+    if (quill_quantize_file(pos[0], tmp, &params, &err) != QUILL_OK) {
+        unlink(tmp);
+        free(tmp);
+        return cli_fail("%s", err.message);
+    }
+    if (rename(tmp, pos[1]) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return cli_fail("quantize: cannot move the finished file into place as %s: %s", pos[1], strerror(e));
+    }
+    free(tmp);
     const double secs = now_seconds() - t0;
 
     char before[32], after[32];

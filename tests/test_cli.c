@@ -380,3 +380,56 @@ TEST(cli_json_output_with_invalid_utf8_metadata) {
     free(out);
     free(model);
 }
+
+/* quantize writes under a temporary name and renames at the end, refuses to replace an existing
+ * file without --force, and refuses a file with no tensors. */
+TEST(cli_quantize_temporary_name_force_and_no_tensors) {
+    REQUIRE_SHARED(shared);
+    char *model = path_join(shared, "models/synth-k-f32.gguf"), *small = stories(shared), *vocab = path_join(shared, "tokenizer/ggml-vocab-llama-spm.gguf");
+    char *dir = path_join(tmp_dir(), "quantize"), *out_path = path_join(dir, "q8.gguf"), *text = NULL, cmd[4096];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    CHECK(run_cmd(cmd, NULL, false) == 0);
+    int rc = quill(&text, "quantize %s %s q8_0 -t 1", model, out_path);
+    CHECK(rc == 0, "exit %d: %s", rc, text);
+    free(text);
+    size_t size1 = 0;
+    void *first = read_file(out_path, &size1);
+    CHECK(first && size1 > 0, "no output file");
+    free(first);
+    /* nothing but the finished file is left in the folder */
+    snprintf(cmd, sizeof cmd, "ls %s", dir);
+    rc = run_cmd(cmd, &text, false);
+    CHECK(rc == 0 && !strcmp(text, "q8.gguf\n"), "folder holds: %s", text);
+    free(text);
+    rc = quill(&text, "quantize %s %s q4_0 -t 1", model, out_path);
+    CHECK(rc == 1, "overwrote without --force: exit %d: %s", rc, text);
+    CHECK_STR_CONTAINS(text, "already exists; pass --force");
+    free(text);
+    size_t size2 = 0;
+    void *again = read_file(out_path, &size2);
+    CHECK(again && size2 == size1, "the existing file changed");
+    free(again);
+    rc = quill(&text, "quantize %s %s q4_0 -t 1 --force", model, out_path);
+    CHECK(rc == 0, "exit %d: %s", rc, text);
+    free(text);
+    void *third = read_file(out_path, &size2);
+    CHECK(third && size2 < size1, "--force did not replace the file (%zu vs %zu bytes)", size2, size1);
+    free(third);
+    char *vocab_out = path_join(dir, "vocab-q4.gguf");
+    rc = quill(&text, "quantize %s %s q4_0", vocab, vocab_out);
+    CHECK(rc == 1, "exit %d: %s", rc, text);
+    CHECK_STR_CONTAINS(text, "holds no tensors");
+    free(text);
+    CHECK(access(vocab_out, F_OK) != 0, "a file was written for a vocabulary-only input");
+    /* a quantization that fails halfway (stories260K's 172-wide rows do not fit q8_0) leaves nothing */
+    char *failed_out = path_join(dir, "failed.gguf");
+    rc = quill(&text, "quantize %s %s q8_0 -t 1", small, failed_out);
+    CHECK(rc == 1, "exit %d: %s", rc, text);
+    free(text);
+    snprintf(cmd, sizeof cmd, "ls %s", dir);
+    rc = run_cmd(cmd, &text, false);
+    CHECK(rc == 0 && !strcmp(text, "q8.gguf\n"), "folder holds: %s", text);
+    free(text);
+    free(failed_out), free(small);
+    free(vocab_out), free(model), free(vocab), free(dir), free(out_path);
+}
