@@ -221,8 +221,9 @@ static void reader_open(line_reader *r) {
      * that is lost when the editor switches modes. */
     el_set(r->el, EL_SETTY, "-x", "-icanon", NULL);
     el_wset(r->el, EL_GETCFN, read_wchar);
-    el_set(r->el, EL_ADDFN, "quill-paste", "insert a bracketed paste as one block", paste_fn);
-    el_set(r->el, EL_BIND, "\033[200~", "quill-paste", NULL);
+    /* Wide strings: the narrow el_set copies the name and help of EL_ADDFN and never frees them. */
+    el_wset(r->el, EL_ADDFN, L"quill-paste", L"insert a bracketed paste as one block", paste_fn);
+    el_wset(r->el, EL_BIND, L"\033[200~", L"quill-paste", NULL);
     el_source(r->el, NULL);
     fputs("\033[?2004h", stdout); /* ask the terminal for bracketed paste */
     fflush(stdout);

@@ -5248,6 +5248,7 @@ static bool json_parse_list(J *j, const char *what, const char *text, jv *out, b
     json_ws(&r);
     if (r.p != r.end) {
         unref(*out);
+        *out = mk_undef();
         return json_err(&r, "text after the list");
     }
     return true;
