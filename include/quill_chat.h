@@ -41,9 +41,9 @@ QUILL_API quill_status quill_chat_render(const char *template_src, const quill_c
  * stays undefined) is a JSON list passed as `tools`. Each message needs a string "role".
  * Errors: QUILL_E_ARG for JSON that is malformed or not of that shape (naming the byte offset),
  * else as quill_chat_render. */
-quill_status quill_chat_render_json(const char *template_src, const char *messages_json, const char *tools_json,
-                                    const char *bos_token, const char *eos_token, bool add_generation_prompt,
-                                    char **out, quill_error *err);
+QUILL_API quill_status quill_chat_render_json(const char *template_src, const char *messages_json,
+                                              const char *tools_json, const char *bos_token, const char *eos_token,
+                                              bool add_generation_prompt, char **out, quill_error *err);
 
 /* Parses a template without rendering it: QUILL_OK or the syntax error render would report.
  * Runtime errors (undefined attributes, raise_exception) depend on the messages and are not found. */
