@@ -8,7 +8,7 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
 echo "== sanitizers (clang, ASan + UBSan) =="
 if make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill; then
-    LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         QUILL_BIN=./build-san/quill ./build-san/quill_test | tee build-san/test.log
 else
     echo "0 passed, 1 failed" > build-san/test.log
