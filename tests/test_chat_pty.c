@@ -116,24 +116,24 @@ TEST(chat_pty_ctrl_c_stops_reply_and_clears_line) {
     session s;
     CHECK(start(&s, args), "forkpty failed");
     size_t mark = 0;
-    bool ok = wait_after(&s, &mark, ">>> ", 20);
+    bool ok = wait_after(&s, &mark, ">>> ", 60);
     type(&s, "Tell me a long story\r");
     /* the echo, then some reply text, then Ctrl-C */
-    ok = ok && wait_after(&s, &mark, "Tell me a long story\r\n", 10) && wait_after(&s, &mark, " ", 20);
+    ok = ok && wait_after(&s, &mark, "Tell me a long story\r\n", 60) && wait_after(&s, &mark, " ", 60);
     type(&s, "\003");
-    ok = ok && wait_after(&s, &mark, "[stopped]", 20) && wait_after(&s, &mark, ">>> ", 10);
+    ok = ok && wait_after(&s, &mark, "[stopped]", 60) && wait_after(&s, &mark, ">>> ", 60);
     bool stopped = ok;
     /* a half-typed line, Ctrl-C: the line is gone, the next command runs alone */
     type(&s, "half typed");
-    ok = ok && wait_after(&s, &mark, "half typed", 5);
+    ok = ok && wait_after(&s, &mark, "half typed", 60);
     type(&s, "\003");
-    ok = ok && wait_after(&s, &mark, "[Ctrl-C again or Ctrl-D to leave]", 5) && wait_after(&s, &mark, ">>> ", 5);
+    ok = ok && wait_after(&s, &mark, "[Ctrl-C again or Ctrl-D to leave]", 60) && wait_after(&s, &mark, ">>> ", 60);
     bool cleared = ok;
     type(&s, "/help\r");
-    ok = ok && wait_after(&s, &mark, "/bye", 5) && wait_after(&s, &mark, "\n>>> ", 5);
+    ok = ok && wait_after(&s, &mark, "/bye", 60) && wait_after(&s, &mark, "\n>>> ", 60);
     bool help = ok;
     type(&s, "\004");
-    int rc = finish(&s, 10);
+    int rc = finish(&s, 60);
     free(model);
     CHECK(stopped, "Ctrl-C did not stop the reply: %s", s.out);
     CHECK(cleared, "Ctrl-C at the prompt: %s", s.out);
@@ -151,25 +151,25 @@ TEST(chat_pty_paste_multiline_and_double_ctrl_c) {
     const char *args[] = {"-m", model, "-n", "3", "--temp", "0", "--verbose", NULL};
     session s;
     CHECK(start(&s, args), "forkpty failed");
-    bool ok = wait_for(&s, 0, ">>> ", 20);
+    bool ok = wait_for(&s, 0, ">>> ", 60);
     size_t mark = s.len;
     type(&s, "\r\r");
     type(&s, "\033[200~Once upon\ra time\033[201~\r");
-    ok = ok && wait_after(&s, &mark, "[turn 1: evaluating", 10) && wait_after(&s, &mark, "tokens in context]", 10) &&
-         wait_after(&s, &mark, ">>> ", 10);
+    ok = ok && wait_after(&s, &mark, "[turn 1: evaluating", 60) && wait_after(&s, &mark, "tokens in context]", 60) &&
+         wait_after(&s, &mark, ">>> ", 60);
     bool pasted = ok && !strstr(s.out + mark, "[turn 2:");
     type(&s, "\"\"\"There was\r");
-    ok = ok && wait_after(&s, &mark, "... ", 10);
+    ok = ok && wait_after(&s, &mark, "... ", 60);
     type(&s, "a dog\r");
-    ok = ok && wait_after(&s, &mark, "... ", 10);
+    ok = ok && wait_after(&s, &mark, "... ", 60);
     type(&s, "named Max\"\"\"\r");
-    ok = ok && wait_after(&s, &mark, "[turn 2: evaluating", 10) && wait_after(&s, &mark, "tokens in context]", 10) &&
-         wait_after(&s, &mark, ">>> ", 10);
+    ok = ok && wait_after(&s, &mark, "[turn 2: evaluating", 60) && wait_after(&s, &mark, "tokens in context]", 60) &&
+         wait_after(&s, &mark, ">>> ", 60);
     bool multi = ok && !strstr(s.out + mark, "[turn 3:");
     type(&s, "\003");
-    ok = ok && wait_after(&s, &mark, "[Ctrl-C again", 5) && wait_after(&s, &mark, ">>> ", 5);
+    ok = ok && wait_after(&s, &mark, "[Ctrl-C again", 60) && wait_after(&s, &mark, ">>> ", 60);
     type(&s, "\003");
-    int rc = finish(&s, 10);
+    int rc = finish(&s, 60);
     free(model);
     CHECK(pasted, "the paste was not one message: %s", s.out);
     CHECK(multi, "the \"\"\" block was not one message: %s", s.out);
