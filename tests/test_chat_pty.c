@@ -43,14 +43,9 @@ static bool start(session *s, const char *const *args) {
     return true;
 }
 
-/* Every limit below is stretched by this factor: a run that works returns as soon as the text
- * appears, so the limits only bound a broken run, and a shared machine under load (seen at a load
- * average of 15 on 2 cores) must not turn a slow run into a failure. */
-#define PTY_PATIENCE 4
-
 /* Reads until `want` appears after offset `from` (or the time runs out); true when it did. */
 static bool wait_for(session *s, size_t from, const char *want, double seconds) {
-    double end = now_s() + seconds * PTY_PATIENCE;
+    double end = now_s() + seconds;
     for (;;) {
         s->out[s->len] = 0;
         if (strstr(s->out + from, want)) return true;
@@ -86,7 +81,7 @@ static void type(session *s, const char *keys) {
 
 /* Waits for the process to end (killing it after `seconds`); returns its exit status or -1. */
 static int finish(session *s, double seconds) {
-    double end = now_s() + seconds * PTY_PATIENCE;
+    double end = now_s() + seconds;
     int status;
     for (;;) {
         char drain[4096];
@@ -124,7 +119,9 @@ TEST(chat_pty_ctrl_c_stops_reply_and_clears_line) {
     bool ok = wait_after(&s, &mark, ">>> ", 60);
     type(&s, "Tell me a long story\r");
     /* the echo, then some reply text, then Ctrl-C */
-    ok = ok && wait_after(&s, &mark, "Tell me a long story\r\n", 60) && wait_after(&s, &mark, " ", 60);
+    ok = ok && wait_after(&s, &mark, "Tell me a long story\r\n", 60) &&
+         wait_after(&s, &mark, "ibles bzwko", 60); /* the reply's first words (greedy, same bits on every
+                                                       kernel set): any byte could precede the reply */
     type(&s, "\003");
     ok = ok && wait_after(&s, &mark, "[stopped]", 60) && wait_after(&s, &mark, ">>> ", 60);
     bool stopped = ok;
