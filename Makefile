@@ -145,7 +145,7 @@ FUZZ_SRC := src/base/error.c src/gguf/gguf.c src/gguf/gguf_write.c src/tensor/ty
 fuzz:
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_SRC) -o build-fuzz/fuzz_gguf $(LDLIBS)
-	clang $(FUZZ_FLAGS) fuzz/fuzz_jinja.c src/base/error.c src/jinja/jinja.c -o build-fuzz/fuzz_jinja $(LDLIBS)
+	clang $(FUZZ_FLAGS) fuzz/fuzz_jinja.c src/base/error.c $(wildcard src/jinja/*.c) -o build-fuzz/fuzz_jinja $(LDLIBS)
 	clang $(FUZZ_FLAGS) fuzz/fuzz_tokenize.c $(FUZZ_SRC) -o build-fuzz/fuzz_tokenize $(LDLIBS)
 	clang $(FUZZ_FLAGS) -Icli fuzz/fuzz_cli_options.c cli/options.c cli/util.c src/text/sampler.c src/base/error.c \
 	    -o build-fuzz/fuzz_cli_options $(LDLIBS)

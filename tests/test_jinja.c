@@ -1,4 +1,4 @@
-/* The chat-template engine (src/jinja.c) and `quill template`:
+/* The chat-template engine (src/jinja/) and `quill template`:
  * - the 48 reference renders of real model templates in shared/chat/cases.json;
  * - feature renders whose expected text Jinja2 itself produced (same configuration as
  *   transformers' apply_chat_template), so a difference is a bug here, not a matter of taste;
