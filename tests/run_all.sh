@@ -5,6 +5,12 @@ set -u
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
 
+# The openai client test needs tests/node's locked packages: installed here once, so that the
+# README's `make test` runs it on a fresh checkout too (.ci/run installs them before).
+if [ ! -d tests/node/node_modules ] && command -v npm >/dev/null 2>&1; then
+    (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
+fi
+
 QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
 echo "== sanitizers (clang, ASan + UBSan) =="
 if make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill; then
