@@ -2,6 +2,9 @@
 # The core engine needs only libc, libm and pthreads; the tokenizer's pre-tokenizers use PCRE2, the CLI
 # and tests also use cJSON and libedit.
 
+# (the prerequisite rules below would otherwise make their first object the default goal)
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2

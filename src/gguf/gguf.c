@@ -6,6 +6,7 @@
  * u32 type, value), n_tensors × (string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset),
  * padding to general.alignment (default 32), then the data section. Strings are u64 length + bytes. */
 #include "base/error.h"
+#include "gguf/gguf_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -480,6 +481,8 @@ quill_status quill_gguf_open(const char *path, quill_gguf **out, quill_error *er
     g->mapped = true;
     return open_common(g, out, err);
 }
+
+bool quill_gguf_is_mapped(const quill_gguf *g) { return g->mapped; }
 
 void quill_gguf_close(quill_gguf *g) {
     if (!g) return;

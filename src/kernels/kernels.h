@@ -88,7 +88,24 @@ typedef struct quill_kernels {
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
     size_t (*matmul_scratch)(int64_t cols, int n_tok); /* set when any matmul entry is */
+
+    /* Optional load-time layout. Decoding streams every weight once per token, and the file's
+     * row-major blocks make a tile of 16 rows 16 strided streams with its scales scattered among
+     * the codes; a set may instead read a copy made once, at load, in the order its loops consume
+     * it (kernels_avx512_exact.c describes the vnni set's). For a type with pack_bytes() > 0 the
+     * model packs each weight matrix and multiplies it with matmul_packed[type], whose results are
+     * those of matmul[type] on the original rows, bit for bit. */
+    const char *packed_layout; /* NULL: none; weights packed for one set serve any set of this name */
+    size_t (*pack_bytes)(uint32_t type, int64_t rows, int64_t cols); /* 0: the type is not packed */
+    /* packs tiles [tile0, tile1) (16 rows each) of a matrix into dst, a pack_bytes() buffer,
+     * 64-byte aligned; the last tile's missing rows are zero */
+    void (*pack)(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
+                 int64_t tile0, int64_t tile1);
+    quill_matmul_fn matmul_packed[QUILL_TYPE_COUNT]; /* m->w is the packed copy; row_bytes unused */
 } quill_kernels;
+
+/* Rows per tile of the packed layouts. */
+#define QUILL_PACK_ROWS 16
 
 /* The fastest kernels this CPU runs: amx > vnni > avx512 > avx2 > scalar. */
 const quill_kernels *quill_kernels_best(void);

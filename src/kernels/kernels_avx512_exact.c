@@ -1077,6 +1077,54 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
 #define VNNI_TOKENS 256
 #define TB 6 /* tokens per register block: 4 accumulators each */
 
+/* The tokens of a pass against one chunk of a row tile: n slots of kb columns from column k0,
+ * their codes in wbuf (per 4 columns, the 16 rows' 4 unsigned codes, rows in lanes) and their
+ * scales in s / m; each token's sums accumulate in accbuf. */
+static inline __attribute__((always_inline)) void gemm_chunk(const decode_job *j, uint32_t type, int64_t k0, int n,
+                                                             const __m512i *wbuf, float (*sbuf)[TR],
+                                                             float (*mbuf)[TR], float (*accbuf)[TR]) {
+    const int kb = slot_width(type), n_tok = j->n_tok;
+    for (int tb = 0; tb < n_tok; tb += TB) {
+        const planes *pt[TB];
+        __m512 acc[TB];
+#pragma GCC unroll 8
+        for (int t = 0; t < TB; t++) {
+            pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
+            acc[t] = _mm512_load_ps(accbuf[tb + t]);
+        }
+        for (int i = 0; i < n; i++) {
+            const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
+            __m512i sh[TB], sl[TB];
+#pragma GCC unroll 8
+            for (int t = 0; t < TB; t++) sh[t] = sl[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int q = 0; q < kb / 4; q++) {
+                const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
+#pragma GCC unroll 8
+                for (int t = 0; t < TB; t++) {
+                    int32_t h4, l4;
+                    memcpy(&h4, pt[t]->h + col + 4 * q, 4);
+                    memcpy(&l4, pt[t]->l + col + 4 * q, 4);
+                    sh[t] = _mm512_dpbusd_epi32(sh[t], w, _mm512_set1_epi32(h4));
+                    sl[t] = _mm512_dpbusd_epi32(sl[t], w, _mm512_set1_epi32(l4));
+                }
+            }
+            const __m512 sc = _mm512_load_ps(sbuf[i]);
+#pragma GCC unroll 8
+            for (int t = 0; t < TB; t++) {
+                const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
+                                                     _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
+                                         acc[t]);
+                if (has_min(type))
+                    acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TB; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
+    }
+}
+
 static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                             uint32_t type) {
     const int kb = slot_width(type);
@@ -1086,13 +1134,12 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
     _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
     const __m512i row_at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(CW));
-    const int n_tok = j->n_tok;
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
         const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
-        memset(accbuf, 0, (size_t)(n_tok + TB) * sizeof accbuf[0]);
+        memset(accbuf, 0, (size_t)(j->n_tok + TB) * sizeof accbuf[0]);
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
-            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW, n = cw / kb;
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             prefetch_next_tile(&src, type, k0, cw);
             /* rows past the matrix repeat its first row: their lanes are computed and never stored */
             for (int r = 0; r < TR; r++) {
@@ -1104,60 +1151,274 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
                 }
             }
             for (int g = 0; g < cw / 4; g++) wbuf[g] = _mm512_i32gather_epi32(row_at, rowbuf[0] + 4 * g, 1);
-            unpack_scales(&src, k0, n, sbuf, mbuf);
-            for (int tb = 0; tb < n_tok; tb += TB) {
-                const planes *pt[TB];
-                __m512 acc[TB];
-#pragma GCC unroll 8
-                for (int t = 0; t < TB; t++) {
-                    pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
-                    acc[t] = _mm512_load_ps(accbuf[tb + t]);
-                }
-                for (int i = 0; i < n; i++) {
-                    const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
-                    __m512i sh[TB], sl[TB];
-#pragma GCC unroll 8
-                    for (int t = 0; t < TB; t++) sh[t] = sl[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                    for (int q = 0; q < kb / 4; q++) {
-                        const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
-#pragma GCC unroll 8
-                        for (int t = 0; t < TB; t++) {
-                            int32_t h4, l4;
-                            memcpy(&h4, pt[t]->h + col + 4 * q, 4);
-                            memcpy(&l4, pt[t]->l + col + 4 * q, 4);
-                            sh[t] = _mm512_dpbusd_epi32(sh[t], w, _mm512_set1_epi32(h4));
-                            sl[t] = _mm512_dpbusd_epi32(sl[t], w, _mm512_set1_epi32(l4));
-                        }
-                    }
-                    const __m512 sc = _mm512_load_ps(sbuf[i]);
-#pragma GCC unroll 8
-                    for (int t = 0; t < TB; t++) {
-                        const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
-                                                             _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
-                                                 acc[t]);
-                        if (has_min(type))
-                            acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
-                    }
-                }
-#pragma GCC unroll 8
-                for (int t = 0; t < TB; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
-            }
+            unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
+            gemm_chunk(j, type, k0, cw / kb, wbuf, sbuf, mbuf, accbuf);
         }
-        for (int t = 0; t < n_tok; t++)
+        for (int t = 0; t < j->n_tok; t++)
             _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, src.mask, _mm512_load_ps(accbuf[t]));
     }
 }
 
 TYPED_TASKS(gemm, gemm_impl)
 
+/* ---------------------------------------------------------------- the load-time layout
+ *
+ * q4_0, q8_0 and q4_K matrices are copied once, at load, into the order the vnni loops read them
+ * (the reference implementation likewise repacks q4_0 and q4_K into interleaved rows on x86). From
+ * the file's rows a tile of 16 rows is 16 strided streams, each read 18 or 34 bytes at a time,
+ * with the scales among the codes: the decoding loop spent most of its time waiting on those
+ * loads (bench/README.md), and it gathered the scales and shuffled every 16 bytes of 4 rows into
+ * place. Packed, each tile is one contiguous range read front to back, so a thread's share of a
+ * matrix is one stream, and the codes are already in the vpdpbusd operand layout that words16
+ * and the gemm's unpacking built at every use: per 4 columns, the 16 rows' 4 code bytes, row r in
+ * 32-bit lane r. Nothing of the arithmetic changes (the same integer sums, the same f32 steps in
+ * the same order), so results are those of the unpacked loops bit for bit.
+ *   q8_0: the tile's scales first, per block of 32 columns the 16 rows' d (f16), padded to 64
+ *         bytes; then per block 8 registers of unsigned codes q + 128, register i holding columns
+ *         4i..4i+3.
+ *   q4_0: the same scales; then per block 4 registers of the file's nibble bytes 4i..4i+3 of each
+ *         row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
+ *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
+ *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
+ *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
+ * The same bytes as the file's rows, plus the scales' padding and the last tile's missing rows. */
+
+static bool packed_type(uint32_t type) {
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K;
+}
+
+/* Bytes of a tile's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
+static inline size_t packed_scale_bytes(int64_t cols) { return ((size_t)(cols / 32) * 32 + 63) & ~(size_t)63; }
+
+/* Code registers per 32-column block (q4_0, q8_0). */
+static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
+
+#define PACKED_KBLOCK (4 * 64 + 32 * 64) /* a q4_K super-block: header and code registers */
+
+static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
+    if (type == QUILL_TYPE_Q4_K) return (size_t)(cols / 256) * PACKED_KBLOCK;
+    return packed_scale_bytes(cols) + (size_t)(cols / 32) * (size_t)packed_regs(type) * 64;
+}
+
+static size_t vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
+    if (!packed_type(type) || rows <= 0 || cols <= 0 || cols % block_elems(type)) return 0;
+    return (size_t)((rows + TR - 1) / TR) * packed_tile_bytes(type, cols);
+}
+
+/* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
+static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *bytes, uint8_t flip) {
+    for (int c = 0; c < 4; c++) dst[reg * 64 + (size_t)r * 4 + (size_t)c] = bytes[c] ^ flip;
+}
+
+static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
+                      int64_t tile0, int64_t tile1) {
+    const size_t tb = packed_tile_bytes(type, cols);
+    const int64_t nb = cols / 32;
+    for (int64_t tile = tile0; tile < tile1; tile++) {
+        uint8_t *t = (uint8_t *)dst + (size_t)tile * tb;
+        memset(t, 0, tb);
+        for (int r = 0; r < TR && tile * TR + r < rows; r++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)(tile * TR + r) * row_bytes;
+            if (type == QUILL_TYPE_Q4_K) {
+                for (int64_t sb = 0; sb < cols / 256; sb++) {
+                    const block_q4_K *b = (const block_q4_K *)row + sb;
+                    uint8_t *d = t + (size_t)sb * PACKED_KBLOCK;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, (const uint8_t *)b + 4 * i, 0);
+                    for (int c = 0; c < 4; c++)
+                        for (int h = 0; h < 2; h++)
+                            for (int i = 0; i < 4; i++)
+                                put_word(d, (size_t)(4 + (2 * c + h) * 4 + i), r, b->qs + 32 * c + 16 * h + 4 * i, 0);
+                }
+                continue;
+            }
+            uint8_t *codes = t + packed_scale_bytes(cols);
+            for (int64_t blk = 0; blk < nb; blk++) {
+                const uint8_t *b = row + (size_t)blk * block_bytes(type);
+                memcpy(t + (size_t)blk * 32 + (size_t)r * 2, b, 2); /* d */
+                const size_t reg0 = (size_t)blk * (size_t)packed_regs(type);
+                if (type == QUILL_TYPE_Q8_0)
+                    for (int i = 0; i < 8; i++) put_word(codes, reg0 + (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
+                else
+                    for (int i = 0; i < 4; i++) put_word(codes, reg0 + (size_t)i, r, b + offsetof(block_q4_0, qs) + 4 * i, 0);
+            }
+        }
+    }
+}
+
+/* Bytes ahead of the reading position that the packed loops prefetch. */
+#define PACKED_AHEAD 1024
+
+/* Σu·h and Σu·l for 16 rows over 32 columns whose codes are 4 registers of nibble bytes (q4_0's
+ * block, or one half-window of q4_K: then the high nibbles are 32 columns on, `hi_at`): the sums of
+ * the low nibbles' columns and of the high ones' accumulate apart. */
+static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, const planes *P, int64_t col,
+                                                              int64_t hi_at, __m512i *lo_h, __m512i *hi_h,
+                                                              __m512i *lo_l, __m512i *hi_l) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        int32_t h_lo, h_hi, l_lo, l_hi;
+        memcpy(&h_lo, P->h + col + 4 * i, 4);
+        memcpy(&h_hi, P->h + col + hi_at + 4 * i, 4);
+        memcpy(&l_lo, P->l + col + 4 * i, 4);
+        memcpy(&l_hi, P->l + col + hi_at + 4 * i, 4);
+        const __m512i w = _mm512_load_si512(v + i);
+        const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+        *lo_h = _mm512_dpbusd_epi32(*lo_h, lo, _mm512_set1_epi32(h_lo));
+        *hi_h = _mm512_dpbusd_epi32(*hi_h, hi, _mm512_set1_epi32(h_hi));
+        *lo_l = _mm512_dpbusd_epi32(*lo_l, lo, _mm512_set1_epi32(l_lo));
+        *hi_l = _mm512_dpbusd_epi32(*hi_l, hi, _mm512_set1_epi32(l_hi));
+    }
+}
+
+/* The f32 step of one slot, as decode_impl takes it. */
+static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m512 acc, __m512i ch, __m512i cl,
+                                                             const planes *P, int64_t slot_k, int64_t blk, __m512 sc,
+                                                             const float *m) {
+    const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ch, 8), cl), _mm512_set1_epi32(P->bias_sum[slot_k]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc);
+    if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(m), _mm512_set1_ps(P->sf[blk]), acc);
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                                     uint32_t type) {
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    const planes *P = j->P;
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const uint8_t *base = j->w + (size_t)tile * tb;
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        __m512 acc = _mm512_setzero_ps();
+        if (type == QUILL_TYPE_Q4_K) {
+            for (int64_t sb = 0; sb < j->cols / 256; sb++) {
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * PACKED_KBLOCK);
+                const __m512i z = _mm512_setzero_si512();
+                __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                 _mm512_load_si512(v + 3), z};
+                _Alignas(64) float s[8][TR], m[8][TR];
+                kquant_scales(type, hw, s, m);
+                for (int c = 0; c < 4; c++) {
+                    const __m512i *cv = v + 4 + 8 * c;
+                    for (int i = 0; i < 8; i++)
+                        _mm_prefetch((const char *)(cv + i) + PACKED_AHEAD, _MM_HINT_T0);
+                    const int64_t k = sb * 256 + 64 * c;
+                    __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
+                    nibble_sums(cv, P, k, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    nibble_sums(cv + 4, P, k + 16, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    acc = slot_step(type, acc, lo_h, lo_l, P, k / 32, k / 32, _mm512_load_ps(s[2 * c]), m[2 * c]);
+                    acc = slot_step(type, acc, hi_h, hi_l, P, k / 32 + 1, k / 32 + 1, _mm512_load_ps(s[2 * c + 1]),
+                                    m[2 * c + 1]);
+                }
+            }
+        } else {
+            const uint16_t *scales = (const uint16_t *)base;
+            const __m512i *codes = (const __m512i *)(base + packed_scale_bytes(j->cols));
+            const int regs = packed_regs(type);
+            for (int64_t blk = 0; blk < j->cols / 32; blk++) {
+                const __m512i *v = codes + blk * regs;
+                for (int i = 0; i < regs; i++) _mm_prefetch((const char *)(v + i) + PACKED_AHEAD, _MM_HINT_T0);
+                const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * blk)));
+                const __m512i z = _mm512_setzero_si512();
+                __m512i ch, cl;
+                if (type == QUILL_TYPE_Q8_0) {
+                    /* two chains per plane, so that each vpdpbusd waits on one two back */
+                    __m512i h[2] = {z, z}, l[2] = {z, z};
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) {
+                        int32_t h4, l4;
+                        memcpy(&h4, P->h + blk * 32 + 4 * i, 4);
+                        memcpy(&l4, P->l + blk * 32 + 4 * i, 4);
+                        const __m512i w = _mm512_load_si512(v + i);
+                        h[i & 1] = _mm512_dpbusd_epi32(h[i & 1], w, _mm512_set1_epi32(h4));
+                        l[i & 1] = _mm512_dpbusd_epi32(l[i & 1], w, _mm512_set1_epi32(l4));
+                    }
+                    ch = _mm512_add_epi32(h[0], h[1]);
+                    cl = _mm512_add_epi32(l[0], l[1]);
+                } else {
+                    __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
+                    nibble_sums(v, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
+                    ch = _mm512_add_epi32(lo_h, hi_h);
+                    cl = _mm512_add_epi32(lo_l, hi_l);
+                }
+                acc = slot_step(type, acc, ch, cl, P, blk, blk, sc, NULL);
+            }
+        }
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, acc);
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
+    }
+}
+
+/* The batch loop over packed tiles: each chunk's codes go to wbuf by masks and shifts (q8_0's are
+ * already wbuf: no copy), its scales by one conversion per block. */
+static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                                   uint32_t type) {
+    const int kb = slot_width(type);
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    _Alignas(64) __m512i wbuf[CW / 4];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const uint8_t *base = j->w + (size_t)tile * tb;
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        memset(accbuf, 0, (size_t)(j->n_tok + TB) * sizeof accbuf[0]);
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+            const __m512i *w = wbuf;
+            if (type == QUILL_TYPE_Q4_K) {
+                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * PACKED_KBLOCK);
+                __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                 _mm512_load_si512(v + 3), _mm512_setzero_si512()};
+                kquant_scales(type, hw, sbuf, mbuf);
+                for (int c = 0; c < 4; c++)
+                    for (int q = 0; q < 8; q++) {
+                        const __m512i r = _mm512_load_si512(v + 4 + 8 * c + q);
+                        wbuf[16 * c + q] = _mm512_and_si512(r, low);
+                        wbuf[16 * c + 8 + q] = _mm512_and_si512(_mm512_srli_epi16(r, 4), low);
+                    }
+            } else {
+                const uint16_t *scales = (const uint16_t *)base + 16 * (k0 / 32);
+                const __m512i *v = (const __m512i *)(base + packed_scale_bytes(j->cols)) + (k0 / 32) * packed_regs(type);
+                for (int b = 0; b < cw / 32; b++)
+                    _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
+                if (type == QUILL_TYPE_Q8_0) {
+                    w = v;
+                } else {
+                    for (int b = 0; b < cw / 32; b++)
+                        for (int i = 0; i < 4; i++) {
+                            const __m512i r = _mm512_load_si512(v + 4 * b + i);
+                            wbuf[8 * b + i] = _mm512_and_si512(r, low);
+                            wbuf[8 * b + 4 + i] = _mm512_and_si512(_mm512_srli_epi16(r, 4), low);
+                        }
+                }
+            }
+            gemm_chunk(j, type, k0, cw / kb, w, sbuf, mbuf, accbuf);
+        }
+        const __mmask16 mask = (__mmask16)((1u << nr) - 1);
+        for (int t = 0; t < j->n_tok; t++)
+            _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, mask, _mm512_load_ps(accbuf[t]));
+    }
+}
+
+#define PACKED_TASKS(prefix, impl)                                                                   \
+    TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
+    TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
+    TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
+    static quill_task_fn prefix##_fn(uint32_t type) {                                                \
+        return type == QUILL_TYPE_Q4_0 ? prefix##_q4_0 : type == QUILL_TYPE_Q8_0 ? prefix##_q8_0 : prefix##_q4_K; \
+    }
+PACKED_TASKS(decode_packed, decode_packed_impl)
+PACKED_TASKS(gemm_packed, gemm_packed_impl)
+
 static size_t vnni_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS) * planes_bytes(cols);
 }
 
-static void vnni_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,
-                        quill_pool *pool, void *scratch) {
+static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, int n_mats, int64_t cols,
+                             const float *x, int n_tok, quill_pool *pool, void *scratch) {
     planes P[VNNI_TOKENS];
     decode_job dj[QUILL_MATMUL_MAX_MATS];
     quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
@@ -1170,10 +1431,22 @@ static void vnni_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
             dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y};
-            tasks[i] = (quill_pool_task){nt == 1 ? decode_fn(type) : gemm_fn(type), &dj[i], (m[i].rows + TR - 1) / TR};
+            const quill_task_fn fn = packed ? (nt == 1 ? decode_packed_fn(type) : gemm_packed_fn(type))
+                                            : (nt == 1 ? decode_fn(type) : gemm_fn(type));
+            tasks[i] = (quill_pool_task){fn, &dj[i], (m[i].rows + TR - 1) / TR};
         }
         quill_pool_run_joined(pool, tasks, n_mats, 1);
     }
+}
+
+static void vnni_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,
+                        quill_pool *pool, void *scratch) {
+    vnni_matmul_from(type, false, m, n_mats, cols, x, n_tok, pool, scratch);
+}
+
+static void vnni_matmul_packed(uint32_t type, const quill_matrix *m, int n_mats, int64_t cols, const float *x,
+                               int n_tok, quill_pool *pool, void *scratch) {
+    vnni_matmul_from(type, true, m, n_mats, cols, x, n_tok, pool, scratch);
 }
 
 #define MATMUL_FN(name, impl, type)                                                                  \
@@ -1202,6 +1475,9 @@ static void vnni_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_
     }
 MATMUL_FNS(matmul_amx, amx_matmul)
 MATMUL_FNS(matmul_vnni, vnni_matmul)
+MATMUL_FN(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
+MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
+MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -1209,6 +1485,12 @@ MATMUL_FNS(matmul_vnni, vnni_matmul)
 void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_scratch = vnni_scratch;
     matmul_vnni_install(k);
+    k->packed_layout = "vnni16";
+    k->pack_bytes = vnni_pack_bytes;
+    k->pack = vnni_pack;
+    k->matmul_packed[QUILL_TYPE_Q4_0] = matmul_packed_q4_0;
+    k->matmul_packed[QUILL_TYPE_Q8_0] = matmul_packed_q8_0;
+    k->matmul_packed[QUILL_TYPE_Q4_K] = matmul_packed_q4_K;
 }
 
 void quill_kernels_install_amx(quill_kernels *k) {

@@ -92,6 +92,8 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
                     c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(sin(theta) * mscale);
                 }
     }
+    /* (the reference path reads the file's layout) */
+    if (ok && !c->reference) c->packed = quill_model_pack(m, kern, c->pool);
     if (!ok) {
         /* the message reads the context's settings, so it is written before the context is freed */
         quill_fail(err, QUILL_E_NOMEM,

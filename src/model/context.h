@@ -26,6 +26,7 @@ struct quill_context {
     bool reference;
     quill_pool *pool;
     const quill_kernels *kern;
+    bool packed;                    /* the model's weights are packed for kern (their packed copies serve) */
     quill_trace_fn trace;
     void *trace_user;
 
@@ -65,6 +66,11 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i);
  * The caller has checked the batch (batch.c). */
 void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
                           const bool *want, int n, float *logits);
+
+/* Packs the model's weights for the kernel set k, on pool, unless they are packed already (pack.c);
+ * returns whether k's packed products can read them. Without memory for the copies, or with
+ * QUILL_REPACK=0 in the environment, the weights stay in the file's layout. */
+bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool);
 
 /* The float64 reference forward pass (reference.c), sequence 0 only. */
 quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n, float *logits,

@@ -55,11 +55,23 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
     }
 }
 
+/* The whole-matrix product for w (NULL: none) and the matrix it reads: the packed copy when
+ * the context's kernels read one. */
+static quill_matmul_fn matrix_product(const quill_context *c, const quill_weight *w, float *y, quill_matrix *m) {
+    if (c->packed && w->packed && c->kern->matmul_packed[w->type]) {
+        *m = (quill_matrix){w->packed, w->row_bytes, w->rows, y};
+        return c->kern->matmul_packed[w->type];
+    }
+    *m = (quill_matrix){w->data, w->row_bytes, w->rows, y};
+    return c->kern->matmul[w->type];
+}
+
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
 static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
-    if (c->kern->matmul[w->type]) {
-        const quill_matrix m = {w->data, w->row_bytes, w->rows, y};
-        c->kern->matmul[w->type](&m, 1, w->cols, x, n_tok, c->pool, c->matmul_scratch);
+    quill_matrix m;
+    const quill_matmul_fn product = matrix_product(c, w, y, &m);
+    if (product) {
+        product(&m, 1, w->cols, x, n_tok, c->pool, c->matmul_scratch);
         return;
     }
     matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c->kern->vec_dot[w->type], c};
@@ -73,15 +85,14 @@ static void matmul(const quill_context *c, const quill_weight *w, const float *x
 static void matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
                     int n_tok) {
     for (int i = 0, j; i < n; i = j) {
-        quill_matmul_fn joined = c->kern->matmul[w[i]->type];
+        quill_matrix m[QUILL_MATMUL_MAX_MATS];
+        const quill_matmul_fn joined = matrix_product(c, w[i], y[i], &m[0]);
         for (j = i + 1; joined && j < n && j - i < QUILL_MATMUL_MAX_MATS; j++)
-            if (w[j]->type != w[i]->type || w[j]->cols != w[i]->cols) break;
+            if (w[j]->cols != w[i]->cols || matrix_product(c, w[j], y[j], &m[j - i]) != joined) break;
         if (j - i == 1) {
             matmul(c, w[i], x, n_tok, y[i]);
             continue;
         }
-        quill_matrix m[QUILL_MATMUL_MAX_MATS];
-        for (int k = i; k < j; k++) m[k - i] = (quill_matrix){w[k]->data, w[k]->row_bytes, w[k]->rows, y[k]};
         joined(m, j - i, w[i]->cols, x, n_tok, c->pool, c->matmul_scratch);
     }
 }

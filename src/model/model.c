@@ -361,6 +361,7 @@ void quill_model_free(quill_model *m) {
     free(m->ap.rope_factors);
     free(m->ap.rope_factors_long);
     quill_tokenizer_free(m->tokenizer);
+    quill_model_unpack(m);
     quill_gguf_close(m->gguf);
     free(m);
 }

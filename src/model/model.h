@@ -13,6 +13,7 @@ typedef struct {
     int64_t cols, rows;
     size_t row_bytes;
     const uint8_t *data;
+    const uint8_t *packed; /* the same matrix in the model's packed layout (pack.c), or NULL */
 } quill_weight;
 
 /* RoPE rotates pairs of a head's first n_rot dims: adjacent ones (x[2i], x[2i+1]) in the original
@@ -44,6 +45,9 @@ typedef struct quill_arch {
     double swa_default;   /* window when the file names none (0: required) */
     bool trace_q_scaled;  /* the reference's Qcur trace is taken after the queries' scaling (Phi-3) */
 } quill_arch;
+
+/* Frees the packed copies of the weights (pack.c), if any. */
+void quill_model_unpack(quill_model *m);
 
 /* The descriptor named by general.architecture, or NULL. */
 const quill_arch *quill_arch_find(const char *name, size_t len);
@@ -83,6 +87,10 @@ struct quill_model {
     quill_weight token_embd, output;   /* output aliases token_embd when tied */
     float *output_norm;
     quill_layer *layers;
+    /* the weights in a kernel set's load-time layout (pack.c): its name, and the memory */
+    const char *packed_layout;
+    void *packed_mem;
+    size_t packed_size;
 };
 
 #endif

@@ -1,0 +1,110 @@
+/* Weights copied, once per model, into the load-time layout of the kernel set a context computes
+ * with (kernels.h: packed_layout). The first context whose set has a layout packs every weight
+ * matrix of the types the set packs, on its thread pool; later contexts of that set find them
+ * packed. The copies replace the file's pages in memory: the mapping's pages of a packed matrix
+ * are dropped (they stay in the page cache and come back if a path that reads the file's layout,
+ * such as the float64 reference, touches them), so resident memory stays about the file's size. */
+#include "model/context.h"
+#include "base/error.h"
+#include "gguf/gguf_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* One lock for all models: packing happens once per model, and a context of another thread that
+ * shares the model waits for it instead of packing again. */
+static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Every weight matrix the fast forward pass multiplies (output may alias token_embd). */
+static int model_weights(quill_model *m, quill_weight **list, int cap) {
+    int n = 0;
+    if (n < cap) list[n++] = &m->output;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        quill_layer *L = &m->layers[l];
+        quill_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (w[i]->data && w[i]->rows > 0 && n < cap) list[n++] = w[i];
+    }
+    return n;
+}
+
+typedef struct {
+    const quill_kernels *k;
+    const quill_weight *w;
+    uint8_t *dst;
+} pack_job;
+
+static void pack_tiles(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const pack_job *j = arg;
+    j->k->pack(j->w->type, j->w->data, j->w->row_bytes, j->w->rows, j->w->cols, j->dst, t0, t1);
+}
+
+static bool repack_disabled(void) {
+    const char *v = getenv("QUILL_REPACK");
+    return v && strcmp(v, "0") == 0;
+}
+
+bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) {
+    if (!k->packed_layout || repack_disabled()) return false;
+    pthread_mutex_lock(&pack_lock);
+    bool ok = m->packed_layout != NULL;
+    if (ok) { /* packed before, by this context's set or another one */
+        ok = strcmp(m->packed_layout, k->packed_layout) == 0;
+        pthread_mutex_unlock(&pack_lock);
+        return ok;
+    }
+    const int cap = 1 + 7 * (int)m->hp.n_layer;
+    quill_weight **list = malloc((size_t)cap * sizeof *list);
+    size_t *at = malloc((size_t)cap * sizeof *at);
+    size_t total = 0;
+    int n = list && at ? model_weights(m, list, cap) : 0;
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = k->pack_bytes(list[i]->type, list[i]->rows, list[i]->cols);
+        at[i] = bytes ? total : SIZE_MAX;
+        total += (bytes + 4095) & ~(size_t)4095;
+    }
+    void *mem = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (mem == MAP_FAILED) {
+        /* nothing to pack, or no memory for it: the file's layout serves, more slowly */
+        if (total) quill_log(QUILL_LOG_WARN, "no memory to repack %.1f MB of weights; using the file's layout", total / 1e6);
+        free(list);
+        free(at);
+        pthread_mutex_unlock(&pack_lock);
+        return false;
+    }
+    /* generation streams these once per token: 2 MiB pages spare a TLB miss every 4 KiB */
+    (void)madvise(mem, total, MADV_HUGEPAGE);
+    const bool mapped = quill_gguf_is_mapped(m->gguf);
+    const long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < n; i++) {
+        quill_weight *w = list[i];
+        if (at[i] == SIZE_MAX) continue;
+        pack_job j = {k, w, (uint8_t *)mem + at[i]};
+        const int64_t tiles = (w->rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS;
+        quill_pool_run(pool, pack_tiles, &j, tiles, tiles / (4 * quill_pool_size(pool)) + 1);
+        w->packed = j.dst;
+        /* the file's pages of this matrix leave the process (whole pages inside it only); not the
+         * embedding's when the output reuses it, which every token reads a row of */
+        if (mapped && page > 0 && w->data != m->token_embd.data) {
+            const uintptr_t from = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+            const uintptr_t to = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~((uintptr_t)page - 1);
+            if (to > from) (void)madvise((void *)from, to - from, MADV_DONTNEED);
+        }
+    }
+    (void)mprotect(mem, total, PROT_READ);
+    m->packed_mem = mem;
+    m->packed_size = total;
+    m->packed_layout = k->packed_layout;
+    free(list);
+    free(at);
+    pthread_mutex_unlock(&pack_lock);
+    return true;
+}
+
+void quill_model_unpack(quill_model *m) {
+    if (m->packed_mem) munmap(m->packed_mem, m->packed_size);
+}
