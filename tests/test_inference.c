@@ -4,6 +4,7 @@
 #include "test.h"
 
 #include "kernels/kernels.h"
+#include "model/context.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -529,4 +530,68 @@ TEST(infer_every_instruction_set) {
     if (restore) setenv("QUILL_ISA", restore, 1);
     else unsetenv("QUILL_ISA");
     free(restore);
+}
+
+/* Sets (or with NULL clears) an environment variable, returning its old value to restore. */
+static char *swap_env(const char *name, const char *value) {
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+    return saved;
+}
+
+static void restore_env(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
+/* Weights repacked at load (the vnni set's layout) give the bits of the file's layout: a prompt in
+ * one batch on 1 thread and token by token on 2, for each packed type, and the packed copies are
+ * really what the context reads. */
+TEST(infer_packed_weights_same_bits) {
+    REQUIRE_SHARED(shared);
+    if (!quill_kernels_for("vnni")) {
+        test_skip("this CPU does not offer the vnni kernel set, whose layout this checks");
+        return;
+    }
+    char *isa = swap_env("QUILL_ISA", "vnni");
+    const char *models[] = {"synth-k-q4_0", "synth-k-q8_0", "synth-k-q4_k_m", "synth-32k-q8_0"};
+    const int32_t tokens[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889};
+    const size_t n = sizeof tokens / sizeof tokens[0];
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char file[128];
+        snprintf(file, sizeof file, "models/%s.gguf", models[i]);
+        char *path = path_join(shared, file);
+        quill_model *m;
+        quill_context *c;
+        if (open_model(path, 64, 1, false, &m, &c)) {
+            CHECK(c->packed && m->packed_layout && m->layers[0].w_up.packed, "%s: the weights were not packed", models[i]);
+            quill_context_free(c);
+            quill_model_free(m);
+        }
+        int32_t toks[sizeof tokens / sizeof tokens[0]];
+        for (size_t t = 0; t < n; t++) toks[t] = tokens[t] % 256; /* within the smallest vocabulary */
+        float *packed_one = eval_logits(path, toks, n, 1, 0, false), *packed_tok = eval_logits(path, toks, n, 2, 1, false);
+        char *repack = swap_env("QUILL_REPACK", "0");
+        float *file_one = eval_logits(path, toks, n, 1, 0, false), *file_tok = eval_logits(path, toks, n, 2, 1, false);
+        restore_env("QUILL_REPACK", repack);
+        quill_model *probe;
+        quill_error err;
+        size_t count = 0;
+        if (quill_model_load(path, &probe, &err) == QUILL_OK) {
+            count = n * (size_t)quill_model_hparams(probe)->n_vocab;
+            quill_model_free(probe);
+        }
+        CHECK(count && packed_one && packed_tok && file_one && file_tok, "%s: the evaluations ran", models[i]);
+        if (count && packed_one && packed_tok && file_one && file_tok) {
+            CHECK(memcmp(packed_one, file_one, count * sizeof(float)) == 0, "%s: one batch, packed != file layout", models[i]);
+            CHECK(memcmp(packed_tok, file_tok, count * sizeof(float)) == 0, "%s: token by token, packed != file layout", models[i]);
+            CHECK(memcmp(packed_one, packed_tok, count * sizeof(float)) == 0, "%s: packed, batch != token by token", models[i]);
+        }
+        free(packed_one); free(packed_tok); free(file_one); free(file_tok);
+        free(path);
+    }
+    restore_env("QUILL_ISA", isa);
 }

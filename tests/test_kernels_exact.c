@@ -403,3 +403,113 @@ TEST(kernels_exact_type_facts) {
     CHECK(!quill_exact_matmul_model(QUILL_TYPE_F16, row, sizeof row, 1, 32, x, 1, &y) && y == 7,
           "the model refuses a type without exact products");
 }
+
+/* ---------------------------------------------------------------- the load-time layout */
+
+/* A matrix packed by the set's pack(), in two calls (tiles split at `split`) as the model's pool
+ * may split it; NULL when the set does not pack the type. */
+static uint8_t *packed_copy(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
+                            int64_t cols) {
+    const size_t bytes = k->pack_bytes(type, rows, cols);
+    if (!bytes) return NULL;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    memset(p, 0xA5, bytes); /* pack must write every byte it owns: padding included */
+    const int64_t tiles = (rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS, split = tiles / 2;
+    k->pack(type, w, rb, rows, cols, p, 0, split);
+    k->pack(type, w, rb, rows, cols, p, split, tiles);
+    return p;
+}
+
+/* Packed products give the scalar model's bits: row counts below, at and past a tile, a single row,
+ * columns of one block, of a short last chunk and of several chunks, decoding and batches (past
+ * the 256 tokens of a pass), with and without a pool; and three packed matrices in one call give
+ * each its bits alone. */
+static void packed_products(const quill_kernels *k) {
+    if (!k->packed_layout) {
+        test_skip("this set reads the file's layout only");
+        return;
+    }
+    quill_pool *pool = quill_pool_new(2);
+    const int64_t rows_list[] = {37, 16, 1, 50};
+    const int toks[] = {1, 2, 7, 70, 257};
+    int packed_types = 0;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = amx_types[ti];
+        const char *name = quill_type_traits_of(type)->name;
+        size_t rb;
+        uint8_t *probe = random_matrix(type, 1, 256, &rb);
+        uint8_t *pp = packed_copy(k, type, probe, rb, 1, 256);
+        free(probe);
+        if (!pp) {
+            CHECK(k->matmul_packed[type] == NULL, "%s: a packed product without a layout", name);
+            continue;
+        }
+        free(pp);
+        packed_types++;
+        CHECK(k->matmul_packed[type] != NULL, "%s is packed but has no packed product", name);
+        CHECK(k->pack_bytes(type, 16, block_elems(type) + 16) == 0, "%s: a partial block must not pack", name);
+        const int64_t cols_list[] = {block_elems(type), cols_for(type), block_elems(type) == 256 ? 2048 : 2080};
+        bool ok = true;
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0] && ok; ri++)
+            for (size_t ci = 0; ci < 3 && ok; ci++) {
+                const int64_t rows = rows_list[ri], cols = cols_list[ci];
+                uint8_t *w = random_matrix(type, rows, cols, &rb);
+                uint8_t *p = packed_copy(k, type, w, rb, rows, cols);
+                void *scratch = malloc(k->matmul_scratch(cols, 257));
+                for (size_t ni = 0; ni < sizeof toks / sizeof toks[0] && ok; ni++) {
+                    const int nt = toks[ni];
+                    if (nt > 7 && (cols > 1000 || rows == 1)) continue; /* the long batches on the small shapes */
+                    float *x = random_acts(nt, cols), *want = malloc((size_t)nt * rows * sizeof *want),
+                          *y = malloc((size_t)nt * rows * sizeof *y);
+                    CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, want), "the model runs");
+                    for (int pl = 0; pl < 2 && ok; pl++) {
+                        memset(y, 0xFF, (size_t)nt * rows * sizeof *y);
+                        const quill_matrix m = {p, rb, rows, y};
+                        k->matmul_packed[type](&m, 1, cols, x, nt, pl ? pool : NULL, scratch);
+                        ok = memcmp(y, want, (size_t)nt * rows * sizeof *y) == 0;
+                        if (!ok)
+                            test_fail(__FILE__, __LINE__, "%s packed, %lld x %lld, %d tokens, %s: not the model's bits",
+                                      name, (long long)rows, (long long)cols, nt, pl ? "2 threads" : "no pool");
+                    }
+                    free(x); free(want); free(y);
+                }
+                free(scratch); free(w); free(p);
+            }
+        /* joined: q, k and v of one input */
+        const int64_t jr[3] = {37, 16, 5}, cols = cols_for(type);
+        uint8_t *w[3], *p[3];
+        size_t jrb[3];
+        float *alone[3], *joined[3];
+        quill_matrix m[3];
+        float *x = random_acts(3, cols);
+        void *scratch = malloc(k->matmul_scratch(cols, 3));
+        for (int i = 0; i < 3; i++) {
+            w[i] = random_matrix(type, jr[i], cols, &jrb[i]);
+            p[i] = packed_copy(k, type, w[i], jrb[i], jr[i], cols);
+            alone[i] = malloc((size_t)(3 * jr[i]) * sizeof(float));
+            joined[i] = malloc((size_t)(3 * jr[i]) * sizeof(float));
+            m[i] = (quill_matrix){p[i], jrb[i], jr[i], joined[i]};
+        }
+        for (int nt = 1; nt <= 3 && ok; nt += 2) {
+            for (int i = 0; i < 3; i++) {
+                const quill_matrix one = {p[i], jrb[i], jr[i], alone[i]};
+                k->matmul_packed[type](&one, 1, cols, x, nt, pool, scratch);
+            }
+            k->matmul_packed[type](m, 3, cols, x, nt, pool, scratch);
+            for (int i = 0; i < 3 && ok; i++) {
+                ok = memcmp(alone[i], joined[i], (size_t)(nt * jr[i]) * sizeof(float)) == 0;
+                if (!ok) test_fail(__FILE__, __LINE__, "%s packed: matrix %d of 3 joined, %d tokens: not its bits alone", name, i, nt);
+            }
+        }
+        for (int i = 0; i < 3; i++) free(w[i]), free(p[i]), free(alone[i]), free(joined[i]);
+        free(x);
+        free(scratch);
+    }
+    CHECK(packed_types >= 3, "the %s set packs %d types; q4_0, q8_0 and q4_K expected", k->isa, packed_types);
+    quill_pool_free(pool);
+}
+
+TEST(kernels_vnni_packed_products) {
+    const quill_kernels *k = set_or_skip("vnni");
+    if (k) packed_products(k);
+}
