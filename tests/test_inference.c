@@ -557,7 +557,7 @@ TEST(infer_packed_weights_same_bits) {
         return;
     }
     char *isa = swap_env("QUILL_ISA", "vnni");
-    const char *models[] = {"synth-k-q4_0", "synth-k-q8_0", "synth-k-q4_k_m", "synth-32k-q8_0"};
+    const char *models[] = {"synth-k-q4_0", "synth-k-q8_0", "synth-k-q4_k_m", "synth-k-q5_k_m", "synth-k-q6_k", "synth-32k-q8_0"};
     const int32_t tokens[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889};
     const size_t n = sizeof tokens / sizeof tokens[0];
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {

@@ -505,7 +505,7 @@ static void packed_products(const quill_kernels *k) {
         free(x);
         free(scratch);
     }
-    CHECK(packed_types >= 3, "the %s set packs %d types; q4_0, q8_0 and q4_K expected", k->isa, packed_types);
+    CHECK(packed_types >= 5, "the %s set packs %d types; q4_0, q8_0, q4_K, q5_K and q6_K expected", k->isa, packed_types);
     quill_pool_free(pool);
 }
 

@@ -1181,10 +1181,20 @@ TYPED_TASKS(gemm, gemm_impl)
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
- * The same bytes as the file's rows, plus the scales' padding and the last tile's missing rows. */
+ *   q5_K: as q4_K, and after each window half's 4 nibble registers one register of their fifth
+ *         bits: byte j of a row's lane holds, for register i, the low nibble's bit at bit 2i and
+ *         the high nibble's at bit 2i + 1.
+ *   q6_K: per super-block, 5 registers for kquant_scales (the 16 signed scales as 4 words, then
+ *         d in the high half of a word), then per 16-column sub-block s 3 registers: the low 4
+ *         bits of u = q + 32 of columns 16s + 0..3 (low nibbles) and 16s + 8..11 (high), of
+ *         16s + 4..7 and 16s + 12..15, then the top 2 bits of all 16 (column 16s + 4g + j: bits
+ *         2g, 2g + 1 of byte j).
+ * The same bytes as the file's rows (a q6_K scale word more per super-block), plus the scales'
+ * padding and the last tile's missing rows. */
 
 static bool packed_type(uint32_t type) {
-    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K;
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
+           type == QUILL_TYPE_Q6_K;
 }
 
 /* Bytes of a tile's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
@@ -1193,10 +1203,16 @@ static inline size_t packed_scale_bytes(int64_t cols) { return ((size_t)(cols / 
 /* Code registers per 32-column block (q4_0, q8_0). */
 static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
 
-#define PACKED_KBLOCK (4 * 64 + 32 * 64) /* a q4_K super-block: header and code registers */
+/* Registers of a packed k-quant super-block; in q4_K and q5_K, where window c's half h begins. */
+static inline int kblock_regs(uint32_t type) {
+    return type == QUILL_TYPE_Q4_K ? 4 + 32 : type == QUILL_TYPE_Q5_K ? 4 + 40 : 5 + 48;
+}
+static inline int half_window_reg(uint32_t type, int c, int h) {
+    return 4 + (2 * c + h) * (type == QUILL_TYPE_Q5_K ? 5 : 4);
+}
 
 static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
-    if (type == QUILL_TYPE_Q4_K) return (size_t)(cols / 256) * PACKED_KBLOCK;
+    if (is_kquant(type)) return (size_t)(cols / 256) * (size_t)kblock_regs(type) * 64;
     return packed_scale_bytes(cols) + (size_t)(cols / 32) * (size_t)packed_regs(type) * 64;
 }
 
@@ -1219,15 +1235,58 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
         memset(t, 0, tb);
         for (int r = 0; r < TR && tile * TR + r < rows; r++) {
             const uint8_t *row = (const uint8_t *)w + (size_t)(tile * TR + r) * row_bytes;
-            if (type == QUILL_TYPE_Q4_K) {
+            if (type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K) {
                 for (int64_t sb = 0; sb < cols / 256; sb++) {
-                    const block_q4_K *b = (const block_q4_K *)row + sb;
-                    uint8_t *d = t + (size_t)sb * PACKED_KBLOCK;
-                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, (const uint8_t *)b + 4 * i, 0);
+                    const uint8_t *b = row + (size_t)sb * block_bytes(type);
+                    const uint8_t *qs = b + (type == QUILL_TYPE_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs));
+                    uint8_t *d = t + (size_t)sb * (size_t)kblock_regs(type) * 64;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, b + 4 * i, 0);
                     for (int c = 0; c < 4; c++)
-                        for (int h = 0; h < 2; h++)
-                            for (int i = 0; i < 4; i++)
-                                put_word(d, (size_t)(4 + (2 * c + h) * 4 + i), r, b->qs + 32 * c + 16 * h + 4 * i, 0);
+                        for (int h = 0; h < 2; h++) {
+                            const size_t reg = (size_t)half_window_reg(type, c, h);
+                            for (int i = 0; i < 4; i++) put_word(d, reg + (size_t)i, r, qs + 32 * c + 16 * h + 4 * i, 0);
+                            if (type != QUILL_TYPE_Q5_K) continue;
+                            const uint8_t *qh = ((const block_q5_K *)b)->qh;
+                            uint8_t fifth[4] = {0};
+                            for (int j = 0; j < 4; j++)
+                                for (int i = 0; i < 4; i++) {
+                                    const int l = 16 * h + 4 * i + j; /* the element of sub-blocks 2c and 2c + 1 */
+                                    fifth[j] |= (uint8_t)(((qh[l] >> (2 * c)) & 1) << (2 * i));
+                                    fifth[j] |= (uint8_t)(((qh[l] >> (2 * c + 1)) & 1) << (2 * i + 1));
+                                }
+                            put_word(d, reg + 4, r, fifth, 0);
+                        }
+                }
+                continue;
+            }
+            if (type == QUILL_TYPE_Q6_K) {
+                for (int64_t sb = 0; sb < cols / 256; sb++) {
+                    const block_q6_K *b = (const block_q6_K *)row + sb;
+                    uint8_t *d = t + (size_t)sb * (size_t)kblock_regs(type) * 64;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, (const uint8_t *)b->scales + 4 * i, 0);
+                    const uint8_t dword[4] = {0, 0, ((const uint8_t *)&b->d)[0], ((const uint8_t *)&b->d)[1]};
+                    put_word(d, 4, r, dword, 0);
+                    uint8_t u[256]; /* q + 32, as the file's dequantizer takes them apart */
+                    for (int half = 0; half < 2; half++)
+                        for (int l = 0; l < 32; l++) {
+                            const uint8_t *ql = b->ql + 64 * half, qh = b->qh[32 * half + l];
+                            u[128 * half + l] = (uint8_t)((ql[l] & 0xF) | ((qh & 3) << 4));
+                            u[128 * half + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4));
+                            u[128 * half + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh >> 4) & 3) << 4));
+                            u[128 * half + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4));
+                        }
+                    for (int sl = 0; sl < 16; sl++) {
+                        const uint8_t *v = u + 16 * sl;
+                        uint8_t n0[4], n1[4], top[4];
+                        for (int j = 0; j < 4; j++) {
+                            n0[j] = (uint8_t)((v[j] & 0xF) | (v[8 + j] & 0xF) << 4);
+                            n1[j] = (uint8_t)((v[4 + j] & 0xF) | (v[12 + j] & 0xF) << 4);
+                            top[j] = (uint8_t)((v[j] >> 4) | (v[4 + j] >> 4) << 2 | (v[8 + j] >> 4) << 4 | (v[12 + j] >> 4) << 6);
+                        }
+                        put_word(d, (size_t)(5 + 3 * sl), r, n0, 0);
+                        put_word(d, (size_t)(5 + 3 * sl + 1), r, n1, 0);
+                        put_word(d, (size_t)(5 + 3 * sl + 2), r, top, 0);
+                    }
                 }
                 continue;
             }
@@ -1251,10 +1310,37 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
 /* Σu·h and Σu·l for 16 rows over 32 columns whose codes are 4 registers of nibble bytes (q4_0's
  * block, or one half-window of q4_K: then the high nibbles are 32 columns on, `hi_at`): the sums of
  * the low nibbles' columns and of the high ones' accumulate apart. */
-static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, const planes *P, int64_t col,
-                                                              int64_t hi_at, __m512i *lo_h, __m512i *hi_h,
+static inline __attribute__((always_inline)) __m512i shift16(__m512i v, int s) {
+    return s > 0 ? _mm512_slli_epi16(v, (unsigned)s) : s < 0 ? _mm512_srli_epi16(v, (unsigned)-s) : v;
+}
+
+/* The codes of packed nibble register i of 4 (q4_0, q4_K; q5_K with its fifth bits `qh`): low
+ * nibbles to *lo, high ones to *hi. */
+static inline __attribute__((always_inline)) void nibble_codes(const __m512i *v, const __m512i *qh, int i, __m512i *lo,
+                                                               __m512i *hi) {
+    const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i w = _mm512_load_si512(v + i);
+    *lo = _mm512_and_si512(w, low);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+    if (qh) { /* bit 2i to bit 4, bit 2i + 1 to bit 4; ternary logic: a | (b & c) */
+        *lo = _mm512_ternarylogic_epi32(*lo, shift16(*qh, 4 - 2 * i), bit4, 0xF8);
+        *hi = _mm512_ternarylogic_epi32(*hi, shift16(*qh, 3 - 2 * i), bit4, 0xF8);
+    }
+}
+
+/* The codes of q6_K's packed sub-block (3 registers at v), 4 columns per register g. */
+static inline __attribute__((always_inline)) void q6_codes(const __m512i *v, __m512i g[4]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+    const __m512i n0 = _mm512_load_si512(v), n1 = _mm512_load_si512(v + 1), qh = _mm512_load_si512(v + 2);
+    g[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(n0, low), _mm512_slli_epi16(qh, 4), top, 0xF8);
+    g[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(n1, low), _mm512_slli_epi16(qh, 2), top, 0xF8);
+    g[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n0, 4), low), qh, top, 0xF8);
+    g[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n1, 4), low), _mm512_srli_epi16(qh, 2), top, 0xF8);
+}
+
+static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, const __m512i *qh, const planes *P,
+                                                              int64_t col, int64_t hi_at, __m512i *lo_h, __m512i *hi_h,
                                                               __m512i *lo_l, __m512i *hi_l) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         int32_t h_lo, h_hi, l_lo, l_hi;
@@ -1262,8 +1348,8 @@ static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, 
         memcpy(&h_hi, P->h + col + hi_at + 4 * i, 4);
         memcpy(&l_lo, P->l + col + 4 * i, 4);
         memcpy(&l_hi, P->l + col + hi_at + 4 * i, 4);
-        const __m512i w = _mm512_load_si512(v + i);
-        const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+        __m512i lo, hi;
+        nibble_codes(v, qh, i, &lo, &hi);
         *lo_h = _mm512_dpbusd_epi32(*lo_h, lo, _mm512_set1_epi32(h_lo));
         *hi_h = _mm512_dpbusd_epi32(*hi_h, hi, _mm512_set1_epi32(h_hi));
         *lo_l = _mm512_dpbusd_epi32(*lo_l, lo, _mm512_set1_epi32(l_lo));
@@ -1290,22 +1376,49 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
         const int64_t r0 = tile * TR;
         const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
         __m512 acc = _mm512_setzero_ps();
-        if (type == QUILL_TYPE_Q4_K) {
+        if (type == QUILL_TYPE_Q6_K) {
             for (int64_t sb = 0; sb < j->cols / 256; sb++) {
-                const __m512i *v = (const __m512i *)(base + (size_t)sb * PACKED_KBLOCK);
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
+                const __m512i z = _mm512_setzero_si512();
+                __m512i hw[5];
+                for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
+                _Alignas(64) float s[16][TR];
+                kquant_scales(type, hw, s, NULL);
+                for (int sl = 0; sl < 16; sl++) {
+                    const __m512i *sv = v + 5 + 3 * sl;
+                    for (int i = 0; i < 3; i++) _mm_prefetch((const char *)(sv + i) + PACKED_AHEAD, _MM_HINT_T0);
+                    const int64_t k = sb * 256 + 16 * sl;
+                    __m512i g[4], h[2] = {z, z}, l[2] = {z, z};
+                    q6_codes(sv, g);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        int32_t h4, l4;
+                        memcpy(&h4, P->h + k + 4 * q, 4);
+                        memcpy(&l4, P->l + k + 4 * q, 4);
+                        h[q & 1] = _mm512_dpbusd_epi32(h[q & 1], g[q], _mm512_set1_epi32(h4));
+                        l[q & 1] = _mm512_dpbusd_epi32(l[q & 1], g[q], _mm512_set1_epi32(l4));
+                    }
+                    acc = slot_step(type, acc, _mm512_add_epi32(h[0], h[1]), _mm512_add_epi32(l[0], l[1]), P, k / 16,
+                                    k / 32, _mm512_load_ps(s[sl]), NULL);
+                }
+            }
+        } else if (is_kquant(type)) {
+            for (int64_t sb = 0; sb < j->cols / 256; sb++) {
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
                 const __m512i z = _mm512_setzero_si512();
                 __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
                                  _mm512_load_si512(v + 3), z};
                 _Alignas(64) float s[8][TR], m[8][TR];
                 kquant_scales(type, hw, s, m);
                 for (int c = 0; c < 4; c++) {
-                    const __m512i *cv = v + 4 + 8 * c;
-                    for (int i = 0; i < 8; i++)
+                    const __m512i *cv = v + half_window_reg(type, c, 0), *cv1 = v + half_window_reg(type, c, 1);
+                    for (int i = 0; i < kblock_regs(type) / 4 - 1; i++)
                         _mm_prefetch((const char *)(cv + i) + PACKED_AHEAD, _MM_HINT_T0);
                     const int64_t k = sb * 256 + 64 * c;
+                    const bool q5 = type == QUILL_TYPE_Q5_K;
                     __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
-                    nibble_sums(cv, P, k, 32, &lo_h, &hi_h, &lo_l, &hi_l);
-                    nibble_sums(cv + 4, P, k + 16, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    nibble_sums(cv, q5 ? cv + 4 : NULL, P, k, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    nibble_sums(cv1, q5 ? cv1 + 4 : NULL, P, k + 16, 32, &lo_h, &hi_h, &lo_l, &hi_l);
                     acc = slot_step(type, acc, lo_h, lo_l, P, k / 32, k / 32, _mm512_load_ps(s[2 * c]), m[2 * c]);
                     acc = slot_step(type, acc, hi_h, hi_l, P, k / 32 + 1, k / 32 + 1, _mm512_load_ps(s[2 * c + 1]),
                                     m[2 * c + 1]);
@@ -1337,7 +1450,7 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
                     cl = _mm512_add_epi32(l[0], l[1]);
                 } else {
                     __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
-                    nibble_sums(v, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
+                    nibble_sums(v, NULL, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
                     ch = _mm512_add_epi32(lo_h, hi_h);
                     cl = _mm512_add_epi32(lo_l, hi_l);
                 }
@@ -1359,7 +1472,6 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     _Alignas(64) __m512i wbuf[CW / 4];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
-    const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t tile = t0; tile < t1; tile++) {
         const uint8_t *base = j->w + (size_t)tile * tb;
         const int64_t r0 = tile * TR;
@@ -1368,16 +1480,24 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             const __m512i *w = wbuf;
-            if (type == QUILL_TYPE_Q4_K) {
-                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * PACKED_KBLOCK);
+            if (type == QUILL_TYPE_Q6_K) {
+                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                __m512i hw[5];
+                for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
+                kquant_scales(type, hw, sbuf, NULL);
+                for (int sl = 0; sl < 16; sl++) q6_codes(v + 5 + 3 * sl, wbuf + 4 * sl);
+            } else if (is_kquant(type)) {
+                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
                 __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
                                  _mm512_load_si512(v + 3), _mm512_setzero_si512()};
                 kquant_scales(type, hw, sbuf, mbuf);
+                /* window c: slot 2c's columns (the low nibbles) are wbuf[16c..16c+7], 2c + 1's next */
                 for (int c = 0; c < 4; c++)
-                    for (int q = 0; q < 8; q++) {
-                        const __m512i r = _mm512_load_si512(v + 4 + 8 * c + q);
-                        wbuf[16 * c + q] = _mm512_and_si512(r, low);
-                        wbuf[16 * c + 8 + q] = _mm512_and_si512(_mm512_srli_epi16(r, 4), low);
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i *hv = v + half_window_reg(type, c, h);
+                        for (int i = 0; i < 4; i++)
+                            nibble_codes(hv, type == QUILL_TYPE_Q5_K ? hv + 4 : NULL, i, &wbuf[16 * c + 4 * h + i],
+                                         &wbuf[16 * c + 8 + 4 * h + i]);
                     }
             } else {
                 const uint16_t *scales = (const uint16_t *)base + 16 * (k0 / 32);
@@ -1388,11 +1508,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                     w = v;
                 } else {
                     for (int b = 0; b < cw / 32; b++)
-                        for (int i = 0; i < 4; i++) {
-                            const __m512i r = _mm512_load_si512(v + 4 * b + i);
-                            wbuf[8 * b + i] = _mm512_and_si512(r, low);
-                            wbuf[8 * b + 4 + i] = _mm512_and_si512(_mm512_srli_epi16(r, 4), low);
-                        }
+                        for (int i = 0; i < 4; i++) nibble_codes(v + 4 * b, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
                 }
             }
             gemm_chunk(j, type, k0, cw / kb, w, sbuf, mbuf, accbuf);
@@ -1407,8 +1523,16 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
     TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
     TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
+    TYPED_TASK(prefix, impl, q5_K, QUILL_TYPE_Q5_K)                                                  \
+    TYPED_TASK(prefix, impl, q6_K, QUILL_TYPE_Q6_K)                                                  \
     static quill_task_fn prefix##_fn(uint32_t type) {                                                \
-        return type == QUILL_TYPE_Q4_0 ? prefix##_q4_0 : type == QUILL_TYPE_Q8_0 ? prefix##_q8_0 : prefix##_q4_K; \
+        switch (type) {                                                                              \
+        case QUILL_TYPE_Q4_0: return prefix##_q4_0;                                                  \
+        case QUILL_TYPE_Q8_0: return prefix##_q8_0;                                                  \
+        case QUILL_TYPE_Q4_K: return prefix##_q4_K;                                                  \
+        case QUILL_TYPE_Q5_K: return prefix##_q5_K;                                                  \
+        default: return prefix##_q6_K;                                                               \
+        }                                                                                            \
     }
 PACKED_TASKS(decode_packed, decode_packed_impl)
 PACKED_TASKS(gemm_packed, gemm_packed_impl)
@@ -1478,6 +1602,8 @@ MATMUL_FNS(matmul_vnni, vnni_matmul)
 MATMUL_FN(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
 MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
+MATMUL_FN(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
+MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -1491,6 +1617,8 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_packed[QUILL_TYPE_Q4_0] = matmul_packed_q4_0;
     k->matmul_packed[QUILL_TYPE_Q8_0] = matmul_packed_q8_0;
     k->matmul_packed[QUILL_TYPE_Q4_K] = matmul_packed_q4_K;
+    k->matmul_packed[QUILL_TYPE_Q5_K] = matmul_packed_q5_K;
+    k->matmul_packed[QUILL_TYPE_Q6_K] = matmul_packed_q6_K;
 }
 
 void quill_kernels_install_amx(quill_kernels *k) {
