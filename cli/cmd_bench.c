@@ -241,15 +241,18 @@ static void read_memory(long long *rss_kb, long long *hwm_kb) {
  * holds the file in 2 MiB folios (files written in large pieces, as `quill quantize` writes them,
  * or read in cold, on file systems with large folios), so the same file can measure differently
  * after being copied. -1 when unavailable. */
-static double weights_2m_share(const char *model_path) {
+static double weights_2m_share(const char *model_path, const void *packed, size_t packed_bytes) {
     char *want = realpath(model_path, NULL);
     FILE *f = want ? fopen("/proc/self/smaps", "r") : NULL;
     if (!f) {
         free(want);
         return -1;
     }
+    /* the packed copy of the weights, where the context reads one, is anonymous memory: its 2 MiB
+     * pages are AnonHugePages */
+    const unsigned long long p0 = (uintptr_t)packed, p1 = p0 + packed_bytes;
     long long rss = 0, pmd = 0;
-    bool in_model = false;
+    bool in_model = false, in_packed = false;
     char line[4096];
     while (fgets(line, sizeof line, f)) {
         unsigned long long from, to;
@@ -258,9 +261,12 @@ static double weights_2m_share(const char *model_path) {
             const char *path = strchr(line, '/');
             size_t len = path ? strcspn(path, "\n") : 0;
             in_model = path && len == strlen(want) && !strncmp(path, want, len);
-        } else if (in_model && sscanf(line, "Rss: %lld kB", &v) == 1) {
+            in_packed = packed && from < p1 && to > p0;
+        } else if ((in_model || in_packed) && sscanf(line, "Rss: %lld kB", &v) == 1) {
             rss += v;
         } else if (in_model && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1) {
+            pmd += v;
+        } else if (in_packed && sscanf(line, "AnonHugePages: %lld kB", &v) == 1) {
             pmd += v;
         }
     }
@@ -475,10 +481,16 @@ int cmd_bench(int argc, char **argv) {
     const int n_types = type_mix(g, types, QUILL_TYPE_COUNT);
 
     quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .reference = false};
+    t0 = now_s();
     if (quill_context_new(m, &cp, &c, &err)) {
         cli_fail("%s", err.message);
         goto done;
     }
+    /* the first context of a model may copy its weights into its kernels' layout */
+    const double context_ms = (now_s() - t0) * 1e3;
+    const void *packed = NULL;
+    size_t packed_bytes = 0;
+    const char *layout = quill_context_weight_layout(c, &packed, &packed_bytes);
     pp_toks = malloc(((size_t)p + 1) * sizeof *pp_toks);
     tg_toks = malloc(((size_t)n + TG_PROMPT) * sizeof *tg_toks);
     depth_toks = malloc(((size_t)depth + 1) * sizeof *depth_toks);
@@ -519,7 +531,7 @@ int cmd_bench(int argc, char **argv) {
     summarize(&tg);
     long long rss_kb, hwm_kb;
     read_memory(&rss_kb, &hwm_kb);
-    const double pages_2m = weights_2m_share(model);
+    const double pages_2m = weights_2m_share(model, packed, packed_bytes);
     const char *kernels = quill_context_kernels(c); /* a static name: outlives the context */
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
     quill_context_free(c);
@@ -551,6 +563,9 @@ int cmd_bench(int argc, char **argv) {
         if (pages_2m >= 0) printf("  \"weights_2m_share\": %.4f,\n", pages_2m);
         else printf("  \"weights_2m_share\": null,\n");
         printf("  \"load_ms\": %.3f,\n", load_ms);
+        printf("  \"context_ms\": %.3f,\n", context_ms);
+        if (layout) printf("  \"weight_layout\": \"%s\",\n", layout);
+        else printf("  \"weight_layout\": null,\n");
         if (rss_kb >= 0) printf("  \"rss_mb\": %.2f,\n", rss_kb / 1024.0);
         else printf("  \"rss_mb\": null,\n");
         if (hwm_kb >= 0) printf("  \"hwm_mb\": %.2f,\n", hwm_kb / 1024.0);
@@ -587,8 +602,13 @@ int cmd_bench(int argc, char **argv) {
                    bw * 1e9 / (double)bpt, bw);
         printf("kernels           %s\n", kernels);
         if (pages_2m >= 0)
-            printf("2 MiB pages       %.1f %% of the mapped weights (the rest in 4 KiB pages)\n", pages_2m * 100);
+            printf("2 MiB pages       %.1f %% of the weights read (the rest in 4 KiB pages)\n", pages_2m * 100);
         printf("model load        %.1f ms\n", load_ms);
+        if (layout)
+            printf("context           %.1f ms  (the weights copied into the %s layout: %.1f MiB)\n", context_ms, layout,
+                   mib((double)packed_bytes));
+        else
+            printf("context           %.1f ms  (the weights read in the file's layout)\n", context_ms);
         if (rss_kb >= 0)
             printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",
                    rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),

@@ -120,6 +120,10 @@ QUILL_API int quill_context_n_ctx(const quill_context *c);
 /* The kernel set it computes with: "amx", "vnni", "avx512", "avx2" or "scalar" (the best the CPU
  * offers, or the one QUILL_ISA names), or "reference" for the float64 path. */
 QUILL_API const char *quill_context_kernels(const quill_context *c);
+/* The layout of the weights it reads: NULL for the file's own, or the name of a copy its kernel set
+ * made at load (the vnni set's "vnni16"; QUILL_REPACK=0 in the environment turns copying off), and
+ * then, for diagnostics such as /proc/self/smaps, where that copy is mapped (*start, *bytes). */
+QUILL_API const char *quill_context_weight_layout(const quill_context *c, const void **start, size_t *bytes);
 /* Forgets cached tokens of sequence 0 from position `pos` on (0 clears the conversation). */
 QUILL_API void quill_context_truncate(quill_context *c, int pos);
 QUILL_API void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);

@@ -1223,7 +1223,10 @@ static size_t vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
 
 /* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
 static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *bytes, uint8_t flip) {
-    for (int c = 0; c < 4; c++) dst[reg * 64 + (size_t)r * 4 + (size_t)c] = bytes[c] ^ flip;
+    uint32_t v;
+    memcpy(&v, bytes, 4);
+    v ^= flip * 0x01010101u;
+    memcpy(dst + reg * 64 + (size_t)r * 4, &v, 4);
 }
 
 static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,

@@ -136,6 +136,12 @@ int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
 
 const char *quill_context_kernels(const quill_context *c) { return c->reference ? "reference" : c->kern->isa; }
 
+const char *quill_context_weight_layout(const quill_context *c, const void **start, size_t *bytes) {
+    if (start) *start = c->packed ? c->model->packed_mem : NULL;
+    if (bytes) *bytes = c->packed ? c->model->packed_size : 0;
+    return c->packed ? c->model->packed_layout : NULL;
+}
+
 void quill_context_truncate(quill_context *c, int pos) { quill_seq_truncate(c, 0, pos); }
 
 void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user) {
