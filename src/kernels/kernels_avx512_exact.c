@@ -431,13 +431,14 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
 
 typedef struct {
     int8_t *h, *l;         /* byte planes of the codes, a = 256·h + l, column order */
+    int16_t *a;            /* the codes themselves, column order (the batch loop's word products) */
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
     int32_t *bias_sum;     /* per slot (the type's sub-block): bias·Σa, see lane_sums */
     float *da, *sf;        /* per block of 32: scale, da·Σa */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)cols * 10 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
+    return (size_t)cols * 12 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
 }
 
 /* The planes of one token in scratch (64-byte aligned). */
@@ -451,6 +452,7 @@ static planes planes_at(void *scratch, int64_t cols) {
     P.sf = P.da + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
+    P.a = (int16_t *)(P.l + cols);
     return P;
 }
 
@@ -471,6 +473,7 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
             const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(a[i], lo), 8);
             _mm_storeu_si128((__m128i *)(h + 16 * i), _mm512_cvtepi32_epi8(hi));
             _mm_storeu_si128((__m128i *)(l + 16 * i), _mm512_cvtepi32_epi8(lo));
+            _mm256_storeu_si256((__m256i *)(P->a + blk * 32 + 16 * i), _mm512_cvtepi32_epi16(a[i]));
             part[i] = _mm512_reduce_add_epi32(a[i]);
         }
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
@@ -649,6 +652,56 @@ static inline __attribute__((always_inline)) void group_sums(uint32_t type, cons
 }
 
 
+static inline __attribute__((always_inline)) __m512i shift16(__m512i v, int s) {
+    return s > 0 ? _mm512_slli_epi16(v, (unsigned)s) : s < 0 ? _mm512_srli_epi16(v, (unsigned)-s) : v;
+}
+
+/* The codes of packed nibble register i of 4 (q4_0, q4_K; q5_K with its fifth bits `qh`): low
+ * nibbles to *lo, high ones to *hi. */
+static inline __attribute__((always_inline)) void nibble_codes(const __m512i *v, const __m512i *qh, int i, __m512i *lo,
+                                                               __m512i *hi) {
+    const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i w = _mm512_load_si512(v + i);
+    *lo = _mm512_and_si512(w, low);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+    if (qh) { /* bit 2i to bit 4, bit 2i + 1 to bit 4; ternary logic: a | (b & c) */
+        *lo = _mm512_ternarylogic_epi32(*lo, shift16(*qh, 4 - 2 * i), bit4, 0xF8);
+        *hi = _mm512_ternarylogic_epi32(*hi, shift16(*qh, 3 - 2 * i), bit4, 0xF8);
+    }
+}
+
+/* The codes of q6_K's packed sub-block (3 registers at v), 4 columns per register g. */
+static inline __attribute__((always_inline)) void q6_codes(const __m512i *v, __m512i g[4]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+    const __m512i n0 = _mm512_load_si512(v), n1 = _mm512_load_si512(v + 1), qh = _mm512_load_si512(v + 2);
+    g[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(n0, low), _mm512_slli_epi16(qh, 4), top, 0xF8);
+    g[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(n1, low), _mm512_slli_epi16(qh, 2), top, 0xF8);
+    g[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n0, 4), low), qh, top, 0xF8);
+    g[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n1, 4), low), _mm512_srli_epi16(qh, 2), top, 0xF8);
+}
+
+/* Σu·h and Σu·l for 16 rows over 32 columns whose codes are 4 registers of nibble bytes (q4_0's
+ * block, or one half-window of q4_K: then the high nibbles are 32 columns on, `hi_at`): the sums of
+ * the low nibbles' columns and of the high ones' accumulate apart. */
+static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, const __m512i *qh, const planes *P,
+                                                              int64_t col, int64_t hi_at, __m512i *lo_h, __m512i *hi_h,
+                                                              __m512i *lo_l, __m512i *hi_l) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        int32_t h_lo, h_hi, l_lo, l_hi;
+        memcpy(&h_lo, P->h + col + 4 * i, 4);
+        memcpy(&h_hi, P->h + col + hi_at + 4 * i, 4);
+        memcpy(&l_lo, P->l + col + 4 * i, 4);
+        memcpy(&l_hi, P->l + col + hi_at + 4 * i, 4);
+        __m512i lo, hi;
+        nibble_codes(v, qh, i, &lo, &hi);
+        *lo_h = _mm512_dpbusd_epi32(*lo_h, lo, _mm512_set1_epi32(h_lo));
+        *hi_h = _mm512_dpbusd_epi32(*hi_h, hi, _mm512_set1_epi32(h_hi));
+        *lo_l = _mm512_dpbusd_epi32(*lo_l, lo, _mm512_set1_epi32(l_lo));
+        *hi_l = _mm512_dpbusd_epi32(*hi_l, hi, _mm512_set1_epi32(l_hi));
+    }
+}
+
 typedef struct {
     uint32_t type;
     const uint8_t *w;
@@ -671,26 +724,14 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
     }
     if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_1) {
         /* The codes transposed instead of the sums: words16 puts each row's 16 bytes of nibbles
-         * in its lane, 4 at a time, so every vpdpbusd adds 4 products of one row into that row's
-         * lane and needs only the 4 activation bytes of those columns, broadcast from memory.
-         * Eight shuffles to transpose against fourteen to reduce both planes' lane sums. */
-        const __m512i low = _mm512_set1_epi8(0x0F);
-        __m512i w[4];
+         * in its lane, 4 at a time (the packed layout's registers), so every vpdpbusd adds 4
+         * products of one row into that row's lane and needs only the 4 activation bytes of those
+         * columns, broadcast from memory. Eight shuffles to transpose against fourteen to reduce
+         * both planes' lane sums. */
+        _Alignas(64) __m512i w[4];
         words16(rp, (size_t)(k / 32) * block_bytes(type) + legacy_qs(type), w);
         __m512i lo_h = _mm512_setzero_si512(), hi_h = lo_h, lo_l = lo_h, hi_l = lo_h;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            int32_t h_lo, h_hi, l_lo, l_hi; /* activation bytes of columns 4i.. and 16 + 4i.. */
-            memcpy(&h_lo, P->h + k + 4 * i, 4);
-            memcpy(&h_hi, P->h + k + 16 + 4 * i, 4);
-            memcpy(&l_lo, P->l + k + 4 * i, 4);
-            memcpy(&l_hi, P->l + k + 16 + 4 * i, 4);
-            const __m512i lo = _mm512_and_si512(w[i], low), hi = _mm512_and_si512(_mm512_srli_epi16(w[i], 4), low);
-            lo_h = _mm512_dpbusd_epi32(lo_h, lo, _mm512_set1_epi32(h_lo));
-            hi_h = _mm512_dpbusd_epi32(hi_h, hi, _mm512_set1_epi32(h_hi));
-            lo_l = _mm512_dpbusd_epi32(lo_l, lo, _mm512_set1_epi32(l_lo));
-            hi_l = _mm512_dpbusd_epi32(hi_l, hi, _mm512_set1_epi32(l_hi));
-        }
+        nibble_sums(w, NULL, P, k, 16, &lo_h, &hi_h, &lo_l, &hi_l);
         ch[0] = _mm512_add_epi32(lo_h, hi_h);
         cl[0] = _mm512_add_epi32(lo_l, hi_l);
         return;
@@ -699,27 +740,13 @@ static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const
         /* The same transposition for q4_K's 64-column windows: 32 bytes per row, whose low
          * nibbles are sub-block 2c's 32 codes and high nibbles sub-block 2c + 1's, so each
          * 16-byte half feeds both slots, 32 columns apart. */
-        const __m512i low = _mm512_set1_epi8(0x0F);
         const size_t at = (size_t)(k / 256) * sizeof(block_q4_K) + offsetof(block_q4_K, qs) + (size_t)(k % 256) / 2;
         __m512i lo_h = _mm512_setzero_si512(), hi_h = lo_h, lo_l = lo_h, hi_l = lo_h;
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++) {
-            __m512i w[4];
+            _Alignas(64) __m512i w[4];
             words16(rp, at + 16 * (size_t)half, w);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                const int64_t col = k + 16 * half + 4 * i;
-                int32_t h_lo, h_hi, l_lo, l_hi; /* activation bytes of slot 2c's columns and slot 2c + 1's */
-                memcpy(&h_lo, P->h + col, 4);
-                memcpy(&h_hi, P->h + col + 32, 4);
-                memcpy(&l_lo, P->l + col, 4);
-                memcpy(&l_hi, P->l + col + 32, 4);
-                const __m512i lo = _mm512_and_si512(w[i], low), hi = _mm512_and_si512(_mm512_srli_epi16(w[i], 4), low);
-                lo_h = _mm512_dpbusd_epi32(lo_h, lo, _mm512_set1_epi32(h_lo));
-                hi_h = _mm512_dpbusd_epi32(hi_h, hi, _mm512_set1_epi32(h_hi));
-                lo_l = _mm512_dpbusd_epi32(lo_l, lo, _mm512_set1_epi32(l_lo));
-                hi_l = _mm512_dpbusd_epi32(hi_l, hi, _mm512_set1_epi32(l_hi));
-            }
+            nibble_sums(w, NULL, P, k + 16 * half, 32, &lo_h, &hi_h, &lo_l, &hi_l);
         }
         ch[0] = lo_h, cl[0] = lo_l, ch[1] = hi_h, cl[1] = hi_l;
         return;
@@ -1076,32 +1103,37 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
  * by token. */
 #define VNNI_TOKENS 256
 #define TB 6 /* tokens per register block: 4 accumulators each */
+#define TBW 8 /* the same for the word products: 2 accumulators each */
+/* Tokens from which a pass takes the word products: their weights' widening, once per chunk, costs
+ * about as much as a token's byte products, which for each token are twice as many. */
+#define WORD_TOKENS 16
 
 /* The tokens of a pass against one chunk of a row tile: n slots of kb columns from column k0,
  * their codes in wbuf (per 4 columns, the 16 rows' 4 unsigned codes, rows in lanes) and their
  * scales in s / m; each token's sums accumulate in accbuf. */
-static inline __attribute__((always_inline)) void gemm_chunk(const decode_job *j, uint32_t type, int64_t k0, int n,
+static inline __attribute__((always_inline)) void gemm_block(const decode_job *j, uint32_t type, int64_t k0, int n,
                                                              const __m512i *wbuf, float (*sbuf)[TR],
-                                                             float (*mbuf)[TR], float (*accbuf)[TR]) {
-    const int kb = slot_width(type), n_tok = j->n_tok;
-    for (int tb = 0; tb < n_tok; tb += TB) {
+                                                             float (*mbuf)[TR], float (*accbuf)[TR], int tb,
+                                                             const int nb) {
+    const int kb = slot_width(type);
+    {
         const planes *pt[TB];
         __m512 acc[TB];
 #pragma GCC unroll 8
-        for (int t = 0; t < TB; t++) {
-            pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
+        for (int t = 0; t < nb; t++) {
+            pt[t] = &j->P[tb + t];
             acc[t] = _mm512_load_ps(accbuf[tb + t]);
         }
         for (int i = 0; i < n; i++) {
             const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
             __m512i sh[TB], sl[TB];
 #pragma GCC unroll 8
-            for (int t = 0; t < TB; t++) sh[t] = sl[t] = _mm512_setzero_si512();
+            for (int t = 0; t < nb; t++) sh[t] = sl[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int q = 0; q < kb / 4; q++) {
                 const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
 #pragma GCC unroll 8
-                for (int t = 0; t < TB; t++) {
+                for (int t = 0; t < nb; t++) {
                     int32_t h4, l4;
                     memcpy(&h4, pt[t]->h + col + 4 * q, 4);
                     memcpy(&l4, pt[t]->l + col + 4 * q, 4);
@@ -1111,7 +1143,7 @@ static inline __attribute__((always_inline)) void gemm_chunk(const decode_job *j
             }
             const __m512 sc = _mm512_load_ps(sbuf[i]);
 #pragma GCC unroll 8
-            for (int t = 0; t < TB; t++) {
+            for (int t = 0; t < nb; t++) {
                 const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
                                                      _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
@@ -1121,7 +1153,101 @@ static inline __attribute__((always_inline)) void gemm_chunk(const decode_job *j
             }
         }
 #pragma GCC unroll 8
-        for (int t = 0; t < TB; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
+        for (int t = 0; t < nb; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
+    }
+}
+
+/* All tokens of a pass against one chunk: blocks of TB, then the rest as one block of its own
+ * size (a constant in each copy, so that the registers stay registers). */
+static inline __attribute__((always_inline)) void gemm_chunk(const decode_job *j, uint32_t type, int64_t k0, int n,
+                                                             const __m512i *wbuf, float (*sbuf)[TR],
+                                                             float (*mbuf)[TR], float (*accbuf)[TR]) {
+    int tb = 0;
+    for (; tb + TB <= j->n_tok; tb += TB) gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, TB);
+    switch (j->n_tok - tb) {
+    case 1: gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, 1); break;
+    case 2: gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, 2); break;
+    case 3: gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, 3); break;
+    case 4: gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, 4); break;
+    case 5: gemm_block(j, type, k0, n, wbuf, sbuf, mbuf, accbuf, tb, 5); break;
+    default: break;
+    }
+}
+
+/* gemm_chunk with one word product per code instead of two byte products: vpdpwssd adds the
+ * products of two signed 16-bit codes, so each weight meets the activation code a itself (16-bit,
+ * |a| <= 32512) rather than its bytes h and l, and as its signed code q, so that no bias needs
+ * taking off: C = Σq·a, the same exact integer, with half the products per token (wbuf16: per 2
+ * columns, the 16 rows' 2 codes q as words, rows in lanes; see widen). */
+static inline __attribute__((always_inline)) void gemm_chunk_words(const decode_job *j, uint32_t type, int64_t k0,
+                                                                   int n, const __m512i *wbuf16, float (*sbuf)[TR],
+                                                                   float (*mbuf)[TR], float (*accbuf)[TR]) {
+    const int kb = slot_width(type), n_tok = j->n_tok;
+    for (int tb = 0; tb < n_tok; tb += TBW) {
+        const planes *pt[TBW];
+        __m512 acc[TBW];
+#pragma GCC unroll 8
+        for (int t = 0; t < TBW; t++) {
+            pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
+            acc[t] = _mm512_load_ps(accbuf[tb + t]);
+        }
+        for (int i = 0; i < n; i++) {
+            const int64_t col = k0 + (int64_t)i * kb, blk = col / 32;
+            __m512i c[TBW];
+#pragma GCC unroll 8
+            for (int t = 0; t < TBW; t++) c[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int q = 0; q < kb / 2; q++) {
+                const __m512i w = _mm512_load_si512(wbuf16 + i * kb / 2 + q);
+#pragma GCC unroll 8
+                for (int t = 0; t < TBW; t++) {
+                    int32_t a2;
+                    memcpy(&a2, pt[t]->a + col + 2 * q, 4);
+                    c[t] = _mm512_dpwssd_epi32(c[t], w, _mm512_set1_epi32(a2));
+                }
+            }
+            const __m512 sc = _mm512_load_ps(sbuf[i]);
+#pragma GCC unroll 8
+            for (int t = 0; t < TBW; t++) {
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[t]), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])), acc[t]);
+                if (has_min(type))
+                    acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TBW; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
+    }
+}
+
+/* vpermt2d indices: the even (odd) dwords of two registers, in order. */
+static _Alignas(64) const int32_t even_dwords[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static _Alignas(64) const int32_t odd_dwords[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+/* The byte operands of n_groups 4-column groups (unsigned codes u, rows in lanes) to word operands
+ * of 2 columns: q = u - bias sign-extended, group g to wbuf16[2g] (its columns 0, 1) and
+ * wbuf16[2g + 1] (columns 2, 3). */
+static inline __attribute__((always_inline)) void widen(uint32_t type, const __m512i *wbuf, int n_groups,
+                                                        __m512i *wbuf16) {
+    const __m512i bias = _mm512_set1_epi8((char)code_bias(type));
+    const __m512i even = _mm512_load_si512(even_dwords), odd = _mm512_load_si512(odd_dwords);
+    for (int g = 0; g < n_groups; g++) {
+        const __m512i q = _mm512_sub_epi8(_mm512_load_si512(wbuf + g), bias);
+        const __m512i lo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(q));       /* rows 0-7, 4 words each */
+        const __m512i hi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(q, 1)); /* rows 8-15 */
+        wbuf16[2 * g] = _mm512_permutex2var_epi32(lo, even, hi);
+        wbuf16[2 * g + 1] = _mm512_permutex2var_epi32(lo, odd, hi);
+    }
+}
+
+/* One chunk's tokens by the byte or the word products (the same C, so the same bits). */
+static inline __attribute__((always_inline)) void gemm_chunk_any(const decode_job *j, uint32_t type, int64_t k0, int cw,
+                                                                 const __m512i *wbuf, __m512i *wbuf16, float (*sbuf)[TR],
+                                                                 float (*mbuf)[TR], float (*accbuf)[TR]) {
+    if (j->n_tok >= WORD_TOKENS) {
+        widen(type, wbuf, cw / 4, wbuf16);
+        gemm_chunk_words(j, type, k0, cw / slot_width(type), wbuf16, sbuf, mbuf, accbuf);
+    } else {
+        gemm_chunk(j, type, k0, cw / slot_width(type), wbuf, sbuf, mbuf, accbuf);
     }
 }
 
@@ -1129,15 +1255,15 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
                                                             uint32_t type) {
     const int kb = slot_width(type);
     _Alignas(64) uint8_t rowbuf[TR][CW];
-    _Alignas(64) __m512i wbuf[CW / 4];
+    _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
-    _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TBW][TR];
     const __m512i row_at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(CW));
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
         const tile_src src = tile_at(type, j->w, j->row_bytes, j->rows, r0);
-        memset(accbuf, 0, (size_t)(j->n_tok + TB) * sizeof accbuf[0]);
+        memset(accbuf, 0, (size_t)(j->n_tok + TBW) * sizeof accbuf[0]);
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             prefetch_next_tile(&src, type, k0, cw);
@@ -1152,7 +1278,7 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
             }
             for (int g = 0; g < cw / 4; g++) wbuf[g] = _mm512_i32gather_epi32(row_at, rowbuf[0] + 4 * g, 1);
             unpack_scales(&src, k0, cw / kb, sbuf, mbuf);
-            gemm_chunk(j, type, k0, cw / kb, wbuf, sbuf, mbuf, accbuf);
+            gemm_chunk_any(j, type, k0, cw, wbuf, wbuf16, sbuf, mbuf, accbuf);
         }
         for (int t = 0; t < j->n_tok; t++)
             _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, src.mask, _mm512_load_ps(accbuf[t]));
@@ -1310,56 +1436,6 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
 /* Bytes ahead of the reading position that the packed loops prefetch. */
 #define PACKED_AHEAD 1024
 
-/* Σu·h and Σu·l for 16 rows over 32 columns whose codes are 4 registers of nibble bytes (q4_0's
- * block, or one half-window of q4_K: then the high nibbles are 32 columns on, `hi_at`): the sums of
- * the low nibbles' columns and of the high ones' accumulate apart. */
-static inline __attribute__((always_inline)) __m512i shift16(__m512i v, int s) {
-    return s > 0 ? _mm512_slli_epi16(v, (unsigned)s) : s < 0 ? _mm512_srli_epi16(v, (unsigned)-s) : v;
-}
-
-/* The codes of packed nibble register i of 4 (q4_0, q4_K; q5_K with its fifth bits `qh`): low
- * nibbles to *lo, high ones to *hi. */
-static inline __attribute__((always_inline)) void nibble_codes(const __m512i *v, const __m512i *qh, int i, __m512i *lo,
-                                                               __m512i *hi) {
-    const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-    const __m512i w = _mm512_load_si512(v + i);
-    *lo = _mm512_and_si512(w, low);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
-    if (qh) { /* bit 2i to bit 4, bit 2i + 1 to bit 4; ternary logic: a | (b & c) */
-        *lo = _mm512_ternarylogic_epi32(*lo, shift16(*qh, 4 - 2 * i), bit4, 0xF8);
-        *hi = _mm512_ternarylogic_epi32(*hi, shift16(*qh, 3 - 2 * i), bit4, 0xF8);
-    }
-}
-
-/* The codes of q6_K's packed sub-block (3 registers at v), 4 columns per register g. */
-static inline __attribute__((always_inline)) void q6_codes(const __m512i *v, __m512i g[4]) {
-    const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
-    const __m512i n0 = _mm512_load_si512(v), n1 = _mm512_load_si512(v + 1), qh = _mm512_load_si512(v + 2);
-    g[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(n0, low), _mm512_slli_epi16(qh, 4), top, 0xF8);
-    g[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(n1, low), _mm512_slli_epi16(qh, 2), top, 0xF8);
-    g[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n0, 4), low), qh, top, 0xF8);
-    g[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(n1, 4), low), _mm512_srli_epi16(qh, 2), top, 0xF8);
-}
-
-static inline __attribute__((always_inline)) void nibble_sums(const __m512i *v, const __m512i *qh, const planes *P,
-                                                              int64_t col, int64_t hi_at, __m512i *lo_h, __m512i *hi_h,
-                                                              __m512i *lo_l, __m512i *hi_l) {
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        int32_t h_lo, h_hi, l_lo, l_hi;
-        memcpy(&h_lo, P->h + col + 4 * i, 4);
-        memcpy(&h_hi, P->h + col + hi_at + 4 * i, 4);
-        memcpy(&l_lo, P->l + col + 4 * i, 4);
-        memcpy(&l_hi, P->l + col + hi_at + 4 * i, 4);
-        __m512i lo, hi;
-        nibble_codes(v, qh, i, &lo, &hi);
-        *lo_h = _mm512_dpbusd_epi32(*lo_h, lo, _mm512_set1_epi32(h_lo));
-        *hi_h = _mm512_dpbusd_epi32(*hi_h, hi, _mm512_set1_epi32(h_hi));
-        *lo_l = _mm512_dpbusd_epi32(*lo_l, lo, _mm512_set1_epi32(l_lo));
-        *hi_l = _mm512_dpbusd_epi32(*hi_l, hi, _mm512_set1_epi32(l_hi));
-    }
-}
-
 /* The f32 step of one slot, as decode_impl takes it. */
 static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m512 acc, __m512i ch, __m512i cl,
                                                              const planes *P, int64_t slot_k, int64_t blk, __m512 sc,
@@ -1470,16 +1546,15 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
  * already wbuf: no copy), its scales by one conversion per block. */
 static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                    uint32_t type) {
-    const int kb = slot_width(type);
     const size_t tb = packed_tile_bytes(type, j->cols);
-    _Alignas(64) __m512i wbuf[CW / 4];
+    _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
-    _Alignas(64) float accbuf[VNNI_TOKENS + TB][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TBW][TR];
     for (int64_t tile = t0; tile < t1; tile++) {
         const uint8_t *base = j->w + (size_t)tile * tb;
         const int64_t r0 = tile * TR;
         const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-        memset(accbuf, 0, (size_t)(j->n_tok + TB) * sizeof accbuf[0]);
+        memset(accbuf, 0, (size_t)(j->n_tok + TBW) * sizeof accbuf[0]);
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
             const __m512i *w = wbuf;
@@ -1514,7 +1589,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                         for (int i = 0; i < 4; i++) nibble_codes(v + 4 * b, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
                 }
             }
-            gemm_chunk(j, type, k0, cw / kb, w, sbuf, mbuf, accbuf);
+            gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
         }
         const __mmask16 mask = (__mmask16)((1u << nr) - 1);
         for (int t = 0; t < j->n_tok; t++)
