@@ -1448,6 +1448,7 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
 
 static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                      uint32_t type) {
+    if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
     const size_t tb = packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     for (int64_t tile = t0; tile < t1; tile++) {
@@ -1546,6 +1547,7 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
  * already wbuf: no copy), its scales by one conversion per block. */
 static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                    uint32_t type) {
+    if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
     const size_t tb = packed_tile_bytes(type, j->cols);
     _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
@@ -1597,23 +1599,8 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     }
 }
 
-#define PACKED_TASKS(prefix, impl)                                                                   \
-    TYPED_TASK(prefix, impl, q4_0, QUILL_TYPE_Q4_0)                                                  \
-    TYPED_TASK(prefix, impl, q8_0, QUILL_TYPE_Q8_0)                                                  \
-    TYPED_TASK(prefix, impl, q4_K, QUILL_TYPE_Q4_K)                                                  \
-    TYPED_TASK(prefix, impl, q5_K, QUILL_TYPE_Q5_K)                                                  \
-    TYPED_TASK(prefix, impl, q6_K, QUILL_TYPE_Q6_K)                                                  \
-    static quill_task_fn prefix##_fn(uint32_t type) {                                                \
-        switch (type) {                                                                              \
-        case QUILL_TYPE_Q4_0: return prefix##_q4_0;                                                  \
-        case QUILL_TYPE_Q8_0: return prefix##_q8_0;                                                  \
-        case QUILL_TYPE_Q4_K: return prefix##_q4_K;                                                  \
-        case QUILL_TYPE_Q5_K: return prefix##_q5_K;                                                  \
-        default: return prefix##_q6_K;                                                               \
-        }                                                                                            \
-    }
-PACKED_TASKS(decode_packed, decode_packed_impl)
-PACKED_TASKS(gemm_packed, gemm_packed_impl)
+TYPED_TASKS(decode_packed, decode_packed_impl)
+TYPED_TASKS(gemm_packed, gemm_packed_impl)
 
 static size_t vnni_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS) * planes_bytes(cols);
