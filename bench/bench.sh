@@ -25,14 +25,9 @@ die() { echo "bench.sh: $*" >&2; exit 1; }
 mkdir -p "$DIR" || die "cannot create $DIR"
 
 f16=$DIR/tinyllama-f16.gguf
-if [ ! -f "$f16" ]; then
-    [ -f "$VOCAB" ] || die "$VOCAB is missing (the shared reference data)"
-    echo "synthesizing $f16" >&2
-    # Written under a temporary name, so that an interrupted run leaves no half file to be reused.
-    "$QUILL" synth --like tinyllama-1.1b --vocab "$VOCAB" -o "$f16.part" > "$DIR/synth.log" 2>&1 ||
-        { cat "$DIR/synth.log" >&2; die "quill synth failed"; }
-    mv "$f16.part" "$f16"
-fi
+# shellcheck source=bench/synth_f16.sh
+. "$here/synth_f16.sh"
+make_f16 "$f16"
 
 # The value of a top-level key, and of a key inside the one-line "pp"/"tg" objects.
 field() { sed -n "s/^  \"$2\": \([^,]*\),*\$/\1/p" "$1"; }

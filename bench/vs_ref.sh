@@ -62,6 +62,8 @@ mkdir -p "$DIR" || die "cannot create $DIR"
 # ---------------------------------------------------------------- models
 
 f16=$DIR/tinyllama-f16.gguf
+# shellcheck source=bench/synth_f16.sh
+. "$here/synth_f16.sh"
 model() { echo "$DIR/tinyllama-$1.gguf"; }
 ref_type() {
     case $1 in
@@ -73,14 +75,7 @@ ref_type() {
 for t in $TYPES; do
     q=$(model "$t")
     [ -f "$q" ] && continue
-    if [ ! -f "$f16" ]; then
-        [ -f "$VOCAB" ] || die "$VOCAB is missing (the shared reference data)"
-        echo "synthesizing $f16" >&2
-        # written under a temporary name, so that an interrupted run leaves no half file to reuse
-        "$QUILL" synth --like tinyllama-1.1b --vocab "$VOCAB" -o "$f16.part" > "$DIR/synth.log" 2>&1 ||
-            { cat "$DIR/synth.log" >&2; die "quill synth failed"; }
-        mv "$f16.part" "$f16"
-    fi
+    make_f16 "$f16"
     echo "quantizing $q with the reference's llama-quantize" >&2
     "$REF/llama-quantize" "$f16" "$q.part" "$(ref_type "$t")" 2 > "$DIR/quantize-$t.log" 2>&1 ||
         { tail -n 20 "$DIR/quantize-$t.log" >&2; die "llama-quantize $t failed"; }

@@ -904,6 +904,23 @@ static bool json_parse_list(J *j, const char *what, const char *text, jv *out, b
     return true;
 }
 
+/* The end of a render: the output (an empty string when nothing was written) or the error. */
+static quill_status render_finish(J *j, jbuf *b, char **out, quill_error *err) {
+    if (!j->failed && !b->p) {
+        b->p = malloc(1);
+        if (b->p) b->p[0] = 0;
+        else jj_nomem(j);
+    }
+    jj_cleanup(j);
+    if (j->failed) {
+        jj_bfree(b);
+        jj_set_err(err, j->status, j->msg);
+        return j->status;
+    }
+    *out = b->p;
+    return QUILL_OK;
+}
+
 quill_status quill_chat_render(const char *template_src, const quill_chat_message *msgs, size_t n_msgs,
                                const char *bos_token, const char *eos_token, bool add_generation_prompt,
                                char **out, quill_error *err) {
@@ -942,19 +959,7 @@ quill_status quill_chat_render(const char *template_src, const quill_chat_messag
             if (ok) jj_exec(&j, root, g, &b);
         }
     }
-    if (!j.failed && !b.p) {
-        b.p = malloc(1);
-        if (b.p) b.p[0] = 0;
-        else jj_nomem(&j);
-    }
-    jj_cleanup(&j);
-    if (j.failed) {
-        jj_bfree(&b);
-        jj_set_err(err, j.status, j.msg);
-        return j.status;
-    }
-    *out = b.p;
-    return QUILL_OK;
+    return render_finish(&j, &b, out, err);
 }
 
 quill_status quill_chat_render_json(const char *template_src, const char *messages_json, const char *tools_json,
@@ -1016,19 +1021,7 @@ quill_status quill_chat_render_json(const char *template_src, const char *messag
     }
     jj_unref(messages);
     jj_unref(tools);
-    if (!j.failed && !b.p) {
-        b.p = malloc(1);
-        if (b.p) b.p[0] = 0;
-        else jj_nomem(&j);
-    }
-    jj_cleanup(&j);
-    if (j.failed) {
-        jj_bfree(&b);
-        jj_set_err(err, j.status, j.msg);
-        return j.status;
-    }
-    *out = b.p;
-    return QUILL_OK;
+    return render_finish(&j, &b, out, err);
 }
 
 quill_status quill_chat_check(const char *template_src, quill_error *err) {
