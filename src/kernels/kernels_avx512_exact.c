@@ -710,6 +710,10 @@ typedef struct {
     int n_tok;       /* 1 when decoding */
     const planes *P; /* one per token */
     float *y;        /* y[t · rows + r] */
+    /* for the word products (n_tok >= WORD_TOKENS): per block of TBW tokens, each pair of columns'
+     * codes as one dword per token, [block][cols / 2][TBW], and da per 32 columns, [block][cols / 32][TBW] */
+    const int32_t *word_a;
+    const float *word_da;
 } decode_job;
 
 /* Exact sums Σu·h and Σu·l (u the unsigned codes) of the 16 rows of rp over each slot of the
@@ -1063,7 +1067,7 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
         quantize_planes(type, x, cols, &P, true);
         decode_job dj[QUILL_MATMUL_MAX_MATS];
         for (int i = 0; i < n_mats; i++) {
-            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, 1, &P, m[i].y};
+            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, 1, &P, m[i].y, NULL, NULL};
             tasks[i] = (quill_pool_task){decode_fn(type), &dj[i], (m[i].rows + TR - 1) / TR};
         }
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
@@ -1103,7 +1107,10 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
  * by token. */
 #define VNNI_TOKENS 256
 #define TB 6 /* tokens per register block: 4 accumulators each */
-#define TBW 8 /* the same for the word products: 2 accumulators each */
+/* Tokens per block of the word products. The sums' registers are the only ones kept: the f32
+ * sums go through accbuf (L1) once per slot, so that 16 chains of vpdpwssd hide its 4-cycle
+ * latency at 2 per cycle (8 chains reached ~1.7 in a loop alone, and ~1 in this one). */
+#define TBW 16
 /* Tokens from which a pass takes the word products: their weights' widening, once per chunk, costs
  * about as much as a token's byte products, which for each token are twice as many. */
 #define WORD_TOKENS 16
@@ -1183,39 +1190,36 @@ static inline __attribute__((always_inline)) void gemm_chunk_words(const decode_
                                                                    int n, const __m512i *wbuf16, float (*sbuf)[TR],
                                                                    float (*mbuf)[TR], float (*accbuf)[TR]) {
     const int kb = slot_width(type), n_tok = j->n_tok;
+    const int64_t pairs = j->cols / 2, blocks = j->cols / 32;
     for (int tb = 0; tb < n_tok; tb += TBW) {
-        const planes *pt[TBW];
-        __m512 acc[TBW];
-#pragma GCC unroll 8
-        for (int t = 0; t < TBW; t++) {
-            pt[t] = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
-            acc[t] = _mm512_load_ps(accbuf[tb + t]);
-        }
+        /* the block's tokens side by side: one pointer for all (16 per token ran out of registers) */
+        const int32_t *ab = j->word_a + (size_t)(tb / TBW) * (size_t)pairs * TBW;
+        const float *db = j->word_da + (size_t)(tb / TBW) * (size_t)blocks * TBW;
         for (int i = 0; i < n; i++) {
             const int64_t col = k0 + (int64_t)i * kb, blk = col / 32;
             __m512i c[TBW];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int t = 0; t < TBW; t++) c[t] = _mm512_setzero_si512();
 #pragma GCC unroll 16
             for (int q = 0; q < kb / 2; q++) {
                 const __m512i w = _mm512_load_si512(wbuf16 + i * kb / 2 + q);
-#pragma GCC unroll 8
-                for (int t = 0; t < TBW; t++) {
-                    int32_t a2;
-                    memcpy(&a2, pt[t]->a + col + 2 * q, 4);
-                    c[t] = _mm512_dpwssd_epi32(c[t], w, _mm512_set1_epi32(a2));
-                }
+                const int32_t *aq = ab + (size_t)(col / 2 + q) * TBW;
+#pragma GCC unroll 16
+                for (int t = 0; t < TBW; t++) c[t] = _mm512_dpwssd_epi32(c[t], w, _mm512_set1_epi32(aq[t]));
             }
             const __m512 sc = _mm512_load_ps(sbuf[i]);
-#pragma GCC unroll 8
+            const float *dq = db + (size_t)blk * TBW;
+#pragma GCC unroll 16
             for (int t = 0; t < TBW; t++) {
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[t]), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])), acc[t]);
-                if (has_min(type))
-                    acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+                __m512 acc = _mm512_load_ps(accbuf[tb + t]);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[t]), _mm512_mul_ps(sc, _mm512_set1_ps(dq[t])), acc);
+                if (has_min(type)) {
+                    const planes *pt = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
+                    acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt->sf[blk]), acc);
+                }
+                _mm512_store_ps(accbuf[tb + t], acc);
             }
         }
-#pragma GCC unroll 8
-        for (int t = 0; t < TBW; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
     }
 }
 
@@ -1543,6 +1547,24 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
     }
 }
 
+/* In asm: gcc drops a loop of nothing but _mm_prefetch (no side effects, so dead code). */
+static inline void prefetch_bytes(const uint8_t *p, size_t n) {
+    for (size_t at = 0; at < n; at += 64) __asm__ volatile("prefetcht0 %0" : : "m"(p[at]));
+}
+
+/* Prefetches the bytes of the packed tile at `base` that the chunk from column k0 reads. */
+static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, const uint8_t *base, int64_t cols,
+                                                                 int64_t k0) {
+    const int64_t cw = cols - k0 < CW ? cols - k0 : CW;
+    if (is_kquant(type)) {
+        prefetch_bytes(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64, (size_t)kblock_regs(type) * 64);
+        return;
+    }
+    prefetch_bytes(base + (size_t)(k0 / 32) * 32, (size_t)(cw / 32) * 32);
+    prefetch_bytes(base + packed_scale_bytes(cols) + (size_t)(k0 / 32) * (size_t)packed_regs(type) * 64,
+                   (size_t)(cw / 32) * (size_t)packed_regs(type) * 64);
+}
+
 /* The batch loop over packed tiles: each chunk's codes go to wbuf by masks and shifts (q8_0's are
  * already wbuf: no copy), its scales by one conversion per block. */
 static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
@@ -1591,6 +1613,10 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                         for (int i = 0; i < 4; i++) nibble_codes(v + 4 * b, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
                 }
             }
+            /* the next chunk's bytes meanwhile: its loads came cold from memory and stalled the
+             * unpacking above (a tenth of a one-thread prompt's samples in this function) */
+            if (k0 + CW < j->cols) prefetch_chunk(type, base, j->cols, k0 + CW);
+            else prefetch_chunk(type, base + tb, j->cols, 0);
             gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
         }
         const __mmask16 mask = (__mmask16)((1u << nr) - 1);
@@ -1607,17 +1633,38 @@ typedef struct {
     const float *x; /* the pass's first token */
     int64_t cols;
     const planes *P;
-    bool decoding;
+    int n_tok;
+    int32_t *word_a; /* NULL: no word products in this pass */
+    float *word_da;
 } planes_job;
 
+/* Tokens [t0, t1) of a pass (past n_tok: the word layout's padding, zeros). */
 static void quantize_planes_items(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const planes_job *j = arg;
-    for (int64_t t = t0; t < t1; t++) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->decoding);
+    const int64_t pairs = j->cols / 2, blocks = j->cols / 32;
+    for (int64_t t = t0; t < t1; t++) {
+        const bool real = t < j->n_tok;
+        if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->n_tok == 1);
+        if (!j->word_a) continue;
+        int32_t *a = j->word_a + (size_t)(t / TBW) * (size_t)pairs * TBW + t % TBW;
+        float *da = j->word_da + (size_t)(t / TBW) * (size_t)blocks * TBW + t % TBW;
+        for (int64_t p = 0; p < pairs; p++) {
+            int32_t v = 0;
+            if (real) memcpy(&v, j->P[t].a + 2 * p, 4);
+            a[p * TBW] = v;
+        }
+        for (int64_t b = 0; b < blocks; b++) da[b * TBW] = real ? j->P[t].da[b] : 0;
+    }
+}
+
+static size_t word_acts_bytes(int64_t cols, int n_tok) {
+    return (size_t)((n_tok + TBW - 1) / TBW * TBW) * ((size_t)cols * 2 + (size_t)(cols / 32) * 4) + 64;
 }
 
 static size_t vnni_scratch(int64_t cols, int n_tok) {
-    return (size_t)(n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS) * planes_bytes(cols);
+    const int pass = n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS;
+    return (size_t)pass * planes_bytes(cols) + (pass >= WORD_TOKENS ? word_acts_bytes(cols, pass) : 0);
 }
 
 static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, int n_mats, int64_t cols,
@@ -1625,16 +1672,22 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
     planes P[VNNI_TOKENS];
     decode_job dj[QUILL_MATMUL_MAX_MATS];
     quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
+    const int pass = n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS;
+    uint8_t *words = (uint8_t *)(((uintptr_t)scratch + (size_t)pass * planes_bytes(cols) + 63) & ~(uintptr_t)63);
     for (int t0 = 0; t0 < n_tok; t0 += VNNI_TOKENS) {
         const int nt = n_tok - t0 < VNNI_TOKENS ? n_tok - t0 : VNNI_TOKENS;
+        const int padded = (nt + TBW - 1) / TBW * TBW;
         for (int t = 0; t < nt; t++) P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
-        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt == 1};
+        const bool by_words = nt >= WORD_TOKENS;
+        int32_t *word_a = by_words ? (int32_t *)words : NULL;
+        float *word_da = by_words ? (float *)(words + (size_t)padded * (size_t)cols * 2) : NULL;
+        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt, word_a, word_da};
         /* a batch's tokens on every thread: on one, they were ~4 % of a 2-thread prompt's time */
         if (nt == 1) quantize_planes_items((void *)&pj, 0, 1, 0);
-        else quill_pool_run(pool, quantize_planes_items, (void *)&pj, nt, 1);
+        else quill_pool_run(pool, quantize_planes_items, (void *)&pj, by_words ? padded : nt, 1);
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
-            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y};
+            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da};
             const quill_task_fn fn = packed ? (nt == 1 ? decode_packed_fn(type) : gemm_packed_fn(type))
                                             : (nt == 1 ? decode_fn(type) : gemm_fn(type));
             tasks[i] = (quill_pool_task){fn, &dj[i], (m[i].rows + TR - 1) / TR};
