@@ -710,10 +710,12 @@ typedef struct {
     int n_tok;       /* 1 when decoding */
     const planes *P; /* one per token */
     float *y;        /* y[t · rows + r] */
-    /* for the word products (n_tok >= WORD_TOKENS): per block of TBW tokens, each pair of columns'
-     * codes as one dword per token, [block][cols / 2][TBW], and da per 32 columns, [block][cols / 32][TBW] */
+    /* The word products' view of the tokens (n_tok >= WORD_TOKENS): per block of TBW tokens, the
+     * tokens side by side, so that one pointer reaches all (a pointer each ran out of registers):
+     * each pair of columns' codes as one dword per token, [block][cols / 2][TBW]; da and sf per 32
+     * columns, [block][cols / 32][TBW]. */
     const int32_t *word_a;
-    const float *word_da;
+    const float *word_da, *word_sf;
 } decode_job;
 
 /* Exact sums Σu·h and Σu·l (u the unsigned codes) of the 16 rows of rp over each slot of the
@@ -1067,7 +1069,7 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
         quantize_planes(type, x, cols, &P, true);
         decode_job dj[QUILL_MATMUL_MAX_MATS];
         for (int i = 0; i < n_mats; i++) {
-            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, 1, &P, m[i].y, NULL, NULL};
+            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, 1, &P, m[i].y, NULL, NULL, NULL};
             tasks[i] = (quill_pool_task){decode_fn(type), &dj[i], (m[i].rows + TR - 1) / TR};
         }
         /* Tiles one at a time: each thread walks its own contiguous share (see threadpool.c), so
@@ -1192,9 +1194,9 @@ static inline __attribute__((always_inline)) void gemm_chunk_words(const decode_
     const int kb = slot_width(type), n_tok = j->n_tok;
     const int64_t pairs = j->cols / 2, blocks = j->cols / 32;
     for (int tb = 0; tb < n_tok; tb += TBW) {
-        /* the block's tokens side by side: one pointer for all (16 per token ran out of registers) */
         const int32_t *ab = j->word_a + (size_t)(tb / TBW) * (size_t)pairs * TBW;
         const float *db = j->word_da + (size_t)(tb / TBW) * (size_t)blocks * TBW;
+        const float *sb = j->word_sf + (size_t)(tb / TBW) * (size_t)blocks * TBW;
         for (int i = 0; i < n; i++) {
             const int64_t col = k0 + (int64_t)i * kb, blk = col / 32;
             __m512i c[TBW];
@@ -1208,15 +1210,12 @@ static inline __attribute__((always_inline)) void gemm_chunk_words(const decode_
                 for (int t = 0; t < TBW; t++) c[t] = _mm512_dpwssd_epi32(c[t], w, _mm512_set1_epi32(aq[t]));
             }
             const __m512 sc = _mm512_load_ps(sbuf[i]);
-            const float *dq = db + (size_t)blk * TBW;
+            const float *dq = db + (size_t)blk * TBW, *sq = sb + (size_t)blk * TBW;
 #pragma GCC unroll 16
             for (int t = 0; t < TBW; t++) {
                 __m512 acc = _mm512_load_ps(accbuf[tb + t]);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[t]), _mm512_mul_ps(sc, _mm512_set1_ps(dq[t])), acc);
-                if (has_min(type)) {
-                    const planes *pt = &j->P[tb + t < n_tok ? tb + t : n_tok - 1];
-                    acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt->sf[blk]), acc);
-                }
+                if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(sq[t]), acc);
                 _mm512_store_ps(accbuf[tb + t], acc);
             }
         }
@@ -1437,8 +1436,8 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
     }
 }
 
-/* Bytes ahead of the reading position that the decoding loop prefetches: a core with a fast
- * bus (Zen 5, 32 GB/s from one thread) needs some 4 KiB in flight to cover the latency of memory.
+/* Bytes ahead of the reading position that the decoding loop prefetches: where one core reads
+ * 32 GB/s (this machine kind on 2026-11-25), some 4 KiB must be in flight to cover memory's latency.
  * Measured side by side, one and two threads, against 1 KiB: q4_0 +16 % at 8 KiB (+2 % over
  * 4 KiB), q4_K +6 %, q5_K +7 %; q6_K +14 % at 4 KiB but -13 % at 8 KiB, q8_0 +2 % at 4 KiB.
  * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) */
@@ -1644,7 +1643,7 @@ typedef struct {
     const planes *P;
     int n_tok;
     int32_t *word_a; /* NULL: no word products in this pass */
-    float *word_da;
+    float *word_da, *word_sf;
 } planes_job;
 
 /* Tokens [t0, t1) of a pass (past n_tok: the word layout's padding, zeros). */
@@ -1657,18 +1656,21 @@ static void quantize_planes_items(void *arg, int64_t t0, int64_t t1, int thread)
         if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->n_tok == 1);
         if (!j->word_a) continue;
         int32_t *a = j->word_a + (size_t)(t / TBW) * (size_t)pairs * TBW + t % TBW;
-        float *da = j->word_da + (size_t)(t / TBW) * (size_t)blocks * TBW + t % TBW;
+        const size_t at = (size_t)(t / TBW) * (size_t)blocks * TBW + (size_t)(t % TBW);
         for (int64_t p = 0; p < pairs; p++) {
             int32_t v = 0;
             if (real) memcpy(&v, j->P[t].a + 2 * p, 4);
             a[p * TBW] = v;
         }
-        for (int64_t b = 0; b < blocks; b++) da[b * TBW] = real ? j->P[t].da[b] : 0;
+        for (int64_t b = 0; b < blocks; b++) {
+            j->word_da[at + (size_t)b * TBW] = real ? j->P[t].da[b] : 0;
+            j->word_sf[at + (size_t)b * TBW] = real ? j->P[t].sf[b] : 0;
+        }
     }
 }
 
 static size_t word_acts_bytes(int64_t cols, int n_tok) {
-    return (size_t)((n_tok + TBW - 1) / TBW * TBW) * ((size_t)cols * 2 + (size_t)(cols / 32) * 4) + 64;
+    return (size_t)((n_tok + TBW - 1) / TBW * TBW) * ((size_t)cols * 2 + (size_t)(cols / 32) * 8) + 64;
 }
 
 static size_t vnni_scratch(int64_t cols, int n_tok) {
@@ -1690,13 +1692,14 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
         const bool by_words = nt >= WORD_TOKENS;
         int32_t *word_a = by_words ? (int32_t *)words : NULL;
         float *word_da = by_words ? (float *)(words + (size_t)padded * (size_t)cols * 2) : NULL;
-        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt, word_a, word_da};
+        float *word_sf = by_words ? word_da + (size_t)padded * (size_t)(cols / 32) : NULL;
+        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt, word_a, word_da, word_sf};
         /* a batch's tokens on every thread: on one, they were ~4 % of a 2-thread prompt's time */
         if (nt == 1) quantize_planes_items((void *)&pj, 0, 1, 0);
         else quill_pool_run(pool, quantize_planes_items, (void *)&pj, by_words ? padded : nt, 1);
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
-            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da};
+            dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da, word_sf};
             const quill_task_fn fn = packed ? (nt == 1 ? decode_packed_fn(type) : gemm_packed_fn(type))
                                             : (nt == 1 ? decode_fn(type) : gemm_fn(type));
             tasks[i] = (quill_pool_task){fn, &dj[i], (m[i].rows + TR - 1) / TR};
