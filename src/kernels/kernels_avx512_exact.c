@@ -431,14 +431,13 @@ static inline __attribute__((always_inline)) void prep_chunk(const tile_src *src
 
 typedef struct {
     int8_t *h, *l;         /* byte planes of the codes, a = 256·h + l, column order */
-    int16_t *a;            /* the codes themselves, column order (the batch loop's word products) */
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
     int32_t *bias_sum;     /* per slot (the type's sub-block): bias·Σa, see lane_sums */
     float *da, *sf;        /* per block of 32: scale, da·Σa */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)cols * 12 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
+    return (size_t)cols * 10 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
 }
 
 /* The planes of one token in scratch (64-byte aligned). */
@@ -452,14 +451,15 @@ static planes planes_at(void *scratch, int64_t cols) {
     P.sf = P.da + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
-    P.a = (int16_t *)(P.l + cols);
     return P;
 }
 
 /* The per-block numbers the decoding steps use, computed once per token here so that the steps
  * take them straight from memory (embedded broadcasts) instead of computing and broadcasting them
- * on the vector unit's shuffle port, which the steps keep busy. */
-static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P, bool decoding) {
+ * on the vector unit's shuffle port, which the steps keep busy. With `words` (the token's first
+ * dword in the word products' view, see decode_job), each pair of codes also goes there. */
+static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P, bool decoding,
+                            int32_t *words, int words_stride) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
         int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
@@ -473,7 +473,11 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
             const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(a[i], lo), 8);
             _mm_storeu_si128((__m128i *)(h + 16 * i), _mm512_cvtepi32_epi8(hi));
             _mm_storeu_si128((__m128i *)(l + 16 * i), _mm512_cvtepi32_epi8(lo));
-            _mm256_storeu_si256((__m256i *)(P->a + blk * 32 + 16 * i), _mm512_cvtepi32_epi16(a[i]));
+            if (words) {
+                _Alignas(32) int32_t pairs[8];
+                _mm256_store_si256((__m256i *)pairs, _mm512_cvtepi32_epi16(a[i]));
+                for (int p = 0; p < 8; p++) words[(size_t)(blk * 16 + 8 * i + p) * (size_t)words_stride] = pairs[p];
+            }
             part[i] = _mm512_reduce_add_epi32(a[i]);
         }
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
@@ -1066,7 +1070,7 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
     quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
     if (n_tok == 1) {
         const planes P = planes_at(scratch, cols);
-        quantize_planes(type, x, cols, &P, true);
+        quantize_planes(type, x, cols, &P, true, NULL, 0);
         decode_job dj[QUILL_MATMUL_MAX_MATS];
         for (int i = 0; i < n_mats; i++) {
             dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, 1, &P, m[i].y, NULL, NULL, NULL};
@@ -1125,45 +1129,43 @@ static inline __attribute__((always_inline)) void gemm_block(const decode_job *j
                                                              float (*mbuf)[TR], float (*accbuf)[TR], int tb,
                                                              const int nb) {
     const int kb = slot_width(type);
-    {
-        const planes *pt[TB];
-        __m512 acc[TB];
+    const planes *pt[TB];
+    __m512 acc[TB];
 #pragma GCC unroll 8
-        for (int t = 0; t < nb; t++) {
-            pt[t] = &j->P[tb + t];
-            acc[t] = _mm512_load_ps(accbuf[tb + t]);
-        }
-        for (int i = 0; i < n; i++) {
-            const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
-            __m512i sh[TB], sl[TB];
+    for (int t = 0; t < nb; t++) {
+        pt[t] = &j->P[tb + t];
+        acc[t] = _mm512_load_ps(accbuf[tb + t]);
+    }
+    for (int i = 0; i < n; i++) {
+        const int64_t col = k0 + (int64_t)i * kb, slot_k = col / kb, blk = col / 32;
+        __m512i sh[TB], sl[TB];
 #pragma GCC unroll 8
-            for (int t = 0; t < nb; t++) sh[t] = sl[t] = _mm512_setzero_si512();
+        for (int t = 0; t < nb; t++) sh[t] = sl[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-            for (int q = 0; q < kb / 4; q++) {
-                const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
-#pragma GCC unroll 8
-                for (int t = 0; t < nb; t++) {
-                    int32_t h4, l4;
-                    memcpy(&h4, pt[t]->h + col + 4 * q, 4);
-                    memcpy(&l4, pt[t]->l + col + 4 * q, 4);
-                    sh[t] = _mm512_dpbusd_epi32(sh[t], w, _mm512_set1_epi32(h4));
-                    sl[t] = _mm512_dpbusd_epi32(sl[t], w, _mm512_set1_epi32(l4));
-                }
-            }
-            const __m512 sc = _mm512_load_ps(sbuf[i]);
+        for (int q = 0; q < kb / 4; q++) {
+            const __m512i w = _mm512_load_si512(wbuf + i * kb / 4 + q);
 #pragma GCC unroll 8
             for (int t = 0; t < nb; t++) {
-                const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
-                                                     _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
-                                         acc[t]);
-                if (has_min(type))
-                    acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+                int32_t h4, l4;
+                memcpy(&h4, pt[t]->h + col + 4 * q, 4);
+                memcpy(&l4, pt[t]->l + col + 4 * q, 4);
+                sh[t] = _mm512_dpbusd_epi32(sh[t], w, _mm512_set1_epi32(h4));
+                sl[t] = _mm512_dpbusd_epi32(sl[t], w, _mm512_set1_epi32(l4));
             }
         }
+        const __m512 sc = _mm512_load_ps(sbuf[i]);
 #pragma GCC unroll 8
-        for (int t = 0; t < nb; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
+        for (int t = 0; t < nb; t++) {
+            const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(sh[t], 8), sl[t]),
+                                                 _mm512_set1_epi32(pt[t]->bias_sum[slot_k]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
+                                     acc[t]);
+            if (has_min(type))
+                acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+        }
     }
+#pragma GCC unroll 8
+    for (int t = 0; t < nb; t++) _mm512_store_ps(accbuf[tb + t], acc[t]);
 }
 
 /* All tokens of a pass against one chunk: blocks of TB, then the rest as one block of its own
@@ -1653,15 +1655,12 @@ static void quantize_planes_items(void *arg, int64_t t0, int64_t t1, int thread)
     const int64_t pairs = j->cols / 2, blocks = j->cols / 32;
     for (int64_t t = t0; t < t1; t++) {
         const bool real = t < j->n_tok;
-        if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->n_tok == 1);
-        if (!j->word_a) continue;
-        int32_t *a = j->word_a + (size_t)(t / TBW) * (size_t)pairs * TBW + t % TBW;
+        int32_t *a = j->word_a ? j->word_a + (size_t)(t / TBW) * (size_t)pairs * TBW + t % TBW : NULL;
+        if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->n_tok == 1, a, TBW);
+        if (!a) continue;
+        if (!real)
+            for (int64_t p = 0; p < pairs; p++) a[p * TBW] = 0;
         const size_t at = (size_t)(t / TBW) * (size_t)blocks * TBW + (size_t)(t % TBW);
-        for (int64_t p = 0; p < pairs; p++) {
-            int32_t v = 0;
-            if (real) memcpy(&v, j->P[t].a + 2 * p, 4);
-            a[p * TBW] = v;
-        }
         for (int64_t b = 0; b < blocks; b++) {
             j->word_da[at + (size_t)b * TBW] = real ? j->P[t].da[b] : 0;
             j->word_sf[at + (size_t)b * TBW] = real ? j->P[t].sf[b] : 0;
