@@ -128,8 +128,12 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libquill.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 
-# The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md).
-bench-probe: $(BUILD)/amx_probe
+# The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md),
+# and the vnni set's one-token product on one matrix, apart from the model (bench/decode_probe.c).
+bench-probe: $(BUILD)/amx_probe $(BUILD)/decode_probe
+$(BUILD)/decode_probe: bench/decode_probe.c $(BUILD)/libquill.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 $(BUILD)/amx_probe: bench/amx_probe.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_DEFAULT_SOURCE $(OPT) -Wall -Wextra -Werror -mavx512f -mamx-tile -mamx-bf16 -o $@ $<

@@ -1304,11 +1304,13 @@ TYPED_TASKS(gemm, gemm_impl)
  * and the gemm's unpacking built at every use: per 4 columns, the 16 rows' 4 code bytes, row r in
  * 32-bit lane r. Nothing of the arithmetic changes (the same integer sums, the same f32 steps in
  * the same order), so results are those of the unpacked loops bit for bit.
- *   q8_0: the tile's scales first, per block of 32 columns the 16 rows' d (f16), padded to 64
- *         bytes; then per block 8 registers of unsigned codes q + 128, register i holding columns
- *         4i..4i+3.
- *   q4_0: the same scales; then per block 4 registers of the file's nibble bytes 4i..4i+3 of each
- *         row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
+ *   q8_0: per chunk of 256 columns (CW, 8 blocks; fewer in a last chunk), the chunk's scales
+ *         first, per block of 32 columns the 16 rows' d (f16), padded to 64 bytes; then per block
+ *         8 registers of unsigned codes q + 128, register i holding columns 4i..4i+3.
+ *   q4_0: per chunk, the same scales; then per block 4 registers of the file's nibble bytes
+ *         4i..4i+3 of each row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
+ *         (All the tile's scales before all its codes made two streams of a tile, which the
+ *         hardware prefetcher followed at about half the rate of one: bench/README.md.)
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
@@ -1328,11 +1330,19 @@ static bool packed_type(uint32_t type) {
            type == QUILL_TYPE_Q6_K;
 }
 
-/* Bytes of a tile's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
-static inline size_t packed_scale_bytes(int64_t cols) { return ((size_t)(cols / 32) * 32 + 63) & ~(size_t)63; }
+/* Bytes of a chunk's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
+static inline size_t chunk_scale_bytes(int64_t blocks) { return ((size_t)blocks * 32 + 63) & ~(size_t)63; }
 
 /* Code registers per 32-column block (q4_0, q8_0). */
 static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
+
+/* Bytes of a packed chunk of `blocks` blocks (q4_0, q8_0), and where the chunk of column k0 begins. */
+static inline size_t packed_chunk_bytes(uint32_t type, int64_t blocks) {
+    return chunk_scale_bytes(blocks) + (size_t)blocks * (size_t)packed_regs(type) * 64;
+}
+static inline size_t packed_chunk_at(uint32_t type, int64_t k0) {
+    return (size_t)(k0 / CW) * packed_chunk_bytes(type, CW / 32);
+}
 
 /* Registers of a packed k-quant super-block; in q4_K and q5_K, where window c's half h begins. */
 static inline int kblock_regs(uint32_t type) {
@@ -1344,7 +1354,7 @@ static inline int half_window_reg(uint32_t type, int c, int h) {
 
 static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
     if (is_kquant(type)) return (size_t)(cols / 256) * (size_t)kblock_regs(type) * 64;
-    return packed_scale_bytes(cols) + (size_t)(cols / 32) * (size_t)packed_regs(type) * 64;
+    return packed_chunk_at(type, cols) + (cols % CW ? packed_chunk_bytes(type, cols % CW / 32) : 0);
 }
 
 static size_t vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -1424,11 +1434,13 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
                 }
                 continue;
             }
-            uint8_t *codes = t + packed_scale_bytes(cols);
             for (int64_t blk = 0; blk < nb; blk++) {
                 const uint8_t *b = row + (size_t)blk * block_bytes(type);
-                memcpy(t + (size_t)blk * 32 + (size_t)r * 2, b, 2); /* d */
-                const size_t reg0 = (size_t)blk * (size_t)packed_regs(type);
+                const int64_t k0 = blk * 32 / CW * CW, in_chunk = blk % (CW / 32);
+                uint8_t *chunk = t + packed_chunk_at(type, k0);
+                uint8_t *codes = chunk + chunk_scale_bytes((cols - k0 < CW ? cols - k0 : CW) / 32);
+                memcpy(chunk + (size_t)in_chunk * 32 + (size_t)r * 2, b, 2); /* d */
+                const size_t reg0 = (size_t)in_chunk * (size_t)packed_regs(type);
                 if (type == QUILL_TYPE_Q8_0)
                     for (int i = 0; i < 8; i++) put_word(codes, reg0 + (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
                 else
@@ -1519,36 +1531,43 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
                 }
             }
         } else {
-            const uint16_t *scales = (const uint16_t *)base;
-            const __m512i *codes = (const __m512i *)(base + packed_scale_bytes(j->cols));
             const int regs = packed_regs(type);
-            for (int64_t blk = 0; blk < j->cols / 32; blk++) {
-                const __m512i *v = codes + blk * regs;
-                for (int i = 0; i < regs; i++) prefetch_ahead(type, v + i);
-                const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * blk)));
-                const __m512i z = _mm512_setzero_si512();
-                __m512i ch, cl;
-                if (type == QUILL_TYPE_Q8_0) {
-                    /* two chains per plane, so that each vpdpbusd waits on one two back */
-                    __m512i h[2] = {z, z}, l[2] = {z, z};
+            for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+                const int64_t chunk_blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+                const uint8_t *chunk = base + packed_chunk_at(type, k0);
+                const __m512i *codes = (const __m512i *)(chunk + chunk_scale_bytes(chunk_blocks));
+                /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
+                for (size_t at = 0; at < chunk_scale_bytes(chunk_blocks); at += 64)
+                    prefetch_ahead(type, (const __m512i *)(chunk + at));
+                for (int64_t b = 0; b < chunk_blocks; b++) {
+                    const int64_t blk = k0 / 32 + b;
+                    const __m512i *v = codes + b * regs;
+                    for (int i = 0; i < regs; i++) prefetch_ahead(type, v + i);
+                    const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + b * 32)));
+                    const __m512i z = _mm512_setzero_si512();
+                    __m512i ch, cl;
+                    if (type == QUILL_TYPE_Q8_0) {
+                        /* two chains per plane, so that each vpdpbusd waits on one two back */
+                        __m512i h[2] = {z, z}, l[2] = {z, z};
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) {
-                        int32_t h4, l4;
-                        memcpy(&h4, P->h + blk * 32 + 4 * i, 4);
-                        memcpy(&l4, P->l + blk * 32 + 4 * i, 4);
-                        const __m512i w = _mm512_load_si512(v + i);
-                        h[i & 1] = _mm512_dpbusd_epi32(h[i & 1], w, _mm512_set1_epi32(h4));
-                        l[i & 1] = _mm512_dpbusd_epi32(l[i & 1], w, _mm512_set1_epi32(l4));
+                        for (int i = 0; i < 8; i++) {
+                            int32_t h4, l4;
+                            memcpy(&h4, P->h + blk * 32 + 4 * i, 4);
+                            memcpy(&l4, P->l + blk * 32 + 4 * i, 4);
+                            const __m512i w = _mm512_load_si512(v + i);
+                            h[i & 1] = _mm512_dpbusd_epi32(h[i & 1], w, _mm512_set1_epi32(h4));
+                            l[i & 1] = _mm512_dpbusd_epi32(l[i & 1], w, _mm512_set1_epi32(l4));
+                        }
+                        ch = _mm512_add_epi32(h[0], h[1]);
+                        cl = _mm512_add_epi32(l[0], l[1]);
+                    } else {
+                        __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
+                        nibble_sums(v, NULL, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
+                        ch = _mm512_add_epi32(lo_h, hi_h);
+                        cl = _mm512_add_epi32(lo_l, hi_l);
                     }
-                    ch = _mm512_add_epi32(h[0], h[1]);
-                    cl = _mm512_add_epi32(l[0], l[1]);
-                } else {
-                    __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
-                    nibble_sums(v, NULL, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
-                    ch = _mm512_add_epi32(lo_h, hi_h);
-                    cl = _mm512_add_epi32(lo_l, hi_l);
+                    acc = slot_step(type, acc, ch, cl, P, blk, blk, sc, NULL);
                 }
-                acc = slot_step(type, acc, ch, cl, P, blk, blk, sc, NULL);
             }
         }
         _Alignas(64) float out[TR];
@@ -1570,9 +1589,7 @@ static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, 
         prefetch_bytes(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64, (size_t)kblock_regs(type) * 64);
         return;
     }
-    prefetch_bytes(base + (size_t)(k0 / 32) * 32, (size_t)(cw / 32) * 32);
-    prefetch_bytes(base + packed_scale_bytes(cols) + (size_t)(k0 / 32) * (size_t)packed_regs(type) * 64,
-                   (size_t)(cw / 32) * (size_t)packed_regs(type) * 64);
+    prefetch_bytes(base + packed_chunk_at(type, k0), packed_chunk_bytes(type, cw / 32));
 }
 
 /* The batch loop over packed tiles: each chunk's codes go to wbuf by masks and shifts (q8_0's are
@@ -1612,8 +1629,8 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                                          &wbuf[16 * c + 8 + 4 * h + i]);
                     }
             } else {
-                const uint16_t *scales = (const uint16_t *)base + 16 * (k0 / 32);
-                const __m512i *v = (const __m512i *)(base + packed_scale_bytes(j->cols)) + (k0 / 32) * packed_regs(type);
+                const uint16_t *scales = (const uint16_t *)(base + packed_chunk_at(type, k0));
+                const __m512i *v = (const __m512i *)((const uint8_t *)scales + chunk_scale_bytes(cw / 32));
                 for (int b = 0; b < cw / 32; b++)
                     _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
                 if (type == QUILL_TYPE_Q8_0) {
