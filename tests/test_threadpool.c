@@ -1,6 +1,6 @@
 /* The thread pool (threadpool.c): every item runs exactly once for any item count, chunk size and
  * thread count; each thread starts on its own contiguous share; a thread that is held up has its
- * share finished by the others; the caller never waits for a worker that is not working; waiting
+ * share finished by the others, from its back; the caller never waits for a worker that is not working; waiting
  * workers sleep; more threads than CPUs give the same logits and do not stall. */
 #include "test.h"
 
@@ -23,6 +23,7 @@ typedef struct {
     atomic_int started[8];
     int slow_thread;      /* this thread sleeps on its first chunk (-1: none) */
     long item_ns;         /* every chunk sleeps this long per item */
+    long slow_item_ns;    /* and slow_thread's this long more */
 } count_job;
 
 static void count_items(void *arg, int64_t begin, int64_t end, int thread) {
@@ -32,6 +33,7 @@ static void count_items(void *arg, int64_t begin, int64_t end, int thread) {
         if (thread == j->slow_thread) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
     }
     if (j->item_ns) nanosleep(&(struct timespec){0, j->item_ns * (end - begin)}, NULL);
+    if (thread == j->slow_thread && j->slow_item_ns) nanosleep(&(struct timespec){0, j->slow_item_ns * (end - begin)}, NULL);
     for (int64_t i = begin; i < end; i++) {
         atomic_fetch_add(&j->runs[i], 1);
         j->ran_on[i] = thread;
@@ -130,6 +132,35 @@ TEST(pool_others_finish_a_held_up_share) {
     quill_pool_free(pool);
     CHECK(by_worker_in_share0 > n / 4, "the worker took %lld of the held-up share's %lld items",
           (long long)by_worker_in_share0, (long long)(n / 2));
+}
+
+TEST(pool_thief_takes_the_back_of_a_share) {
+    /* Decoding streams each thread's rows front to back. Every item takes 0.2 ms, the caller's 0.4;
+     * the worker, done with its own share, must take the rest of the caller's from the back, not
+     * the item the caller would claim next: the items the caller ran are then a prefix of its share
+     * and the worker's a suffix, one boundary between them (claims from the front alternate). */
+    const int64_t n = 200;
+    quill_pool *pool = quill_pool_new(2);
+    CHECK(pool != NULL);
+    if (quill_pool_shares(pool) < 2) {
+        quill_pool_free(pool);
+        test_skip("one usable CPU: the caller runs every item");
+        return;
+    }
+    count_job *j = new_job(n);
+    j->slow_thread = 0;
+    j->item_ns = 200 * 1000;
+    j->slow_item_ns = 200 * 1000;
+    quill_pool_run(pool, count_items, j, n, 1);
+    int switches = 0, by_caller = 0;
+    for (int64_t i = 0; i < n / 2; i++) {
+        by_caller += j->ran_on[i] == 0;
+        if (i > 0) switches += j->ran_on[i] != j->ran_on[i - 1];
+    }
+    CHECK(j->ran_on[0] == 0 && j->ran_on[n / 2 - 1] == 1 && switches == 1,
+          "share 0: %d items by the caller, %d changes of thread along it (one expected)", by_caller, switches);
+    free_job(j);
+    quill_pool_free(pool);
 }
 
 TEST(pool_caller_waits_for_a_working_worker) {
