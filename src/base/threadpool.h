@@ -18,9 +18,10 @@ int quill_pool_size(const quill_pool *p);
 /* How many contiguous shares a job's items are split into: min(size, usable CPUs). Thread t starts
  * on share t % shares. 1 for a NULL pool. */
 int quill_pool_shares(const quill_pool *p);
-/* Runs fn over [0, n_items) in chunks of `grain` items and returns when all are done. Each thread
- * starts on a contiguous share of the items, then helps with the others' (threadpool.c). Threads
- * that do not get a core in time run no items: the caller never waits for them.
+/* Runs fn over [0, n_items) in chunks of at most `grain` items and returns when all are done. Each
+ * thread works through a contiguous share of the items front to back, then takes the back half of
+ * what is left of the fullest other share (threadpool.c). Threads that do not get a core in time
+ * run no items: the caller never waits for them.
  * p may be NULL: the caller's thread then runs every item. */
 void quill_pool_run(quill_pool *p, quill_task_fn fn, void *ctx, int64_t n_items, int64_t grain);
 
