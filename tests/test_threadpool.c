@@ -106,17 +106,27 @@ TEST(pool_threads_start_on_their_own_share) {
     quill_pool_free(pool);
 }
 
+/* A pool of 2 threads with a share each, or NULL (the test skipped) on a machine with one CPU. */
+static quill_pool *two_share_pool(void) {
+    quill_pool *pool = quill_pool_new(2);
+    if (!pool) {
+        test_fail(__FILE__, __LINE__, "quill_pool_new(2) failed");
+        return NULL;
+    }
+    if (quill_pool_shares(pool) < 2) {
+        quill_pool_free(pool);
+        test_skip("one usable CPU: the caller runs every item");
+        return NULL;
+    }
+    return pool;
+}
+
 TEST(pool_others_finish_a_held_up_share) {
     /* The calling thread (0) sleeps 50 ms on its first item; the worker finishes its own share in
      * far less and must then take the rest of thread 0's share. */
     const int64_t n = 200;
-    quill_pool *pool = quill_pool_new(2);
-    CHECK(pool != NULL);
-    if (quill_pool_shares(pool) < 2) {
-        quill_pool_free(pool);
-        test_skip("one usable CPU: the caller runs every item");
-        return;
-    }
+    quill_pool *pool = two_share_pool();
+    if (!pool) return;
     count_job *j = new_job(n);
     j->slow_thread = 0;
     quill_pool_run(pool, count_items, j, n, 1);
@@ -140,13 +150,8 @@ TEST(pool_thief_takes_the_back_of_a_share) {
      * the item the caller would claim next: the items the caller ran are then a prefix of its share
      * and the worker's a suffix, one boundary between them (claims from the front alternate). */
     const int64_t n = 200;
-    quill_pool *pool = quill_pool_new(2);
-    CHECK(pool != NULL);
-    if (quill_pool_shares(pool) < 2) {
-        quill_pool_free(pool);
-        test_skip("one usable CPU: the caller runs every item");
-        return;
-    }
+    quill_pool *pool = two_share_pool();
+    if (!pool) return;
     count_job *j = new_job(n);
     j->slow_thread = 0;
     j->item_ns = 200 * 1000;
