@@ -38,6 +38,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -273,14 +274,23 @@ quill_pool *quill_pool_new(int n_threads) {
         quill_pool_free(p);
         return NULL;
     }
+    /* Workers block every signal (they inherit the mask at creation): a signal sent to the
+     * process must reach the thread that waits for it. Taken by a worker, quill chat's second
+     * Ctrl-C set its flag while the main thread stayed in ppoll, which only a signal to itself
+     * ends: the chat hung (seen once in CI, 2026-11-26). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 1; i < n_threads; i++) {
         p->args[i] = (worker_arg){p, i};
         if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
             p->n_threads = i;
             quill_pool_free(p);
             return NULL;
         }
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return p;
 }
 
