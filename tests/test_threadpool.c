@@ -296,6 +296,34 @@ TEST(pool_caller_never_waits_for_idle_workers) {
     CHECK(wrong < 0, "item %lld did not run 100 times on the caller", (long long)wrong);
 }
 
+TEST(pool_workers_block_process_signals) {
+    /* A Ctrl-C must reach the thread that waits for it (quill chat's main thread), never a worker:
+     * every new thread of a pool has SIGINT and SIGTERM blocked (SigBlk in its /proc status). */
+    pid_t before[64], after[64];
+    const int n_before = list_threads(before, 64);
+    quill_pool *pool = quill_pool_new(3);
+    CHECK(pool != NULL);
+    const int n_after = list_threads(after, 64);
+    int workers = 0, blocking = 0;
+    for (int i = 0; i < n_after; i++) {
+        bool old_thread = false;
+        for (int k = 0; k < n_before; k++) old_thread |= after[i] == before[k];
+        if (old_thread) continue;
+        workers++;
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)after[i]);
+        FILE *f = fopen(path, "r");
+        unsigned long long mask = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "SigBlk: %llx", &mask) == 1) break;
+        if (f) fclose(f);
+        const unsigned long long want = 1ull << (SIGINT - 1) | 1ull << (SIGTERM - 1);
+        if ((mask & want) == want) blocking++;
+    }
+    quill_pool_free(pool);
+    CHECK(workers == 2 && blocking == 2, "%d new threads, %d of them with SIGINT and SIGTERM blocked", workers, blocking);
+}
+
 TEST(pool_waiting_workers_sleep) {
     /* After a job, waiting workers spin briefly and then sleep: 300 ms of waiting by 7 workers
      * costs far less than 300 ms of CPU time. */

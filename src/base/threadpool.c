@@ -274,13 +274,17 @@ quill_pool *quill_pool_new(int n_threads) {
         quill_pool_free(p);
         return NULL;
     }
-    /* Workers block every signal (they inherit the mask at creation): a signal sent to the
-     * process must reach the thread that waits for it. Taken by a worker, quill chat's second
-     * Ctrl-C set its flag while the main thread stayed in ppoll, which only a signal to itself
-     * ends: the chat hung (seen once in CI, 2026-11-26). */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    /* Workers block the signals that terminals, shells and service managers send to a process
+     * (they inherit the mask at creation), so that those reach a thread that waits for them.
+     * Taken by a worker, quill chat's second Ctrl-C set its flag while the main thread stayed in
+     * ppoll, which only a signal to itself ends: the chat hung (seen once in CI, 2026-11-26).
+     * Other signals (SIGUSR1, which the pool's tests send to a worker by name; faults) still
+     * reach the worker. */
+    static const int process_signals[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGTSTP, SIGWINCH, SIGCHLD, SIGALRM};
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < sizeof process_signals / sizeof process_signals[0]; i++) sigaddset(&block, process_signals[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     for (int i = 1; i < n_threads; i++) {
         p->args[i] = (worker_arg){p, i};
         if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
