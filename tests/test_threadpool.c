@@ -252,6 +252,19 @@ static int list_threads(pid_t *tids, int cap) {
     return n;
 }
 
+/* The threads listed now that were not in before[0..n_before), into out (at most cap). */
+static int new_threads(const pid_t *before, int n_before, pid_t *out, int cap) {
+    pid_t now[64];
+    const int n_now = list_threads(now, 64);
+    int n = 0;
+    for (int i = 0; i < n_now && n < cap; i++) {
+        bool old_thread = false;
+        for (int k = 0; k < n_before; k++) old_thread |= now[i] == before[k];
+        if (!old_thread) out[n++] = now[i];
+    }
+    return n;
+}
+
 TEST(pool_caller_never_waits_for_idle_workers) {
     /* Every worker of a 4-thread pool is held in a signal handler for 3 s; 100 jobs must all finish
      * before then, run by the caller alone. */
@@ -259,18 +272,15 @@ TEST(pool_caller_never_waits_for_idle_workers) {
     const int n_before = list_threads(before, 64);
     quill_pool *pool = quill_pool_new(4);
     CHECK(pool != NULL);
-    const int n_after = list_threads(after, 64);
+    const int n_after = new_threads(before, n_before, after, 64);
     struct sigaction sa = {.sa_handler = park_worker}, old_sa;
     sigemptyset(&sa.sa_mask);
     CHECK(sigaction(SIGUSR1, &sa, &old_sa) == 0);
     atomic_store(&parked_workers, 0);
     atomic_store(&release_workers, false);
     int signalled = 0;
-    for (int i = 0; i < n_after; i++) {
-        bool old_thread = false;
-        for (int k = 0; k < n_before; k++) old_thread |= after[i] == before[k];
-        if (!old_thread && syscall(SYS_tgkill, getpid(), after[i], SIGUSR1) == 0) signalled++;
-    }
+    for (int i = 0; i < n_after; i++)
+        if (syscall(SYS_tgkill, getpid(), after[i], SIGUSR1) == 0) signalled++;
     pthread_t releaser;
     bool releasing = pthread_create(&releaser, NULL, release_later, NULL) == 0;
     while (releasing && atomic_load(&parked_workers) < signalled && !atomic_load(&release_workers))
@@ -303,13 +313,9 @@ TEST(pool_workers_block_process_signals) {
     const int n_before = list_threads(before, 64);
     quill_pool *pool = quill_pool_new(3);
     CHECK(pool != NULL);
-    const int n_after = list_threads(after, 64);
-    int workers = 0, blocking = 0;
-    for (int i = 0; i < n_after; i++) {
-        bool old_thread = false;
-        for (int k = 0; k < n_before; k++) old_thread |= after[i] == before[k];
-        if (old_thread) continue;
-        workers++;
+    const int workers = new_threads(before, n_before, after, 64);
+    int blocking = 0;
+    for (int i = 0; i < workers; i++) {
         char path[64], line[256];
         snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)after[i]);
         FILE *f = fopen(path, "r");

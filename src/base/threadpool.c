@@ -21,9 +21,9 @@
  * contiguous halves). For the same reason a thread that runs out takes the back of another's share,
  * one new stream for it and none broken for the owner; taking the owner's next chunk, as the pool
  * did before, took the rows the owner had just prefetched, chunk after chunk to the end of the job
- * (2-thread decoding q4_0 +2 %, q6_K +6 %;
- * a 2048 x 2048 q4_0 product alone +24 %). There are min(threads, CPUs) shares: more threads than CPUs cannot run
- * at once, and finer shares would interleave the threads that do.
+ * (2-thread decoding q4_0 +2 %, q6_K +6 %; a 2048 x 2048 q4_0 product alone +24 %). There are
+ * min(threads, CPUs) shares: more threads than CPUs cannot run at once, and finer shares would
+ * interleave the threads that do.
  *
  * Joining a job, worker side:  active += 1;  then proceed only if closed == generation - 1.
  * Closing it, caller side:     closed = generation;  then wait until active == 0.
