@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +104,68 @@ TEST(pool_threads_start_on_their_own_share) {
         }
     }
     free_job(j);
+    quill_pool_free(pool);
+}
+
+TEST(pool_warm_points_each_share_at_its_part) {
+    /* share s starts at byte total·s/shares of the spans laid end to end (items of equal size) and
+     * prefetches from there, never past the end of the span it starts in */
+    quill_pool *pool = quill_pool_new(3);
+    CHECK(pool != NULL);
+    const int shares = quill_pool_shares(pool);
+    static char a[1000], b[3000];
+    char *c = malloc((size_t)2 << 20);
+    CHECK(c != NULL);
+    const quill_pool_span spans[3] = {{a, sizeof a}, {b, sizeof b}, {c, (size_t)2 << 20}};
+    const size_t total = sizeof a + sizeof b + ((size_t)2 << 20);
+    quill_pool_warm(pool, spans, 3);
+    for (int s = 0; s < 3; s++) {
+        const void *from;
+        size_t bytes;
+        quill_pool_warm_target(pool, s, &from, &bytes);
+        if (s >= shares || shares < 2) {
+            CHECK(bytes == 0, "share %d of %d: %zu bytes to prefetch", s, shares, bytes);
+            continue;
+        }
+        const size_t at = total * (size_t)s / (size_t)shares;
+        size_t start = 0;
+        int i = 0;
+        while (at >= start + spans[i].bytes) start += spans[i++].bytes;
+        const char *want = (const char *)spans[i].addr + (at - start);
+        CHECK(from == want, "share %d of %d: prefetches from %p, not %p (span %d, byte %zu)", s, shares, from,
+              (const void *)want, i, at - start);
+        CHECK(bytes > 0 && bytes <= start + spans[i].bytes - at, "share %d: %zu bytes from byte %zu of a %zu-byte span", s,
+              bytes, at - start, spans[i].bytes);
+    }
+    quill_pool_warm(pool, NULL, 0); /* withdrawn */
+    for (int s = 0; s < shares; s++) {
+        const void *from;
+        size_t bytes;
+        quill_pool_warm_target(pool, s, &from, &bytes);
+        CHECK(bytes == 0, "share %d still prefetches %zu bytes after the announcement was withdrawn", s, bytes);
+    }
+    quill_pool_warm(NULL, spans, 3); /* no pool: nothing to do */
+    free(c);
+    quill_pool_free(pool);
+}
+
+TEST(pool_warm_of_memory_gone_is_harmless) {
+    /* An announcement is a hint: memory unmapped after it (a model freed before its pool) is only
+     * prefetched, which never faults, and jobs still run every item once. */
+    quill_pool *pool = quill_pool_new(2);
+    CHECK(pool != NULL);
+    const size_t size = (size_t)4 << 20;
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(mem != MAP_FAILED);
+    quill_pool_warm(pool, &(quill_pool_span){mem, size}, 1);
+    munmap(mem, size);
+    for (int rep = 0; rep < 50; rep++) {
+        count_job *j = new_job(64);
+        quill_pool_run(pool, count_items, j, 64, 1);
+        for (int64_t i = 0; i < 64; i++) CHECK(atomic_load(&j->runs[i]) == 1, "item %lld ran %d times", (long long)i, atomic_load(&j->runs[i]));
+        free_job(j);
+        nanosleep(&(struct timespec){0, 20 * 1000}, NULL); /* the worker waits, prefetching */
+    }
     quill_pool_free(pool);
 }
 

@@ -4,6 +4,7 @@
 #ifndef QUILL_THREADPOOL_H
 #define QUILL_THREADPOOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct quill_pool quill_pool;
@@ -36,5 +37,19 @@ typedef struct {
  * one wake-up and one wait for all of them instead of one each, and threads that finish their
  * part of one job early go on with the next instead of waiting. p may be NULL, as above. */
 void quill_pool_run_joined(quill_pool *p, const quill_pool_task *tasks, int n_tasks, int64_t grain);
+
+/* Memory that a coming job reads, item order: its spans laid end to end, items of equal size. */
+typedef struct {
+    const void *addr;
+    size_t bytes;
+} quill_pool_span;
+
+/* Announces the memory of a coming job (typically the product after the next one): a thread that
+ * waits, for a job or for the others to finish theirs, meanwhile prefetches the first bytes of the
+ * part it will start on (thread t: from byte total · (t % shares) / shares). Only a hint: it
+ * changes no result, and a job that comes first ends it. n_spans 0 withdraws it; p may be NULL. */
+void quill_pool_warm(quill_pool *p, const quill_pool_span *spans, int n_spans);
+/* What the threads of share s prefetch while they wait: *bytes from *from (0 bytes: nothing). */
+void quill_pool_warm_target(const quill_pool *p, int s, const void **from, size_t *bytes);
 
 #endif

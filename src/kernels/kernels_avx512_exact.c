@@ -458,7 +458,7 @@ static planes planes_at(void *scratch, int64_t cols) {
  * take them straight from memory (embedded broadcasts) instead of computing and broadcasting them
  * on the vector unit's shuffle port, which the steps keep busy. With `words` (the token's first
  * dword in the word products' view, see decode_job), each pair of codes also goes there. */
-static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P, bool decoding,
+static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P, bool broadcasts,
                             int32_t *words, int words_stride) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
@@ -482,7 +482,12 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         }
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
-        if (!decoding) continue; /* the batch loop broadcasts from h and l */
+        /* only the file layout's decoding loop reads these (the packed one and the batch loop
+         * broadcast from h and l). 16 KiB per 2048 columns, which the caller writes while the
+         * other threads wait: with 2 threads a 2048-column input took 11.3k cycles with them and
+         * 4.7k without (one thread: 3.1k and 2.9k); 2-thread decoding +2.2 % (q4_0, in-process
+         * alternation) */
+        if (!broadcasts) continue;
         for (int q = 0; q < 2; q++) {
             P->hx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(h + 16 * q)));
             P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
@@ -1681,6 +1686,7 @@ typedef struct {
     int64_t cols;
     const planes *P;
     int n_tok;
+    bool broadcasts; /* the file layout's decoding loop reads hx and lx */
     int32_t *word_a; /* NULL: no word products in this pass */
     float *word_da, *word_sf;
 } planes_job;
@@ -1693,7 +1699,7 @@ static void quantize_planes_items(void *arg, int64_t t0, int64_t t1, int thread)
     for (int64_t t = t0; t < t1; t++) {
         const bool real = t < j->n_tok;
         int32_t *a = j->word_a ? j->word_a + (size_t)(t / TBW) * (size_t)pairs * TBW + t % TBW : NULL;
-        if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->n_tok == 1, a, TBW);
+        if (real) quantize_planes(j->type, j->x + (size_t)t * (size_t)j->cols, j->cols, &j->P[t], j->broadcasts, a, TBW);
         if (!a) continue;
         if (!real)
             for (int64_t p = 0; p < pairs; p++) a[p * TBW] = 0;
@@ -1729,7 +1735,7 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
         int32_t *word_a = by_words ? (int32_t *)words : NULL;
         float *word_da = by_words ? (float *)(words + (size_t)padded * (size_t)cols * 2) : NULL;
         float *word_sf = by_words ? word_da + (size_t)padded * (size_t)(cols / 32) : NULL;
-        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt, word_a, word_da, word_sf};
+        const planes_job pj = {type, x + (size_t)t0 * (size_t)cols, cols, P, nt, nt == 1 && !packed, word_a, word_da, word_sf};
         /* a batch's tokens on every thread: on one, they were ~4 % of a 2-thread prompt's time */
         if (nt == 1) quantize_planes_items((void *)&pj, 0, 1, 0);
         else quill_pool_run(pool, quantize_planes_items, (void *)&pj, by_words ? padded : nt, 1);
