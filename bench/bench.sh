@@ -54,17 +54,19 @@ echo
     for t in q4_0 q8_0 q4_k_m; do
         j=$DIR/bench-$t.json
         echo "$t $(sub "$j" pp mean) $(sub "$j" pp sd) $(sub "$j" tg mean) $(sub "$j" tg sd)" \
-             "$(field "$j" bandwidth_gbs) $(field "$j" bytes_per_token) $(field "$j" tg_roofline_share)"
+             "$(field "$j" bandwidth_gbs) $(field "$j" bytes_per_token) $(field "$j" tg_roofline_share)" \
+             "$(field "$j" tg_paired_share)"
     done
 } | awk -v pp="$PP" -v tg="$TG" '
 BEGIN {
-    printf "%-7s %18s   %16s   %8s %9s %9s %7s\n", "type", "pp" pp " t/s", "tg" tg " t/s", "bw GB/s", "MB/token",
-           "tg share", "target"
+    printf "%-7s %18s   %16s   %8s %9s %9s %9s %7s\n", "type", "pp" pp " t/s", "tg" tg " t/s", "bw GB/s", "MB/token",
+           "tg share", "paired", "target"
 }
 {
-    # $2 pp mean, $3 pp sd, $4 tg mean, $5 tg sd, $6 bandwidth, $7 bytes/token, $8 share
-    printf "%-7s %9.1f +- %5.1f   %7.2f +- %5.2f   %8.2f %9.1f %7.1f %% %7s\n", $1, $2, $3, $4, $5, $6, $7 / 1e6,
-           $8 * 100, ($8 >= 0.9 ? "met" : "missed")
+    # $2 pp mean, $3 pp sd, $4 tg mean, $5 tg sd, $6 bandwidth, $7 bytes/token, $8 share, $9 paired
+    # share (each run against the bandwidth read around it: the target is judged on this one)
+    printf "%-7s %9.1f +- %5.1f   %7.2f +- %5.2f   %8.2f %9.1f %7.1f %% %7.1f %% %7s\n", $1, $2, $3, $4, $5, $6,
+           $7 / 1e6, $8 * 100, $9 * 100, ($9 >= 0.9 ? "met" : "missed")
 }'
 echo
 echo "raw results: $DIR/bench-*.json; logs of synth and quantize: $DIR/*.log"

@@ -30,7 +30,9 @@ static const char bench_usage[] =
     "           the available memory); small buffers partly fit in the caches and read too fast\n"
     "Token ids are deterministic pseudo-random ordinary tokens. Speeds are tokens/s, mean ± sample\n"
     "standard deviation over the repetitions. The bandwidth is the best of 4 multi-threaded passes\n"
-    "reading a ~1 GiB buffer; tg's share of it is bytes_per_token × tg t/s / bandwidth.\n";
+    "reading a ~1 GiB buffer; tg's share of it is bytes_per_token × tg t/s / bandwidth. The paired\n"
+    "share takes each tg run against the mean of 2 passes just before and 2 just after it (the\n"
+    "bandwidth of a shared machine moves within minutes) and gives the median over the runs.\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -43,8 +45,8 @@ static double now_s(void) {
 typedef struct {
     const uint64_t *words;  /* this thread's slice */
     size_t n_words;
-    int passes;
     pthread_barrier_t *start, *done;
+    const bool *stop;
     uint64_t sum;
     bool avx2;
 } bw_worker;
@@ -77,13 +79,15 @@ __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size
 }
 #endif
 
+/* Each pass: wait at `start`, read the slice (or leave when *stop), wait at `done`. */
 static void *bw_thread(void *arg) {
     bw_worker *w = arg;
     /* First touch here, so that the pages come from this thread's node and the faults run in parallel. */
     uint64_t *words = (uint64_t *)w->words;
     for (size_t i = 0; i < w->n_words; i++) words[i] = i * 0x9E3779B97F4A7C15ull;
-    for (int pass = 0; pass < w->passes; pass++) {
+    for (;;) {
         pthread_barrier_wait(w->start);
+        if (*w->stop) return NULL;
 #ifdef BENCH_HAVE_AVX2
         if (w->avx2) w->sum += sum_avx2(w->words, w->n_words);
         else
@@ -91,7 +95,6 @@ static void *bw_thread(void *arg) {
             w->sum += sum_scalar(w->words, w->n_words);
         pthread_barrier_wait(w->done);
     }
-    return NULL;
 }
 
 /* Size of the buffer: `want` bytes, or a quarter of the available memory when that is less. */
@@ -116,61 +119,99 @@ static size_t bw_buffer_size(size_t want) {
 
 static volatile uint64_t bw_sink;
 
-/* Best of `passes` streaming reads of the buffer by n_threads threads, in GB/s (1e9 bytes); 0 on failure. */
-static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *buffer_bytes) {
+/* n_threads threads that read their slices of one buffer, a pass whenever asked: the bandwidth
+ * can then be read between the generation runs too, in the same seconds as each of them. */
+typedef struct {
+    int n_threads, started;
+    size_t bytes;
+    void *buf;
+    bw_worker *w;
+    pthread_t *tid;
+    pthread_barrier_t start, done;
+    bool barriers, stop;
+} bw_meter;
+
+static void bw_close(bw_meter *b) {
+    if (b->started) {
+        b->stop = true;
+        pthread_barrier_wait(&b->start);
+        for (int i = 0; i < b->started; i++) {
+            pthread_join(b->tid[i], NULL);
+            bw_sink += b->w[i].sum;
+        }
+    }
+    if (b->barriers) {
+        pthread_barrier_destroy(&b->start);
+        pthread_barrier_destroy(&b->done);
+    }
+    free(b->w);
+    free(b->tid);
+    free(b->buf);
+    memset(b, 0, sizeof *b);
+}
+
+/* Starts the threads over a buffer of about `want` bytes (*b->bytes: how many); false on failure. */
+static bool bw_open(bw_meter *b, int n_threads, size_t want) {
+    memset(b, 0, sizeof *b);
     size_t size = bw_buffer_size(want);
     const size_t piece = 64 * (size_t)n_threads; /* every slice a multiple of 64 bytes */
     size -= size % piece;
-    *buffer_bytes = size;
-    void *buf = NULL;
-    if (posix_memalign(&buf, (size_t)2 << 20, size)) return 0;
-#ifdef MADV_HUGEPAGE
-    madvise(buf, size, MADV_HUGEPAGE); /* fewer TLB misses; a hint, failure is fine */
-#endif
-    bw_worker *w = calloc((size_t)n_threads, sizeof *w);
-    pthread_t *tid = calloc((size_t)n_threads, sizeof *tid);
-    pthread_barrier_t start, done;
-    double best = 0;
-    if (!w || !tid || pthread_barrier_init(&start, NULL, (unsigned)n_threads + 1)) goto out;
-    if (pthread_barrier_init(&done, NULL, (unsigned)n_threads + 1)) {
-        pthread_barrier_destroy(&start);
-        goto out;
+    b->n_threads = n_threads;
+    b->bytes = size;
+    if (posix_memalign(&b->buf, (size_t)2 << 20, size)) {
+        b->buf = NULL;
+        return false;
     }
+#ifdef MADV_HUGEPAGE
+    madvise(b->buf, size, MADV_HUGEPAGE); /* fewer TLB misses; a hint, failure is fine */
+#endif
+    b->w = calloc((size_t)n_threads, sizeof *b->w);
+    b->tid = calloc((size_t)n_threads, sizeof *b->tid);
+    if (!b->w || !b->tid || pthread_barrier_init(&b->start, NULL, (unsigned)n_threads + 1)) return false;
+    if (pthread_barrier_init(&b->done, NULL, (unsigned)n_threads + 1)) {
+        pthread_barrier_destroy(&b->start);
+        return false;
+    }
+    b->barriers = true;
     bool avx2 = false;
 #ifdef BENCH_HAVE_AVX2
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
 #endif
     const size_t slice = size / (size_t)n_threads / sizeof(uint64_t);
-    int started = 0;
     for (int i = 0; i < n_threads; i++) {
-        w[i] = (bw_worker){(const uint64_t *)buf + (size_t)i * slice, slice, passes, &start, &done, 0, avx2};
-        if (pthread_create(&tid[i], NULL, bw_thread, &w[i])) break;
-        started++;
+        b->w[i] = (bw_worker){(const uint64_t *)b->buf + (size_t)i * slice, slice, &b->start, &b->done, &b->stop, 0, avx2};
+        if (pthread_create(&b->tid[i], NULL, bw_thread, &b->w[i])) break;
+        b->started++;
     }
-    if (started == n_threads) {
-        for (int pass = 0; pass < passes; pass++) {
-            pthread_barrier_wait(&start);
-            double t0 = now_s();
-            pthread_barrier_wait(&done);
-            double dt = now_s() - t0;
-            if (dt > 0 && (double)size / dt / 1e9 > best) best = (double)size / dt / 1e9;
-        }
-        for (int i = 0; i < n_threads; i++) {
-            pthread_join(tid[i], NULL);
-            bw_sink += w[i].sum;
-        }
-    } else {
-        /* A thread could not start: the others wait at the first barrier forever; do not hang. */
+    if (b->started < n_threads) {
+        /* the others would wait at the first barrier forever: a thread could not start */
         fprintf(stderr, "quill: could not start %d bandwidth threads\n", n_threads);
         exit(1);
     }
-    pthread_barrier_destroy(&start);
-    pthread_barrier_destroy(&done);
-out:
-    free(w);
-    free(tid);
-    free(buf);
+    return true;
+}
+
+/* One pass over the whole buffer by all the threads, in GB/s (1e9 bytes). */
+static double bw_pass(bw_meter *b) {
+    pthread_barrier_wait(&b->start);
+    const double t0 = now_s();
+    pthread_barrier_wait(&b->done);
+    const double dt = now_s() - t0;
+    return dt > 0 ? (double)b->bytes / dt / 1e9 : 0;
+}
+
+/* Best of `passes` streaming reads of the buffer by n_threads threads, in GB/s; 0 on failure. */
+static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *buffer_bytes) {
+    bw_meter b;
+    double best = 0;
+    if (bw_open(&b, n_threads, want))
+        for (int pass = 0; pass < passes; pass++) {
+            const double gbs = bw_pass(&b);
+            if (gbs > best) best = gbs;
+        }
+    *buffer_bytes = b.bytes;
+    bw_close(&b);
     return best;
 }
 
@@ -305,6 +346,7 @@ typedef struct {
     int runs;
     double *tps;    /* tokens/s of each timed run */
     double mean, sd;
+    double *bw;     /* tg: the bandwidth read around each timed run, GB/s (see run_tg) */
 } bench_result;
 
 static void summarize(bench_result *r) {
@@ -344,23 +386,57 @@ static quill_status run_pp(quill_context *c, int depth, const int32_t *toks, ben
 #define TG_PROMPT 4   /* BOS and three tokens, evaluated untimed before each generation run */
 #define TG_WARMUP 16  /* the warm-up generates at most this many tokens; pages are hot after pp */
 
+/* Bandwidth passes right before and right after each timed generation run (see run_tg). */
+#define TG_BW_PASSES 2
+
+/* The sum of TG_BW_PASSES passes, after the pool's threads have gone to sleep: they spin a
+ * fraction of a millisecond after each evaluation, and would share the cores with the meter's. */
+static double settled_passes(bw_meter *meter) {
+    nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    double sum = 0;
+    for (int i = 0; i < TG_BW_PASSES; i++) sum += bw_pass(meter);
+    return sum;
+}
+
 /* tg: n single-token evaluations after the `depth` tokens of the context, or after a short
- * untimed prompt when the depth is 0. */
+ * untimed prompt when the depth is 0. With a meter, each timed run is framed by TG_BW_PASSES
+ * bandwidth passes on either side, untimed, and r->bw gets their mean: a share of the bandwidth
+ * from figures taken seconds apart, where these machines' bandwidth moves by 2x in minutes. */
 static quill_status run_tg(quill_context *c, int depth, const int32_t *prompt, const int32_t *toks, bench_result *r,
-                           float *logits, quill_error *err) {
+                           float *logits, bw_meter *meter, quill_error *err) {
     for (int run = 0; run <= r->runs; run++) {
         progress("tg", r->n, run, r->runs);
         quill_context_truncate(c, depth);
         quill_status s = depth ? QUILL_OK : quill_eval(c, prompt, TG_PROMPT, logits, false, err);
         if (s) return s;
         int n = run == 0 && r->n > TG_WARMUP ? TG_WARMUP : r->n;
+        double around = 0;
+        const bool metered = run > 0 && meter;
+        if (metered) around += settled_passes(meter);
         double t0 = now_s();
         for (int i = 0; i < n; i++)
             if ((s = quill_eval(c, &toks[i], 1, logits, false, err))) return s;
         double dt = now_s() - t0;
+        if (metered) around += settled_passes(meter);
         if (run > 0) r->tps[run - 1] = n / dt;
+        if (run > 0 && meter) r->bw[run - 1] = around / (2 * TG_BW_PASSES);
     }
     return QUILL_OK;
+}
+
+/* The median of each run's share of the bandwidth read around it; 0 without those figures. */
+static double paired_share(const bench_result *r, uint64_t bytes_per_token) {
+    if (!r->bw || !r->runs) return 0;
+    double share[1000]; /* -r is at most 1000 */
+    int n = 0;
+    for (int i = 0; i < r->runs && n < 1000; i++) {
+        if (r->bw[i] <= 0) return 0;
+        const double v = (double)bytes_per_token * r->tps[i] / (r->bw[i] * 1e9);
+        int j = n++;
+        for (; j > 0 && share[j - 1] > v; j--) share[j] = share[j - 1];
+        share[j] = v;
+    }
+    return n % 2 ? share[n / 2] : (share[n / 2 - 1] + share[n / 2]) / 2;
 }
 
 /* ---------------------------------------------------------------- output */
@@ -461,7 +537,7 @@ int cmd_bench(int argc, char **argv) {
     quill_context *c = NULL;
     int32_t *pp_toks = NULL, *tg_toks = NULL, *depth_toks = NULL;
     float *logits = NULL;
-    bench_result pp = {(int)p, (int)reps, NULL, 0, 0}, tg = {(int)n, (int)reps, NULL, 0, 0};
+    bench_result pp = {(int)p, (int)reps, NULL, 0, 0, NULL}, tg = {(int)n, (int)reps, NULL, 0, 0, NULL};
     int rc = 1;
 
     double t0 = now_s();
@@ -522,10 +598,19 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("prompt processing: %s", err.message);
         goto done;
     }
-    if (tg.n && run_tg(c, (int)depth, tg_toks, tg_toks + TG_PROMPT, &tg, logits, &err)) {
-        progress_done();
-        cli_fail("text generation: %s", err.message);
-        goto done;
+    if (tg.n) {
+        /* the meter's buffer and threads exist only around the generation runs */
+        bw_meter meter;
+        const bool metered = (tg.bw = calloc((size_t)reps, sizeof *tg.bw)) && bw_open(&meter, (int)threads, (size_t)bw_mib << 20);
+        if (!metered && tg.bw) bw_close(&meter);
+        const quill_status s = run_tg(c, (int)depth, tg_toks, tg_toks + TG_PROMPT, &tg, logits, metered ? &meter : NULL, &err);
+        if (metered) bw_close(&meter);
+        if (!metered) free(tg.bw), tg.bw = NULL;
+        if (s) {
+            progress_done();
+            cli_fail("text generation: %s", err.message);
+            goto done;
+        }
     }
     summarize(&pp);
     summarize(&tg);
@@ -546,6 +631,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     const double share = tg.n ? (double)bpt * tg.mean / (bw * 1e9) : 0;
+    const double share_paired = paired_share(&tg, bpt);
 
     if (json) {
         printf("{\n  \"model\": ");
@@ -559,6 +645,13 @@ int cmd_bench(int argc, char **argv) {
         printf("  \"bytes_per_token\": %llu,\n", (unsigned long long)bpt);
         if (tg.n) printf("  \"tg_roofline_share\": %.6f,\n", share);
         else printf("  \"tg_roofline_share\": null,\n");
+        if (share_paired > 0) {
+            printf("  \"tg_paired_share\": %.6f,\n  \"tg_bandwidth_around_gbs\": [", share_paired);
+            for (int i = 0; i < tg.runs; i++) printf("%s%.4f", i ? ", " : "", tg.bw[i]);
+            printf("],\n");
+        } else {
+            printf("  \"tg_paired_share\": null,\n  \"tg_bandwidth_around_gbs\": null,\n");
+        }
         printf("  \"kernels\": \"%s\",\n", kernels);
         if (pages_2m >= 0) printf("  \"weights_2m_share\": %.4f,\n", pages_2m);
         else printf("  \"weights_2m_share\": null,\n");
@@ -600,6 +693,10 @@ int cmd_bench(int argc, char **argv) {
         if (tg.n)
             printf("tg roofline       %.1f %% of the bandwidth limit (%.2f t/s at %.2f GB/s)\n", share * 100,
                    bw * 1e9 / (double)bpt, bw);
+        if (share_paired > 0)
+            printf("tg paired share   %.1f %%  (median over the runs of each run's share of the bandwidth read\n"
+                   "                  just around it: %d passes before and %d after)\n",
+                   share_paired * 100, TG_BW_PASSES, TG_BW_PASSES);
         printf("kernels           %s\n", kernels);
         if (pages_2m >= 0)
             printf("2 MiB pages       %.1f %% of the weights read (the rest in 4 KiB pages)\n", pages_2m * 100);
@@ -625,5 +722,6 @@ done:
     free(logits);
     free(pp.tps);
     free(tg.tps);
+    free(tg.bw);
     return rc;
 }

@@ -90,6 +90,28 @@ TEST(bench_json_stories260k) {
             return;
         }
     }
+    /* the paired share: each tg run against the bandwidth read around it, the median of those */
+    const cJSON *around = cJSON_GetObjectItemCaseSensitive(j, "tg_bandwidth_around_gbs");
+    bool around_ok = positive(j, "tg_paired_share") && cJSON_IsArray(around) && cJSON_GetArraySize(around) == 2;
+    double paired[2] = {0, 0};
+    const cJSON *tg_runs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "tg"), "runs");
+    for (int i = 0; around_ok && i < 2; i++) {
+        const cJSON *v = cJSON_GetArrayItem(around, i);
+        around_ok = cJSON_IsNumber(v) && v->valuedouble > 0;
+        if (around_ok)
+            paired[i] = cJSON_GetObjectItemCaseSensitive(j, "bytes_per_token")->valuedouble *
+                        cJSON_GetArrayItem(tg_runs, i)->valuedouble / (v->valuedouble * 1e9);
+    }
+    if (around_ok) {
+        const double median = (paired[0] + paired[1]) / 2,
+                     got = cJSON_GetObjectItemCaseSensitive(j, "tg_paired_share")->valuedouble;
+        around_ok = fabs(got - median) <= 1e-3 * median;
+    }
+    if (!around_ok) {
+        test_fail(__FILE__, __LINE__, "\"tg_paired_share\" is not the median of the runs' shares of \"tg_bandwidth_around_gbs\"");
+        cJSON_Delete(j);
+        return;
+    }
     /* the figures agree with each other */
     double bpt = cJSON_GetObjectItemCaseSensitive(j, "bytes_per_token")->valuedouble;
     double file = cJSON_GetObjectItemCaseSensitive(j, "file_bytes")->valuedouble;

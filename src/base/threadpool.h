@@ -46,8 +46,8 @@ typedef struct {
 
 /* Announces the memory of a coming job (typically the product after the next one): a thread that
  * waits, for a job or for the others to finish theirs, meanwhile prefetches the first bytes of the
- * part it will start on (thread t: from byte total · (t % shares) / shares). Only a hint: it
- * changes no result, and a job that comes first ends it. n_spans 0 withdraws it; p may be NULL. */
+ * part it will start on (thread t < shares: from byte total · t / shares). Only a hint: it changes
+ * no result, and a job that comes first ends it. n_spans 0 withdraws it; p may be NULL. */
 void quill_pool_warm(quill_pool *p, const quill_pool_span *spans, int n_spans);
 /* What the threads of share s prefetch while they wait: *bytes from *from (0 bytes: nothing). */
 void quill_pool_warm_target(const quill_pool *p, int s, const void **from, size_t *bytes);
