@@ -216,10 +216,12 @@ static bool warm_step(quill_pool *p, int thread, warm_progress *w) {
     const unsigned seq = atomic_load_explicit(&p->warm_seq, memory_order_acquire);
     if (seq != w->seq) *w = (warm_progress){seq, 0};
     const warm_target *t = &p->warm[thread];
-    const char *from = (const char *)atomic_load_explicit(&t->from, memory_order_relaxed);
+    /* an address as an integer: a torn read may pair a withdrawn (null) start with a length */
+    const uintptr_t from = atomic_load_explicit(&t->from, memory_order_relaxed);
     const size_t bytes = atomic_load_explicit(&t->bytes, memory_order_relaxed);
-    if (w->done >= bytes) return false;
-    for (int i = 0; i < WARM_STEP / 64 && w->done < bytes; i++, w->done += 64) __builtin_prefetch(from + w->done, 0, 2);
+    if (!from || w->done >= bytes) return false;
+    for (int i = 0; i < WARM_STEP / 64 && w->done < bytes; i++, w->done += 64)
+        __builtin_prefetch((const void *)(from + w->done), 0, 2);
     return true;
 }
 
