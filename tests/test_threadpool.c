@@ -315,27 +315,30 @@ static int list_threads(pid_t *tids, int cap) {
     return n;
 }
 
-/* The threads listed now that were not in before[0..n_before), into out (at most cap). */
-static int new_threads(const pid_t *before, int n_before, pid_t *out, int cap) {
-    pid_t now[64];
-    const int n_now = list_threads(now, 64);
+/* A new pool of n_threads, and the threads it started (its workers) in out, at most cap: the
+ * process's threads after it, less those before. NULL when the pool cannot be made. */
+static quill_pool *pool_and_its_threads(int n_threads, pid_t *out, int cap, int *n_out) {
+    pid_t before[64], now[64];
+    const int n_before = list_threads(before, 64);
+    quill_pool *pool = quill_pool_new(n_threads);
+    const int n_now = pool ? list_threads(now, 64) : 0;
     int n = 0;
     for (int i = 0; i < n_now && n < cap; i++) {
         bool old_thread = false;
         for (int k = 0; k < n_before; k++) old_thread |= now[i] == before[k];
         if (!old_thread) out[n++] = now[i];
     }
-    return n;
+    *n_out = n;
+    return pool;
 }
 
 TEST(pool_caller_never_waits_for_idle_workers) {
     /* Every worker of a 4-thread pool is held in a signal handler for 3 s; 100 jobs must all finish
      * before then, run by the caller alone. */
-    pid_t before[64], after[64];
-    const int n_before = list_threads(before, 64);
-    quill_pool *pool = quill_pool_new(4);
+    pid_t after[64];
+    int n_after;
+    quill_pool *pool = pool_and_its_threads(4, after, 64, &n_after);
     CHECK(pool != NULL);
-    const int n_after = new_threads(before, n_before, after, 64);
     struct sigaction sa = {.sa_handler = park_worker}, old_sa;
     sigemptyset(&sa.sa_mask);
     CHECK(sigaction(SIGUSR1, &sa, &old_sa) == 0);
@@ -372,11 +375,10 @@ TEST(pool_caller_never_waits_for_idle_workers) {
 TEST(pool_workers_block_process_signals) {
     /* A Ctrl-C must reach the thread that waits for it (quill chat's main thread), never a worker:
      * every new thread of a pool has SIGINT and SIGTERM blocked (SigBlk in its /proc status). */
-    pid_t before[64], after[64];
-    const int n_before = list_threads(before, 64);
-    quill_pool *pool = quill_pool_new(3);
+    pid_t after[64];
+    int workers;
+    quill_pool *pool = pool_and_its_threads(3, after, 64, &workers);
     CHECK(pool != NULL);
-    const int workers = new_threads(before, n_before, after, 64);
     int blocking = 0;
     for (int i = 0; i < workers; i++) {
         char path[64], line[256];
