@@ -49,6 +49,9 @@ struct quill_context {
 
     /* reference path: everything in double */
     double *ref_k, *ref_v;
+
+    void *buffers;                  /* the one mapping that holds every buffer above (context.c) */
+    size_t buffers_bytes;
 };
 
 /* Floats between two heads' scores: the context rounded up to a multiple of 16 (64 bytes). */
