@@ -1474,13 +1474,24 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
 static inline size_t packed_ahead(uint32_t type) {
     return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 ? 4096 : 8192;
 }
-/* q4_0 and q8_0 as non-temporal (their lines skip L2, which they would only pass through): 2 threads
- * +1.4 % and +2.5 %, one thread even; the k-quants measured no better. */
+/* q4_0 and q8_0 prefetch their lines near as non-temporal (2 threads +1.4 % and +2.5 % against
+ * T0, one thread even), and into L2 further ahead, PACKED_FAR: a core's misses to L1 are few (its
+ * fill buffers), the line requests L2 keeps in flight many more, and the non-temporal lines do not
+ * pass through L2 for its own prefetchers to follow. Shared machines' memory latency grows with the
+ * other tenants' load until the near prefetches alone no longer cover it. Against the near
+ * prefetch alone, `bench/ab.sh` tg128 (10 and 8 alternating rounds; A/A control 1.008x): q4_0
+ * +4.1-5.4 % with 2 threads (8-10 rounds of 10 faster), +14 % with one; q8_0 +4.5 % with 2, 1 thread
+ * 0.98x and 1.045x in two runs. The k-quants, whose near prefetch goes through L2, measured slower
+ * with it: q4_K_M 0.93x, q6_K 0.89x (and 0.96x, 0.90x with a non-temporal near prefetch besides);
+ * 64 KiB ahead, or into L2 instead of the near prefetch, was slower for every type. */
+#define PACKED_FAR 16384
 static inline __attribute__((always_inline)) void prefetch_ahead(uint32_t type, const __m512i *at) {
-    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0)
+    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0) {
+        _mm_prefetch((const char *)at + PACKED_FAR, _MM_HINT_T1);
         _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
-    else
+    } else {
         _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_T0);
+    }
 }
 
 /* The f32 step of one slot, as decode_impl takes it. */
