@@ -150,7 +150,16 @@ static void bw_close(bw_meter *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* Starts the threads over a buffer of about `want` bytes (*b->bytes: how many); false on failure. */
+/* A failed bw_open: what it holds is released; the buffer's size stays for the message. */
+static bool bw_open_failed(bw_meter *b) {
+    const size_t bytes = b->bytes;
+    bw_close(b);
+    b->bytes = bytes;
+    return false;
+}
+
+/* Starts the threads over a buffer of about `want` bytes (b->bytes: how many); false on failure,
+ * with nothing left to close. */
 static bool bw_open(bw_meter *b, int n_threads, size_t want) {
     memset(b, 0, sizeof *b);
     size_t size = bw_buffer_size(want);
@@ -160,17 +169,17 @@ static bool bw_open(bw_meter *b, int n_threads, size_t want) {
     b->bytes = size;
     if (posix_memalign(&b->buf, (size_t)2 << 20, size)) {
         b->buf = NULL;
-        return false;
+        return bw_open_failed(b);
     }
 #ifdef MADV_HUGEPAGE
     madvise(b->buf, size, MADV_HUGEPAGE); /* fewer TLB misses; a hint, failure is fine */
 #endif
     b->w = calloc((size_t)n_threads, sizeof *b->w);
     b->tid = calloc((size_t)n_threads, sizeof *b->tid);
-    if (!b->w || !b->tid || pthread_barrier_init(&b->start, NULL, (unsigned)n_threads + 1)) return false;
+    if (!b->w || !b->tid || pthread_barrier_init(&b->start, NULL, (unsigned)n_threads + 1)) return bw_open_failed(b);
     if (pthread_barrier_init(&b->done, NULL, (unsigned)n_threads + 1)) {
         pthread_barrier_destroy(&b->start);
-        return false;
+        return bw_open_failed(b);
     }
     b->barriers = true;
     bool avx2 = false;
@@ -205,13 +214,13 @@ static double bw_pass(bw_meter *b) {
 static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *buffer_bytes) {
     bw_meter b;
     double best = 0;
-    if (bw_open(&b, n_threads, want))
-        for (int pass = 0; pass < passes; pass++) {
-            const double gbs = bw_pass(&b);
-            if (gbs > best) best = gbs;
-        }
+    const bool open = bw_open(&b, n_threads, want);
+    for (int pass = 0; open && pass < passes; pass++) {
+        const double gbs = bw_pass(&b);
+        if (gbs > best) best = gbs;
+    }
     *buffer_bytes = b.bytes;
-    bw_close(&b);
+    if (open) bw_close(&b);
     return best;
 }
 
@@ -602,10 +611,13 @@ int cmd_bench(int argc, char **argv) {
         /* the meter's buffer and threads exist only around the generation runs */
         bw_meter meter;
         const bool metered = (tg.bw = calloc((size_t)reps, sizeof *tg.bw)) && bw_open(&meter, (int)threads, (size_t)bw_mib << 20);
-        if (!metered && tg.bw) bw_close(&meter);
         const quill_status s = run_tg(c, (int)depth, tg_toks, tg_toks + TG_PROMPT, &tg, logits, metered ? &meter : NULL, &err);
-        if (metered) bw_close(&meter);
-        if (!metered) free(tg.bw), tg.bw = NULL;
+        if (metered) {
+            bw_close(&meter);
+        } else {
+            free(tg.bw);
+            tg.bw = NULL;
+        }
         if (s) {
             progress_done();
             cli_fail("text generation: %s", err.message);
