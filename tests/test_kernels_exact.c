@@ -421,6 +421,8 @@ static uint8_t *packed_copy(const quill_kernels *k, uint32_t type, const uint8_t
 }
 
 /* Packed products give the scalar model's bits: row counts below, at and past a tile, a single row,
+ * several of q4_0's groups of 4 tiles with a short last one (150 rows: 4 + 4 + 2 tiles, packed in
+ * two calls that split a group),
  * columns of one block, of a short last chunk and of several chunks, decoding and batches (past
  * the 256 tokens of a pass), with and without a pool; and three packed matrices in one call give
  * each its bits alone. */
@@ -430,7 +432,7 @@ static void packed_products(const quill_kernels *k) {
         return;
     }
     quill_pool *pool = quill_pool_new(2);
-    const int64_t rows_list[] = {37, 16, 1, 50};
+    const int64_t rows_list[] = {37, 16, 1, 50, 150};
     const int toks[] = {1, 2, 7, 70, 257};
     int packed_types = 0;
     for (size_t ti = 0; ti < N_TYPES; ti++) {

@@ -670,7 +670,10 @@ static inline __attribute__((always_inline)) __m512i shift16(__m512i v, int s) {
 static inline __attribute__((always_inline)) void nibble_codes(const __m512i *v, const __m512i *qh, int i, __m512i *lo,
                                                                __m512i *hi) {
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-    const __m512i w = _mm512_load_si512(v + i);
+    __m512i w = _mm512_load_si512(v + i);
+    /* one load for both uses: gcc loads it twice, and loads set q4_K's pace (q5_K's fifth bits
+     * measured 0.97x with it) */
+    if (!qh) __asm__("" : "+v"(w));
     *lo = _mm512_and_si512(w, low);
     *hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
     if (qh) { /* bit 2i to bit 4, bit 2i + 1 to bit 4; ternary logic: a | (b & c) */
@@ -1327,6 +1330,11 @@ TYPED_TASKS(gemm, gemm_impl)
  *         4i..4i+3 of each row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
  *         (All the tile's scales before all its codes made two streams of a tile, which the
  *         hardware prefetcher followed at about half the rate of one: bench/README.md.)
+ *         Tiles go in groups of 4 (PACK_GROUP; the last group holds what is left), interleaved
+ *         chunk by chunk: the group's chunk is its n tiles' scales, one after the other, then per
+ *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
+ *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
+ *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
@@ -1373,6 +1381,31 @@ static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
     return packed_chunk_at(type, cols) + (cols % CW ? packed_chunk_bytes(type, cols % CW / 32) : 0);
 }
 
+/* Tiles per group in the layout of q4_0 and q8_0 (see above). */
+#define PACK_GROUP 4
+static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 ? PACK_GROUP : 1; }
+
+/* Where tile `tile` (of `tiles`) of a packed q4_0 or q8_0 matrix keeps its chunk from column k0:
+ * the group's chunk, at byte `chunk`, holds n tiles, this one the i-th. */
+typedef struct {
+    size_t chunk;
+    int n, i;
+} packed_place;
+static inline packed_place place_chunk(uint32_t type, int64_t tiles, size_t tile_bytes, int64_t tile, int64_t k0) {
+    const int g = pack_group(type);
+    const int64_t first = tile / g * g;
+    const int n = tiles - first < g ? (int)(tiles - first) : g;
+    return (packed_place){(size_t)first * tile_bytes + (size_t)n * packed_chunk_at(type, k0), n, (int)(tile - first)};
+}
+/* In that chunk (of `blocks` blocks), the byte where the tile's scales begin, and its block b's codes. */
+static inline size_t place_scales(packed_place p, int64_t blocks) {
+    return p.chunk + (size_t)p.i * chunk_scale_bytes(blocks);
+}
+static inline size_t place_codes(uint32_t type, packed_place p, int64_t blocks, int64_t b) {
+    return p.chunk + (size_t)p.n * chunk_scale_bytes(blocks) +
+           ((size_t)p.n * (size_t)b + (size_t)p.i) * (size_t)packed_regs(type) * 64;
+}
+
 static size_t vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
     if (!packed_type(type) || rows <= 0 || cols <= 0 || cols % block_elems(type)) return 0;
     return (size_t)((rows + TR - 1) / TR) * packed_tile_bytes(type, cols);
@@ -1389,10 +1422,20 @@ static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *byte
 static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
                       int64_t tile0, int64_t tile1) {
     const size_t tb = packed_tile_bytes(type, cols);
-    const int64_t nb = cols / 32;
+    const int64_t nb = cols / 32, tiles = (rows + TR - 1) / TR;
     for (int64_t tile = tile0; tile < tile1; tile++) {
         uint8_t *t = (uint8_t *)dst + (size_t)tile * tb;
-        memset(t, 0, tb);
+        if (is_kquant(type)) {
+            memset(t, 0, tb);
+        } else { /* the tile's pieces of its group: its scales and its registers of each block */
+            for (int64_t k0 = 0; k0 < cols; k0 += CW) {
+                const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
+                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                memset((uint8_t *)dst + place_scales(pl, blocks), 0, chunk_scale_bytes(blocks));
+                for (int64_t b = 0; b < blocks; b++)
+                    memset((uint8_t *)dst + place_codes(type, pl, blocks, b), 0, (size_t)packed_regs(type) * 64);
+            }
+        }
         for (int r = 0; r < TR && tile * TR + r < rows; r++) {
             const uint8_t *row = (const uint8_t *)w + (size_t)(tile * TR + r) * row_bytes;
             if (type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K) {
@@ -1453,14 +1496,14 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
             for (int64_t blk = 0; blk < nb; blk++) {
                 const uint8_t *b = row + (size_t)blk * block_bytes(type);
                 const int64_t k0 = blk * 32 / CW * CW, in_chunk = blk % (CW / 32);
-                uint8_t *chunk = t + packed_chunk_at(type, k0);
-                uint8_t *codes = chunk + chunk_scale_bytes((cols - k0 < CW ? cols - k0 : CW) / 32);
-                memcpy(chunk + (size_t)in_chunk * 32 + (size_t)r * 2, b, 2); /* d */
-                const size_t reg0 = (size_t)in_chunk * (size_t)packed_regs(type);
+                const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
+                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, blocks, in_chunk);
+                memcpy((uint8_t *)dst + place_scales(pl, blocks) + (size_t)in_chunk * 32 + (size_t)r * 2, b, 2); /* d */
                 if (type == QUILL_TYPE_Q8_0)
-                    for (int i = 0; i < 8; i++) put_word(codes, reg0 + (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
+                    for (int i = 0; i < 8; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
                 else
-                    for (int i = 0; i < 4; i++) put_word(codes, reg0 + (size_t)i, r, b + offsetof(block_q4_0, qs) + 4 * i, 0);
+                    for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q4_0, qs) + 4 * i, 0);
             }
         }
     }
@@ -1504,9 +1547,89 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
     return acc;
 }
 
+/* q4_0's decoding of one group of n (1..PACK_GROUP) tiles: each activation word broadcast serves
+ * the n tiles. One tile at a time, a block's 16 broadcasts and 4 code loads outnumbered its 16
+ * vpdpbusd two to one on a machine that issues two vector loads per cycle, and its bytes came from
+ * memory at ~0.9x the rate of a group's. */
+static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j, int64_t group, const int n) {
+    const uint32_t type = QUILL_TYPE_Q4_0;
+    const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
+    const planes *P = j->P;
+    const __m512i low = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
+    __m512 acc[PACK_GROUP];
+#pragma GCC unroll 4
+    for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+        const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+        const size_t scale_bytes = chunk_scale_bytes(blocks);
+        const uint8_t *chunk = base + (size_t)n * packed_chunk_at(type, k0);
+        /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
+        for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64) prefetch_ahead(type, (const __m512i *)(chunk + at));
+        /* the chunk's scales first, all of them, so that the group is read front to back (a scale
+         * per block, between the blocks' codes, went back to the chunk's front each time: tg
+         * 1.034x with 2 threads, 1.054x with one) */
+        _Alignas(64) float sbuf[PACK_GROUP][CW / 32][TR];
+#pragma GCC unroll 4
+        for (int t = 0; t < n; t++)
+            for (int64_t b = 0; b < blocks; b++)
+                _mm512_store_ps(sbuf[t][b],
+                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + t * scale_bytes + b * 32))));
+        const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
+        for (int64_t b = 0; b < blocks; b++) {
+            const int64_t blk = k0 / 32 + b;
+            const int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
+            const __m512i *v = codes + 4 * n * b;
+#pragma GCC unroll 16
+            for (int i = 0; i < 4 * n; i++) prefetch_ahead(type, v + i);
+            __m512i lo_h[PACK_GROUP], hi_h[PACK_GROUP], lo_l[PACK_GROUP], hi_l[PACK_GROUP];
+#pragma GCC unroll 4
+            for (int t = 0; t < n; t++) lo_h[t] = hi_h[t] = lo_l[t] = hi_l[t] = z;
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m512i h_lo = bcast4(h + 4 * i), h_hi = bcast4(h + 16 + 4 * i);
+                const __m512i l_lo = bcast4(l + 4 * i), l_hi = bcast4(l + 16 + 4 * i);
+#pragma GCC unroll 4
+                for (int t = 0; t < n; t++) {
+                    __m512i w = _mm512_load_si512(v + 4 * t + i);
+                    __asm__("" : "+v"(w)); /* one load for both uses: gcc loads it twice, and loads set the pace */
+                    const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    lo_h[t] = _mm512_dpbusd_epi32(lo_h[t], lo, h_lo);
+                    hi_h[t] = _mm512_dpbusd_epi32(hi_h[t], hi, h_hi);
+                    lo_l[t] = _mm512_dpbusd_epi32(lo_l[t], lo, l_lo);
+                    hi_l[t] = _mm512_dpbusd_epi32(hi_l[t], hi, l_hi);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < n; t++)
+                acc[t] = slot_step(type, acc[t], _mm512_add_epi32(lo_h[t], hi_h[t]), _mm512_add_epi32(lo_l[t], hi_l[t]), P,
+                                   blk, blk, _mm512_load_ps(sbuf[t][b]), NULL);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < n; t++) {
+        const int64_t r0 = (group * PACK_GROUP + t) * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, acc[t]);
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
+    }
+}
+
+/* Tiles [t0, t1) of the matrix; for q4_0 groups [t0, t1) instead (q4_0_group). */
 static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                      uint32_t type) {
     if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
+    if (type == QUILL_TYPE_Q4_0) {
+        const int64_t tiles = (j->rows + TR - 1) / TR;
+        for (int64_t g = t0; g < t1; g++) {
+            const int64_t left = tiles - g * PACK_GROUP;
+            if (left >= 4) q4_0_group(j, g, 4);
+            else if (left == 3) q4_0_group(j, g, 3);
+            else if (left == 2) q4_0_group(j, g, 2);
+            else q4_0_group(j, g, 1);
+        }
+        return;
+    }
     const size_t tb = packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     for (int64_t tile = t0; tile < t1; tile++) {
@@ -1568,41 +1691,24 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
                 /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
                 for (size_t at = 0; at < chunk_scale_bytes(chunk_blocks); at += 64)
                     prefetch_ahead(type, (const __m512i *)(chunk + at));
-                /* q4_0: the chunk's scales first, all of them, so that a tile is read front to
-                 * back (a scale per block, between the blocks' codes, went back to the chunk's
-                 * front each time): tg 1.034x with 2 threads, 1.054x with one. q8_0, twice the
-                 * codes per scale, measured 0.94-0.98x so, and keeps a scale per block. */
-                _Alignas(64) float sbuf[CW / 32][TR];
-                if (type == QUILL_TYPE_Q4_0)
-                    for (int64_t b = 0; b < chunk_blocks; b++)
-                        _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + b * 32))));
+                /* (a scale per block: all the chunk's scales first, as q4_0 takes them, measured
+                 * 0.94-0.98x for q8_0's twice as many codes per scale) */
                 for (int64_t b = 0; b < chunk_blocks; b++) {
                     const int64_t blk = k0 / 32 + b;
                     const __m512i *v = codes + b * regs;
                     for (int i = 0; i < regs; i++) prefetch_ahead(type, v + i);
-                    const __m512 sc = type == QUILL_TYPE_Q4_0
-                                          ? _mm512_load_ps(sbuf[b])
-                                          : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + b * 32)));
+                    const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + b * 32)));
                     const __m512i z = _mm512_setzero_si512();
-                    __m512i ch, cl;
-                    if (type == QUILL_TYPE_Q8_0) {
-                        /* two chains per plane, so that each vpdpbusd waits on one two back */
-                        __m512i h[2] = {z, z}, l[2] = {z, z};
+                    /* two chains per plane, so that each vpdpbusd waits on one two back */
+                    __m512i h[2] = {z, z}, l[2] = {z, z};
 #pragma GCC unroll 8
-                        for (int i = 0; i < 8; i++) {
-                            const __m512i w = _mm512_load_si512(v + i);
-                            h[i & 1] = dpbusd_bcast(h[i & 1], w, P->h + blk * 32 + 4 * i);
-                            l[i & 1] = dpbusd_bcast(l[i & 1], w, P->l + blk * 32 + 4 * i);
-                        }
-                        ch = _mm512_add_epi32(h[0], h[1]);
-                        cl = _mm512_add_epi32(l[0], l[1]);
-                    } else {
-                        __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
-                        nibble_sums(v, NULL, P, blk * 32, 16, &lo_h, &hi_h, &lo_l, &hi_l);
-                        ch = _mm512_add_epi32(lo_h, hi_h);
-                        cl = _mm512_add_epi32(lo_l, hi_l);
+                    for (int i = 0; i < 8; i++) {
+                        const __m512i w = _mm512_load_si512(v + i);
+                        h[i & 1] = dpbusd_bcast(h[i & 1], w, P->h + blk * 32 + 4 * i);
+                        l[i & 1] = dpbusd_bcast(l[i & 1], w, P->l + blk * 32 + 4 * i);
                     }
-                    acc = slot_step(type, acc, ch, cl, P, blk, blk, sc, NULL);
+                    acc = slot_step(type, acc, _mm512_add_epi32(h[0], h[1]), _mm512_add_epi32(l[0], l[1]), P, blk, blk,
+                                    sc, NULL);
                 }
             }
         }
@@ -1617,15 +1723,21 @@ static inline void prefetch_bytes(const uint8_t *p, size_t n) {
     for (size_t at = 0; at < n; at += 64) __asm__ volatile("prefetcht0 %0" : : "m"(p[at]));
 }
 
-/* Prefetches the bytes of the packed tile at `base` that the chunk from column k0 reads. */
-static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, const uint8_t *base, int64_t cols,
-                                                                 int64_t k0) {
-    const int64_t cw = cols - k0 < CW ? cols - k0 : CW;
+/* Prefetches the bytes of packed tile `tile` that the chunk from column k0 reads. */
+static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, const decode_job *j, size_t tile_bytes,
+                                                                 int64_t tile, int64_t k0) {
+    const int64_t tiles = (j->rows + TR - 1) / TR;
+    if (tile >= tiles) return;
     if (is_kquant(type)) {
-        prefetch_bytes(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64, (size_t)kblock_regs(type) * 64);
+        prefetch_bytes(j->w + (size_t)tile * tile_bytes + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64,
+                       (size_t)kblock_regs(type) * 64);
         return;
     }
-    prefetch_bytes(base + packed_chunk_at(type, k0), packed_chunk_bytes(type, cw / 32));
+    const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+    const packed_place pl = place_chunk(type, tiles, tile_bytes, tile, k0);
+    prefetch_bytes(j->w + place_scales(pl, blocks), chunk_scale_bytes(blocks));
+    for (int64_t b = 0; b < blocks; b++)
+        prefetch_bytes(j->w + place_codes(type, pl, blocks, b), (size_t)packed_regs(type) * 64);
 }
 
 /* The batch loop over packed tiles: each chunk's codes go to wbuf by masks and shifts (q8_0's are
@@ -1637,6 +1749,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     _Alignas(64) float accbuf[VNNI_TOKENS + TBW][TR];
+    const int64_t tiles = (j->rows + TR - 1) / TR;
     for (int64_t tile = t0; tile < t1; tile++) {
         const uint8_t *base = j->w + (size_t)tile * tb;
         const int64_t r0 = tile * TR;
@@ -1665,21 +1778,23 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                                          &wbuf[16 * c + 8 + 4 * h + i]);
                     }
             } else {
-                const uint16_t *scales = (const uint16_t *)(base + packed_chunk_at(type, k0));
-                const __m512i *v = (const __m512i *)((const uint8_t *)scales + chunk_scale_bytes(cw / 32));
+                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                const uint16_t *scales = (const uint16_t *)(j->w + place_scales(pl, cw / 32));
                 for (int b = 0; b < cw / 32; b++)
                     _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
-                if (type == QUILL_TYPE_Q8_0) {
-                    w = v;
+                if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
+                    w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
                 } else {
-                    for (int b = 0; b < cw / 32; b++)
-                        for (int i = 0; i < 4; i++) nibble_codes(v + 4 * b, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                    for (int b = 0; b < cw / 32; b++) {
+                        const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
+                        for (int i = 0; i < 4; i++) nibble_codes(v, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                    }
                 }
             }
             /* the next chunk's bytes meanwhile: its loads came cold from memory and stalled the
              * unpacking above (a tenth of a one-thread prompt's samples in this function) */
-            if (k0 + CW < j->cols) prefetch_chunk(type, base, j->cols, k0 + CW);
-            else prefetch_chunk(type, base + tb, j->cols, 0);
+            if (k0 + CW < j->cols) prefetch_chunk(type, j, tb, tile, k0 + CW);
+            else prefetch_chunk(type, j, tb, tile + 1, 0);
             gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
         }
         const __mmask16 mask = (__mmask16)((1u << nr) - 1);
@@ -1755,11 +1870,14 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
             dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da, word_sf};
             const quill_task_fn fn = packed ? (nt == 1 ? decode_packed_fn(type) : gemm_packed_fn(type))
                                             : (nt == 1 ? decode_fn(type) : gemm_fn(type));
-            tasks[i] = (quill_pool_task){fn, &dj[i], (m[i].rows + TR - 1) / TR};
+            /* packed q4_0 decodes a group of tiles at a time (q4_0_group) */
+            const int per_item = nt == 1 && packed ? pack_group(type) : 1;
+            const int64_t tiles = (m[i].rows + TR - 1) / TR;
+            tasks[i] = (quill_pool_task){fn, &dj[i], (tiles + per_item - 1) / per_item};
         }
         int64_t grain = 1;
         if (nt == 1 && packed) {
-            grain = (int64_t)(DECODE_CLAIM / packed_tile_bytes(type, cols));
+            grain = (int64_t)(DECODE_CLAIM / (packed_tile_bytes(type, cols) * (size_t)pack_group(type)));
             if (grain < 1) grain = 1;
         }
         quill_pool_run_joined(pool, tasks, n_mats, grain);
