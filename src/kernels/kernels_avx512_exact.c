@@ -1513,9 +1513,10 @@ static void vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t ro
  * 32 GB/s (this machine kind on 2026-11-25), some 4 KiB must be in flight to cover memory's latency.
  * Measured side by side, one and two threads, against 1 KiB: q4_0 +16 % at 8 KiB (+2 % over
  * 4 KiB), q4_K +6 %, q5_K +7 %; q6_K +14 % at 4 KiB but -13 % at 8 KiB, q8_0 +2 % at 4 KiB.
- * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) */
+ * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) q4_0 read in groups of 4
+ * tiles (2026-11-26): 4 KiB non-temporal and nothing further, below. */
 static inline size_t packed_ahead(uint32_t type) {
-    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 ? 4096 : 8192;
+    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 ? 4096 : 8192;
 }
 /* q4_0 and q8_0 prefetch their lines near as non-temporal (2 threads +1.4 % and +2.5 % against
  * T0, one thread even), and into L2 further ahead, PACKED_FAR: a core's misses to L1 are few (its
@@ -1526,10 +1527,16 @@ static inline size_t packed_ahead(uint32_t type) {
  * +4.1-5.4 % with 2 threads (8-10 rounds of 10 faster), +14 % with one; q8_0 +4.5 % with 2, 1 thread
  * 0.98x and 1.045x in two runs. The k-quants, whose near prefetch goes through L2, measured slower
  * with it: q4_K_M 0.93x, q6_K 0.89x (and 0.96x, 0.90x with a non-temporal near prefetch besides);
- * 64 KiB ahead, or into L2 instead of the near prefetch, was slower for every type. */
+ * 64 KiB ahead, or into L2 instead of the near prefetch, was slower for every type.
+ * q4_0 read in groups of 4 tiles (q4_0_group) no longer gains from the L2 prefetch: its lines
+ * non-temporal 4 KiB ahead and nothing else, against 8 KiB + L2 16 KiB, tg128 2 threads 1.08x
+ * (7 of 8 rounds) with T0 4 KiB and 1.02x more non-temporal (7 of 8), one thread 1.07x and
+ * 0.99x; non-temporal 2 KiB and 6 KiB ahead 0.98x and 0.995x against 4 KiB. */
 #define PACKED_FAR 16384
 static inline __attribute__((always_inline)) void prefetch_ahead(uint32_t type, const __m512i *at) {
-    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0) {
+    if (type == QUILL_TYPE_Q4_0) {
+        _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
+    } else if (type == QUILL_TYPE_Q8_0) {
         _mm_prefetch((const char *)at + PACKED_FAR, _MM_HINT_T1);
         _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
     } else {
