@@ -1555,9 +1555,10 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
 }
 
 /* q4_0's decoding of one group of n (1..PACK_GROUP) tiles: each activation word broadcast serves
- * the n tiles. One tile at a time, a block's 16 broadcasts and 4 code loads outnumbered its 16
- * vpdpbusd two to one on a machine that issues two vector loads per cycle, and its bytes came from
- * memory at ~0.9x the rate of a group's. */
+ * the n tiles. One tile at a time, a block's 16 broadcasts and 4 code loads (8 as gcc compiled
+ * them) outnumbered its 16 vpdpbusd on a machine that issues two vector loads and two vpdpbusd
+ * per cycle: 17-19 cycles per tile and block where the products take 8. Grouped, tg128 1.06x
+ * with one thread, 1.00-1.01x with two (bench/README.md, seventeenth session). */
 static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j, int64_t group, const int n) {
     const uint32_t type = QUILL_TYPE_Q4_0;
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
