@@ -1774,48 +1774,48 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
             memset(by_group ? group_acc[tile - first] : tile_acc, 0, (size_t)(j->n_tok + TBW) * sizeof tile_acc[0]);
         for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
             for (int64_t tile = first; tile < past; tile++) {
-            const uint8_t *base = j->w + (size_t)tile * tb;
-            float(*accbuf)[TR] = by_group ? group_acc[tile - first] : tile_acc;
-            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
-            const __m512i *w = wbuf;
-            if (type == QUILL_TYPE_Q6_K) {
-                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
-                __m512i hw[5];
-                for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
-                kquant_scales(type, hw, sbuf, NULL);
-                for (int sl = 0; sl < 16; sl++) q6_codes(v + 5 + 3 * sl, wbuf + 4 * sl);
-            } else if (is_kquant(type)) {
-                const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
-                __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
-                                 _mm512_load_si512(v + 3), _mm512_setzero_si512()};
-                kquant_scales(type, hw, sbuf, mbuf);
-                /* window c: slot 2c's columns (the low nibbles) are wbuf[16c..16c+7], 2c + 1's next */
-                for (int c = 0; c < 4; c++)
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i *hv = v + half_window_reg(type, c, h);
-                        for (int i = 0; i < 4; i++)
-                            nibble_codes(hv, type == QUILL_TYPE_Q5_K ? hv + 4 : NULL, i, &wbuf[16 * c + 4 * h + i],
-                                         &wbuf[16 * c + 8 + 4 * h + i]);
-                    }
-            } else {
-                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
-                const uint16_t *scales = (const uint16_t *)(j->w + place_scales(pl, cw / 32));
-                for (int b = 0; b < cw / 32; b++)
-                    _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
-                if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
-                    w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
+                const uint8_t *base = j->w + (size_t)tile * tb;
+                float(*accbuf)[TR] = by_group ? group_acc[tile - first] : tile_acc;
+                const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+                const __m512i *w = wbuf;
+                if (type == QUILL_TYPE_Q6_K) {
+                    const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                    __m512i hw[5];
+                    for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
+                    kquant_scales(type, hw, sbuf, NULL);
+                    for (int sl = 0; sl < 16; sl++) q6_codes(v + 5 + 3 * sl, wbuf + 4 * sl);
+                } else if (is_kquant(type)) {
+                    const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                    __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                     _mm512_load_si512(v + 3), _mm512_setzero_si512()};
+                    kquant_scales(type, hw, sbuf, mbuf);
+                    /* window c: slot 2c's columns (the low nibbles) are wbuf[16c..16c+7], 2c + 1's next */
+                    for (int c = 0; c < 4; c++)
+                        for (int h = 0; h < 2; h++) {
+                            const __m512i *hv = v + half_window_reg(type, c, h);
+                            for (int i = 0; i < 4; i++)
+                                nibble_codes(hv, type == QUILL_TYPE_Q5_K ? hv + 4 : NULL, i, &wbuf[16 * c + 4 * h + i],
+                                             &wbuf[16 * c + 8 + 4 * h + i]);
+                        }
                 } else {
-                    for (int b = 0; b < cw / 32; b++) {
-                        const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
-                        for (int i = 0; i < 4; i++) nibble_codes(v, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                    const uint16_t *scales = (const uint16_t *)(j->w + place_scales(pl, cw / 32));
+                    for (int b = 0; b < cw / 32; b++)
+                        _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
+                    if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
+                        w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
+                    } else {
+                        for (int b = 0; b < cw / 32; b++) {
+                            const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
+                            for (int i = 0; i < 4; i++) nibble_codes(v, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                        }
                     }
                 }
-            }
-            /* the next chunk's bytes meanwhile: its loads came cold from memory and stalled the
-             * unpacking above (a tenth of a one-thread prompt's samples in this function) */
-            if (k0 + CW < j->cols) prefetch_chunk(type, j, tb, tile, k0 + CW);
-            else prefetch_chunk(type, j, tb, tile + 1, 0);
-            gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
+                /* the next chunk's bytes meanwhile: its loads came cold from memory and stalled the
+                 * unpacking above (a tenth of a one-thread prompt's samples in this function) */
+                if (k0 + CW < j->cols) prefetch_chunk(type, j, tb, tile, k0 + CW);
+                else prefetch_chunk(type, j, tb, tile + 1, 0);
+                gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
             }
         }
         for (int64_t tile = first; tile < past; tile++) {
