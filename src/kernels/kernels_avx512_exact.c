@@ -1563,7 +1563,7 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
     const uint32_t type = QUILL_TYPE_Q4_0;
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
-    const __m512i low = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
+    const __m512i z = _mm512_setzero_si512();
     __m512 acc[PACK_GROUP];
 #pragma GCC unroll 4
     for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
@@ -1598,9 +1598,8 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
                 const __m512i l_lo = bcast4(l + 4 * i), l_hi = bcast4(l + 16 + 4 * i);
 #pragma GCC unroll 4
                 for (int t = 0; t < n; t++) {
-                    __m512i w = _mm512_load_si512(v + 4 * t + i);
-                    __asm__("" : "+v"(w)); /* one load for both uses: gcc loads it twice, and loads set the pace */
-                    const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    __m512i lo, hi;
+                    nibble_codes(v + 4 * t, NULL, i, &lo, &hi);
                     lo_h[t] = _mm512_dpbusd_epi32(lo_h[t], lo, h_lo);
                     hi_h[t] = _mm512_dpbusd_epi32(hi_h[t], hi, h_hi);
                     lo_l[t] = _mm512_dpbusd_epi32(lo_l[t], lo, l_lo);
