@@ -1,11 +1,18 @@
 /* How fast the vnni set's one-token product reads a packed matrix, apart from the model: a core's
  * arithmetic (a matrix that stays in the caches) against its memory (one that does not).
  *
- *   build/decode_probe TYPE ROWS COLS [THREADS [SECONDS]]      e.g. q4_0 64 2048 1
+ *   build/decode_probe TYPE ROWS COLS [THREADS [SECONDS [COPIES]]]      e.g. q4_0 64 2048 1
  *
- * prints the packed bytes read per second. Several matrices of ROWS x COLS are cycled through so
- * that the total exceeds the caches when ROWS x COLS x n is large; with a small matrix, n is 1. */
+ * prints the packed bytes read per second. COPIES matrices of ROWS x COLS are cycled through, so
+ * that the total exceeds the caches when it is large (~1 GB).
+ *
+ * When the copies total 256 MiB or more, passes over all of them alternate with passes of a plain
+ * read of the same bytes, the way `quill bench` measures the bandwidth (AVX2 loads summed,
+ * contiguous shares, the same threads). These machines' bandwidth moves by 2x within minutes, so
+ * a product's speed alone says little; its ratio to a read of the same memory milliseconds apart
+ * does (the median over the pass pairs, with its quartiles). */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +22,51 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "quill.h"
+
+/* The plain read: items of READ_ITEM bytes of `bytes`, summed as 64-bit words. */
+#define READ_ITEM ((size_t)64 << 10)
+#define FROM_MEMORY ((size_t)256 << 20)
+#define MAX_PAIRS 4096
+typedef struct {
+    const uint8_t *bytes;
+    volatile uint64_t sums[64];
+} plain_read;
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t sum_words(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a0, 0) + (uint64_t)_mm256_extract_epi64(a0, 3);
+}
+#else
+static uint64_t sum_words(const uint8_t *p, size_t n) {
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; j++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * j, 8);
+            a[j] += w;
+        }
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+#endif
+
+static void read_items(void *arg, int64_t i0, int64_t i1, int thread) {
+    plain_read *r = arg;
+    r->sums[thread & 63] += sum_words(r->bytes + (size_t)i0 * READ_ITEM, (size_t)(i1 - i0) * READ_ITEM);
+}
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -54,19 +106,49 @@ int main(int argc, char **argv) {
     for (int c = 0; c < copies; c++)
         k->pack(type, file, row_bytes, rows, cols, packed + (size_t)c * pb, 0, (rows + 15) / 16);
     quill_pool *pool = threads > 1 ? quill_pool_new(threads) : NULL;
-    double t0 = now_s(), t = t0;
-    long n = 0;
+    const size_t total = pb * (size_t)copies;
+    /* below this the copies stay partly in the last-level cache, and a plain read of them says
+     * nothing about memory: the products then run back to back */
+    const bool from_memory = total >= FROM_MEMORY;
+    plain_read reader = {.bytes = packed};
+    double *product_gbs = calloc(MAX_PAIRS, sizeof *product_gbs), *read_gbs = calloc(MAX_PAIRS, sizeof *read_gbs),
+           *ratio = calloc(MAX_PAIRS, sizeof *ratio);
+    long n = 0, pairs = 0;
+    double t0 = now_s(), t = t0, in_products = 0;
     while (t - t0 < seconds) {
+        const double p0 = now_s();
         for (int c = 0; c < copies; c++) {
             quill_matrix m = {packed + (size_t)c * pb, row_bytes, rows, y};
             k->matmul_packed[type](&m, 1, cols, x, 1, pool, scratch);
         }
+        const double p1 = now_s();
         n += copies;
+        in_products += p1 - p0;
+        if (from_memory) {
+            quill_pool_run(pool, read_items, &reader, (int64_t)(total / READ_ITEM), 16);
+            const double p2 = now_s();
+            const int at = (int)(pairs++ % MAX_PAIRS); /* the last MAX_PAIRS pairs */
+            product_gbs[at] = (double)total / (p1 - p0) / 1e9;
+            read_gbs[at] = (double)(total / READ_ITEM * READ_ITEM) / (p2 - p1) / 1e9;
+            ratio[at] = product_gbs[at] / read_gbs[at];
+        }
         t = now_s();
     }
     printf("%s %lld x %lld, %d thread(s), %d copies (%.1f MiB): %.2f GB/s of packed weights, %.1f us per product\n",
-           argv[1], (long long)rows, (long long)cols, threads, copies, (double)(pb * (size_t)copies) / 1048576.0,
-           (double)pb * (double)n / (t - t0) / 1e9, (t - t0) / (double)n * 1e6);
+           argv[1], (long long)rows, (long long)cols, threads, copies, (double)total / 1048576.0,
+           (double)pb * (double)n / in_products / 1e9, in_products / (double)n * 1e6);
+    if (pairs) {
+        const size_t kept = pairs < MAX_PAIRS ? (size_t)pairs : MAX_PAIRS;
+        qsort(product_gbs, kept, sizeof(double), by_value);
+        qsort(read_gbs, kept, sizeof(double), by_value);
+        qsort(ratio, kept, sizeof(double), by_value);
+        printf("%zu pass pairs, medians: product %.2f GB/s, plain read of the same bytes %.2f GB/s; "
+               "product / read %.3f (quartiles %.3f-%.3f)\n",
+               kept, product_gbs[kept / 2], read_gbs[kept / 2], ratio[kept / 2], ratio[kept / 4], ratio[3 * kept / 4]);
+    }
+    free(product_gbs);
+    free(read_gbs);
+    free(ratio);
     quill_pool_free(pool);
     return 0;
 }
