@@ -138,11 +138,11 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     bool ok = (c->pool = quill_pool_new(n_threads)) != NULL && (c->seq_len = calloc((size_t)n_seq, sizeof(int))) &&
               (c->seq_next = calloc((size_t)n_seq, sizeof(int))) &&
               (c->run_start = malloc((QUILL_UBATCH + 1) * sizeof(int)));
-    /* sized in double first: an absurd context (2^24 positions x 4096 sequences of a deep model)
-     * would wrap the byte counts around */
-    const bool fits = (double)hp->n_layer * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *
-                          (c->reference ? 2 * sizeof(double) : 2 * sizeof(float)) <
-                      (double)(SIZE_MAX / 4);
+    /* the KV cache's bytes in double first: an absurd context (2^24 positions x 4096 sequences of
+     * a deep model) would wrap the byte counts around */
+    const double kv_bytes = 2.0 * (double)hp->n_layer * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *
+                            (double)(c->reference ? sizeof(double) : sizeof(float));
+    const bool fits = kv_bytes < (double)(SIZE_MAX / 4);
     const size_t bytes = fits ? lay_out_buffers(c, NULL, cache, key_cache, widest) : 0;
     uint8_t *mem = ok && fits ? map_buffers(bytes) : NULL;
     if (mem) {
@@ -169,7 +169,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         /* the message reads the context's settings, so it is written before the context is freed */
         quill_fail(err, QUILL_E_NOMEM,
                    "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB); use a smaller context (-c)",
-                   n_ctx, n_seq, 2.0 * (double)hp->n_layer * n_seq * n_ctx * (double)kv_dim * (c->reference ? 8 : 4) / 1e6);
+                   n_ctx, n_seq, kv_bytes / 1e6);
         quill_context_free(c);
         return QUILL_E_NOMEM;
     }
