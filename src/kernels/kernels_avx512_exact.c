@@ -705,6 +705,17 @@ static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *four) 
     return _mm512_set1_epi32(*(const four_bytes *)four);
 }
 
+/* 16 bytes (4 words of 4) in each 128-bit lane; dword_of(v, i) then broadcasts word i (0..3). */
+static inline __attribute__((always_inline)) __m512i quad_of(const int8_t *sixteen) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sixteen));
+}
+static inline __attribute__((always_inline)) __m512i dword_of(__m512i quad, int i) {
+    return i == 0 ? _mm512_shuffle_epi32(quad, _MM_PERM_AAAA)
+         : i == 1 ? _mm512_shuffle_epi32(quad, _MM_PERM_BBBB)
+         : i == 2 ? _mm512_shuffle_epi32(quad, _MM_PERM_CCCC)
+                  : _mm512_shuffle_epi32(quad, _MM_PERM_DDDD);
+}
+
 /* Σu·h and Σu·l for 16 rows over 32 columns whose codes are 4 registers of nibble bytes (q4_0's
  * block, or one half-window of q4_K: then the high nibbles are 32 columns on, `hi_at`): the sums of
  * the low nibbles' columns and of the high ones' accumulate apart. */
@@ -1592,10 +1603,16 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
             __m512i lo_h[PACK_GROUP], hi_h[PACK_GROUP], lo_l[PACK_GROUP], hi_l[PACK_GROUP];
 #pragma GCC unroll 4
             for (int t = 0; t < n; t++) lo_h[t] = hi_h[t] = lo_l[t] = hi_l[t] = z;
+            /* the block's activation words by 4 loads and 16 shuffles instead of 16 broadcast
+             * loads: in cache 0.95x, but from memory one core read 0.95 of a plain read's speed
+             * against 0.89 (medians; fewer loads beside the codes' and the prefetches, which
+             * share the core's load pipes); tg128 1.02-1.10x with 1 and 2 threads. q8_0 and q6_K
+             * gained nothing from the same (bench/README.md, eighteenth session). */
+            const __m512i h_lo4 = quad_of(h), h_hi4 = quad_of(h + 16), l_lo4 = quad_of(l), l_hi4 = quad_of(l + 16);
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                const __m512i h_lo = bcast4(h + 4 * i), h_hi = bcast4(h + 16 + 4 * i);
-                const __m512i l_lo = bcast4(l + 4 * i), l_hi = bcast4(l + 16 + 4 * i);
+                const __m512i h_lo = dword_of(h_lo4, i), h_hi = dword_of(h_hi4, i);
+                const __m512i l_lo = dword_of(l_lo4, i), l_hi = dword_of(l_hi4, i);
 #pragma GCC unroll 4
                 for (int t = 0; t < n; t++) {
                     __m512i lo, hi;
