@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "../cli/plain_read.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "quill.h"
@@ -30,37 +31,17 @@
 typedef struct {
     const uint8_t *bytes;
     volatile uint64_t sums[64];
-} plain_read;
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static uint64_t sum_words(const uint8_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    return (uint64_t)_mm256_extract_epi64(a0, 0) + (uint64_t)_mm256_extract_epi64(a0, 3);
-}
-#else
-static uint64_t sum_words(const uint8_t *p, size_t n) {
-    uint64_t a[8] = {0};
-    for (size_t i = 0; i + 64 <= n; i += 64)
-        for (int j = 0; j < 8; j++) {
-            uint64_t w;
-            memcpy(&w, p + i + 8 * j, 8);
-            a[j] += w;
-        }
-    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-}
-#endif
+} read_job;
 
 static void read_items(void *arg, int64_t i0, int64_t i1, int thread) {
-    plain_read *r = arg;
-    r->sums[thread & 63] += sum_words(r->bytes + (size_t)i0 * READ_ITEM, (size_t)(i1 - i0) * READ_ITEM);
+    read_job *r = arg;
+    const uint64_t *words = (const uint64_t *)(r->bytes + (size_t)i0 * READ_ITEM);
+    const size_t n = (size_t)(i1 - i0) * READ_ITEM / 8;
+#ifdef PLAIN_READ_HAVE_AVX2
+    r->sums[thread & 63] += plain_read_avx2(words, n);
+#else
+    r->sums[thread & 63] += plain_read_scalar(words, n);
+#endif
 }
 
 static int by_value(const void *a, const void *b) {
@@ -110,7 +91,7 @@ int main(int argc, char **argv) {
     /* below this the copies stay partly in the last-level cache, and a plain read of them says
      * nothing about memory: the products then run back to back */
     const bool from_memory = total >= FROM_MEMORY;
-    plain_read reader = {.bytes = packed};
+    read_job reader = {.bytes = packed};
     double *product_gbs = calloc(MAX_PAIRS, sizeof *product_gbs), *read_gbs = calloc(MAX_PAIRS, sizeof *read_gbs),
            *ratio = calloc(MAX_PAIRS, sizeof *ratio);
     long n = 0, pairs = 0;

@@ -2,6 +2,7 @@
  * memory read bandwidth — the limit of token generation, which must stream every weight once per
  * token. */
 #include "cli.h"
+#include "plain_read.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,10 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define BENCH_HAVE_AVX2 1
-#endif
 
 static const char bench_usage[] =
     "usage: quill bench -m MODEL [options]\n"
@@ -51,34 +48,6 @@ typedef struct {
     bool avx2;
 } bw_worker;
 
-static uint64_t sum_scalar(const uint64_t *p, size_t n) {
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
-        a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
-    }
-    for (; i < n; i++) a0 += p[i];
-    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
-}
-
-#ifdef BENCH_HAVE_AVX2
-/* p is 64-byte aligned and n a multiple of 16 (the slices are cut that way). */
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t lanes[4];
-    _mm256_storeu_si256((__m256i *)lanes, a0);
-    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-#endif
-
 /* Each pass: wait at `start`, read the slice (or leave when *stop), wait at `done`. */
 static void *bw_thread(void *arg) {
     bw_worker *w = arg;
@@ -88,11 +57,11 @@ static void *bw_thread(void *arg) {
     for (;;) {
         pthread_barrier_wait(w->start);
         if (*w->stop) return NULL;
-#ifdef BENCH_HAVE_AVX2
-        if (w->avx2) w->sum += sum_avx2(w->words, w->n_words);
+#ifdef PLAIN_READ_HAVE_AVX2
+        if (w->avx2) w->sum += plain_read_avx2(w->words, w->n_words);
         else
 #endif
-            w->sum += sum_scalar(w->words, w->n_words);
+            w->sum += plain_read_scalar(w->words, w->n_words);
         pthread_barrier_wait(w->done);
     }
 }
@@ -183,7 +152,7 @@ static bool bw_open(bw_meter *b, int n_threads, size_t want) {
     }
     b->barriers = true;
     bool avx2 = false;
-#ifdef BENCH_HAVE_AVX2
+#ifdef PLAIN_READ_HAVE_AVX2
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
 #endif
