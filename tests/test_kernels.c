@@ -153,7 +153,7 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
 
 /* Attention's scores against the dimension-major key cache: every instruction set gives the
  * scalar bits (one fused multiply-add chain per head and column), for column counts with every
- * tail and 1 to 9 heads at a time. */
+ * tail and 1 to 9 heads at a time, and nothing written past the columns. */
 TEST(kernels_dot_columns_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
     const int heads[] = {1, 3, 4, 5, 8, 9};
@@ -165,7 +165,9 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
                 const int64_t n = 64, stride = 157, qstride = 70, ostride = 163;
                 const int nh = heads[hi];
                 float *q = malloc((size_t)(nh * qstride) * sizeof *q), *kt = malloc((size_t)(n * stride) * sizeof *kt),
-                      *fast = calloc((size_t)(nh * ostride), sizeof *fast), *ref = calloc((size_t)(nh * ostride), sizeof *ref);
+                      *fast = malloc((size_t)(nh * ostride) * sizeof *fast), *ref = malloc((size_t)(nh * ostride) * sizeof *ref);
+                /* the same marks in both outside the columns: a write past the last one shows */
+                for (int64_t i = 0; i < nh * ostride; i++) fast[i] = ref[i] = -1.5f - (float)i;
                 for (int64_t i = 0; i < nh * qstride; i++) q[i] = rndf();
                 for (int64_t i = 0; i < n * stride; i++) kt[i] = rndf();
                 kern->dot_columns(q, qstride, nh, kt, n, stride, cols, fast, ostride);

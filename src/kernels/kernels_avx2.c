@@ -515,59 +515,62 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
     }
 }
 
-/* hb heads × 16 columns at a time (2·hb accumulators, each lane a chain of fused multiply-adds in
- * d order): a row's keys are loaded once for the hb heads. */
-static inline __attribute__((always_inline)) void columns16_heads(const int hb, const float *q, int64_t q_stride,
-                                                                  const float *kt, int64_t n, int64_t stride, int p,
-                                                                  float *out, int64_t out_stride) {
+/* hb heads × nv vectors of 8 columns at a time (nv·hb accumulators, each lane a chain of fused
+ * multiply-adds in d order): a row's keys are loaded once for the hb heads. The last vector takes
+ * the lanes of `last` only (a generation step's part-filled last block of keys: one head and one
+ * vector at a time, its chains ran one after another). */
+static inline __attribute__((always_inline)) void columns_heads(const int hb, const int nv, __m256i last,
+                                                                const float *q, int64_t q_stride, const float *kt,
+                                                                int64_t n, int64_t stride, int p, float *out,
+                                                                int64_t out_stride) {
+    const __m256i all = _mm256_set1_epi32(-1);
     __m256 acc[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 2 * hb; i++) acc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < nv * hb; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < n; d++) {
         const float *row = kt + d * stride + p;
         /* the n rows are n separate streams, more than the hardware prefetchers follow: this
          * row's keys eight blocks on (see kernels_avx512.c) */
         _mm_prefetch((const char *)(row + 128), _MM_HINT_T0);
-        const __m256 k0 = _mm256_loadu_ps(row), k1 = _mm256_loadu_ps(row + 8);
+        __m256 k[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < nv; i++) k[i] = _mm256_maskload_ps(row + 8 * i, i == nv - 1 ? last : all);
 #pragma GCC unroll 4
         for (int h = 0; h < hb; h++) {
             const __m256 qd = _mm256_set1_ps(q[h * q_stride + d]);
-            acc[2 * h] = _mm256_fmadd_ps(qd, k0, acc[2 * h]);
-            acc[2 * h + 1] = _mm256_fmadd_ps(qd, k1, acc[2 * h + 1]);
+#pragma GCC unroll 2
+            for (int i = 0; i < nv; i++) acc[nv * h + i] = _mm256_fmadd_ps(qd, k[i], acc[nv * h + i]);
         }
     }
 #pragma GCC unroll 4
-    for (int h = 0; h < hb; h++) {
-        _mm256_storeu_ps(out + h * out_stride + p, acc[2 * h]);
-        _mm256_storeu_ps(out + h * out_stride + p + 8, acc[2 * h + 1]);
-    }
+    for (int h = 0; h < hb; h++)
+#pragma GCC unroll 2
+        for (int i = 0; i < nv; i++) _mm256_maskstore_ps(out + h * out_stride + p + 8 * i, i == nv - 1 ? last : all, acc[nv * h + i]);
+}
+
+/* Heads four at a time, then one at a time, for nv vectors of columns from column p. */
+static inline __attribute__((always_inline)) void column_vectors(const int nv, __m256i last, const float *q,
+                                                                 int64_t q_stride, int n_heads, const float *kt,
+                                                                 int64_t n, int64_t stride, int p, float *out,
+                                                                 int64_t out_stride) {
+    int h = 0;
+    for (; h + 4 <= n_heads; h += 4)
+        columns_heads(4, nv, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
+    for (; h < n_heads; h++)
+        columns_heads(1, nv, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
 }
 
 static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                              int64_t stride, int n_cols, float *out, int64_t out_stride) {
+    const __m256i all = _mm256_set1_epi32(-1);
     int p = 0;
-    for (; p + 16 <= n_cols; p += 16) {
-        int h = 0;
-        for (; h + 4 <= n_heads; h += 4)
-            columns16_heads(4, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
-        for (; h < n_heads; h++) columns16_heads(1, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
-    }
-    for (int h = 0; h < n_heads; h++) {
-        const float *qh = q + h * q_stride;
-        float *o = out + h * out_stride;
-        int c = p;
-        for (; c + 8 <= n_cols; c += 8) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t d = 0; d < n; d++)
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(qh[d]), _mm256_loadu_ps(kt + d * stride + c), acc);
-            _mm256_storeu_ps(o + c, acc);
-        }
-        for (; c < n_cols; c++) {
-            float acc = 0;
-            for (int64_t d = 0; d < n; d++) acc = fmaf(qh[d], kt[d * stride + c], acc);
-            o[c] = acc;
-        }
-    }
+    for (; p + 16 <= n_cols; p += 16) column_vectors(2, all, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    const int left = n_cols - p;
+    if (left == 0) return;
+    /* lane i is on when i < the last vector's columns (1..8) */
+    const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32((left - 1) % 8 + 1), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (left > 8) column_vectors(2, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    else column_vectors(1, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
 }
 
 /* exp_poly on 8 lanes, operation for operation (2^n built in the exponent bits: for the n that
