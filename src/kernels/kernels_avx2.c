@@ -529,8 +529,7 @@ static inline __attribute__((always_inline)) void columns_heads(const int hb, co
     for (int i = 0; i < nv * hb; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < n; d++) {
         const float *row = kt + d * stride + p;
-        /* the n rows are n separate streams, more than the hardware prefetchers follow: this
-         * row's keys eight blocks on (see kernels_avx512.c) */
+        /* two rows on (see kernels_avx512.c) */
         _mm_prefetch((const char *)(row + 128), _MM_HINT_T0);
         __m256 k[2];
 #pragma GCC unroll 2
