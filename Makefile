@@ -129,8 +129,12 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libquill.a
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 
 # The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md),
-# and the vnni set's one-token product on one matrix, apart from the model (bench/decode_probe.c).
-bench-probe: $(BUILD)/amx_probe $(BUILD)/decode_probe
+# the vnni set's one-token product on one matrix, apart from the model (bench/decode_probe.c), and
+# what a streaming loop with a product's work per line keeps of a plain read (bench/stream_probe.c).
+bench-probe: $(BUILD)/amx_probe $(BUILD)/decode_probe $(BUILD)/stream_probe
+$(BUILD)/stream_probe: bench/stream_probe.c cli/plain_read.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/decode_probe: bench/decode_probe.c $(BUILD)/libquill.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
