@@ -156,7 +156,7 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
  * tail and 1 to 9 heads at a time, and nothing written past the columns. */
 TEST(kernels_dot_columns_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
-    const int heads[] = {1, 3, 4, 5, 8, 9};
+    const int heads[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = set_or_skip(isas[k]);
         if (!kern) continue;

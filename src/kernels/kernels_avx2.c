@@ -547,17 +547,7 @@ static inline __attribute__((always_inline)) void columns_heads(const int hb, co
         for (int i = 0; i < nv; i++) _mm256_maskstore_ps(out + h * out_stride + p + 8 * i, i == nv - 1 ? last : all, acc[nv * h + i]);
 }
 
-/* Heads four at a time, then one at a time, for nv vectors of columns from column p. */
-static inline __attribute__((always_inline)) void column_vectors(const int nv, __m256i last, const float *q,
-                                                                 int64_t q_stride, int n_heads, const float *kt,
-                                                                 int64_t n, int64_t stride, int p, float *out,
-                                                                 int64_t out_stride) {
-    int h = 0;
-    for (; h + 4 <= n_heads; h += 4)
-        columns_heads(4, nv, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
-    for (; h < n_heads; h++)
-        columns_heads(1, nv, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride);
-}
+QUILL_COLUMN_VECTORS(__m256i, columns_heads)
 
 static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                              int64_t stride, int n_cols, float *out, int64_t out_stride) {
