@@ -453,7 +453,8 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
         for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[h * nv + i]);
 }
 
-/* Four heads of 64 dims (the usual size) at a time; other sizes one head at a time. */
+/* Heads of 64 dims (the usual size) four at a time, the rest together; other sizes one head at a
+ * time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                 int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
     if (n % 16 || n > 128 || n == 0) {
@@ -461,10 +462,21 @@ static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_head
         return;
     }
     int h = 0;
-    if (n == 64)
+    if (n == 64) {
         for (; h + 4 <= n_heads; h += 4)
             weighted_heads(4, 4, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride,
                            accumulate);
+        /* the other one to three heads together (a group of 6 or 7, as Qwen2's, is 4 + 2 or 4 + 3) */
+        const float *wh = wgt + h * wgt_stride;
+        float *oh = out + h * out_stride;
+        switch (n_heads - h) {
+        case 3: weighted_heads(4, 3, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        case 2: weighted_heads(4, 2, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        case 1: weighted_heads(4, 1, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        default: break;
+        }
+        return;
+    }
     for (; h < n_heads; h++) {
         const float *w = wgt + h * wgt_stride;
         __m512 acc[8];
