@@ -462,27 +462,27 @@ FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
 
-/* Four heads × 16 dims at a time (8 accumulators): each row's 16 values are loaded once for the
- * four heads, where a head at a time loaded them once per head. */
-static inline __attribute__((always_inline)) void weighted4x16(const float *wgt, int64_t wgt_stride, const float *v,
-                                                               int n_rows, int64_t stride, float *out,
+/* hb heads (up to 4) × 16 dims at a time (2·hb accumulators): each row's 16 values are loaded
+ * once for the hb heads, where a head at a time loaded them once per head. */
+static inline __attribute__((always_inline)) void weighted_x16(const int hb, const float *wgt, int64_t wgt_stride,
+                                                               const float *v, int n_rows, int64_t stride, float *out,
                                                                int64_t out_stride, bool accumulate) {
     __m256 acc[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 2 * hb; i++)
         acc[i] = accumulate ? _mm256_loadu_ps(out + (i / 2) * out_stride + 8 * (i % 2)) : _mm256_setzero_ps();
     for (int p = 0; p < n_rows; p++) {
         const float *vp = v + p * stride;
         const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
 #pragma GCC unroll 4
-        for (int h = 0; h < 4; h++) {
+        for (int h = 0; h < hb; h++) {
             const __m256 w = _mm256_set1_ps(wgt[h * wgt_stride + p]);
             acc[2 * h] = _mm256_fmadd_ps(w, v0, acc[2 * h]);
             acc[2 * h + 1] = _mm256_fmadd_ps(w, v1, acc[2 * h + 1]);
         }
     }
 #pragma GCC unroll 4
-    for (int h = 0; h < 4; h++) {
+    for (int h = 0; h < hb; h++) {
         _mm256_storeu_ps(out + h * out_stride, acc[2 * h]);
         _mm256_storeu_ps(out + h * out_stride + 8, acc[2 * h + 1]);
     }
@@ -497,11 +497,25 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
         return;
     }
     int h = 0;
-    if (n % 16 == 0)
+    if (n % 16 == 0) {
         for (; h + 4 <= n_heads; h += 4)
             for (int64_t d = 0; d < n; d += 16)
-                weighted4x16(wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d, out_stride,
-                             accumulate);
+                weighted_x16(4, wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d,
+                             out_stride, accumulate);
+        /* two or three heads left (a group of 6 or 7, as Qwen2's) together; one goes below */
+        const int left = n_heads - h;
+        if (left == 2 || left == 3) {
+            for (int64_t d = 0; d < n; d += 16) {
+                if (left == 3)
+                    weighted_x16(3, wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d,
+                                 out_stride, accumulate);
+                else
+                    weighted_x16(2, wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d,
+                                 out_stride, accumulate);
+            }
+            h = n_heads;
+        }
+    }
     const int nv = (int)(n / 8);
     for (; h < n_heads; h++) {
         __m256 acc[16];
