@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static const char bench_usage[] =
     "usage: quill bench -m MODEL [options]\n"
     "  -p N     prompt processing: evaluate N tokens as one batch (default 512; 0 = skip)\n"

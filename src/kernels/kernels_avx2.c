@@ -505,13 +505,11 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
         /* two or three heads left (a group of 6 or 7, as Qwen2's) together; one goes below */
         const int left = n_heads - h;
         if (left == 2 || left == 3) {
+            const float *wh = wgt + h * wgt_stride;
+            float *oh = out + h * out_stride;
             for (int64_t d = 0; d < n; d += 16) {
-                if (left == 3)
-                    weighted_x16(3, wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d,
-                                 out_stride, accumulate);
-                else
-                    weighted_x16(2, wgt + h * wgt_stride, wgt_stride, v + d, n_rows, stride, out + h * out_stride + d,
-                                 out_stride, accumulate);
+                if (left == 3) weighted_x16(3, wh, wgt_stride, v + d, n_rows, stride, oh + d, out_stride, accumulate);
+                else weighted_x16(2, wh, wgt_stride, v + d, n_rows, stride, oh + d, out_stride, accumulate);
             }
             h = n_heads;
         }

@@ -1332,8 +1332,9 @@ TYPED_TASKS(gemm, gemm_impl)
  * place. Packed, each tile (q4_0: each group of 4 tiles) is one contiguous range read front to
  * back, so a thread's share of a matrix is one stream, and the codes are already in the vpdpbusd
  * operand layout that words16 and the gemm's unpacking built at every use: per 4 columns, the 16
- * rows' 4 code bytes, row r in 32-bit lane r. Nothing of the arithmetic changes (the same integer sums, the same f32 steps in
- * the same order), so results are those of the unpacked loops bit for bit.
+ * rows' 4 code bytes, row r in 32-bit lane r. Nothing of the arithmetic changes (the same integer
+ * sums, the same f32 steps in the same order), so results are those of the unpacked loops bit for
+ * bit.
  *   q8_0: per chunk of 256 columns (CW, 8 blocks; fewer in a last chunk), the chunk's scales
  *         first, per block of 32 columns the 16 rows' d (f16), padded to 64 bytes; then per block
  *         8 registers of unsigned codes q + 128, register i holding columns 4i..4i+3.
