@@ -15,9 +15,19 @@
  *   shuffle    16 bytes loaded per 4 lines and plane, the word taken by a vpshufd (q4_0's loop)
  *
  * and each once more with a non-temporal prefetch of the line 4 KiB ahead, as quill's q4_0 and
- * q8_0 loops issue it. x86-64 with AVX-512 VNNI only. */
+ * q8_0 loops issue it. x86-64 with AVX-512 VNNI only.
+ *
+ *   build/stream_probe THREADS ROUNDS pieces
+ *
+ * The plain read only, as a token's products read memory: the buffer as a series of matrices
+ * ("chunks" of THREADS pieces), each thread reading its piece of one chunk, then of the next
+ * (a new stream at every chunk), against the plain read of contiguous shares; the same with the
+ * threads waiting for each other after every chunk, as they do after a product; and with that
+ * wait but each thread's pieces side by side, so that its stream goes on from chunk to chunk. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +110,53 @@ static const struct {
 };
 #define N_LOOPS (int)(sizeof loops / sizeof loops[0])
 
+/* The pieces mode's readings: one thread's piece of each chunk. */
+enum { INTERLEAVED, INTERLEAVED_WAITING, OWN_STREAM_WAITING };
+static const struct {
+    const char *name;
+    size_t piece;
+    int layout;
+} piece_reads[] = {
+    {"plain read", BUFFER, OWN_STREAM_WAITING}, /* one piece per thread: its contiguous share */
+    {"2 MiB pieces", (size_t)2 << 20, INTERLEAVED},
+    {"512 KiB pieces", (size_t)512 << 10, INTERLEAVED},
+    {"128 KiB pieces", (size_t)128 << 10, INTERLEAVED},
+    {"2 MiB, waiting", (size_t)2 << 20, INTERLEAVED_WAITING},
+    {"512 KiB, waiting", (size_t)512 << 10, INTERLEAVED_WAITING},
+    {"128 KiB, waiting", (size_t)128 << 10, INTERLEAVED_WAITING},
+    {"2 MiB, own stream", (size_t)2 << 20, OWN_STREAM_WAITING},
+    {"512 KiB, own stream", (size_t)512 << 10, OWN_STREAM_WAITING},
+    {"128 KiB, own stream", (size_t)128 << 10, OWN_STREAM_WAITING},
+};
+#define N_PIECE_READS (int)(sizeof piece_reads / sizeof piece_reads[0])
+
 static uint8_t *buffer;
 static int n_threads, current = -1;
+static bool pieces;
+static _Atomic unsigned arrived; /* the threads' spinning wait between chunks */
 static pthread_barrier_t start, done;
 static volatile uint64_t sink[MAX_THREADS];
+
+/* Waits, spinning, until every thread has arrived `round` times. */
+static void wait_for_all(unsigned round) {
+    atomic_fetch_add(&arrived, 1);
+    while (atomic_load(&arrived) < round * (unsigned)n_threads) _mm_pause();
+}
+
+/* Thread id's part of piece_reads[k]: its piece of every chunk of n_threads pieces. */
+static uint64_t read_pieces(int id, int k) {
+    const size_t piece = piece_reads[k].piece < BUFFER / (size_t)n_threads ? piece_reads[k].piece
+                                                                           : BUFFER / (size_t)n_threads / 512 * 512;
+    const size_t chunk = piece * (size_t)n_threads, chunks = BUFFER / chunk;
+    uint64_t sum = 0;
+    for (size_t c = 0; c < chunks; c++) {
+        const size_t at = piece_reads[k].layout == OWN_STREAM_WAITING ? ((size_t)id * chunks + c) * piece
+                                                                      : c * chunk + (size_t)id * piece;
+        sum += plain(buffer + at, buffer + at + piece);
+        if (piece_reads[k].layout != INTERLEAVED) wait_for_all((unsigned)(c + 1));
+    }
+    return sum;
+}
 
 static void *reader(void *arg) {
     const int id = (int)(intptr_t)arg;
@@ -113,7 +166,7 @@ static void *reader(void *arg) {
     for (;;) {
         pthread_barrier_wait(&start);
         if (current < 0) return NULL;
-        sink[id] += loops[current].loop(from, to);
+        sink[id] += pieces ? read_pieces(id, current) : loops[current].loop(from, to);
         pthread_barrier_wait(&done);
     }
 }
@@ -132,10 +185,13 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     n_threads = argc > 1 ? atoi(argv[1]) : 2;
     const int rounds = argc > 2 ? atoi(argv[2]) : 25;
-    if (n_threads < 1 || n_threads > MAX_THREADS || rounds < 1 || rounds > MAX_ROUNDS) {
-        fprintf(stderr, "usage: %s [THREADS (1-%d) [ROUNDS (1-%d)]]\n", argv[0], MAX_THREADS, MAX_ROUNDS);
+    pieces = argc > 3 && strcmp(argv[3], "pieces") == 0;
+    if (n_threads < 1 || n_threads > MAX_THREADS || rounds < 1 || rounds > MAX_ROUNDS || (argc > 3 && !pieces) ||
+        argc > 4) {
+        fprintf(stderr, "usage: %s [THREADS (1-%d) [ROUNDS (1-%d) [pieces]]]\n", argv[0], MAX_THREADS, MAX_ROUNDS);
         return 2;
     }
+    const int n_reads = pieces ? N_PIECE_READS : N_LOOPS;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512vnni")) {
@@ -159,10 +215,12 @@ int main(int argc, char **argv) {
             return 1;
         }
 
-    static double speed[N_LOOPS][MAX_ROUNDS], ratio[N_LOOPS][MAX_ROUNDS];
+    static double speed[N_LOOPS > N_PIECE_READS ? N_LOOPS : N_PIECE_READS][MAX_ROUNDS];
+    static double ratio[N_LOOPS > N_PIECE_READS ? N_LOOPS : N_PIECE_READS][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
-        for (int k = 0; k < N_LOOPS; k++) {
+        for (int k = 0; k < n_reads; k++) {
             current = k;
+            atomic_store(&arrived, 0);
             const double t0 = now_s();
             pthread_barrier_wait(&start);
             pthread_barrier_wait(&done);
@@ -175,11 +233,11 @@ int main(int argc, char **argv) {
 
     printf("%d thread(s), %d rounds over %zu MiB; per loop: mean GB/s, and its speed / the plain read's in the same round: median (quartiles)\n",
            n_threads, rounds, BUFFER >> 20);
-    for (int k = 0; k < N_LOOPS; k++) {
+    for (int k = 0; k < n_reads; k++) {
         double mean = 0;
         for (int r = 0; r < rounds; r++) mean += speed[k][r] / rounds;
         qsort(ratio[k], (size_t)rounds, sizeof ratio[k][0], by_value);
-        printf("  %-22s %6.1f GB/s  %.3f (%.3f-%.3f)\n", loops[k].name, mean, ratio[k][rounds / 2], ratio[k][rounds / 4],
+        printf("  %-22s %6.1f GB/s  %.3f (%.3f-%.3f)\n", pieces ? piece_reads[k].name : loops[k].name, mean, ratio[k][rounds / 2], ratio[k][rounds / 4],
                ratio[k][3 * rounds / 4]);
     }
     return 0;
