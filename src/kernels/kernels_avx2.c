@@ -528,14 +528,13 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
 }
 
 /* hb heads × nv vectors of 8 columns at a time (nv·hb accumulators, each lane a chain of fused
- * multiply-adds in d order): a row's keys are loaded once for the hb heads. The last vector takes
- * the lanes of `last` only (a generation step's part-filled last block of keys: one head and one
- * vector at a time, its chains ran one after another). */
-static inline __attribute__((always_inline)) void columns_heads(const int hb, const int nv, __m256i last,
-                                                                const float *q, int64_t q_stride, const float *kt,
-                                                                int64_t n, int64_t stride, int p, float *out,
-                                                                int64_t out_stride) {
-    const __m256i all = _mm256_set1_epi32(-1);
+ * multiply-adds in d order): a row's keys are loaded once for the hb heads. With `tail`, the last
+ * vector takes the lanes of `last` only (a generation step's part-filled last block of keys: one
+ * head and one vector at a time, its chains ran one after another). */
+static inline __attribute__((always_inline)) void columns_heads(const int hb, const int nv, const bool tail,
+                                                                __m256i last, const float *q, int64_t q_stride,
+                                                                const float *kt, int64_t n, int64_t stride, int p,
+                                                                float *out, int64_t out_stride) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < nv * hb; i++) acc[i] = _mm256_setzero_ps();
@@ -545,7 +544,8 @@ static inline __attribute__((always_inline)) void columns_heads(const int hb, co
         _mm_prefetch((const char *)(row + 128), _MM_HINT_T0);
         __m256 k[2];
 #pragma GCC unroll 2
-        for (int i = 0; i < nv; i++) k[i] = _mm256_maskload_ps(row + 8 * i, i == nv - 1 ? last : all);
+        for (int i = 0; i < nv; i++)
+            k[i] = tail && i == nv - 1 ? _mm256_maskload_ps(row + 8 * i, last) : _mm256_loadu_ps(row + 8 * i);
 #pragma GCC unroll 4
         for (int h = 0; h < hb; h++) {
             const __m256 qd = _mm256_set1_ps(q[h * q_stride + d]);
@@ -556,22 +556,26 @@ static inline __attribute__((always_inline)) void columns_heads(const int hb, co
 #pragma GCC unroll 4
     for (int h = 0; h < hb; h++)
 #pragma GCC unroll 2
-        for (int i = 0; i < nv; i++) _mm256_maskstore_ps(out + h * out_stride + p + 8 * i, i == nv - 1 ? last : all, acc[nv * h + i]);
+        for (int i = 0; i < nv; i++) {
+            float *o = out + h * out_stride + p + 8 * i;
+            if (tail && i == nv - 1) _mm256_maskstore_ps(o, last, acc[nv * h + i]);
+            else _mm256_storeu_ps(o, acc[nv * h + i]);
+        }
 }
 
 QUILL_COLUMN_VECTORS(__m256i, columns_heads)
 
 static void dot_columns_avx2(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                              int64_t stride, int n_cols, float *out, int64_t out_stride) {
-    const __m256i all = _mm256_set1_epi32(-1);
     int p = 0;
-    for (; p + 16 <= n_cols; p += 16) column_vectors(2, all, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    for (; p + 16 <= n_cols; p += 16)
+        column_vectors(2, false, _mm256_setzero_si256(), q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
     const int left = n_cols - p;
     if (left == 0) return;
     /* lane i is on when i < the last vector's columns (1..8) */
     const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32((left - 1) % 8 + 1), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    if (left > 8) column_vectors(2, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
-    else column_vectors(1, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    if (left > 8) column_vectors(2, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    else column_vectors(1, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
 }
 
 /* exp_poly on 8 lanes, operation for operation (2^n built in the exponent bits: for the n that

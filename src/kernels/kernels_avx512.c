@@ -493,13 +493,13 @@ static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_head
 
 /* Sixteen columns per vector, each lane its own chain of fused multiply-adds in d order: nv
  * vectors (up to 64 columns) of hb heads at a time (nv·hb chains whose latencies overlap; the
- * keys' loads are shared by the heads). The last vector takes the lanes of `last` only: a
+ * keys' loads are shared by the heads). With `tail`, the last vector takes the lanes of `last`: a
  * generation step's last block of keys is part-filled, and one head and one vector at a time, as
  * it went before, its chains ran one after another (~4 cycles per key dimension each). */
-static inline __attribute__((always_inline)) void column_heads(const int hb, const int nv, __mmask16 last,
-                                                               const float *q, int64_t q_stride, const float *kt,
-                                                               int64_t n, int64_t stride, int p, float *out,
-                                                               int64_t out_stride) {
+static inline __attribute__((always_inline)) void column_heads(const int hb, const int nv, const bool tail,
+                                                               __mmask16 last, const float *q, int64_t q_stride,
+                                                               const float *kt, int64_t n, int64_t stride, int p,
+                                                               float *out, int64_t out_stride) {
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < nv * hb; i++) acc[i] = _mm512_setzero_ps();
@@ -512,7 +512,7 @@ static inline __attribute__((always_inline)) void column_heads(const int hb, con
         for (int i = 0; i < nv; i++) _mm_prefetch((const char *)(row + 128 + 16 * i), _MM_HINT_T0);
         __m512 k[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < nv; i++) k[i] = _mm512_maskz_loadu_ps(i == nv - 1 ? last : 0xFFFF, row + 16 * i);
+        for (int i = 0; i < nv; i++) k[i] = _mm512_maskz_loadu_ps(tail && i == nv - 1 ? last : 0xFFFF, row + 16 * i);
 #pragma GCC unroll 4
         for (int h = 0; h < hb; h++) {
             const __m512 qd = _mm512_set1_ps(q[h * q_stride + d]);
@@ -524,7 +524,7 @@ static inline __attribute__((always_inline)) void column_heads(const int hb, con
     for (int h = 0; h < hb; h++)
 #pragma GCC unroll 4
         for (int i = 0; i < nv; i++)
-            _mm512_mask_storeu_ps(out + h * out_stride + p + 16 * i, i == nv - 1 ? last : 0xFFFF, acc[nv * h + i]);
+            _mm512_mask_storeu_ps(out + h * out_stride + p + 16 * i, tail && i == nv - 1 ? last : 0xFFFF, acc[nv * h + i]);
 }
 
 QUILL_COLUMN_VECTORS(__mmask16, column_heads)
@@ -532,15 +532,15 @@ QUILL_COLUMN_VECTORS(__mmask16, column_heads)
 static void dot_columns_avx512(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                                int64_t stride, int n_cols, float *out, int64_t out_stride) {
     int p = 0;
-    for (; p + 64 <= n_cols; p += 64) column_vectors(4, 0xFFFF, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
+    for (; p + 64 <= n_cols; p += 64) column_vectors(4, false, 0xFFFF, q, q_stride, n_heads, kt, n, stride, p, out, out_stride);
     const int left = n_cols - p;
     if (left == 0) return;
     const __mmask16 last = left % 16 ? (__mmask16)((1u << (left % 16)) - 1) : 0xFFFF;
     switch ((left + 15) / 16) {
-    case 1: column_vectors(1, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
-    case 2: column_vectors(2, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
-    case 3: column_vectors(3, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
-    default: column_vectors(4, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
+    case 1: column_vectors(1, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
+    case 2: column_vectors(2, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
+    case 3: column_vectors(3, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
+    default: column_vectors(4, true, last, q, q_stride, n_heads, kt, n, stride, p, out, out_stride); break;
     }
 }
 

@@ -34,21 +34,23 @@
 
 /* dot_columns' loop over a KV head's query heads, for nv vectors of columns from column p: heads
  * four at a time, then the other one to three together (a group of 6, as Qwen2's, is 4 + 2).
- * heads(hb, nv, last, ...) is the set's kernel for hb heads of nv vectors, mask_t the type of its
- * last vector's lane mask. */
+ * heads(hb, nv, tail, last, ...) is the set's kernel for hb heads of nv vectors, mask_t the type
+ * of its last vector's lane mask, which only a tail (a part-filled last vector) applies: AVX2's
+ * masked loads stay masked even with every lane on, and cost more than plain ones. */
 #define QUILL_COLUMN_VECTORS(mask_t, heads)                                                          \
     static inline __attribute__((always_inline)) void column_vectors(                                \
-        const int nv, mask_t last, const float *q, int64_t q_stride, int n_heads, const float *kt,   \
-        int64_t n, int64_t stride, int p, float *out, int64_t out_stride) {                          \
+        const int nv, const bool tail, mask_t last, const float *q, int64_t q_stride, int n_heads,   \
+        const float *kt, int64_t n, int64_t stride, int p, float *out, int64_t out_stride) {         \
         int h = 0;                                                                                   \
         for (; h + 4 <= n_heads; h += 4)                                                             \
-            heads(4, nv, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, out_stride); \
+            heads(4, nv, tail, last, q + h * q_stride, q_stride, kt, n, stride, p, out + h * out_stride, \
+                  out_stride);                                                                       \
         const float *qh = q + h * q_stride;                                                          \
         float *oh = out + h * out_stride;                                                            \
         switch (n_heads - h) {                                                                       \
-        case 3: heads(3, nv, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;           \
-        case 2: heads(2, nv, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;           \
-        case 1: heads(1, nv, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;           \
+        case 3: heads(3, nv, tail, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;     \
+        case 2: heads(2, nv, tail, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;     \
+        case 1: heads(1, nv, tail, last, qh, q_stride, kt, n, stride, p, oh, out_stride); break;     \
         default: break;                                                                              \
         }                                                                                            \
     }
