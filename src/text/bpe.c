@@ -72,6 +72,10 @@ static const char *const x_starcoder[] = {"\\p{N}", RX_GPT2, NULL};
 static const char *const x_deepseek_llm[] = {"[\r\n]", RX_DEEPSEEK_LETTERS, RX_DEEPSEEK_PUNCT, "\\s+$", RX_CJK,
                                              "\\p{N}+", NULL};
 static const char *const x_deepseek_coder[] = {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RX_CJK, "\\p{N}", NULL};
+static const char *const x_deepseek_v3[] = {
+    "\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+", NULL};
 static const char *const x_jais2[] = {
     CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|"
@@ -121,6 +125,7 @@ static const pre_spec pre_specs[] = {
     {"glm4|chatglm-bpe", x_llama3, PRE_NO_BOS},
     {"deepseek-llm", x_deepseek_llm, 0},
     {"deepseek-coder", x_deepseek_coder, 0},
+    {"deepseek-v3|hunyuan-dense|joyai-llm", x_deepseek_v3, 0},
     {"falcon", x_falcon, 0},
     {"gpt-2|phi-2|gigachat|a.x-4.0|mellum|exaone4|mpt|olmo|jais|trillion|granite-docling", x_gpt2, 0},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", x_starcoder, 0},
@@ -516,7 +521,7 @@ quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err)
         shown[k] = 0;
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; quill implements llama3 / "
-                          "llama-bpe, qwen2, deepseek-llm, deepseek-coder, falcon, gpt-2, mpt, starcoder, refact, "
+                          "llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, mpt, starcoder, refact, "
                           "tekken, gpt-4o and the others listed in the README", path, shown);
     }
     bpe_model *b = calloc(1, sizeof *b);
