@@ -134,7 +134,8 @@ static void llama3_factors(float *f, int64_t half, int64_t n_rot, double base) {
 static int synth_usage(FILE *f) {
     fprintf(f,
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
-            "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--softcap ATTN,FINAL] [--seed S]\n"
+            "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
+            "                   [--softcap ATTN,FINAL] [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
@@ -142,7 +143,9 @@ static int synth_usage(FILE *f) {
             "  qwen3, gemma2, gemma3, phi3, each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
-            "  window, --softcap gemma2's soft-capping values (50,30). Explicit sizes override those of --like.\n");
+            "  window, --swa-pattern its attention.sliding_window_pattern, --rope-base-swa the sliding layers'\n"
+            "  rope.freq_base_swa, --softcap gemma2's soft-capping values (50,30). Explicit sizes override\n"
+            "  those of --like.\n");
     return f == stdout ? 0 : 1;
 }
 
@@ -150,7 +153,8 @@ int cmd_synth(int argc, char **argv) {
     synth_preset hp = {NULL, 0, 0, 0, 0, 0, 0};
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
-    long seed = 0, head_dim_opt = 0, window_opt = -1;
+    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1;
+    double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
     struct { const char *flag; int64_t *dst; long max; } dims[] = {
@@ -193,6 +197,12 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--window")) {
             if (++i >= argc || !cli_parse_long(argv[i], 1, 1L << 30, &window_opt))
                 return cli_fail("synth: --window needs a number of positions from 1 to %ld", 1L << 30);
+        } else if (!strcmp(a, "--swa-pattern")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 1 << 20, &swa_pattern))
+                return cli_fail("synth: --swa-pattern needs a number of layers from 0 to %d", 1 << 20);
+        } else if (!strcmp(a, "--rope-base-swa")) {
+            if (++i >= argc || !cli_parse_double(argv[i], 1, 1e12, &swa_base))
+                return cli_fail("synth: --rope-base-swa needs a RoPE base from 1 to 1e12");
         } else if (!strcmp(a, "--softcap")) {
             char *comma = ++i < argc ? strchr(argv[i], ',') : NULL;
             if (comma) *comma = 0;
@@ -281,6 +291,9 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)arch->eps) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
         if (window) bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)window) != QUILL_OK;
+        if (swa_pattern >= 0)
+            bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)swa_pattern) != QUILL_OK;
+        if (swa_base > 0) bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), (float)swa_base) != QUILL_OK;
         if (arch->softcap) {
             bad |= quill_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), (float)attn_cap) != QUILL_OK;
             bad |= quill_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), (float)final_cap) != QUILL_OK;

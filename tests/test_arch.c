@@ -35,6 +35,11 @@ static const arch_case cases[] = {
     {"gemma2", "--arch gemma2 --layers 2 --window 5 --softcap 0.5,0.5 " SHAPE, "models/stories260K.gguf", true},
     /* six layers: five with the window and base 10000, then a global one */
     {"gemma3", "--arch gemma3 --layers 6 --window 5 " SHAPE, "models/stories260K.gguf", true},
+    /* the file's own pattern (layers 0 and 2 slide, 1 and 3 are global) and local RoPE base */
+    {"gemma3-pattern", "--arch gemma3 --layers 4 --window 5 --swa-pattern 2 --rope-base-swa 300 " SHAPE,
+     "models/stories260K.gguf", true},
+    /* Gemma 2's sliding layers with their own base */
+    {"gemma2-base", "--arch gemma2 --layers 2 --window 5 --rope-base-swa 50 " SHAPE, "models/stories260K.gguf", true},
     /* byte-level BPE vocabularies: Llama 3's 128256 tokens and Qwen 2.5's 151669 (small layers, so
      * that the embeddings stay ~35 MB) */
     {"llama3-bpe", "--arch llama3 --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 128 --seed 7",

@@ -11,12 +11,14 @@ static const quill_arch archs[] = {
     {.name = "qwen2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qkv_bias = true},
     /* Qwen 3 (dense): RMS norm per head on q and k */
     {.name = "qwen3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true},
-    /* Gemma 2: every other layer (0, 2, ...) sees a sliding window, 4096 unless the file says */
+    /* Gemma 2: every other layer (0, 2, ...) sees a sliding window, 4096 unless the file says; those
+     * layers rotate as the others unless the file names rope.freq_base_swa */
     {.name = "gemma2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .post_norms = true, .embd_scale = true,
      .softcap = true, .gemma_query_scale = true, .swa_pattern = 2, .swa_default = 4096},
-    /* Gemma 3: five sliding-window layers rotating with base 10000, then one global layer */
+    /* Gemma 3: five sliding-window layers rotating with base 10000 (unscaled), then one global
+     * layer; without attention.sliding_window every layer is global */
     {.name = "gemma3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .qk_norm = true, .post_norms = true,
-     .embd_scale = true, .gemma_query_scale = true, .swa_pattern = 6, .swa_local_rope = true},
+     .embd_scale = true, .gemma_query_scale = true, .swa_pattern = 6, .swa_rope_base = 10000},
     /* Phi-3 / 3.5: fused qkv and gate+up; its sliding window is ignored, as the reference does */
     {.name = "phi3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .fused_qkv = true, .fused_gate_up = true,
      .rope_long_short = true, .trace_q_scaled = true},

@@ -8,7 +8,8 @@
  *       a = softmax(softcap(q·Kᵀ · scale), causal, sliding window) · V · Wo
  *       x += a                                       (rmsnorm(a) * attn_post_norm: gemma)
  *       h = rmsnorm(x) * ffn_norm
- *       f = (act(h·Wgate) * (h·Wup)) · Wdown         (act: silu, or gelu for gemma)
+ *       f = ffn(h): the architecture's FFN block      (ffn_dense.c: (act(h·Wgate) * (h·Wup)) · Wdown,
+ *                                                      act silu, or gelu for gemma)
  *       x += f                                       (rmsnorm(f) * ffn_post_norm: gemma)
  *   logits = softcap((rmsnorm(x) * output_norm) · Wout)
  *
@@ -16,7 +17,7 @@
  * Activations stay in f32; weights are dequantized row by row inside the matrix products (see
  * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
  * split, so results are bitwise identical for any thread count and any batching. */
-#include "model/context.h"
+#include "model/forward.h"
 #include "base/error.h"
 
 #include <math.h>
@@ -67,7 +68,7 @@ static quill_matmul_fn matrix_product(const quill_context *c, const quill_weight
 }
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
-static void matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+void quill_matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
     quill_matrix m;
     const quill_matmul_fn product = matrix_product(c, w, y, &m);
     if (product) {
@@ -93,13 +94,13 @@ static int product_group(const quill_context *c, const quill_weight *const *w, f
 /* The products of n weights with the same input, y[i] = W[i] · x. Neighbours of one type go to
  * the kernel together: the input is then quantized once and their rows make one parallel loop (q,
  * k and v: one wait instead of three per layer and token). Same results as one by one. */
-static void matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
-                    int n_tok) {
+void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                   int n_tok) {
     for (int i = 0; i < n;) {
         quill_matrix m[QUILL_MATMUL_MAX_MATS];
         quill_matmul_fn joined;
         const int group = product_group(c, w + i, y + i, n - i, m, &joined);
-        if (group == 1) matmul(c, w[i], x, n_tok, y[i]);
+        if (group == 1) quill_matmul(c, w[i], x, n_tok, y[i]);
         else joined(m, group, w[i]->cols, x, n_tok, c->pool, c->matmul_scratch);
         i += group;
     }
@@ -115,7 +116,7 @@ static void matmuls(const quill_context *c, const quill_weight *const *w, float 
  * in L2 instead of waiting for memory, and the idle thread reads memory in gaps where it read
  * none: q4_0 tg 1.018x with 2 threads, q8_0 1.015x, q6_k 1.020x (with the change beside it in
  * kernels_avx512_exact.c; alternating in one process). */
-static void announce(const quill_context *c, const quill_weight *const *w, int n, int n_tok) {
+void quill_announce(const quill_context *c, const quill_weight *const *w, int n, int n_tok) {
     if (n_tok > WARM_TOKENS) return;
     quill_matrix m[QUILL_MATMUL_MAX_MATS];
     quill_matmul_fn fn;
@@ -127,6 +128,16 @@ static void announce(const quill_context *c, const quill_weight *const *w, int n
                                                     : (size_t)w[i]->rows * w[i]->row_bytes};
     }
     quill_pool_warm(c->pool, spans, group);
+}
+
+void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
+    const quill_model *m = c->model;
+    if (layer + 1 < c->hp->n_layer) {
+        const quill_layer *N = &m->layers[layer + 1];
+        quill_announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, 3, n_tok);
+    } else {
+        quill_announce(c, (const quill_weight *[]){&m->output}, 1, n_tok);
+    }
 }
 
 /* 1 / sqrt(mean(x²) + eps) */
@@ -204,6 +215,24 @@ static void swiglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const swiglu_job *j = arg;
     j->kern->swiglu(j->gate + t0 * j->n_ff, j->up + t0 * j->n_ff, (t1 - t0) * j->n_ff);
+}
+
+/* gate = gelu(gate) · up, GELU in its tanh form (Gemma's GeGLU) */
+static void geglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const swiglu_job *j = arg;
+    float *gate = j->gate + t0 * j->n_ff;
+    const float *up = j->up + t0 * j->n_ff;
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < (t1 - t0) * j->n_ff; i++) {
+        const float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
+void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width) {
+    swiglu_job j = {c->kern, gate, up, width};
+    quill_pool_run(c->pool, c->model->arch->act == QUILL_ACT_GELU_TANH ? geglu_rows : swiglu_rows, &j, n_tok, 1);
 }
 
 typedef struct {
@@ -383,27 +412,14 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-static void trace(const quill_context *c, const char *name, int layer, const float *data, int n_dims,
-                  int64_t ne0, int64_t ne1, int64_t ne2) {
+void quill_trace(const quill_context *c, const char *name, int layer, const float *data, int n_dims, int64_t ne0,
+                 int64_t ne1, int64_t ne2) {
     if (!c->trace) return;
     char full[64];
     if (layer >= 0) snprintf(full, sizeof full, "%s-%d", name, layer);
     else snprintf(full, sizeof full, "%s", name);
     int64_t ne[3] = {ne0, ne1, ne2};
     c->trace(full, data, n_dims, ne, c->trace_user);
-}
-
-/* gate = gelu(gate) · up, GELU in its tanh form (Gemma's GeGLU) */
-static void geglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
-    (void)thread;
-    const swiglu_job *j = arg;
-    float *gate = j->gate + t0 * j->n_ff;
-    const float *up = j->up + t0 * j->n_ff;
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int64_t i = 0; i < (t1 - t0) * j->n_ff; i++) {
-        const float x = gate[i];
-        gate[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))) * up[i];
-    }
 }
 
 /* Per token, in place: branch = rmsnorm(branch) · weight, Gemma's norm of each branch before the
@@ -430,6 +446,13 @@ static void scale_rows(float *x, int64_t n, float s) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
+const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind) {
+    switch (kind) {
+    case QUILL_FFN_DENSE: break;
+    }
+    return &quill_ffn_dense;
+}
+
 /* ---------------------------------------------------------------- one micro-batch */
 
 void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
@@ -438,7 +461,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
     const quill_hparams *hp = c->hp;
     const quill_arch_params *ap = &m->ap;
     const int64_t d = hp->n_embd, hd = hp->head_dim;
-    const int64_t q_dim = hp->n_head * hd, ff = hp->n_ff;
+    const int64_t q_dim = hp->n_head * hd;
     quill_row_dequant_fn embed = quill_kernels_dequant(c->kern, m->token_embd.type);
 
     /* attention's runs: a new one where the sequence changes, positions jump, or one is full */
@@ -454,67 +477,54 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
     for (int t = 0; t < n; t++)
         embed(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, c->x + t * d, d);
     if (ap->embd_scale) scale_rows(c->x, n * d, ap->embd_scale);
-    trace(c, "inp_embd", -1, c->x, 2, d, n, 1);
+    quill_trace(c, "inp_embd", -1, c->x, 2, d, n, 1);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
         add_and_norm(c, NULL, L->attn_norm, c->xb, n);
-        trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
+        quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
-        announce(c, (const quill_weight *[]){&L->wo}, 1, n);
-        matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
+        quill_announce(c, (const quill_weight *[]){&L->wo}, 1, n);
+        quill_matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
         rope_job rj = {c, l};
         quill_pool_run(c->pool, rope_rows, &rj, n, 1);
         if (c->trace && m->arch->trace_q_scaled) {
             /* att is free until the attention writes it */
             for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
-            trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
+            quill_trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
         } else {
-            trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+            quill_trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
         }
-        trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
-        trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
+        quill_trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
+        quill_trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
 
         attn_job aj = {c, l, n};
         quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * hp->n_head_kv, 1);
-        trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
+        quill_trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
 
-        announce(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, 2, n);
-        matmul(c, &L->wo, c->att, n, c->xb);
-        trace(c, "attn_out", l, c->xb, 2, d, n, 1);
+        const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
+        ffn->announce(c, L, n);
+        quill_matmul(c, &L->wo, c->att, n, c->xb);
+        quill_trace(c, "attn_out", l, c->xb, 2, d, n, 1);
         if (L->attn_post_norm) {
             post_norm(c, c->xb, L->attn_post_norm, n);
-            trace(c, "attn_post_norm", l, c->xb, 2, d, n, 1);
+            quill_trace(c, "attn_post_norm", l, c->xb, 2, d, n, 1);
         }
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
-        trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
-        trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
-        announce(c, (const quill_weight *[]){&L->w_down}, 1, n);
-        matmuls(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->xb, n);
-        if (!m->arch->fused_gate_up) {
-            trace(c, "ffn_gate", l, c->ffn_gate, 2, ff, n, 1);
-            trace(c, "ffn_up", l, c->ffn_up, 2, ff, n, 1);
-        }
-        swiglu_job sj = {c->kern, c->ffn_gate, c->ffn_up, ff};
-        quill_pool_run(c->pool, m->arch->act == QUILL_ACT_GELU_TANH ? geglu_rows : swiglu_rows, &sj, n, 1);
-        if (l + 1 < hp->n_layer) {
-            const quill_layer *N = &m->layers[l + 1];
-            announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, 3, n);
-        } else {
-            announce(c, (const quill_weight *[]){&m->output}, 1, n);
-        }
-        matmul(c, &L->w_down, c->ffn_gate, n, c->xb);
-        trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
+        quill_trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
+        quill_trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
+        ffn->fast(c, L, l, n);
+        quill_trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
         if (L->ffn_post_norm) {
             post_norm(c, c->xb, L->ffn_post_norm, n);
-            trace(c, "ffn_post_norm", l, c->xb, 2, d, n, 1);
+            quill_trace(c, "ffn_post_norm", l, c->xb, 2, d, n, 1);
         }
         add_and_norm(c, c->xb, NULL, NULL, n);
-        trace(c, "l_out", l, c->x, 2, d, n, 1);
+        quill_trace(c, "l_out", l, c->x, 2, d, n, 1);
     }
 
     add_and_norm(c, NULL, m->output_norm, c->xb, n);
-    trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
+    quill_trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
     if (logits) {
         /* the rows that asked for logits, gathered in order (row t only moves down) */
         int rows = 0;
@@ -524,8 +534,8 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
                 rows++;
             }
         /* the next token's first product */
-        announce(c, (const quill_weight *[]){&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wv}, 3, n);
-        if (rows) matmul(c, &m->output, c->xb, rows, logits);
+        quill_announce(c, (const quill_weight *[]){&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wv}, 3, n);
+        if (rows) quill_matmul(c, &m->output, c->xb, rows, logits);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;
             for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);

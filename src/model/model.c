@@ -169,6 +169,7 @@ static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, 
     w->rows = rows;
     w->row_bytes = quill_row_size(t->type, cols);
     w->data = t->data;
+    w->n_expert = 1;
     return QUILL_OK;
 }
 
@@ -235,24 +236,46 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         if (!(ap->attn_softcap > 0) || !(ap->final_softcap > 0))
             return quill_fail(err, QUILL_E_FORMAT, "%s: the soft-capping values must be positive", path);
     }
+    /* Sliding windows as the reference reads them: the window (a missing or zero one turns them off
+     * where the architecture has no default), which layers (attention.sliding_window_pattern: layer
+     * il slides when il % n < n - 1; 0 makes every layer slide; an array is ignored, as there), and
+     * the base the sliding layers rotate with (rope.freq_base_swa) */
     double window = a->swa_default;
+    int64_t pattern = a->swa_pattern;
     if (a->swa_pattern) {
-        if (!key_real(m->gguf, a->name, "attention.sliding_window", &window) && !(window > 0))
-            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window is missing", path, a->name);
-        if (!(window >= 1) || window > 1e9)
-            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window = %g is out of range", path,
-                              a->name, window);
+        key_real(m->gguf, a->name, "attention.sliding_window", &window);
+        if (window != 0 && (!(window >= 1) || window > 1e9))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window = %g is out of range (1..1e9)",
+                              path, a->name, window);
+        if (window == 0 && a->swa_default)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window = 0 would hide every key", path,
+                              a->name);
+        char key[96];
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a->name);
+        const quill_gguf_value *v = quill_gguf_find(m->gguf, key);
+        if (v && v->type != QUILL_GGUF_ARRAY) {
+            quill_status s = quill_gguf_get_i64(m->gguf, key, &pattern, err);
+            if (s) return s;
+            if (pattern < 0 || pattern > UINT32_MAX)
+                return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %lld is out of range (0..%u)", path, key,
+                                  (long long)pattern, UINT32_MAX);
+        }
     }
-    if (a->swa_local_rope) {
+    const bool swa = a->swa_pattern && window > 0;
+    if (swa) {
         ap->n_rope_tables = 2;
-        ap->rope_base_local = 10000.0;
-        ap->rope_scale_local = 1.0;
+        ap->rope_base_local = a->swa_rope_base ? a->swa_rope_base : hp->rope_base;
+        ap->rope_scale_local = a->swa_rope_base ? 1.0 : hp->rope_freq_scale;
+        key_real(m->gguf, a->name, "rope.freq_base_swa", &ap->rope_base_local);
+        if (!(ap->rope_base_local > 0) || ap->rope_base_local > 1e12)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.freq_base_swa = %g is out of range", path, a->name,
+                              ap->rope_base_local);
     }
     for (int64_t l = 0; l < hp->n_layer; l++) {
         quill_layer *L = &m->layers[l];
-        const bool sliding = a->swa_pattern && l % a->swa_pattern < a->swa_pattern - 1;
+        const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
-        L->rope_table = sliding && a->swa_local_rope ? 1 : 0;
+        L->rope_table = sliding ? 1 : 0;
     }
     return QUILL_OK;
 }
@@ -309,6 +332,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
         BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
+        L->ffn = a->ffn;
         if (a->fused_gate_up) {
             quill_weight gate_up;
             BIND(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)

@@ -6,7 +6,8 @@
 
 /* A weight matrix as stored: `rows` rows of `cols` elements of `type`, row-major, in the mapping.
  * A fused tensor (phi3's attn_qkv, its gate+up ffn_up) is bound as several of these, each a view
- * of consecutive rows. */
+ * of consecutive rows. A 3-D expert tensor [n_expert][rows][cols] is n_expert such matrices,
+ * expert_bytes apart (packed_expert_bytes apart in the packed copy); quill_weight_expert views one. */
 typedef struct {
     const char *name;
     uint32_t type;
@@ -14,7 +15,18 @@ typedef struct {
     size_t row_bytes;
     const uint8_t *data;
     const uint8_t *packed; /* the same matrix in the model's packed layout (pack.c), or NULL */
+    int64_t n_expert;      /* 1 for a plain matrix */
+    size_t expert_bytes, packed_expert_bytes;
 } quill_weight;
+
+/* Expert e of a 3-D expert tensor, as a plain matrix. */
+static inline quill_weight quill_weight_expert(const quill_weight *w, int64_t e) {
+    quill_weight v = *w;
+    v.n_expert = 1;
+    v.data = w->data + (size_t)e * w->expert_bytes;
+    v.packed = w->packed ? w->packed + (size_t)e * w->packed_expert_bytes : NULL;
+    return v;
+}
 
 /* RoPE rotates pairs of a head's first n_rot dims: adjacent ones (x[2i], x[2i+1]) in the original
  * Llama layout, or the two halves (x[i], x[i + n_rot/2]) in the GPT-NeoX layout. */
@@ -23,6 +35,10 @@ typedef enum { QUILL_ROPE_ADJACENT, QUILL_ROPE_NEOX } quill_rope_style;
 /* The feed-forward's gate: silu(gate)·up (SwiGLU) or gelu_tanh(gate)·up (GeGLU). */
 typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH } quill_activation;
 
+/* The feed-forward block of a layer (forward.h maps each to its fast and float64 versions):
+ * dense is one gated FFN of ffn_gate, ffn_up, ffn_down (ffn_dense.c). */
+typedef enum { QUILL_FFN_DENSE } quill_ffn_kind;
+
 /* One architecture: general.architecture's value (also the prefix of its hyperparameter keys) and
  * the ways its layer differs from Llama's. arch.c holds the table; the forward passes read these
  * per layer, never per element. */
@@ -30,6 +46,7 @@ typedef struct quill_arch {
     const char *name;
     quill_rope_style rope;
     quill_activation act;
+    quill_ffn_kind ffn;
     bool qkv_bias;        /* attn_{q,k,v}.bias added after the projections */
     bool qk_norm;         /* attn_{q,k}_norm.weight [head_dim]: RMS norm per head before RoPE */
     bool post_norms;      /* attn_post_norm and post_ffw_norm: RMS norm of each branch before the residual */
@@ -40,9 +57,11 @@ typedef struct quill_arch {
     bool gemma_query_scale; /* queries scaled by 1/sqrt(n_embd/n_head) for the 27B shapes */
     bool rope_freqs;      /* rope_freqs.weight [n_rot/2] may divide the frequencies (Llama 3) */
     bool rope_long_short; /* rope_factors_{long,short}.weight (Phi-3 LongRoPE) */
-    int swa_pattern;      /* n > 0: layer il uses the sliding window when il % n < n - 1 */
-    bool swa_local_rope;  /* the sliding-window layers rotate with base 10000, unscaled */
-    double swa_default;   /* window when the file names none (0: required) */
+    int swa_pattern;      /* n > 0: layer il uses the sliding window when il % n < n - 1, unless the
+                           * file's attention.sliding_window_pattern names another n (0: every layer) */
+    double swa_rope_base; /* RoPE base of the sliding-window layers, unscaled, unless the file's
+                           * rope.freq_base_swa names one (0: the global base and scaling) */
+    double swa_default;   /* window when the file names none (0: none, every layer global) */
     bool trace_q_scaled;  /* the reference's Qcur trace is taken after the queries' scaling (Phi-3) */
 } quill_arch;
 
@@ -59,7 +78,9 @@ typedef struct {
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
     float *q_norm, *k_norm;        /* [head_dim] or NULL */
     float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL */
-    quill_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    quill_weight wq, wk, wv, wo;
+    quill_ffn_kind ffn;            /* the architecture's FFN block */
+    quill_weight w_gate, w_up, w_down;
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
 } quill_layer;

@@ -2,7 +2,7 @@
  * verification mode (--reference). Plain loops, one token at a time, every weight dequantized to
  * f32 exactly (as stored) and widened to double, every operation in double. It is meant to be
  * obviously right, not fast. */
-#include "model/context.h"
+#include "model/forward.h"
 #include "base/error.h"
 
 #include <math.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* out[r] = Σ_i W[r][i]·x[i] in double. */
-static void ref_matvec(const quill_weight *w, const double *x, double *out, float *row) {
+void quill_ref_matvec(const quill_weight *w, const double *x, double *out, float *row) {
     const quill_type_traits *tr = quill_type_traits_of(w->type);
     for (int64_t r = 0; r < w->rows; r++) {
         tr->to_float(w->data + (size_t)r * w->row_bytes, row, w->cols);
@@ -48,8 +48,8 @@ static void ref_rmsnorm_in_place(double *x, const float *weight, int64_t n, doub
 }
 
 /* Hands a double vector to the trace callback as f32, one token at a time being appended. */
-static void ref_trace(const quill_context *c, const char *name, int layer, const double *v, int64_t n,
-                      int n_dims, int64_t ne0, int64_t ne1, float *tmp) {
+void quill_ref_trace(const quill_context *c, const char *name, int layer, const double *v, int64_t n, int n_dims,
+                     int64_t ne0, int64_t ne1, float *tmp) {
     if (!c->trace) return;
     char full[64];
     if (layer >= 0) snprintf(full, sizeof full, "%s-%d", name, layer);
@@ -59,23 +59,32 @@ static void ref_trace(const quill_context *c, const char *name, int layer, const
     c->trace(full, tmp, n_dims, ne, c->trace_user);
 }
 
+void quill_ref_gated_activation(const quill_context *c, double *gate, const double *up, int64_t n) {
+    if (c->model->arch->act == QUILL_ACT_GELU_TANH)
+        for (int64_t i = 0; i < n; i++) {
+            const double x = gate[i];
+            gate[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * up[i];
+        }
+    else
+        for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+}
+
 quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n, float *logits,
                                   bool all_logits, quill_error *err) {
     const quill_model *m = c->model;
     const quill_hparams *hp = c->hp;
     const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd;
-    const int64_t kv_dim = hp->n_head_kv * hd, ff = hp->n_ff, nv = hp->n_vocab;
+    const int64_t kv_dim = hp->n_head_kv * hd, nv = hp->n_vocab;
     const int64_t group = hp->n_head / hp->n_head_kv;
     int64_t widest = d > q_dim ? d : q_dim;
-    if (ff > widest) widest = ff;
     if (nv > widest) widest = nv;
     double *x = malloc(d * sizeof *x), *xb = malloc(d * sizeof *xb), *q = malloc(q_dim * sizeof *q);
     double *k = malloc(kv_dim * sizeof *k), *v = malloc(kv_dim * sizeof *v), *att = malloc(q_dim * sizeof *att);
-    double *g = malloc(ff * sizeof *g), *u = malloc(ff * sizeof *u), *o = malloc(d * sizeof *o);
+    double *o = malloc(d * sizeof *o);
     double *scores = malloc((size_t)c->n_ctx * sizeof *scores), *out = malloc(nv * sizeof *out);
     float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
     quill_status s = QUILL_OK;
-    if (!x || !xb || !q || !k || !v || !att || !g || !u || !o || !scores || !out || !row || !tmp) {
+    if (!x || !xb || !q || !k || !v || !att || !o || !scores || !out || !row || !tmp) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         goto done;
     }
@@ -86,14 +95,14 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         const int pos = c->seq_len[0];
         embd_tr->to_float(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, row, d);
         for (int64_t i = 0; i < d; i++) x[i] = ap->embd_scale ? row[i] * (double)ap->embd_scale : row[i];
-        ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
+        quill_ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
             ref_rmsnorm(xb, x, L->attn_norm, d, hp->rms_eps);
-            ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
-            ref_matvec(&L->wq, xb, q, row);
-            ref_matvec(&L->wk, xb, k, row);
-            ref_matvec(&L->wv, xb, v, row);
+            quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
+            quill_ref_matvec(&L->wq, xb, q, row);
+            quill_ref_matvec(&L->wk, xb, k, row);
+            quill_ref_matvec(&L->wv, xb, v, row);
             if (L->bq) {
                 for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
                 for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
@@ -106,12 +115,12 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
             if (c->trace && arch->trace_q_scaled) {
                 for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
-                ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
+                quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
             } else {
-                ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
+                quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
             }
-            ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
-            ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
+            quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
+            quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
             double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;
             memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
             memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
@@ -136,41 +145,30 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     for (int64_t i = 0; i < hd; i++) ah[i] += scores[p] / sum * vp[i];
                 }
             }
-            ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
-            ref_matvec(&L->wo, att, o, row);
-            ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
+            quill_ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
+            quill_ref_matvec(&L->wo, att, o, row);
+            quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             if (L->attn_post_norm) {
                 ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
-                ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
+                quill_ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
             }
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
-            ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
+            quill_ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
-            ref_trace(c, "ffn_norm", l, xb, d, 2, d, 1, tmp);
-            ref_matvec(&L->w_gate, xb, g, row);
-            ref_matvec(&L->w_up, xb, u, row);
-            if (!arch->fused_gate_up) {
-                ref_trace(c, "ffn_gate", l, g, ff, 2, ff, 1, tmp);
-                ref_trace(c, "ffn_up", l, u, ff, 2, ff, 1, tmp);
-            }
-            if (arch->act == QUILL_ACT_GELU_TANH)
-                for (int64_t i = 0; i < ff; i++)
-                    g[i] = 0.5 * g[i] * (1.0 + tanh(sqrt(2.0 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
-            else
-                for (int64_t i = 0; i < ff; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            ref_matvec(&L->w_down, g, o, row);
-            ref_trace(c, "ffn_out", l, o, d, 2, d, 1, tmp);
+            quill_ref_trace(c, "ffn_norm", l, xb, d, 2, d, 1, tmp);
+            if ((s = quill_ffn_of(L->ffn)->exact(c, L, l, xb, o, err))) goto done;
+            quill_ref_trace(c, "ffn_out", l, o, d, 2, d, 1, tmp);
             if (L->ffn_post_norm) {
                 ref_rmsnorm_in_place(o, L->ffn_post_norm, d, hp->rms_eps);
-                ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);
+                quill_ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);
             }
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
-            ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
+            quill_ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
         }
         ref_rmsnorm(xb, x, m->output_norm, d, hp->rms_eps);
-        ref_trace(c, "result_norm", -1, xb, d, 2, d, 1, tmp);
+        quill_ref_trace(c, "result_norm", -1, xb, d, 2, d, 1, tmp);
         if (logits && (all_logits || t == n - 1)) {
-            ref_matvec(&m->output, xb, out, row);
+            quill_ref_matvec(&m->output, xb, out, row);
             float *dst = all_logits ? logits + (size_t)t * nv : logits;
             for (int64_t i = 0; i < nv; i++)
                 dst[i] = (float)(ap->final_softcap > 0 ? ap->final_softcap * tanh(out[i] / ap->final_softcap) : out[i]);
@@ -178,7 +176,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         c->seq_len[0]++;
     }
 done:
-    free(x); free(xb); free(q); free(k); free(v); free(att); free(g); free(u); free(o);
+    free(x); free(xb); free(q); free(k); free(v); free(att); free(o);
     free(scores); free(out); free(row); free(tmp);
     return s;
 }

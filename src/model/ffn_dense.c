@@ -1,0 +1,52 @@
+/* The dense feed-forward block, f = (act(h·Wgate) · (h·Wup)) · Wdown, in the fast pass and in the
+ * float64 pass (act: SiLU, or GELU-tanh for Gemma). */
+#include "model/forward.h"
+#include "base/error.h"
+
+#include <stdlib.h>
+
+static void dense_announce(const quill_context *c, const quill_layer *L, int n_tok) {
+    quill_announce(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, 2, n_tok);
+}
+
+static void dense_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    const int64_t ff = L->w_gate.rows;
+    quill_announce(c, (const quill_weight *[]){&L->w_down}, 1, n_tok);
+    quill_matmuls(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->xb,
+                  n_tok);
+    if (!c->model->arch->fused_gate_up) {
+        quill_trace(c, "ffn_gate", layer, c->ffn_gate, 2, ff, n_tok, 1);
+        quill_trace(c, "ffn_up", layer, c->ffn_up, 2, ff, n_tok, 1);
+    }
+    quill_gated_activation(c, c->ffn_gate, c->ffn_up, n_tok, ff);
+    quill_announce_next_layer(c, layer, n_tok);
+    quill_matmul(c, &L->w_down, c->ffn_gate, n_tok, c->xb);
+}
+
+static quill_status dense_exact(const quill_context *c, const quill_layer *L, int layer, const double *in,
+                                double *out, quill_error *err) {
+    const int64_t ff = L->w_gate.rows, d = L->w_gate.cols;
+    const int64_t widest = ff > d ? ff : d;
+    double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
+    float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)ff * sizeof *tmp);
+    quill_status s = QUILL_OK;
+    if (!g || !u || !row || !tmp) {
+        s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
+    } else {
+        quill_ref_matvec(&L->w_gate, in, g, row);
+        quill_ref_matvec(&L->w_up, in, u, row);
+        if (!c->model->arch->fused_gate_up) {
+            quill_ref_trace(c, "ffn_gate", layer, g, ff, 2, ff, 1, tmp);
+            quill_ref_trace(c, "ffn_up", layer, u, ff, 2, ff, 1, tmp);
+        }
+        quill_ref_gated_activation(c, g, u, ff);
+        quill_ref_matvec(&L->w_down, g, out, row);
+    }
+    free(g);
+    free(u);
+    free(row);
+    free(tmp);
+    return s;
+}
+
+const quill_ffn_impl quill_ffn_dense = {dense_announce, dense_fast, dense_exact};

@@ -1,0 +1,57 @@
+/* What the forward passes share with the feed-forward blocks (ffn_dense.c, ffn_moe.c): the
+ * parallel products and traces of the fast pass, the plain loops of the float64 pass, and the one
+ * table that maps an architecture's FFN kind (model.h) to its two implementations. */
+#ifndef QUILL_FORWARD_H
+#define QUILL_FORWARD_H
+
+#include "model/context.h"
+
+/* ---------------------------------------------------------------- fast pass (forward.c) */
+
+/* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
+void quill_matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y);
+/* The products of n weights with the same input, y[i] = W[i] · x; neighbours of one type go to the
+ * kernel together (the input quantized once, one parallel loop). Same results as one by one. */
+void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                   int n_tok);
+/* Announces the first product that quill_matmuls(w, n) will run to the pool, so that idle threads
+ * prefetch its first bytes (only for few tokens, where products wait for memory). */
+void quill_announce(const quill_context *c, const quill_weight *const *w, int n, int n_tok);
+/* Announces the products that follow layer `layer`: the next layer's q, k, v, or the output. */
+void quill_announce_next_layer(const quill_context *c, int layer, int n_tok);
+/* Hands a tensor to the context's trace callback as "name-layer" (layer < 0: "name"). */
+void quill_trace(const quill_context *c, const char *name, int layer, const float *data, int n_dims, int64_t ne0,
+                 int64_t ne1, int64_t ne2);
+/* gate[t][i] = act(gate[t][i]) · up[t][i] for t < n_tok, i < width, in parallel over tokens, with
+ * the architecture's activation (each token's bits independent of the split). */
+void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width);
+
+/* ---------------------------------------------------------------- float64 pass (reference.c) */
+
+/* out[r] = Σ_i W[r][i]·x[i] in double; row is scratch of w->cols floats. */
+void quill_ref_matvec(const quill_weight *w, const double *x, double *out, float *row);
+/* act(gate) · up in double, with the architecture's activation, into gate. */
+void quill_ref_gated_activation(const quill_context *c, double *gate, const double *up, int64_t n);
+/* Hands a double vector (one token) to the trace callback as f32; tmp holds n floats. */
+void quill_ref_trace(const quill_context *c, const char *name, int layer, const double *v, int64_t n, int n_dims,
+                     int64_t ne0, int64_t ne1, float *tmp);
+
+/* ---------------------------------------------------------------- the FFN blocks */
+
+/* One kind of feed-forward block, in both passes. `fast` reads the micro-batch's normed input from
+ * c->xb and leaves the block's output there (before any post-norm); `exact` maps one token's
+ * input `in` [n_embd] to `out` [n_embd] in double; `announce` tells the pool the block's first
+ * product (quill_announce), while attention's output product runs. */
+typedef struct {
+    void (*announce)(const quill_context *c, const quill_layer *L, int n_tok);
+    void (*fast)(quill_context *c, const quill_layer *L, int layer, int n_tok);
+    quill_status (*exact)(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
+                          quill_error *err);
+} quill_ffn_impl;
+
+extern const quill_ffn_impl quill_ffn_dense;
+
+/* The implementation of an FFN kind (forward.c). */
+const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind);
+
+#endif
