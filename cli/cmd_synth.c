@@ -54,19 +54,27 @@ typedef struct {
     bool qkv_bias, qk_norm, post_norms, fused, softcap, rope_long_short;
     int64_t window;         /* attention.sliding_window (0: none) */
     double linear_scaling;  /* rope.scaling.type linear with this factor (0: none) */
+    int64_t experts, experts_used; /* mixture of experts: expert_count, expert_used_count (0: dense) */
+    bool expert_ff_key;     /* expert_feed_forward_length (else the experts are feed_forward_length wide) */
 } synth_arch;
 
 static const synth_arch arches[] = {
-    {"llama", "llama", 10000, 1e-5, 2048, 0, 0, false, false, false, false, false, false, false, false, 0, 0},
+    {"llama", "llama", 10000, 1e-5, 2048, 0, 0, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false},
     /* Llama 3.1/3.2: frequency factors, base 500000, tied embeddings (1B/3B) */
-    {"llama3", "llama", 500000, 1e-5, 131072, 0, 0, true, true, false, false, false, false, false, false, 0, 0},
+    {"llama3", "llama", 500000, 1e-5, 131072, 0, 0, true, true, false, false, false, false, false, false, 0, 0, 0, 0, false},
     /* Mistral Nemo: a head size other than n_embd / n_head */
-    {"mistral", "llama", 1000000, 1e-5, 131072, 3, 4, false, false, false, false, false, false, false, false, 0, 0},
-    {"qwen2", "qwen2", 1000000, 1e-6, 32768, 0, 0, true, false, true, false, false, false, false, false, 0, 0},
-    {"qwen3", "qwen3", 1000000, 1e-6, 40960, 2, 1, true, false, false, true, false, false, false, false, 0, 0},
-    {"gemma2", "gemma2", 10000, 1e-6, 8192, 1, 1, true, false, false, false, true, false, true, false, 4096, 0},
-    {"gemma3", "gemma3", 1000000, 1e-6, 131072, 1, 1, true, false, false, true, true, false, false, false, 1024, 8},
-    {"phi3", "phi3", 10000, 1e-5, 131072, 0, 0, false, false, false, false, false, true, false, true, 262144, 0},
+    {"mistral", "llama", 1000000, 1e-5, 131072, 3, 4, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false},
+    {"qwen2", "qwen2", 1000000, 1e-6, 32768, 0, 0, true, false, true, false, false, false, false, false, 0, 0, 0, 0, false},
+    {"qwen3", "qwen3", 1000000, 1e-6, 40960, 2, 1, true, false, false, true, false, false, false, false, 0, 0, 0, 0, false},
+    {"gemma2", "gemma2", 10000, 1e-6, 8192, 1, 1, true, false, false, false, true, false, true, false, 4096, 0, 0, 0, false},
+    {"gemma3", "gemma3", 1000000, 1e-6, 131072, 1, 1, true, false, false, true, true, false, false, false, 1024, 8, 0, 0, false},
+    {"phi3", "phi3", 10000, 1e-5, 131072, 0, 0, false, false, false, false, false, true, false, true, 262144, 0, 0, 0, false},
+    /* Qwen3-30B-A3B: 128 experts, 8 used, each expert_feed_forward_length wide */
+    {"qwen3moe", "qwen3moe", 1000000, 1e-6, 40960, 2, 1, false, false, false, true, false, false, false, false, 0, 0,
+     128, 8, true},
+    /* Mixtral 8x7B: a llama file with 8 experts, 2 used, feed_forward_length wide */
+    {"llama-moe", "llama", 1000000, 1e-5, 32768, 0, 0, false, false, false, false, false, false, false, false, 0, 0, 8,
+     2, false},
 };
 
 typedef struct {
@@ -81,7 +89,7 @@ static const synth_preset presets[] = {
 typedef struct {
     char name[96];
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     uint32_t type;
     float center, spread;   /* values: center + spread * uniform(-1, 1) */
     const float *fixed;     /* or these values */
@@ -94,6 +102,7 @@ static void synth_add(synth_tensor *t, int *n, uint32_t type, float center, floa
     s->n_dims = ne1 > 0 ? 2 : 1;
     s->ne[0] = ne0;
     s->ne[1] = ne1 > 0 ? ne1 : 1;
+    s->ne[2] = 1;
     s->type = type;
     s->center = center;
     s->spread = spread;
@@ -103,7 +112,7 @@ static void synth_add(synth_tensor *t, int *n, uint32_t type, float center, floa
 static quill_status synth_stream(quill_gguf_writer *w, const synth_tensor *t, uint64_t seed, float *vals,
                                  uint8_t *bytes, int64_t chunk, quill_error *err) {
     uint64_t state = seed ^ fnv1a(t->name);
-    const int64_t total = t->ne[0] * t->ne[1];
+    const int64_t total = t->ne[0] * t->ne[1] * t->ne[2];
     for (int64_t done = 0; done < total; done += chunk) {
         const int64_t n = total - done < chunk ? total - done : chunk;
         for (int64_t i = 0; i < n; i++)
@@ -135,12 +144,14 @@ static int synth_usage(FILE *f) {
     fprintf(f,
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
             "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
-            "                   [--softcap ATTN,FINAL] [--seed S]\n"
+            "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
             "  llama3 (rope_freqs, base 500000, tied), mistral (head size 3/4 of n_embd/n_head), qwen2,\n"
-            "  qwen3, gemma2, gemma3, phi3, each with the hyperparameter keys its published files carry.\n"
+            "  qwen3, gemma2, gemma3, phi3, qwen3moe (128 experts, 8 used, expert_feed_forward_length\n"
+            "  --expert-ff, by default --ff / used), llama-moe (Mixtral: 8 experts, 2 used, --ff wide),\n"
+            "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
             "  window, --swa-pattern its attention.sliding_window_pattern, --rope-base-swa the sliding layers'\n"
@@ -153,7 +164,7 @@ int cmd_synth(int argc, char **argv) {
     synth_preset hp = {NULL, 0, 0, 0, 0, 0, 0};
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
-    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1;
+    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, experts_opt = 0, used_opt = 0, expert_ff = 0;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -189,7 +200,7 @@ int cmd_synth(int argc, char **argv) {
                 if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
-                                "gemma3, phi3)",
+                                "gemma3, phi3, qwen3moe, llama-moe)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -197,6 +208,15 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--window")) {
             if (++i >= argc || !cli_parse_long(argv[i], 1, 1L << 30, &window_opt))
                 return cli_fail("synth: --window needs a number of positions from 1 to %ld", 1L << 30);
+        } else if (!strcmp(a, "--experts")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 1, 512, &experts_opt))
+                return cli_fail("synth: --experts needs a number of experts from 1 to 512");
+        } else if (!strcmp(a, "--experts-used")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 1, 512, &used_opt))
+                return cli_fail("synth: --experts-used needs a number of experts from 1 to 512");
+        } else if (!strcmp(a, "--expert-ff")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 1, 1 << 18, &expert_ff))
+                return cli_fail("synth: --expert-ff needs a width from 1 to %d", 1 << 18);
         } else if (!strcmp(a, "--swa-pattern")) {
             if (++i >= argc || !cli_parse_long(argv[i], 0, 1 << 20, &swa_pattern))
                 return cli_fail("synth: --swa-pattern needs a number of layers from 0 to %d", 1 << 20);
@@ -251,6 +271,16 @@ int cmd_synth(int argc, char **argv) {
         return cli_fail("synth: the head dimension %" PRId64 " must be even (RoPE)", head_dim);
     const bool write_head_dim = arch->head_dim_num || head_dim_opt;
     const int64_t window = window_opt > 0 ? window_opt : arch->window;
+    const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
+    const int64_t n_used = used_opt ? used_opt : arch->experts_used;
+    if ((experts_opt || used_opt || expert_ff) && !arch->experts)
+        return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe and llama-moe");
+    if (n_used > n_expert)
+        return cli_fail("synth: --experts-used %" PRId64 " is more than --experts %" PRId64, n_used, n_expert);
+    /* the experts' width: qwen3moe's own key, feed_forward_length / used by default */
+    const int64_t ff_exp = !n_expert ? 0 : !arch->expert_ff_key ? hp.n_ff : expert_ff ? expert_ff : hp.n_ff / n_used;
+    if (n_expert && ff_exp < 1) return cli_fail("synth: --ff is narrower than the experts used");
+    if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
 
     quill_error err;
@@ -290,6 +320,12 @@ int cmd_synth(int argc, char **argv) {
         }
         bad |= quill_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)arch->eps) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
+        if (n_expert) {
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)n_expert) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_used_count"), (uint32_t)n_used) != QUILL_OK;
+            if (arch->expert_ff_key)
+                bad |= quill_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ff_exp) != QUILL_OK;
+        }
         if (window) bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)window) != QUILL_OK;
         if (swa_pattern >= 0)
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)swa_pattern) != QUILL_OK;
@@ -379,13 +415,22 @@ int cmd_synth(int argc, char **argv) {
         if (arch->post_norms)
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
         synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
-        if (arch->fused) {
+        if (n_expert) {
+            /* the router stays f32 in published files (the reference's quantizer leaves it) */
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_expert, "blk.%d.ffn_gate_inp.weight", l);
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
+            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, hp.n_embd, "blk.%d.ffn_down_exps.weight", l);
+            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
+            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
+        } else if (arch->fused) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 2 * hp.n_ff, "blk.%d.ffn_up.weight", l);
         } else {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_gate.weight", l);
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_up.weight", l);
         }
-        synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_ff), hp.n_ff, hp.n_embd, "blk.%d.ffn_down.weight", l);
+        if (!n_expert) synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_ff), hp.n_ff, hp.n_embd, "blk.%d.ffn_down.weight", l);
         if (arch->post_norms)
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_ffw_norm.weight", l);
     }
@@ -393,8 +438,8 @@ int cmd_synth(int argc, char **argv) {
     uint64_t total_bytes = 0, total_params = 0;
     for (int i = 0; i < nt && !bad; i++) {
         bad |= quill_gguf_writer_add_tensor_info(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) != QUILL_OK;
-        total_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
-        total_bytes += quill_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
+        total_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2]);
+        total_bytes += quill_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)(ts[i].ne[1] * ts[i].ne[2]);
     }
     const int64_t chunk = (int64_t)1 << 20;
     float *vals = malloc((size_t)chunk * sizeof *vals);

@@ -5,12 +5,18 @@
 #include <string.h>
 
 static const quill_arch archs[] = {
-    /* Llama 1-3, TinyLlama, Mistral (dense), Mistral Nemo's head size, Llama 3's frequency factors */
-    {.name = "llama", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .rope_freqs = true},
+    /* Llama 1-3, TinyLlama, Mistral (dense), Mistral Nemo's head size, Llama 3's frequency factors;
+     * with expert_count > 0 Mixtral: a softmax over the experts, the top k renormalised */
+    {.name = "llama", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .rope_freqs = true,
+     .ffn = QUILL_FFN_MOE, .experts_optional = true, .gating = QUILL_GATING_SOFTMAX, .norm_expert_weights = true},
     /* Qwen 2 / 2.5: biases on q, k, v */
     {.name = "qwen2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qkv_bias = true},
     /* Qwen 3 (dense): RMS norm per head on q and k */
     {.name = "qwen3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true},
+    /* Qwen 3 MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen 3's attention; a softmax over all experts, the
+     * top k renormalised */
+    {.name = "qwen3moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .ffn = QUILL_FFN_MOE,
+     .gating = QUILL_GATING_SOFTMAX, .norm_expert_weights = true, .expert_ff_key = true},
     /* Gemma 2: every other layer (0, 2, ...) sees a sliding window, 4096 unless the file says; those
      * layers rotate as the others unless the file names rope.freq_base_swa */
     {.name = "gemma2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .post_norms = true, .embd_scale = true,
@@ -31,6 +37,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral), qwen2, qwen3, gemma2, gemma3 and phi3; mixture-of-experts "
-           "and other families are not implemented";
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3; "
+           "other families are not implemented";
 }

@@ -59,8 +59,20 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     c->att = carve(mem, &at, ub * q_dim * f);
     c->k = carve(mem, &at, ub * kv_dim * f);
     c->v = carve(mem, &at, ub * kv_dim * f);
-    c->ffn_gate = carve(mem, &at, ub * (size_t)hp->n_ff * f);
-    c->ffn_up = carve(mem, &at, ub * (size_t)hp->n_ff * f);
+    const quill_arch_params *ap = &c->model->ap;
+    const size_t ff = (size_t)(hp->n_ff > ap->n_ff_exp ? hp->n_ff : ap->n_ff_exp);
+    c->ffn_gate = carve(mem, &at, ub * ff * f);
+    c->ffn_up = carve(mem, &at, ub * ff * f);
+    if (ap->n_expert) {
+        const size_t experts = (size_t)ap->n_expert, used = (size_t)ap->n_expert_used;
+        c->moe_logits = carve(mem, &at, ub * experts * f);
+        c->moe_weight = carve(mem, &at, ub * used * f);
+        c->moe_expert = carve(mem, &at, ub * used * sizeof(int32_t));
+        c->moe_pairs = carve(mem, &at, ub * used * sizeof(int32_t));
+        c->moe_start = carve(mem, &at, (experts + 1) * sizeof(int32_t));
+        c->moe_in = carve(mem, &at, ub * d * f);
+        c->moe_out = carve(mem, &at, ub * used * d * f);
+    }
     c->thread_scratch = carve(mem, &at, (size_t)c->n_threads * c->thread_scratch_len * f);
     /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
     c->matmul_scratch = c->kern->matmul_scratch ? carve(mem, &at, c->kern->matmul_scratch(widest, (int)ub)) : NULL;
@@ -132,6 +144,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         (size_t)hp->n_layer * (size_t)n_seq * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
+    if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;

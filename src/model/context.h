@@ -43,6 +43,12 @@ struct quill_context {
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
     float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up;
+    /* MoE (ffn_moe.c): router logits [token][n_expert]; each token's chosen experts and weights
+     * [token][n_expert_used]; the (token, slot) pairs grouped by expert (token · n_expert_used +
+     * slot) and where each expert's group starts [n_expert + 1]; the inputs of one expert's tokens
+     * gathered [token][n_embd]; each slot's expert output [token][slot][n_embd] */
+    float *moe_logits, *moe_weight, *moe_in, *moe_out;
+    int32_t *moe_expert, *moe_pairs, *moe_start;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;
     void *matmul_scratch;           /* for kern->matmul (NULL when the kernels have none) */

@@ -49,4 +49,4 @@ static quill_status dense_exact(const quill_context *c, const quill_layer *L, in
     return s;
 }
 
-const quill_ffn_impl quill_ffn_dense = {dense_announce, dense_fast, dense_exact};
+const quill_ffn_impl quill_ffn_dense = {dense_announce, dense_fast, dense_exact, "ffn_out"};

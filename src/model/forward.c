@@ -447,10 +447,7 @@ static void scale_rows(float *x, int64_t n, float s) {
 }
 
 const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind) {
-    switch (kind) {
-    case QUILL_FFN_DENSE: break;
-    }
-    return &quill_ffn_dense;
+    return kind == QUILL_FFN_MOE ? &quill_ffn_moe : &quill_ffn_dense;
 }
 
 /* ---------------------------------------------------------------- one micro-batch */
@@ -514,7 +511,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         quill_trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
         quill_trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
         ffn->fast(c, L, l, n);
-        quill_trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
+        quill_trace(c, ffn->out_name, l, c->xb, 2, d, n, 1);
         if (L->ffn_post_norm) {
             post_norm(c, c->xb, L->ffn_post_norm, n);
             quill_trace(c, "ffn_post_norm", l, c->xb, 2, d, n, 1);

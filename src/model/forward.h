@@ -40,16 +40,18 @@ void quill_ref_trace(const quill_context *c, const char *name, int layer, const 
 
 /* One kind of feed-forward block, in both passes. `fast` reads the micro-batch's normed input from
  * c->xb and leaves the block's output there (before any post-norm); `exact` maps one token's
- * input `in` [n_embd] to `out` [n_embd] in double; `announce` tells the pool the block's first
+ * input `in` [n_embd] to `out` [n_embd] in double (the same per-token arithmetic, so that the
+ * same experts are chosen wherever the logits are not near a tie); `announce` tells the pool the block's first
  * product (quill_announce), while attention's output product runs. */
 typedef struct {
     void (*announce)(const quill_context *c, const quill_layer *L, int n_tok);
     void (*fast)(quill_context *c, const quill_layer *L, int layer, int n_tok);
     quill_status (*exact)(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
                           quill_error *err);
+    const char *out_name; /* the block's output in the reference's traces */
 } quill_ffn_impl;
 
-extern const quill_ffn_impl quill_ffn_dense;
+extern const quill_ffn_impl quill_ffn_dense, quill_ffn_moe;
 
 /* The implementation of an FFN kind (forward.c). */
 const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind);

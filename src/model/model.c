@@ -98,14 +98,16 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = get_dim(g, KEY("attention.head_count"), -1, &hp->n_head, err)) ||
         (s = get_dim(g, KEY("attention.head_count_kv"), hp->n_head, &hp->n_head_kv, err)) ||
-        (s = get_dim(g, KEY("feed_forward_length"), -1, &hp->n_ff, err)) ||
+        (s = get_dim(g, KEY("feed_forward_length"), a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1,
+                     &hp->n_ff, err)) ||
         (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
         return s;
     int64_t experts = 0;
-    if (quill_gguf_get_i64(g, KEY("expert_count"), &experts, NULL) == QUILL_OK && experts > 1)
+    if (a->ffn == QUILL_FFN_DENSE && quill_gguf_get_i64(g, KEY("expert_count"), &experts, NULL) == QUILL_OK &&
+        experts > 1)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: a mixture-of-experts model (%s = %lld, e.g. Mixtral); quill runs dense models only",
-                          quill_gguf_path(g), key, (long long)experts);
+                          "%s: a mixture-of-experts model (%s = %lld); quill runs %s as a dense model only",
+                          quill_gguf_path(g), key, (long long)experts, a->name);
     if (hp->n_layer > MAX_LAYERS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
                           hp->arch, (long long)hp->n_layer);
@@ -146,17 +148,24 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     return QUILL_OK;
 }
 
-static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, int64_t rows,
+/* Binds tensor `name` as a [rows][cols] matrix, or as n_expert of them when n_expert > 0 (a 3-D
+ * expert tensor [n_expert][rows][cols]), after checking its shape and type. */
+static quill_status bind_tensor(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n_expert,
                                 quill_weight *w, quill_error *err) {
     const quill_gguf *g = m->gguf;
     const quill_gguf_tensor *t = quill_gguf_find_tensor(g, name);
     if (!t) return quill_fail(err, QUILL_E_FORMAT, "%s: tensor '%s' is missing", quill_gguf_path(g), name);
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+    const int64_t depth = n_expert > 0 ? n_expert : 1;
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != depth || t->ne[3] != 1) {
+        char want[96];
+        if (n_expert > 0) snprintf(want, sizeof want, "[%lld, %lld, %lld] (%lld experts)", (long long)cols,
+                                   (long long)rows, (long long)n_expert, (long long)n_expert);
+        else snprintf(want, sizeof want, "[%lld, %lld]", (long long)cols, (long long)rows);
         return quill_fail(err, QUILL_E_FORMAT,
-                          "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] "
-                          "from the hyperparameters",
-                          quill_gguf_path(g), name, (long long)t->ne[0], (long long)t->ne[1],
-                          (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows);
+                          "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected %s from the hyperparameters",
+                          quill_gguf_path(g), name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                          (long long)t->ne[3], want);
+    }
     const quill_type_traits *tr = quill_type_traits_of(t->type);
     if (!tr || !tr->to_float)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
@@ -169,8 +178,14 @@ static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, 
     w->rows = rows;
     w->row_bytes = quill_row_size(t->type, cols);
     w->data = t->data;
-    w->n_expert = 1;
+    w->n_expert = depth;
+    w->expert_bytes = (size_t)rows * w->row_bytes;
     return QUILL_OK;
+}
+
+static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
+                                quill_error *err) {
+    return bind_tensor(m, name, cols, rows, 0, w, err);
 }
 
 static quill_status load_vector(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
@@ -280,6 +295,69 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     return QUILL_OK;
 }
 
+/* A count key of the experts, 0 when missing; an absurd or negative value is an error naming it. */
+static quill_status expert_key(const quill_model *m, const char *suffix, int64_t *out, quill_error *err) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
+    *out = 0;
+    quill_status s = quill_gguf_get_i64(m->gguf, key, out, err);
+    if (s == QUILL_E_NOT_FOUND) return QUILL_OK;
+    if (s) return s;
+    if (*out < 0 || *out > MAX_DIM)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range", quill_gguf_path(m->gguf), key,
+                          (long long)*out);
+    return QUILL_OK;
+}
+
+/* The experts' hyperparameters, checked as the reference checks them (its assertions are errors
+ * naming the key here), and each layer's FFN kind. */
+static quill_status moe_params(quill_model *m, quill_error *err) {
+    const quill_arch *a = m->arch;
+    quill_arch_params *ap = &m->ap;
+    const char *path = quill_gguf_path(m->gguf), *name = a->name;
+    int64_t n_expert, n_used, groups, groups_used, ff_exp;
+    quill_status s;
+    if ((s = expert_key(m, "expert_count", &n_expert, err)) || (s = expert_key(m, "expert_used_count", &n_used, err)) ||
+        (s = expert_key(m, "expert_group_count", &groups, err)) ||
+        (s = expert_key(m, "expert_group_used_count", &groups_used, err)) ||
+        (s = expert_key(m, "expert_feed_forward_length", &ff_exp, err)))
+        return s;
+    if (a->ffn == QUILL_FFN_DENSE) return QUILL_OK;
+    if (n_expert > QUILL_MAX_EXPERTS)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_count = %lld is more than %d experts", path, name,
+                          (long long)n_expert, QUILL_MAX_EXPERTS);
+    if (n_expert == 0 && !a->experts_optional)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_count is missing or 0: a %s model has experts", path, name,
+                          name);
+    if (n_used > n_expert)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_used_count = %lld is more than %s.expert_count = %lld",
+                          path, name, (long long)n_used, name, (long long)n_expert);
+    if (n_expert == 0) {
+        if (groups)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_group_count = %lld without experts", path, name,
+                              (long long)groups);
+        return QUILL_OK; /* a dense model of this family (n_used is 0: not more than the count) */
+    }
+    if (n_used == 0)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_used_count is missing or 0: each token needs an expert",
+                          path, name);
+    if (groups > 1)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: %s.expert_group_count = %lld: experts chosen by groups are not implemented", path, name,
+                          (long long)groups);
+    (void)groups_used; /* read by the reference only with groups */
+    /* the experts' width: their own key (qwen3moe), else the FFN's, split among the used experts
+     * (qwen3moe) or whole (llama) */
+    if (!a->expert_ff_key || !ff_exp) ff_exp = a->expert_ff_key ? m->hp.n_ff / n_used : m->hp.n_ff;
+    if (ff_exp <= 0)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_feed_forward_length and %s.feed_forward_length are missing",
+                          path, name, name);
+    ap->n_expert = n_expert;
+    ap->n_expert_used = n_used;
+    ap->n_ff_exp = ff_exp;
+    return QUILL_OK;
+}
+
 quill_status quill_model_load(const char *path, quill_model **out, quill_error *err) {
     *out = NULL;
     quill_model *m = calloc(1, sizeof *m);
@@ -296,6 +374,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    if ((s = moe_params(m, err))) goto fail;
+    const int64_t n_expert = m->ap.n_expert, ff_exp = m->ap.n_ff_exp;
     if ((s = bind_weight(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
     if (hp->tied_output) m->output = m->token_embd;
     else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
@@ -332,8 +412,15 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
         BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
-        L->ffn = a->ffn;
-        if (a->fused_gate_up) {
+        L->ffn = n_expert ? QUILL_FFN_MOE : QUILL_FFN_DENSE;
+#define EXPERTS(field, suffix, cols, rows) \
+    if ((s = bind_tensor(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
+        if (n_expert) {
+            BIND(w_router, "ffn_gate_inp.weight", hp->n_embd, n_expert)
+            EXPERTS(w_gate, "ffn_gate_exps.weight", hp->n_embd, ff_exp)
+            EXPERTS(w_up, "ffn_up_exps.weight", hp->n_embd, ff_exp)
+            EXPERTS(w_down, "ffn_down_exps.weight", ff_exp, hp->n_embd)
+        } else if (a->fused_gate_up) {
             quill_weight gate_up;
             BIND(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
             gate_up = L->w_up;
@@ -343,7 +430,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
             BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
         }
-        BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
+        if (!n_expert) BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
         VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
         VECTOR(ffn_norm, "ffn_norm.weight", hp->n_embd)
         if (a->post_norms) {
@@ -360,6 +447,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(bv, "attn_v.bias", kv_dim)
         }
 #undef VECTOR
+#undef EXPERTS
 #undef BIND
 #undef NAME
     }

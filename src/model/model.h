@@ -36,8 +36,17 @@ typedef enum { QUILL_ROPE_ADJACENT, QUILL_ROPE_NEOX } quill_rope_style;
 typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH } quill_activation;
 
 /* The feed-forward block of a layer (forward.h maps each to its fast and float64 versions):
- * dense is one gated FFN of ffn_gate, ffn_up, ffn_down (ffn_dense.c). */
-typedef enum { QUILL_FFN_DENSE } quill_ffn_kind;
+ * dense is one gated FFN of ffn_gate, ffn_up, ffn_down (ffn_dense.c); MoE is a router
+ * (ffn_gate_inp) that picks expert_used_count of expert_count gated FFNs, the 3-D tensors
+ * ffn_{gate,up,down}_exps, and sums their outputs with the router's weights (ffn_moe.c). */
+typedef enum { QUILL_FFN_DENSE, QUILL_FFN_MOE } quill_ffn_kind;
+
+/* How a MoE router turns its logits into the chosen experts' weights: a softmax over all experts,
+ * then the top k (Qwen3-MoE, Mixtral); or the top k logits, then a softmax over those k (gpt-oss). */
+typedef enum { QUILL_GATING_SOFTMAX, QUILL_GATING_TOP_K_SOFTMAX } quill_gating;
+
+/* The most experts a layer may have (the reference's limit). */
+#define QUILL_MAX_EXPERTS 512
 
 /* One architecture: general.architecture's value (also the prefix of its hyperparameter keys) and
  * the ways its layer differs from Llama's. arch.c holds the table; the forward passes read these
@@ -47,6 +56,11 @@ typedef struct quill_arch {
     quill_rope_style rope;
     quill_activation act;
     quill_ffn_kind ffn;
+    bool experts_optional; /* MoE only when <arch>.expert_count > 0, else dense (llama: Mixtral) */
+    quill_gating gating;
+    bool norm_expert_weights; /* the chosen experts' weights divided by their sum */
+    bool expert_ff_key;   /* expert_feed_forward_length, else feed_forward_length / expert_used_count
+                           * (without it: feed_forward_length) */
     bool qkv_bias;        /* attn_{q,k,v}.bias added after the projections */
     bool qk_norm;         /* attn_{q,k}_norm.weight [head_dim]: RMS norm per head before RoPE */
     bool post_norms;      /* attn_post_norm and post_ffw_norm: RMS norm of each branch before the residual */
@@ -80,7 +94,8 @@ typedef struct {
     float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL */
     quill_weight wq, wk, wv, wo;
     quill_ffn_kind ffn;            /* the architecture's FFN block */
-    quill_weight w_gate, w_up, w_down;
+    quill_weight w_gate, w_up, w_down; /* MoE: [n_expert] of [n_ff_exp][n_embd], [n_embd][n_ff_exp] */
+    quill_weight w_router;         /* MoE: ffn_gate_inp [n_expert][n_embd] */
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
 } quill_layer;
@@ -97,6 +112,8 @@ typedef struct {
     float *rope_factors_long;      /* [n_rot/2] the divisors beyond n_ctx_orig (Phi-3), or NULL */
     int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
     double rope_attn_factor;       /* rope.scaling.attn_factor: multiplies the rotated q and k (1: none) */
+    int64_t n_expert, n_expert_used; /* MoE: expert_count, expert_used_count (0: dense) */
+    int64_t n_ff_exp;              /* MoE: rows of one expert's gate and up */
 } quill_arch_params;
 
 struct quill_model {

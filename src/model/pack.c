@@ -18,13 +18,14 @@
  * shares the model waits for it instead of packing again. */
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Every weight matrix the fast forward pass multiplies (output may alias token_embd). */
+/* Every weight matrix the fast forward pass multiplies (output may alias token_embd); an expert
+ * tensor is packed expert by expert, each expert's copy a matrix of its own. */
 static int model_weights(quill_model *m, quill_weight **list, int cap) {
     int n = 0;
     if (n < cap) list[n++] = &m->output;
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         quill_layer *L = &m->layers[l];
-        quill_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        quill_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]->data && w[i]->rows > 0 && n < cap) list[n++] = w[i];
     }
@@ -57,15 +58,17 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
         pthread_mutex_unlock(&pack_lock);
         return ok;
     }
-    const int cap = 1 + 7 * (int)m->hp.n_layer;
+    const int cap = 1 + 8 * (int)m->hp.n_layer;
     quill_weight **list = malloc((size_t)cap * sizeof *list);
     size_t *at = malloc((size_t)cap * sizeof *at);
     size_t total = 0;
     int n = list && at ? model_weights(m, list, cap) : 0;
     for (int i = 0; i < n; i++) {
+        /* experts 64-byte aligned (the pack's promise), the matrices page-aligned */
         const size_t bytes = k->pack_bytes(list[i]->type, list[i]->rows, list[i]->cols);
+        list[i]->packed_expert_bytes = (bytes + 63) & ~(size_t)63;
         at[i] = bytes ? total : SIZE_MAX;
-        total += (bytes + 4095) & ~(size_t)4095;
+        total += (list[i]->packed_expert_bytes * (size_t)list[i]->n_expert + 4095) & ~(size_t)4095;
     }
     void *mem = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
     if (mem == MAP_FAILED) {
@@ -83,15 +86,19 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
     for (int i = 0; i < n; i++) {
         quill_weight *w = list[i];
         if (at[i] == SIZE_MAX) continue;
-        pack_job j = {k, w, (uint8_t *)mem + at[i]};
         const int64_t tiles = (w->rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS;
-        quill_pool_run(pool, pack_tiles, &j, tiles, tiles / (4 * quill_pool_size(pool)) + 1);
-        w->packed = j.dst;
+        for (int64_t e = 0; e < w->n_expert; e++) {
+            const quill_weight expert = quill_weight_expert(w, e);
+            pack_job j = {k, &expert, (uint8_t *)mem + at[i] + (size_t)e * w->packed_expert_bytes};
+            quill_pool_run(pool, pack_tiles, &j, tiles, tiles / (4 * quill_pool_size(pool)) + 1);
+        }
+        w->packed = (uint8_t *)mem + at[i];
         /* the file's pages of this matrix leave the process (whole pages inside it only); not the
          * embedding's when the output reuses it, which every token reads a row of */
         if (mapped && page > 0 && w->data != m->token_embd.data) {
             const uintptr_t from = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-            const uintptr_t to = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~((uintptr_t)page - 1);
+            const uintptr_t to =
+                ((uintptr_t)w->data + (size_t)w->n_expert * w->rows * w->row_bytes) & ~((uintptr_t)page - 1);
             if (to > from) (void)madvise((void *)from, to - from, MADV_DONTNEED);
         }
     }

@@ -156,8 +156,9 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             quill_ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             quill_ref_trace(c, "ffn_norm", l, xb, d, 2, d, 1, tmp);
-            if ((s = quill_ffn_of(L->ffn)->exact(c, L, l, xb, o, err))) goto done;
-            quill_ref_trace(c, "ffn_out", l, o, d, 2, d, 1, tmp);
+            const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
+            if ((s = ffn->exact(c, L, l, xb, o, err))) goto done;
+            quill_ref_trace(c, ffn->out_name, l, o, d, 2, d, 1, tmp);
             if (L->ffn_post_norm) {
                 ref_rmsnorm_in_place(o, L->ffn_post_norm, d, hp->rms_eps);
                 quill_ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);

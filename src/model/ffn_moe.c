@@ -1,0 +1,190 @@
+/* The mixture-of-experts feed-forward block, in the fast pass and in the float64 pass:
+ *
+ *   logits = Wrouter · h                                   (ffn_gate_inp: [n_expert][n_embd])
+ *   chosen experts and weights = route(logits)             (the architecture's gating, below)
+ *   f = Σ_k weight_k · (act(h·Wgate[e_k]) · (h·Wup[e_k])) · Wdown[e_k], k in the chosen order
+ *
+ * The fast pass groups a micro-batch's tokens by expert: each chosen expert's rows are read once
+ * for all the tokens that chose it (gathered into one small product), instead of once per token.
+ * A token's routing depends on its own logits only, every (row, token) result of a product is
+ * independent of the other tokens in it (kernels.h), and a token's outputs are summed in its own
+ * slot order, so its bits do not depend on the batch, the thread count or the other sequences. */
+#include "model/forward.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The reference clamps the sum of the chosen weights at the smallest normal f16 before dividing. */
+#define MIN_WEIGHT_SUM 6.103515625e-5
+
+/* One token's routing, shared by both passes: from its router logits [n_expert] (replaced by the
+ * probabilities the gating computes over all experts: softmax, or the logits themselves when the
+ * softmax is over the chosen ones), the k chosen experts, highest first (the lower index first on
+ * ties), and their weights. */
+static void route(const quill_arch *a, double *logits, int64_t n_expert, int64_t k, int32_t *expert, double *weight) {
+    if (a->gating == QUILL_GATING_SOFTMAX) {
+        double max = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < n_expert; e++) max = logits[e] > max ? logits[e] : max;
+        for (int64_t e = 0; e < n_expert; e++) sum += logits[e] = exp(logits[e] - max);
+        for (int64_t e = 0; e < n_expert; e++) logits[e] /= sum;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int64_t j = 0; j < i && !taken; j++) taken = expert[j] == e;
+            /* (a NaN logit is never chosen over a number; all NaN: the lowest free index) */
+            if (!taken && (best < 0 || logits[e] > logits[best] || (isnan(logits[best]) && !isnan(logits[e]))))
+                best = e;
+        }
+        expert[i] = (int32_t)best;
+        weight[i] = logits[best];
+    }
+    if (a->gating == QUILL_GATING_TOP_K_SOFTMAX) {
+        double max = weight[0], sum = 0;
+        for (int64_t i = 0; i < k; i++) sum += weight[i] = exp(weight[i] - max);
+        for (int64_t i = 0; i < k; i++) weight[i] /= sum;
+    }
+    if (a->norm_expert_weights) {
+        double sum = 0;
+        for (int64_t i = 0; i < k; i++) sum += weight[i];
+        if (!(sum >= MIN_WEIGHT_SUM)) sum = MIN_WEIGHT_SUM;
+        for (int64_t i = 0; i < k; i++) weight[i] /= sum;
+    }
+}
+
+/* The name of the chosen weights' last step in the reference's traces. */
+static const char *weights_name(const quill_arch *a) {
+    if (a->norm_expert_weights) return "ffn_moe_weights_norm";
+    return a->gating == QUILL_GATING_TOP_K_SOFTMAX ? "ffn_moe_weights_softmax" : "ffn_moe_weights";
+}
+
+/* ---------------------------------------------------------------- fast pass */
+
+static void moe_announce(const quill_context *c, const quill_layer *L, int n_tok) {
+    quill_announce(c, (const quill_weight *[]){&L->w_router}, 1, n_tok);
+}
+
+/* Per token, in parallel over tokens: out[t] = Σ_k w[t][k] · y[t][k], in slot order. */
+typedef struct {
+    const quill_context *c;
+    float *out;
+} weighted_sum_job;
+
+static void weighted_sum_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const weighted_sum_job *j = arg;
+    const quill_context *c = j->c;
+    const int64_t d = c->hp->n_embd, k = c->model->ap.n_expert_used;
+    for (int64_t t = t0; t < t1; t++) {
+        float *out = j->out + t * d;
+        for (int64_t s = 0; s < k; s++) {
+            const float w = c->moe_weight[t * k + s], *y = c->moe_out + (t * k + s) * d;
+            if (s == 0)
+                for (int64_t i = 0; i < d; i++) out[i] = y[i] * w;
+            else
+                for (int64_t i = 0; i < d; i++) out[i] += y[i] * w;
+        }
+    }
+}
+
+static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    const quill_arch *a = c->model->arch;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd, ff = ap->n_ff_exp;
+    quill_matmul(c, &L->w_router, c->xb, n_tok, c->moe_logits);
+    quill_trace(c, "ffn_moe_logits", layer, c->moe_logits, 2, n_expert, n_tok, 1);
+
+    /* each token's experts, on this thread: n_expert · k steps a token, little beside the products */
+    double logits[QUILL_MAX_EXPERTS], weight[QUILL_MAX_EXPERTS];
+    for (int t = 0; t < n_tok; t++) {
+        float *row = c->moe_logits + (size_t)t * n_expert;
+        for (int64_t e = 0; e < n_expert; e++) logits[e] = row[e];
+        route(a, logits, n_expert, k, c->moe_expert + (size_t)t * k, weight);
+        for (int64_t e = 0; e < n_expert; e++) row[e] = (float)logits[e];
+        for (int64_t s = 0; s < k; s++) c->moe_weight[(size_t)t * k + s] = (float)weight[s];
+    }
+    quill_trace(c, "ffn_moe_probs", layer, c->moe_logits, 2, n_expert, n_tok, 1);
+    quill_trace(c, weights_name(a), layer, c->moe_weight, 3, 1, k, n_tok);
+
+    /* the (token, slot) pairs grouped by expert, in token order within an expert */
+    int32_t *start = c->moe_start;
+    memset(start, 0, (size_t)(n_expert + 1) * sizeof *start);
+    for (int64_t p = 0; p < n_tok * k; p++) start[c->moe_expert[p] + 1]++;
+    for (int64_t e = 0; e < n_expert; e++) start[e + 1] += start[e];
+    for (int64_t p = 0; p < n_tok * k; p++) c->moe_pairs[start[c->moe_expert[p]]++] = (int32_t)p;
+    for (int64_t e = n_expert; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+
+    for (int64_t e = 0; e < n_expert; e++) {
+        const int m = start[e + 1] - start[e];
+        if (m == 0) continue;
+        const int32_t *pairs = c->moe_pairs + start[e];
+        for (int i = 0; i < m; i++)
+            memcpy(c->moe_in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
+        const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
+        const quill_weight down = quill_weight_expert(&L->w_down, e);
+        quill_announce(c, (const quill_weight *[]){&down}, 1, m);
+        quill_matmuls(c, (const quill_weight *[]){&gate, &up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->moe_in, m);
+        quill_gated_activation(c, c->ffn_gate, c->ffn_up, m, ff);
+        quill_matmul(c, &down, c->ffn_gate, m, c->moe_in);
+        for (int i = 0; i < m; i++)
+            memcpy(c->moe_out + (size_t)pairs[i] * d, c->moe_in + (size_t)i * d, (size_t)d * sizeof(float));
+    }
+    quill_trace(c, "ffn_moe_down", layer, c->moe_out, 3, d, k, n_tok);
+    quill_announce_next_layer(c, layer, n_tok);
+    weighted_sum_job j = {c, c->xb};
+    quill_pool_run(c->pool, weighted_sum_rows, &j, n_tok, 1);
+}
+
+/* ---------------------------------------------------------------- float64 pass */
+
+static quill_status moe_exact(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
+                              quill_error *err) {
+    const quill_arch *a = c->model->arch;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd, ff = ap->n_ff_exp;
+    const int64_t widest = ff > d ? ff : d;
+    double *logits = malloc((size_t)n_expert * sizeof *logits), *weight = malloc((size_t)k * sizeof *weight);
+    double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
+    double *y = malloc((size_t)(k * d) * sizeof *y);
+    int32_t *expert = malloc((size_t)k * sizeof *expert);
+    float *row = malloc((size_t)widest * sizeof *row);
+    float *tmp = malloc((size_t)(k * d > n_expert ? k * d : n_expert) * sizeof *tmp);
+    quill_status s = QUILL_OK;
+    if (!logits || !weight || !g || !u || !y || !expert || !row || !tmp) {
+        s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
+        goto done;
+    }
+    quill_ref_matvec(&L->w_router, in, logits, row);
+    quill_ref_trace(c, "ffn_moe_logits", layer, logits, n_expert, 2, n_expert, 1, tmp);
+    route(a, logits, n_expert, k, expert, weight);
+    quill_ref_trace(c, "ffn_moe_probs", layer, logits, n_expert, 2, n_expert, 1, tmp);
+    quill_ref_trace(c, weights_name(a), layer, weight, k, 3, 1, k, tmp);
+    for (int64_t i = 0; i < d; i++) out[i] = 0;
+    for (int64_t s_ = 0; s_ < k; s_++) {
+        const quill_weight gate = quill_weight_expert(&L->w_gate, expert[s_]);
+        const quill_weight up = quill_weight_expert(&L->w_up, expert[s_]);
+        const quill_weight down = quill_weight_expert(&L->w_down, expert[s_]);
+        quill_ref_matvec(&gate, in, g, row);
+        quill_ref_matvec(&up, in, u, row);
+        quill_ref_gated_activation(c, g, u, ff);
+        quill_ref_matvec(&down, g, y + s_ * d, row);
+        for (int64_t i = 0; i < d; i++) out[i] += weight[s_] * y[s_ * d + i];
+    }
+    quill_ref_trace(c, "ffn_moe_down", layer, y, k * d, 3, d, k, tmp);
+done:
+    free(logits);
+    free(weight);
+    free(g);
+    free(u);
+    free(y);
+    free(expert);
+    free(row);
+    free(tmp);
+    return s;
+}
+
+const quill_ffn_impl quill_ffn_moe = {moe_announce, moe_fast, moe_exact, "ffn_moe_out"};
