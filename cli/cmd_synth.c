@@ -56,25 +56,34 @@ typedef struct {
     double linear_scaling;  /* rope.scaling.type linear with this factor (0: none) */
     int64_t experts, experts_used; /* mixture of experts: expert_count, expert_used_count (0: dense) */
     bool expert_ff_key;     /* expert_feed_forward_length (else the experts are feed_forward_length wide) */
+    bool shared_expert;     /* qwen2moe's shared expert, --ff wide (expert_shared_feed_forward_length) */
+    bool gpt_oss;           /* gpt-oss's biases (q, k, v, output, router, experts), attention sinks, its
+                             * FFN norm named post_attention_norm, YaRN (factor 32 from 4096 positions) */
 } synth_arch;
 
 static const synth_arch arches[] = {
-    {"llama", "llama", 10000, 1e-5, 2048, 0, 0, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false},
+    {"llama", "llama", 10000, 1e-5, 2048, 0, 0, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false, false, false},
     /* Llama 3.1/3.2: frequency factors, base 500000, tied embeddings (1B/3B) */
-    {"llama3", "llama", 500000, 1e-5, 131072, 0, 0, true, true, false, false, false, false, false, false, 0, 0, 0, 0, false},
+    {"llama3", "llama", 500000, 1e-5, 131072, 0, 0, true, true, false, false, false, false, false, false, 0, 0, 0, 0, false, false, false},
     /* Mistral Nemo: a head size other than n_embd / n_head */
-    {"mistral", "llama", 1000000, 1e-5, 131072, 3, 4, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false},
-    {"qwen2", "qwen2", 1000000, 1e-6, 32768, 0, 0, true, false, true, false, false, false, false, false, 0, 0, 0, 0, false},
-    {"qwen3", "qwen3", 1000000, 1e-6, 40960, 2, 1, true, false, false, true, false, false, false, false, 0, 0, 0, 0, false},
-    {"gemma2", "gemma2", 10000, 1e-6, 8192, 1, 1, true, false, false, false, true, false, true, false, 4096, 0, 0, 0, false},
-    {"gemma3", "gemma3", 1000000, 1e-6, 131072, 1, 1, true, false, false, true, true, false, false, false, 1024, 8, 0, 0, false},
-    {"phi3", "phi3", 10000, 1e-5, 131072, 0, 0, false, false, false, false, false, true, false, true, 262144, 0, 0, 0, false},
+    {"mistral", "llama", 1000000, 1e-5, 131072, 3, 4, false, false, false, false, false, false, false, false, 0, 0, 0, 0, false, false, false},
+    {"qwen2", "qwen2", 1000000, 1e-6, 32768, 0, 0, true, false, true, false, false, false, false, false, 0, 0, 0, 0, false, false, false},
+    {"qwen3", "qwen3", 1000000, 1e-6, 40960, 2, 1, true, false, false, true, false, false, false, false, 0, 0, 0, 0, false, false, false},
+    {"gemma2", "gemma2", 10000, 1e-6, 8192, 1, 1, true, false, false, false, true, false, true, false, 4096, 0, 0, 0, false, false, false},
+    {"gemma3", "gemma3", 1000000, 1e-6, 131072, 1, 1, true, false, false, true, true, false, false, false, 1024, 8, 0, 0, false, false, false},
+    {"phi3", "phi3", 10000, 1e-5, 131072, 0, 0, false, false, false, false, false, true, false, true, 262144, 0, 0, 0, false, false, false},
     /* Qwen3-30B-A3B: 128 experts, 8 used, each expert_feed_forward_length wide */
     {"qwen3moe", "qwen3moe", 1000000, 1e-6, 40960, 2, 1, false, false, false, true, false, false, false, false, 0, 0,
-     128, 8, true},
+     128, 8, true, false, false},
     /* Mixtral 8x7B: a llama file with 8 experts, 2 used, feed_forward_length wide */
     {"llama-moe", "llama", 1000000, 1e-5, 32768, 0, 0, false, false, false, false, false, false, false, false, 0, 0, 8,
-     2, false},
+     2, false, false, false},
+    /* gpt-oss-20b: 32 experts, 4 used, a window of 128 on every other layer */
+    {"gpt-oss", "gpt-oss", 150000, 1e-5, 131072, 1, 1, false, false, true, false, false, false, false, false, 128, 0,
+     32, 4, true, false, true},
+    /* Qwen1.5-MoE-A2.7B: 60 experts, 4 used, expert_feed_forward_length wide, a shared expert --ff wide */
+    {"qwen2moe", "qwen2moe", 1000000, 1e-6, 8192, 0, 0, false, false, true, false, false, false, false, false, 0, 0, 60,
+     4, true, true, false},
 };
 
 typedef struct {
@@ -151,6 +160,9 @@ static int synth_usage(FILE *f) {
             "  llama3 (rope_freqs, base 500000, tied), mistral (head size 3/4 of n_embd/n_head), qwen2,\n"
             "  qwen3, gemma2, gemma3, phi3, qwen3moe (128 experts, 8 used, expert_feed_forward_length\n"
             "  --expert-ff, by default --ff / used), llama-moe (Mixtral: 8 experts, 2 used, --ff wide),\n"
+            "  qwen2moe (60 experts, 4 used, --expert-ff wide, a shared expert --ff wide),\n"
+            "  gpt-oss (32 experts, 4 used, --expert-ff wide, biases, attention sinks, window 128 on\n"
+            "  every other layer, YaRN),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -200,7 +212,7 @@ int cmd_synth(int argc, char **argv) {
                 if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
-                                "gemma3, phi3, qwen3moe, llama-moe)",
+                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -274,11 +286,14 @@ int cmd_synth(int argc, char **argv) {
     const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
     const int64_t n_used = used_opt ? used_opt : arch->experts_used;
     if ((experts_opt || used_opt || expert_ff) && !arch->experts)
-        return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe and llama-moe");
+        return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe, qwen2moe, llama-moe and gpt-oss");
     if (n_used > n_expert)
         return cli_fail("synth: --experts-used %" PRId64 " is more than --experts %" PRId64, n_used, n_expert);
     /* the experts' width: qwen3moe's own key, feed_forward_length / used by default */
-    const int64_t ff_exp = !n_expert ? 0 : !arch->expert_ff_key ? hp.n_ff : expert_ff ? expert_ff : hp.n_ff / n_used;
+    const int64_t ff_exp = !n_expert                                ? 0
+                           : expert_ff                              ? expert_ff
+                           : !arch->expert_ff_key || arch->gpt_oss ? hp.n_ff
+                                                                    : hp.n_ff / n_used;
     if (n_expert && ff_exp < 1) return cli_fail("synth: --ff is narrower than the experts used");
     if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
@@ -321,6 +336,9 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)arch->eps) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
         if (n_expert) {
+            if (arch->shared_expert)
+                bad |= quill_gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)hp.n_ff) !=
+                       QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)n_expert) != QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("expert_used_count"), (uint32_t)n_used) != QUILL_OK;
             if (arch->expert_ff_key)
@@ -337,6 +355,11 @@ int cmd_synth(int argc, char **argv) {
         if (arch->linear_scaling) {
             bad |= quill_gguf_writer_add_str(w, KEY("rope.scaling.type"), "linear", 6) != QUILL_OK;
             bad |= quill_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), (float)arch->linear_scaling) != QUILL_OK;
+        }
+        if (arch->gpt_oss) {
+            bad |= quill_gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn", 4) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), 32.0f) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"), 4096) != QUILL_OK;
         }
         if (arch->rope_long_short) {
             /* Phi-3.5-mini's LongRoPE keys */
@@ -360,7 +383,7 @@ int cmd_synth(int argc, char **argv) {
 
     /* tensors, in the order of a converted model */
     const int64_t q_dim = hp.n_head * head_dim, kv_dim = hp.n_head_kv * head_dim, half = head_dim / 2;
-    const int n_tensors = 6 + 16 * (int)hp.n_layer;
+    const int n_tensors = 6 + 24 * (int)hp.n_layer;
     synth_tensor *ts = calloc((size_t)n_tensors, sizeof *ts);
     float *factors = calloc((size_t)(2 * half), sizeof *factors);
     if (!ts || !factors) {
@@ -412,9 +435,14 @@ int cmd_synth(int argc, char **argv) {
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
         }
         synth_add(ts, &nt, wtype, 0.0f, SPREAD(q_dim), q_dim, hp.n_embd, "blk.%d.attn_output.weight", l);
-        if (arch->post_norms)
+        if (arch->gpt_oss) {
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, hp.n_embd, 0, "blk.%d.attn_output.bias", l);
+            synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 1.0f, hp.n_head, 0, "blk.%d.attn_sinks.weight", l);
+        }
+        if (arch->post_norms || arch->gpt_oss)
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
-        synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
+        if (!arch->gpt_oss)
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
         if (n_expert) {
             /* the router stays f32 in published files (the reference's quantizer leaves it) */
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_expert, "blk.%d.ffn_gate_inp.weight", l);
@@ -424,6 +452,18 @@ int cmd_synth(int argc, char **argv) {
             ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, ff_exp, "blk.%d.ffn_up_exps.weight", l);
             ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
+            if (arch->shared_expert) {
+                synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 0, "blk.%d.ffn_gate_inp_shexp.weight", l);
+                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_gate_shexp.weight", l);
+                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_ff), hp.n_ff, hp.n_embd, "blk.%d.ffn_down_shexp.weight", l);
+                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_up_shexp.weight", l);
+            }
+            if (arch->gpt_oss) {
+                synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, n_expert, 0, "blk.%d.ffn_gate_inp.bias", l);
+                synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, ff_exp, n_expert, "blk.%d.ffn_gate_exps.bias", l);
+                synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, hp.n_embd, n_expert, "blk.%d.ffn_down_exps.bias", l);
+                synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, ff_exp, n_expert, "blk.%d.ffn_up_exps.bias", l);
+            }
         } else if (arch->fused) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 2 * hp.n_ff, "blk.%d.ffn_up.weight", l);
         } else {

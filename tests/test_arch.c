@@ -51,6 +51,13 @@ static const arch_case cases[] = {
      "models/stories260K.gguf", false},
     {"llama-moe", "--arch llama-moe --layers 2 --experts 8 --experts-used 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 "
      "--seed 7", "models/stories260K.gguf", false},
+    /* the top 2 of 8 not renormalised, and a shared expert 256 wide */
+    {"qwen2moe", "--arch qwen2moe --layers 2 --experts 8 --experts-used 2 --expert-ff 64 --embd 256 --heads 4 "
+     "--kv-heads 2 --ff 256 --seed 7", "models/stories260K.gguf", false},
+    /* gpt-oss: biases, sinks, YaRN, a window of 5 on layers 0 and 2, top-2 router logits then a
+     * softmax, the clamped SwiGLU */
+    {"gpt-oss", "--arch gpt-oss --layers 3 --experts 8 --experts-used 2 --window 5 --embd 256 --heads 4 --kv-heads 2 "
+     "--ff 128 --seed 7", "models/stories260K.gguf", false},
     /* the reference insists on Phi-3's own special tokens */
     {"phi3", "--arch phi3 --layers 2 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 7",
      "tokenizer/ggml-vocab-phi-3.gguf", false},
@@ -344,9 +351,9 @@ TEST(arch_traces_match_the_reference) {
     }
 }
 
-/* Families quill does not implement (among them qwen2moe) are refused by name. */
+/* Families quill does not implement (among them deepseek2's experts) are refused by name. */
 TEST(arch_refusals_name_the_architecture) {
-    const char *names[] = {"qwen2moe", "mamba", "gemma3n"};
+    const char *names[] = {"deepseek2", "mamba", "gemma3n"};
     for (size_t i = 0; i < 3; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/refused-%s.gguf", tmp_dir(), names[i]);

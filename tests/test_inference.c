@@ -367,7 +367,7 @@ TEST(infer_linear_rope_scaling_and_refusals) {
     char *yarn = path_join(tmp_dir(), "rope-yarn.gguf");
     CHECK(copy_with_meta(model, scaled, "llama.rope.scaling.type", "linear", "llama.rope.scaling.factor", 0.5f));
     CHECK(copy_with_meta(model, legacy, NULL, NULL, "llama.rope.scale_linear", 0.5f));
-    CHECK(copy_with_meta(model, yarn, "llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", 4.0f));
+    CHECK(copy_with_meta(model, yarn, "llama.rope.scaling.type", "longrope", "llama.rope.scaling.factor", 4.0f));
     const int32_t two[] = {1, 403}, three[] = {1, 87, 403};
     for (int ref = 0; ref < 2; ref++) {
         last_query want = query_of_last(model, three, 3, ref), plain = query_of_last(model, two, 2, ref);
@@ -381,8 +381,8 @@ TEST(infer_linear_rope_scaling_and_refusals) {
     }
     quill_model *m = NULL;
     quill_error err = {0};
-    CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a yarn-scaled model loaded");
-    CHECK_STR_CONTAINS(err.message, "unsupported RoPE scaling 'yarn'");
+    CHECK(quill_model_load(yarn, &m, &err) == QUILL_E_UNSUPPORTED, "a longrope-scaled llama model loaded");
+    CHECK_STR_CONTAINS(err.message, "unsupported RoPE scaling 'longrope'");
     /* a Mixtral-style file without expert_used_count names the key, as the reference refuses it */
     quill_gguf_writer *w = NULL;
     quill_gguf *g = NULL;

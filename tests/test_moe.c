@@ -12,21 +12,26 @@
 
 #define N_TOK 40
 
-/* A small qwen3moe (16 experts, 4 used) in F32 and in Q4_K_M by quill's quantizer, made once. */
-static bool moe_models(const char *shared, char *f32, char *q4, size_t cap) {
-    snprintf(f32, cap, "%s/moe-f32.gguf", tmp_dir());
-    snprintf(q4, cap, "%s/moe-q4_k_m.gguf", tmp_dir());
+/* Small MoE models in F32 and in Q4_K_M by quill's quantizer, made once: a qwen3moe (16 experts,
+ * 4 used) and a gpt-oss (8 experts, 2 used, window 5, sinks, biases). */
+static const char *const moe_synth[] = {
+    "--arch qwen3moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --experts 16 --experts-used 4 "
+    "--expert-ff 96 --seed 3",
+    "--arch gpt-oss --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 96 --experts 8 --experts-used 2 --window 5 "
+    "--seed 3",
+};
+
+static bool moe_models(const char *shared, int which, char *f32, char *q4, size_t cap) {
+    snprintf(f32, cap, "%s/moe-%d-f32.gguf", tmp_dir(), which);
+    snprintf(q4, cap, "%s/moe-%d-q4_k_m.gguf", tmp_dir(), which);
     FILE *f = fopen(q4, "rb");
     if (f) {
         fclose(f);
         return true;
     }
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "%s synth --arch qwen3moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --experts 16 "
-             "--experts-used 4 --expert-ff 96 --seed 3 --vocab %s/models/stories260K.gguf --type f32 -o %s && "
-             "%s quantize %s %s q4_k_m",
-             quill_bin(), shared, f32, quill_bin(), f32, q4);
+    snprintf(cmd, sizeof cmd, "%s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q4_k_m",
+             quill_bin(), moe_synth[which], shared, f32, quill_bin(), f32, q4);
     const int rc = run_cmd(cmd, &out, true);
     if (rc != 0) test_fail(__FILE__, __LINE__, "making the MoE models failed (exit %d): %.2000s", rc, out);
     free(out);
@@ -90,10 +95,11 @@ static float *logits_of(const char *model, how h, int threads, bool repack) {
 
 TEST(moe_logits_bitwise_invariant_to_batch_threads_sequences_and_layout) {
     REQUIRE_SHARED(shared);
-    char f32[512], q4[512];
-    if (!moe_models(shared, f32, q4, sizeof f32)) return;
-    const char *models[] = {f32, q4};
-    for (int k = 0; k < 2; k++) {
+    char f32[2][512], q4[2][512];
+    for (int i = 0; i < 2; i++)
+        if (!moe_models(shared, i, f32[i], q4[i], sizeof f32[i])) return;
+    const char *models[] = {f32[0], q4[0], f32[1], q4[1]};
+    for (int k = 0; k < 4; k++) {
         quill_model *m;
         quill_error err;
         CHECK(quill_model_load(models[k], &m, &err) == QUILL_OK, "%s", err.message);
@@ -114,8 +120,11 @@ TEST(moe_logits_bitwise_invariant_to_batch_threads_sequences_and_layout) {
     }
 }
 
-/* A copy of `src` where metadata `key` becomes the u32 `value` (NULL key: none), tensor `drop`
+/* A copy of `src` where metadata `key` becomes the u32 `value` (NULL key: none; value DROP: the
+ * key is left out), tensor `drop`
  * is left out (NULL: none) and tensor `reshape` gets ne `ne` (its first elements kept). */
+#define DROP UINT32_MAX
+
 static bool variant(const char *src, const char *dst, const char *key, uint32_t value, const char *drop,
                     const char *reshape, const int64_t *ne) {
     quill_gguf *g = NULL;
@@ -127,7 +136,7 @@ static bool variant(const char *src, const char *dst, const char *key, uint32_t 
         const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
         if (!key || strcmp(kv->key, key)) ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
     }
-    if (ok && key) ok = quill_gguf_writer_add_u32(w, key, value) == QUILL_OK;
+    if (ok && key && value != DROP) ok = quill_gguf_writer_add_u32(w, key, value) == QUILL_OK;
     float *zeros = NULL;
     for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
@@ -150,8 +159,9 @@ static bool variant(const char *src, const char *dst, const char *key, uint32_t 
 TEST(moe_bad_files_are_refused_by_name) {
     REQUIRE_SHARED(shared);
     char f32[512], q4[512], bad[600];
-    if (!moe_models(shared, f32, q4, sizeof f32)) return;
+    if (!moe_models(shared, 0, f32, q4, sizeof f32)) return;
     snprintf(bad, sizeof bad, "%s/moe-bad.gguf", tmp_dir());
+    const int64_t oss_bias[] = {96, 7, 1};
     const int64_t gate_7[] = {256, 96, 7}, gate_2d[] = {256, 96, 1}, down_t[] = {256, 96, 16}, router[] = {256, 15, 1};
     const struct {
         const char *key;
@@ -176,9 +186,21 @@ TEST(moe_bad_files_are_refused_by_name) {
          "tensor 'blk.0.ffn_down_exps.weight' has shape [256, 96, 16, 1], expected [96, 256, 16]"},
         {NULL, 0, NULL, "blk.1.ffn_gate_inp.weight", router,
          "tensor 'blk.1.ffn_gate_inp.weight' has shape [256, 15, 1, 1], expected [256, 16]"},
+        /* gpt-oss (from here on) */
+        {"gpt-oss.attention.sliding_window", DROP, NULL, NULL, NULL, "gpt-oss.attention.sliding_window is missing"},
+        {NULL, 0, "blk.0.attn_sinks.weight", NULL, NULL, "tensor 'blk.0.attn_sinks.weight' is missing"},
+        {NULL, 0, "blk.1.ffn_down_exps.bias", NULL, NULL, "tensor 'blk.1.ffn_down_exps.bias' is missing"},
+        {NULL, 0, "blk.0.attn_output.bias", NULL, NULL, "tensor 'blk.0.attn_output.bias' is missing"},
+        {NULL, 0, NULL, "blk.0.ffn_up_exps.bias", oss_bias, "tensor 'blk.0.ffn_up_exps.bias' has shape [96, 7, 1, 1], "
+         "expected [96, 8]"},
+        {"gpt-oss.rope.dimension_count", 32, NULL, NULL, NULL, "gpt-oss.rope.dimension_count = 32 must be the head size 64"},
     };
+    const size_t first_oss = 11;
+    char oss[512], oss_q4[512];
+    if (!moe_models(shared, 1, oss, oss_q4, sizeof oss)) return;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK(variant(f32, bad, cases[i].key, cases[i].value, cases[i].drop, cases[i].reshape, cases[i].ne),
+        CHECK(variant(i < first_oss ? f32 : oss, bad, cases[i].key, cases[i].value, cases[i].drop, cases[i].reshape,
+                      cases[i].ne),
               "cannot write case %zu", i);
         quill_model *m = NULL;
         quill_error err = {0};
@@ -217,10 +239,13 @@ TEST(moe_q8_0_closer_to_truth_than_the_reference) {
     const char *synth[] = {
         "--arch qwen3moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --experts 8 --experts-used 2 "
         "--expert-ff 128 --seed 5",
-        "--arch llama-moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --seed 5"};
+        "--arch llama-moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --seed 5",
+        "--arch gpt-oss --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --window 5 "
+        "--seed 5"};
+    const char *names[] = {"qwen3moe", "llama-moe", "gpt-oss"};
     const int32_t tok[] = {1, 20, 300, 45, 67, 89, 100, 200, 311, 400, 12, 13, 14, 15, 16, 17};
     const int n = (int)(sizeof tok / sizeof tok[0]);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         char f32[512], q8[512], ref[512], cmd[4096], *out = NULL;
         snprintf(f32, sizeof f32, "%s/moe-q8-%d-f32.gguf", tmp_dir(), k);
         snprintf(q8, sizeof q8, "%s/moe-q8-%d.gguf", tmp_dir(), k);
@@ -244,7 +269,7 @@ TEST(moe_q8_0_closer_to_truth_than_the_reference) {
             const size_t count = (size_t)n * (size_t)nv;
             const double e_ours = rms_rel_error(ours, exact, count), e_theirs = rms_rel_error(theirs, exact, count);
             printf("    %-9s q8_0 rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n",
-                   k ? "llama-moe" : "qwen3moe", e_ours, e_theirs, e_theirs / e_ours);
+                   names[k], e_ours, e_theirs, e_theirs / e_ours);
             CHECK(2 * e_ours <= e_theirs, "quill %.3g is not 2x closer to truth than the reference's %.3g", e_ours,
                   e_theirs);
         }
@@ -258,9 +283,9 @@ TEST(moe_q8_0_closer_to_truth_than_the_reference) {
 /* The fuzzer's MoE seeds (fuzz/seeds, written by `quill synth --vocab fuzz/seeds/vocab.gguf.seed`)
  * stay models quill runs: they load, and their fast and float64 logits agree. */
 TEST(moe_fuzz_seeds_are_runnable_models) {
-    const char *seeds[] = {"fuzz/seeds/qwen3moe.gguf.seed", "fuzz/seeds/llama-moe.gguf.seed"};
+    const char *seeds[] = {"fuzz/seeds/qwen3moe.gguf.seed", "fuzz/seeds/llama-moe.gguf.seed", "fuzz/seeds/gpt-oss.gguf.seed"};
     const int32_t tok[] = {1, 5, 9, 2};
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < 3; i++) {
         quill_model *m;
         quill_error err;
         CHECK(quill_model_load(seeds[i], &m, &err) == QUILL_OK, "%s", err.message);

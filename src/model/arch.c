@@ -17,6 +17,18 @@ static const quill_arch archs[] = {
      * top k renormalised */
     {.name = "qwen3moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .ffn = QUILL_FFN_MOE,
      .gating = QUILL_GATING_SOFTMAX, .norm_expert_weights = true, .expert_ff_key = true},
+    /* Qwen 1.5 / 2 MoE: Qwen 2's attention; a softmax over all experts, the top k as they are (not
+     * renormalised), plus a shared expert gated by sigmoid(ffn_gate_inp_shexp · h) */
+    {.name = "qwen2moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .ffn = QUILL_FFN_MOE,
+     .gating = QUILL_GATING_SOFTMAX, .expert_ff_key = true, .shared_expert = true},
+    /* gpt-oss (openai-moe in the reference): biases on q, k, v and the output; a learned sink logit per
+     * head; a window on every other layer (0, 2, ...); post_attention_norm is the FFN's input norm;
+     * the top k router logits (with their bias), then a softmax over those k; the experts' biases
+     * and the clamped SwiGLU with (up + 1) */
+    {.name = "gpt-oss", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SWIGLU_OAI, .attn_out_bias = true,
+     .attn_sinks = true, .swa_pattern = 2, .swa_required = true, .ffn_norm_post_attention = true,
+     .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_TOP_K_SOFTMAX, .expert_biases = true, .expert_ff_key = true,
+     .head_dim_is_rot = true},
     /* Gemma 2: every other layer (0, 2, ...) sees a sliding window, 4096 unless the file says; those
      * layers rotate as the others unless the file names rope.freq_base_swa */
     {.name = "gemma2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .post_norms = true, .embd_scale = true,
@@ -37,6 +49,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3 and phi3; "
            "other families are not implemented";
 }

@@ -60,7 +60,8 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     c->k = carve(mem, &at, ub * kv_dim * f);
     c->v = carve(mem, &at, ub * kv_dim * f);
     const quill_arch_params *ap = &c->model->ap;
-    const size_t ff = (size_t)(hp->n_ff > ap->n_ff_exp ? hp->n_ff : ap->n_ff_exp);
+    size_t ff = (size_t)(hp->n_ff > ap->n_ff_exp ? hp->n_ff : ap->n_ff_exp);
+    if ((size_t)ap->n_ff_shexp > ff) ff = (size_t)ap->n_ff_shexp;
     c->ffn_gate = carve(mem, &at, ub * ff * f);
     c->ffn_up = carve(mem, &at, ub * ff * f);
     if (ap->n_expert) {
@@ -72,6 +73,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
         c->moe_start = carve(mem, &at, (experts + 1) * sizeof(int32_t));
         c->moe_in = carve(mem, &at, ub * d * f);
         c->moe_out = carve(mem, &at, ub * used * d * f);
+        c->moe_shared_gate = carve(mem, &at, ub * f);
     }
     c->thread_scratch = carve(mem, &at, (size_t)c->n_threads * c->thread_scratch_len * f);
     /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
@@ -100,6 +102,19 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
      * frequency factor when it has them */
     double theta = pos * scale * pow(base, -2.0 * (double)i / (double)hp->n_rot);
     if (c->rope_factors) theta /= (double)c->rope_factors[i];
+    if (ap->rope_yarn) {
+        /* YaRN: the pairs below dimension `low` keep their unscaled angle, those above `high` the
+         * scaled one, a linear ramp between; low and high are where a pair's wavelength fits
+         * beta_fast = 32 and beta_slow = 1 times in the original context, rounded out as the
+         * reference rounds them (in float) */
+        const float n_rot = (float)hp->n_rot, orig = (float)ap->n_ctx_orig, two_pi = 6.283185307179586f;
+        const float lo = floorf(n_rot * logf(orig / (32.0f * two_pi)) / (2 * logf((float)base)));
+        const float hi = ceilf(n_rot * logf(orig / (1.0f * two_pi)) / (2 * logf((float)base)));
+        const double low = lo > 0 ? lo : 0, high = hi < n_rot - 1 ? hi : n_rot - 1;
+        const double y = ((double)i - low) / (high - low > 0.001 ? high - low : 0.001);
+        const double ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+        theta = theta * (1 - ramp) + theta / scale * ramp;
+    }
     return theta;
 }
 
@@ -145,6 +160,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
+    if (m->ap.n_ff_shexp > widest) widest = m->ap.n_ff_shexp;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;

@@ -48,6 +48,7 @@ struct quill_context {
      * slot) and where each expert's group starts [n_expert + 1]; the inputs of one expert's tokens
      * gathered [token][n_embd]; each slot's expert output [token][slot][n_embd] */
     float *moe_logits, *moe_weight, *moe_in, *moe_out;
+    float *moe_shared_gate;         /* [token]: the shared expert's sigmoid gate */
     int32_t *moe_expert, *moe_pairs, *moe_start;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;

@@ -1,8 +1,11 @@
 /* The mixture-of-experts feed-forward block, in the fast pass and in the float64 pass:
  *
- *   logits = Wrouter · h                                   (ffn_gate_inp: [n_expert][n_embd])
+ *   logits = Wrouter · h (+ b)                             (ffn_gate_inp: [n_expert][n_embd])
  *   chosen experts and weights = route(logits)             (the architecture's gating, below)
- *   f = Σ_k weight_k · (act(h·Wgate[e_k]) · (h·Wup[e_k])) · Wdown[e_k], k in the chosen order
+ *   f = Σ_k weight_k · (act(h·Wgate[e_k] + bg) · (h·Wup[e_k] + bu) · Wdown[e_k] + bd), k in the
+ *       chosen order (the expert biases: gpt-oss)
+ *   f += sigmoid(w_shexp · h) · ((act(h·Wgate_shexp) · (h·Wup_shexp)) · Wdown_shexp)
+ *       (with a shared expert: qwen2moe)
  *
  * The fast pass groups a micro-batch's tokens by expert: each chosen expert's rows are read once
  * for all the tokens that chose it (gathered into one small product), instead of once per token.
@@ -63,6 +66,12 @@ static const char *weights_name(const quill_arch *a) {
 
 /* ---------------------------------------------------------------- fast pass */
 
+/* x[r][i] += bias[i] for each of `rows` rows of n */
+static void add_row(float *x, const float *bias, int64_t n, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) x[(size_t)r * n + i] += bias[i];
+}
+
 static void moe_announce(const quill_context *c, const quill_layer *L, int n_tok) {
     quill_announce(c, (const quill_weight *[]){&L->w_router}, 1, n_tok);
 }
@@ -90,12 +99,34 @@ static void weighted_sum_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
+/* The shared expert of every token of the micro-batch (its input still in c->xb), into c->moe_in,
+ * and its gates into c->moe_shared_gate. */
+static void shared_expert(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    const int64_t d = c->hp->n_embd, ff = L->w_gate_shexp.rows;
+    for (int t = 0; t < n_tok; t++) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; i++) dot += (double)L->shexp_gate[i] * c->xb[(size_t)t * d + i];
+        c->moe_shared_gate[t] = (float)(1.0 / (1.0 + exp(-dot)));
+    }
+    quill_trace(c, "ffn_shexp_gate", layer, c->moe_shared_gate, 2, 1, n_tok, 1);
+    quill_announce(c, (const quill_weight *[]){&L->w_down_shexp}, 1, n_tok);
+    quill_matmuls(c, (const quill_weight *[]){&L->w_gate_shexp, &L->w_up_shexp}, (float *[]){c->ffn_gate, c->ffn_up},
+                  2, c->xb, n_tok);
+    quill_gated_activation(c, c->ffn_gate, c->ffn_up, n_tok, ff);
+    quill_matmul(c, &L->w_down_shexp, c->ffn_gate, n_tok, c->moe_in);
+    quill_trace(c, "ffn_shexp", layer, c->moe_in, 2, d, n_tok, 1);
+}
+
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
     const quill_arch *a = c->model->arch;
     const quill_arch_params *ap = &c->model->ap;
     const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd, ff = ap->n_ff_exp;
     quill_matmul(c, &L->w_router, c->xb, n_tok, c->moe_logits);
     quill_trace(c, "ffn_moe_logits", layer, c->moe_logits, 2, n_expert, n_tok, 1);
+    if (L->router_bias) {
+        for (int t = 0; t < n_tok; t++) add_row(c->moe_logits + (size_t)t * n_expert, L->router_bias, n_expert, 1);
+        quill_trace(c, "ffn_moe_logits_biased", layer, c->moe_logits, 2, n_expert, n_tok, 1);
+    }
 
     /* each token's experts, on this thread: n_expert · k steps a token, little beside the products */
     double logits[QUILL_MAX_EXPERTS], weight[QUILL_MAX_EXPERTS];
@@ -128,15 +159,25 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
         const quill_weight down = quill_weight_expert(&L->w_down, e);
         quill_announce(c, (const quill_weight *[]){&down}, 1, m);
         quill_matmuls(c, (const quill_weight *[]){&gate, &up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->moe_in, m);
+        if (L->gate_exps_bias) add_row(c->ffn_gate, L->gate_exps_bias + e * ff, ff, m);
+        if (L->up_exps_bias) add_row(c->ffn_up, L->up_exps_bias + e * ff, ff, m);
         quill_gated_activation(c, c->ffn_gate, c->ffn_up, m, ff);
         quill_matmul(c, &down, c->ffn_gate, m, c->moe_in);
+        if (L->down_exps_bias) add_row(c->moe_in, L->down_exps_bias + e * d, d, m);
         for (int i = 0; i < m; i++)
             memcpy(c->moe_out + (size_t)pairs[i] * d, c->moe_in + (size_t)i * d, (size_t)d * sizeof(float));
     }
     quill_trace(c, "ffn_moe_down", layer, c->moe_out, 3, d, k, n_tok);
+    if (L->ffn == QUILL_FFN_MOE_SHARED) shared_expert(c, L, layer, n_tok);
     quill_announce_next_layer(c, layer, n_tok);
     weighted_sum_job j = {c, c->xb};
     quill_pool_run(c->pool, weighted_sum_rows, &j, n_tok, 1);
+    if (L->ffn == QUILL_FFN_MOE_SHARED) {
+        quill_trace(c, "ffn_moe_out", layer, c->xb, 2, d, n_tok, 1);
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < d; i++)
+                c->xb[(size_t)t * d + i] += c->moe_in[(size_t)t * d + i] * c->moe_shared_gate[t];
+    }
 }
 
 /* ---------------------------------------------------------------- float64 pass */
@@ -160,6 +201,10 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
     }
     quill_ref_matvec(&L->w_router, in, logits, row);
     quill_ref_trace(c, "ffn_moe_logits", layer, logits, n_expert, 2, n_expert, 1, tmp);
+    if (L->router_bias) {
+        for (int64_t e = 0; e < n_expert; e++) logits[e] += L->router_bias[e];
+        quill_ref_trace(c, "ffn_moe_logits_biased", layer, logits, n_expert, 2, n_expert, 1, tmp);
+    }
     route(a, logits, n_expert, k, expert, weight);
     quill_ref_trace(c, "ffn_moe_probs", layer, logits, n_expert, 2, n_expert, 1, tmp);
     quill_ref_trace(c, weights_name(a), layer, weight, k, 3, 1, k, tmp);
@@ -170,11 +215,34 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
         const quill_weight down = quill_weight_expert(&L->w_down, expert[s_]);
         quill_ref_matvec(&gate, in, g, row);
         quill_ref_matvec(&up, in, u, row);
+        for (int64_t i = 0; L->gate_exps_bias && i < ff; i++) g[i] += L->gate_exps_bias[expert[s_] * ff + i];
+        for (int64_t i = 0; L->up_exps_bias && i < ff; i++) u[i] += L->up_exps_bias[expert[s_] * ff + i];
         quill_ref_gated_activation(c, g, u, ff);
         quill_ref_matvec(&down, g, y + s_ * d, row);
+        for (int64_t i = 0; L->down_exps_bias && i < d; i++) y[s_ * d + i] += L->down_exps_bias[expert[s_] * d + i];
         for (int64_t i = 0; i < d; i++) out[i] += weight[s_] * y[s_ * d + i];
     }
     quill_ref_trace(c, "ffn_moe_down", layer, y, k * d, 3, d, k, tmp);
+    if (L->ffn == QUILL_FFN_MOE_SHARED) {
+        quill_ref_trace(c, "ffn_moe_out", layer, out, d, 2, d, 1, tmp);
+        const int64_t ff_sh = L->w_gate_shexp.rows;
+        double dot = 0, *gs = malloc((size_t)ff_sh * sizeof *gs), *us = malloc((size_t)ff_sh * sizeof *us);
+        float *row_sh = malloc((size_t)(ff_sh > d ? ff_sh : d) * sizeof *row_sh);
+        if (!gs || !us || !row_sh) {
+            s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
+        } else {
+            for (int64_t i = 0; i < d; i++) dot += (double)L->shexp_gate[i] * in[i];
+            const double gate = 1.0 / (1.0 + exp(-dot));
+            quill_ref_trace(c, "ffn_shexp_gate", layer, &gate, 1, 2, 1, 1, tmp);
+            quill_ref_matvec(&L->w_gate_shexp, in, gs, row_sh);
+            quill_ref_matvec(&L->w_up_shexp, in, us, row_sh);
+            quill_ref_gated_activation(c, gs, us, ff_sh);
+            quill_ref_matvec(&L->w_down_shexp, gs, y, row_sh);
+            quill_ref_trace(c, "ffn_shexp", layer, y, d, 2, d, 1, tmp);
+            for (int64_t i = 0; i < d; i++) out[i] += y[i] * gate;
+        }
+        free(gs), free(us), free(row_sh);
+    }
 done:
     free(logits);
     free(weight);
@@ -188,3 +256,6 @@ done:
 }
 
 const quill_ffn_impl quill_ffn_moe = {moe_announce, moe_fast, moe_exact, "ffn_moe_out"};
+/* (the routed experts' sum is traced as ffn_moe_out inside; the block's output with the shared
+ * expert is ffn_out, as the reference names them) */
+const quill_ffn_impl quill_ffn_moe_shared = {moe_announce, moe_fast, moe_exact, "ffn_out"};

@@ -230,9 +230,24 @@ static void geglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU: x·sigmoid(1.702·x)·(y + 1), x = min(gate, 7), y = clamp(up, -7, 7) */
+static void swiglu_oai_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const swiglu_job *j = arg;
+    float *gate = j->gate + t0 * j->n_ff;
+    const float *up = j->up + t0 * j->n_ff;
+    for (int64_t i = 0; i < (t1 - t0) * j->n_ff; i++) {
+        const float x = gate[i] < QUILL_OAI_LIMIT ? gate[i] : QUILL_OAI_LIMIT;
+        const float y = up[i] < -QUILL_OAI_LIMIT ? -QUILL_OAI_LIMIT : up[i] > QUILL_OAI_LIMIT ? QUILL_OAI_LIMIT : up[i];
+        gate[i] = x / (1.0f + expf(-QUILL_OAI_ALPHA * x)) * (y + 1.0f);
+    }
+}
+
 void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width) {
     swiglu_job j = {c->kern, gate, up, width};
-    quill_pool_run(c->pool, c->model->arch->act == QUILL_ACT_GELU_TANH ? geglu_rows : swiglu_rows, &j, n_tok, 1);
+    const quill_activation act = c->model->arch->act;
+    quill_pool_run(c->pool, act == QUILL_ACT_GELU_TANH ? geglu_rows : act == QUILL_ACT_SWIGLU_OAI ? swiglu_oai_rows : swiglu_rows,
+                   &j, n_tok, 1);
 }
 
 typedef struct {
@@ -251,6 +266,22 @@ typedef struct {
 static void softcap_scores(float *x, int n, float scale, float cap) {
     const float inv = 1.0f / cap;
     for (int p = 0; p < n; p++) x[p] = cap * tanhf(x[p] * scale * inv);
+}
+
+/* The softmax with a learned sink logit per head (gpt-oss): its e^(sink - m) joins the denominator,
+ * m the largest of the scaled scores and the sink. The kernel's softmax without it gives
+ * p = e^(s·x - m')/S' (m' the largest scaled score, where p = e^0/S' = 1/S'), and with the sink
+ * every p is scaled by S'/(S' + e^(sink - m')) = 1/(1 + p_max · e^(sink - m')), in double: the same
+ * bits on every instruction set, the result within an f32 rounding of the direct sum. */
+static void with_sink(const quill_context *c, float *row, int n, float scale, float sink) {
+    float max = row[0];
+    int at = 0;
+    for (int p = 1; p < n; p++)
+        if (row[p] > max) max = row[p], at = p;
+    const double m = (double)(max * scale);
+    c->kern->softmax(row, n, scale);
+    const float f = (float)(1.0 / (1.0 + (double)row[at] * exp((double)sink - m)));
+    for (int p = 0; p < n; p++) row[p] *= f;
 }
 
 /* One item = one KV head and up to ATT_TOKENS consecutive tokens of the batch: causal softmax
@@ -311,7 +342,10 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
                 const int n_keys = p0 + i + 1 - first[i];
                 if (cap > 0) {
                     softcap_scores(row, n_keys, scale, cap);
-                    c->kern->softmax(row, n_keys, 1.0f);
+                    if (L->sinks) with_sink(c, row, n_keys, 1.0f, L->sinks[h0 + g]);
+                    else c->kern->softmax(row, n_keys, 1.0f);
+                } else if (L->sinks) {
+                    with_sink(c, row, n_keys, scale, L->sinks[h0 + g]);
                 } else {
                     c->kern->softmax(row, n_keys, scale);
                 }
@@ -392,11 +426,9 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
          * ran ~1.8x slower at 2000 positions) */
         float *vt = c->v_cache + cache * c->n_ctx * kv_dim;
         float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
-        if (L->bq) {
-            add_bias(q, L->bq, q_dim);
-            add_bias(k, L->bk, kv_dim);
-            add_bias(v, L->bv, kv_dim);
-        }
+        if (L->bq) add_bias(q, L->bq, q_dim);
+        if (L->bk) add_bias(k, L->bk, kv_dim);
+        if (L->bv) add_bias(v, L->bv, kv_dim);
         if (L->q_norm) {
             head_norms(q, hp->n_head, hd, L->q_norm, hp->rms_eps);
             head_norms(k, hp->n_head_kv, hd, L->k_norm, hp->rms_eps);
@@ -447,7 +479,7 @@ static void scale_rows(float *x, int64_t n, float s) {
 }
 
 const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind) {
-    return kind == QUILL_FFN_MOE ? &quill_ffn_moe : &quill_ffn_dense;
+    return kind == QUILL_FFN_MOE ? &quill_ffn_moe : kind == QUILL_FFN_MOE_SHARED ? &quill_ffn_moe_shared : &quill_ffn_dense;
 }
 
 /* ---------------------------------------------------------------- one micro-batch */
@@ -502,6 +534,8 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
         ffn->announce(c, L, n);
         quill_matmul(c, &L->wo, c->att, n, c->xb);
+        if (L->bo)
+            for (int t = 0; t < n; t++) add_bias(c->xb + (size_t)t * d, L->bo, d);
         quill_trace(c, "attn_out", l, c->xb, 2, d, n, 1);
         if (L->attn_post_norm) {
             post_norm(c, c->xb, L->attn_post_norm, n);
@@ -509,7 +543,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         }
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
         quill_trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
-        quill_trace(c, "ffn_norm", l, c->xb, 2, d, n, 1);
+        quill_trace(c, m->arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, c->xb, 2, d, n, 1);
         ffn->fast(c, L, l, n);
         quill_trace(c, ffn->out_name, l, c->xb, 2, d, n, 1);
         if (L->ffn_post_norm) {

@@ -6,6 +6,10 @@
 
 #include "model/context.h"
 
+/* gpt-oss's clamped SwiGLU: the reference's constants */
+#define QUILL_OAI_ALPHA 1.702f
+#define QUILL_OAI_LIMIT 7.0f
+
 /* ---------------------------------------------------------------- fast pass (forward.c) */
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
@@ -51,7 +55,7 @@ typedef struct {
     const char *out_name; /* the block's output in the reference's traces */
 } quill_ffn_impl;
 
-extern const quill_ffn_impl quill_ffn_dense, quill_ffn_moe;
+extern const quill_ffn_impl quill_ffn_dense, quill_ffn_moe, quill_ffn_moe_shared;
 
 /* The implementation of an FFN kind (forward.c). */
 const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind);

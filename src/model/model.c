@@ -50,8 +50,9 @@ static const char *akey(const quill_hparams *hp, const char *suffix, char *buf, 
 }
 
 /* RoPE scaling. Linear scaling (rope.scaling.type "linear", or the older rope.scale_linear key)
- * divides every position by the factor; without it a model tuned that way would run and print
- * fluent nonsense, so any other scaling type is refused rather than ignored. */
+ * divides every position by the factor; YaRN (gpt-oss) scales only the low frequencies (model
+ * context.c's quill_rope_angle). Without them a model tuned that way would run and print fluent
+ * nonsense, so any other scaling type is refused rather than ignored. */
 static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
     char key[96];
     const char *type = NULL;
@@ -62,13 +63,13 @@ static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_e
     double factor = 1;
     if (type && type_len == 4 && !memcmp(type, "none", 4)) {
         /* no scaling, whatever factor the file names besides */
-    } else if (type && !(type_len == 6 && !memcmp(type, "linear", 6))) {
+    } else if (type && !(type_len == 6 && !memcmp(type, "linear", 6)) && !(type_len == 4 && !memcmp(type, "yarn", 4))) {
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: unsupported RoPE scaling '%.*s' (%s): quill implements linear scaling only",
+                          "%s: unsupported RoPE scaling '%.*s' (%s): quill implements linear and yarn scaling",
                           quill_gguf_path(g), (int)(type_len > 64 ? 64 : type_len), type, key);
     } else {
-        /* linear, also the reference's reading of a file that names no type: the factor, else the
-         * older key's, else 1 */
+        /* linear or yarn (the file's type, or linear when it names none, as the reference reads
+         * it): the factor, else the older key's, else 1 */
         if ((s = get_real(g, akey(hp, "rope.scaling.factor", key, sizeof key), 0, &factor, err))) return s;
         if (factor == 0 && (s = get_real(g, akey(hp, "rope.scale_linear", key, sizeof key), 1, &factor, err)))
             return s;
@@ -188,13 +189,20 @@ static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, 
     return bind_tensor(m, name, cols, rows, 0, w, err);
 }
 
-static quill_status load_vector(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
+/* A small tensor [rows][cols] dequantized to floats at load. */
+static quill_status load_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
+                                quill_error *err) {
     quill_weight w;
-    quill_status s = bind_weight(m, name, n, 1, &w, err);
+    quill_status s = bind_weight(m, name, cols, rows, &w, err);
     if (s) return s;
-    *out = malloc((size_t)n * sizeof **out);
+    *out = malloc((size_t)(cols * rows) * sizeof **out);
     if (!*out) return quill_fail(err, QUILL_E_NOMEM, "out of memory loading '%s'", name);
-    return quill_dequantize(w.type, w.data, *out, n, err);
+    for (int64_t r = 0; r < rows && !s; r++) s = quill_dequantize(w.type, w.data + (size_t)r * w.row_bytes, *out + r * cols, cols, err);
+    return s;
+}
+
+static quill_status load_vector(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
+    return load_floats(m, name, n, 1, out, err);
 }
 
 /* A vector the architecture may have: NULL when the file has none. */
@@ -235,6 +243,21 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     if (!(ap->rope_attn_factor > 0) || ap->rope_attn_factor > 1e3)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.scaling.attn_factor = %g is out of range", path, a->name,
                           ap->rope_attn_factor);
+    char type_key[96];
+    const char *type;
+    size_t type_len;
+    snprintf(type_key, sizeof type_key, "%s.rope.scaling.type", a->name);
+    ap->rope_yarn = quill_gguf_get_str(m->gguf, type_key, &type, &type_len, NULL) == QUILL_OK && type_len == 4 &&
+                    !memcmp(type, "yarn", 4);
+    if (ap->rope_yarn) {
+        /* YaRN's magnitude correction, 1 + 0.1 ln(factor) for a factor above 1: the reference divides
+         * its attention factor by it and its rotation multiplies it back */
+        const double factor = 1.0 / hp->rope_freq_scale;
+        if (factor > 1) ap->rope_attn_factor *= 1.0 + 0.1 * log(factor);
+    }
+    if (a->head_dim_is_rot && hp->n_rot != hp->head_dim)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.dimension_count = %lld must be the head size %lld", path,
+                          a->name, (long long)hp->n_rot, (long long)hp->head_dim);
     if (a->gemma_query_scale) {
         /* the reference computes it in float; the 27B shapes (46 or 62 layers) use n_embd / n_head */
         const bool big = hp->n_layer == (strcmp(a->name, "gemma2") ? 62 : 46);
@@ -258,7 +281,8 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     double window = a->swa_default;
     int64_t pattern = a->swa_pattern;
     if (a->swa_pattern) {
-        key_real(m->gguf, a->name, "attention.sliding_window", &window);
+        if (!key_real(m->gguf, a->name, "attention.sliding_window", &window) && a->swa_required)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window is missing", path, a->name);
         if (window != 0 && (!(window >= 1) || window > 1e9))
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window = %g is out of range (1..1e9)",
                               path, a->name, window);
@@ -320,8 +344,10 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     if ((s = expert_key(m, "expert_count", &n_expert, err)) || (s = expert_key(m, "expert_used_count", &n_used, err)) ||
         (s = expert_key(m, "expert_group_count", &groups, err)) ||
         (s = expert_key(m, "expert_group_used_count", &groups_used, err)) ||
-        (s = expert_key(m, "expert_feed_forward_length", &ff_exp, err)))
+        (s = expert_key(m, "expert_feed_forward_length", &ff_exp, err)) ||
+        (s = expert_key(m, "expert_shared_feed_forward_length", &ap->n_ff_shexp, err)))
         return s;
+    if (!a->shared_expert) ap->n_ff_shexp = 0;
     if (a->ffn == QUILL_FFN_DENSE) return QUILL_OK;
     if (n_expert > QUILL_MAX_EXPERTS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_count = %lld is more than %d experts", path, name,
@@ -336,6 +362,7 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         if (groups)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_group_count = %lld without experts", path, name,
                               (long long)groups);
+        ap->n_ff_shexp = 0;
         return QUILL_OK; /* a dense model of this family (n_used is 0: not more than the count) */
     }
     if (n_used == 0)
@@ -355,6 +382,11 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     ap->n_expert = n_expert;
     ap->n_expert_used = n_used;
     ap->n_ff_exp = ff_exp;
+    if (a->shared_expert && !ap->n_ff_shexp) ap->n_ff_shexp = m->hp.n_ff;
+    if (a->shared_expert && ap->n_ff_shexp <= 0)
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: %s.expert_shared_feed_forward_length and %s.feed_forward_length are missing", path, name,
+                          name);
     return QUILL_OK;
 }
 
@@ -399,6 +431,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = bind_weight(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define VECTOR(field, suffix, n) \
     if ((s = load_vector(m, NAME(suffix), n, &L->field, err))) goto fail;
+#define FLOATS(field, suffix, cols, rows) \
+    if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
+#define OPTIONAL(field, suffix, n) \
+    if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
         if (a->fused_qkv && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
             quill_weight qkv;
             BIND(wq, "attn_qkv.weight", hp->n_embd, q_dim + 2 * kv_dim)
@@ -412,7 +448,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
         BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
-        L->ffn = n_expert ? QUILL_FFN_MOE : QUILL_FFN_DENSE;
+        L->ffn = !n_expert ? QUILL_FFN_DENSE : a->shared_expert ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
 #define EXPERTS(field, suffix, cols, rows) \
     if ((s = bind_tensor(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
         if (n_expert) {
@@ -420,6 +456,13 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             EXPERTS(w_gate, "ffn_gate_exps.weight", hp->n_embd, ff_exp)
             EXPERTS(w_up, "ffn_up_exps.weight", hp->n_embd, ff_exp)
             EXPERTS(w_down, "ffn_down_exps.weight", ff_exp, hp->n_embd)
+            if (a->shared_expert) {
+                const int64_t ff_sh = m->ap.n_ff_shexp;
+                BIND(w_gate_shexp, "ffn_gate_shexp.weight", hp->n_embd, ff_sh)
+                BIND(w_up_shexp, "ffn_up_shexp.weight", hp->n_embd, ff_sh)
+                BIND(w_down_shexp, "ffn_down_shexp.weight", ff_sh, hp->n_embd)
+                VECTOR(shexp_gate, "ffn_gate_inp_shexp.weight", hp->n_embd)
+            }
         } else if (a->fused_gate_up) {
             quill_weight gate_up;
             BIND(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
@@ -432,7 +475,11 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (!n_expert) BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
         VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
-        VECTOR(ffn_norm, "ffn_norm.weight", hp->n_embd)
+        if (a->ffn_norm_post_attention) {
+            VECTOR(ffn_norm, "post_attention_norm.weight", hp->n_embd)
+        } else {
+            VECTOR(ffn_norm, "ffn_norm.weight", hp->n_embd)
+        }
         if (a->post_norms) {
             VECTOR(attn_post_norm, "post_attention_norm.weight", hp->n_embd)
             VECTOR(ffn_post_norm, "post_ffw_norm.weight", hp->n_embd)
@@ -445,8 +492,23 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(bq, "attn_q.bias", q_dim)
             VECTOR(bk, "attn_k.bias", kv_dim)
             VECTOR(bv, "attn_v.bias", kv_dim)
+        } else if (!a->fused_qkv) {
+            /* optional in every architecture, as the reference loads them */
+            OPTIONAL(bq, "attn_q.bias", q_dim)
+            OPTIONAL(bk, "attn_k.bias", kv_dim)
+            OPTIONAL(bv, "attn_v.bias", kv_dim)
+        }
+        if (a->attn_out_bias) VECTOR(bo, "attn_output.bias", hp->n_embd)
+        if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", hp->n_head)
+        if (n_expert && a->expert_biases) {
+            VECTOR(router_bias, "ffn_gate_inp.bias", n_expert)
+            FLOATS(gate_exps_bias, "ffn_gate_exps.bias", ff_exp, n_expert)
+            FLOATS(up_exps_bias, "ffn_up_exps.bias", ff_exp, n_expert)
+            FLOATS(down_exps_bias, "ffn_down_exps.bias", hp->n_embd, n_expert)
         }
 #undef VECTOR
+#undef OPTIONAL
+#undef FLOATS
 #undef EXPERTS
 #undef BIND
 #undef NAME
@@ -464,8 +526,9 @@ void quill_model_free(quill_model *m) {
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
             quill_layer *L = &m->layers[l];
-            float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm,
-                              L->q_norm, L->k_norm, L->bq, L->bk, L->bv};
+            float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm,
+                              L->k_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_bias,
+                              L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
         }
     free(m->layers);

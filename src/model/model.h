@@ -32,14 +32,17 @@ static inline quill_weight quill_weight_expert(const quill_weight *w, int64_t e)
  * Llama layout, or the two halves (x[i], x[i + n_rot/2]) in the GPT-NeoX layout. */
 typedef enum { QUILL_ROPE_ADJACENT, QUILL_ROPE_NEOX } quill_rope_style;
 
-/* The feed-forward's gate: silu(gate)·up (SwiGLU) or gelu_tanh(gate)·up (GeGLU). */
-typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH } quill_activation;
+/* The feed-forward's gate: silu(gate)·up (SwiGLU), gelu_tanh(gate)·up (GeGLU), or gpt-oss's clamped
+ * SwiGLU, g·sigmoid(1.702·g)·(u + 1) with g = min(gate, 7) and u = clamp(up, -7, 7). */
+typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH, QUILL_ACT_SWIGLU_OAI } quill_activation;
 
 /* The feed-forward block of a layer (forward.h maps each to its fast and float64 versions):
  * dense is one gated FFN of ffn_gate, ffn_up, ffn_down (ffn_dense.c); MoE is a router
  * (ffn_gate_inp) that picks expert_used_count of expert_count gated FFNs, the 3-D tensors
- * ffn_{gate,up,down}_exps, and sums their outputs with the router's weights (ffn_moe.c). */
-typedef enum { QUILL_FFN_DENSE, QUILL_FFN_MOE } quill_ffn_kind;
+ * ffn_{gate,up,down}_exps, and sums their outputs with the router's weights (ffn_moe.c); MoE with
+ * a shared expert adds one more gated FFN every token runs, ffn_{gate,up,down}_shexp, scaled by
+ * sigmoid(ffn_gate_inp_shexp · h) (ffn_moe.c). */
+typedef enum { QUILL_FFN_DENSE, QUILL_FFN_MOE, QUILL_FFN_MOE_SHARED } quill_ffn_kind;
 
 /* How a MoE router turns its logits into the chosen experts' weights: a softmax over all experts,
  * then the top k (Qwen3-MoE, Mixtral); or the top k logits, then a softmax over those k (gpt-oss). */
@@ -61,6 +64,8 @@ typedef struct quill_arch {
     bool norm_expert_weights; /* the chosen experts' weights divided by their sum */
     bool expert_ff_key;   /* expert_feed_forward_length, else feed_forward_length / expert_used_count
                            * (without it: feed_forward_length) */
+    bool shared_expert;   /* MoE with a shared expert, expert_shared_feed_forward_length (else
+                           * feed_forward_length) wide (qwen2moe) */
     bool qkv_bias;        /* attn_{q,k,v}.bias added after the projections */
     bool qk_norm;         /* attn_{q,k}_norm.weight [head_dim]: RMS norm per head before RoPE */
     bool post_norms;      /* attn_post_norm and post_ffw_norm: RMS norm of each branch before the residual */
@@ -76,6 +81,12 @@ typedef struct quill_arch {
     double swa_rope_base; /* RoPE base of the sliding-window layers, unscaled, unless the file's
                            * rope.freq_base_swa names one (0: the global base and scaling) */
     double swa_default;   /* window when the file names none (0: none, every layer global) */
+    bool swa_required;    /* attention.sliding_window must be there (gpt-oss) */
+    bool attn_out_bias;   /* attn_output.bias added after the output projection */
+    bool attn_sinks;      /* attn_sinks.weight [n_head]: a learned logit per head in each softmax */
+    bool ffn_norm_post_attention; /* the FFN's input norm is post_attention_norm.weight (gpt-oss) */
+    bool expert_biases;   /* ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias */
+    bool head_dim_is_rot; /* the head size is rope.dimension_count (the reference sizes q, k, v by it) */
     bool trace_q_scaled;  /* the reference's Qcur trace is taken after the queries' scaling (Phi-3) */
 } quill_arch;
 
@@ -91,11 +102,17 @@ typedef struct {
     float *attn_norm, *ffn_norm;   /* [n_embd], dequantized at load (tiny) */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
     float *q_norm, *k_norm;        /* [head_dim] or NULL */
-    float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL */
+    float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL (each optional) */
+    float *bo;                     /* [n_embd] or NULL */
+    float *sinks;                  /* [n_head] or NULL */
     quill_weight wq, wk, wv, wo;
     quill_ffn_kind ffn;            /* the architecture's FFN block */
     quill_weight w_gate, w_up, w_down; /* MoE: [n_expert] of [n_ff_exp][n_embd], [n_embd][n_ff_exp] */
     quill_weight w_router;         /* MoE: ffn_gate_inp [n_expert][n_embd] */
+    float *router_bias;            /* [n_expert] or NULL */
+    float *gate_exps_bias, *up_exps_bias, *down_exps_bias; /* [n_expert][n_ff_exp], [n_expert][n_embd] or NULL */
+    quill_weight w_gate_shexp, w_up_shexp, w_down_shexp; /* the shared expert, or data NULL */
+    float *shexp_gate;             /* ffn_gate_inp_shexp [n_embd] or NULL */
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
 } quill_layer;
@@ -111,9 +128,13 @@ typedef struct {
     float *rope_factors;           /* [n_rot/2] frequency divisors or NULL */
     float *rope_factors_long;      /* [n_rot/2] the divisors beyond n_ctx_orig (Phi-3), or NULL */
     int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
-    double rope_attn_factor;       /* rope.scaling.attn_factor: multiplies the rotated q and k (1: none) */
+    double rope_attn_factor;       /* rope.scaling.attn_factor (and YaRN's magnitude correction): multiplies
+                                    * the rotated q and k (1: none) */
+    bool rope_yarn;                /* rope.scaling.type yarn: each frequency between the scaled and the
+                                    * unscaled one by YaRN's ramp (beta_fast 32, beta_slow 1) */
     int64_t n_expert, n_expert_used; /* MoE: expert_count, expert_used_count (0: dense) */
     int64_t n_ff_exp;              /* MoE: rows of one expert's gate and up */
+    int64_t n_ff_shexp;            /* MoE with a shared expert: its width (0: none) */
 } quill_arch_params;
 
 struct quill_model {

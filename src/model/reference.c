@@ -60,7 +60,13 @@ void quill_ref_trace(const quill_context *c, const char *name, int layer, const 
 }
 
 void quill_ref_gated_activation(const quill_context *c, double *gate, const double *up, int64_t n) {
-    if (c->model->arch->act == QUILL_ACT_GELU_TANH)
+    if (c->model->arch->act == QUILL_ACT_SWIGLU_OAI)
+        for (int64_t i = 0; i < n; i++) {
+            const double x = gate[i] < QUILL_OAI_LIMIT ? gate[i] : QUILL_OAI_LIMIT;
+            const double y = up[i] < -QUILL_OAI_LIMIT ? -QUILL_OAI_LIMIT : up[i] > QUILL_OAI_LIMIT ? QUILL_OAI_LIMIT : up[i];
+            gate[i] = x / (1.0 + exp(-(double)QUILL_OAI_ALPHA * x)) * (y + 1.0);
+        }
+    else if (c->model->arch->act == QUILL_ACT_GELU_TANH)
         for (int64_t i = 0; i < n; i++) {
             const double x = gate[i];
             gate[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * up[i];
@@ -103,10 +109,9 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             quill_ref_matvec(&L->wq, xb, q, row);
             quill_ref_matvec(&L->wk, xb, k, row);
             quill_ref_matvec(&L->wv, xb, v, row);
-            if (L->bq) {
-                for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
-                for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
-            }
+            for (int64_t i = 0; L->bq && i < q_dim; i++) q[i] += L->bq[i];
+            for (int64_t i = 0; L->bk && i < kv_dim; i++) k[i] += L->bk[i];
+            for (int64_t i = 0; L->bv && i < kv_dim; i++) v[i] += L->bv[i];
             if (L->q_norm) {
                 for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
                 for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
@@ -137,7 +142,9 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
                     if (scores[p] > max) max = scores[p];
                 }
+                if (L->sinks && L->sinks[h] > max) max = L->sinks[h];
                 for (int p = first; p <= pos; p++) sum += (scores[p] = exp(scores[p] - max));
+                if (L->sinks) sum += exp((double)L->sinks[h] - max);
                 double *ah = att + h * hd;
                 for (int64_t i = 0; i < hd; i++) ah[i] = 0;
                 for (int p = first; p <= pos; p++) {
@@ -147,6 +154,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             }
             quill_ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
             quill_ref_matvec(&L->wo, att, o, row);
+            for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
             quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             if (L->attn_post_norm) {
                 ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
@@ -155,7 +163,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
             quill_ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
-            quill_ref_trace(c, "ffn_norm", l, xb, d, 2, d, 1, tmp);
+            quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
             const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
             if ((s = ffn->exact(c, L, l, xb, o, err))) goto done;
             quill_ref_trace(c, ffn->out_name, l, o, d, 2, d, 1, tmp);

@@ -96,8 +96,9 @@ quill_status quill_trace_recorder_write(const quill_trace_recorder *r, const cha
 int64_t quill_trace_rank(const char *name) {
     static const char *const per_layer[] = {
         "attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "attn_post_norm", "ffn_inp", "ffn_norm",
-        "ffn_gate", "ffn_up", "ffn_moe_logits", "ffn_moe_probs", "ffn_moe_weights", "ffn_moe_weights_norm",
-        "ffn_moe_weights_softmax", "ffn_moe_down", "ffn_out", "ffn_moe_out", "ffn_post_norm", "l_out"};
+        "ffn_gate", "ffn_up", "ffn_moe_logits", "ffn_moe_logits_biased", "ffn_moe_probs", "ffn_moe_weights", "ffn_moe_weights_norm",
+        "ffn_moe_weights_softmax", "ffn_moe_down", "ffn_shexp_gate", "ffn_shexp", "ffn_moe_out", "ffn_out", "ffn_post_norm",
+        "l_out"};
     const int64_t n_stages = (int64_t)(sizeof per_layer / sizeof per_layer[0]);
     if (!strcmp(name, "inp_embd")) return 0;
     if (!strcmp(name, "result_norm")) return INT64_MAX / 4;
