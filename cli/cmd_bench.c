@@ -2,6 +2,7 @@
  * memory read bandwidth — the limit of token generation, which must stream every weight once per
  * token. */
 #include "cli.h"
+#include "model/recurrent.h"
 #include "plain_read.h"
 
 #include <errno.h>
@@ -529,6 +530,8 @@ int cmd_bench(int argc, char **argv) {
     const uint64_t file_bytes = quill_gguf_file_size(g);
     const uint64_t kv_bytes = 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
                               sizeof(float);
+    /* the hybrids' recurrent state and its checkpoints (0 for the others) */
+    const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);
     const uint64_t bpt = bytes_per_token(g, hp->tied_output);
     type_count types[QUILL_TYPE_COUNT];
     const int n_types = type_mix(g, types, QUILL_TYPE_COUNT);
@@ -643,6 +646,7 @@ int cmd_bench(int argc, char **argv) {
         else printf("  \"rss_mb\": null,\n");
         if (hwm_kb >= 0) printf("  \"hwm_mb\": %.2f,\n", hwm_kb / 1024.0);
         else printf("  \"hwm_mb\": null,\n");
+        if (state_bytes) printf("  \"recurrent_state_bytes\": %llu,\n", (unsigned long long)state_bytes);
         printf("  \"kv_bytes\": %llu\n}\n", (unsigned long long)kv_bytes);
     } else {
         char mix[512];
@@ -686,7 +690,12 @@ int cmd_bench(int argc, char **argv) {
                    mib((double)packed_bytes));
         else
             printf("context           %.1f ms  (the weights read in the file's layout)\n", context_ms);
-        if (rss_kb >= 0)
+        if (rss_kb >= 0 && state_bytes)
+            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB + recurrent "
+                   "state and checkpoints %.1f MiB = %.1f MiB)\n",
+                   rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),
+                   mib((double)state_bytes), mib((double)(file_bytes + kv_bytes + state_bytes)));
+        else if (rss_kb >= 0)
             printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",
                    rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),
                    mib((double)(file_bytes + kv_bytes)));

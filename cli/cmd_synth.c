@@ -84,6 +84,8 @@ static const synth_arch arches[] = {
     /* Qwen1.5-MoE-A2.7B: 60 experts, 4 used, expert_feed_forward_length wide, a shared expert --ff wide */
     {"qwen2moe", "qwen2moe", 1000000, 1e-6, 8192, 0, 0, false, false, true, false, false, false, false, false, 0, 0, 60,
      4, true, true, false},
+    {.name = "qwen35", .arch = "qwen35", .freq_base = 10000000, .eps = 1e-6, .ctx = 262144, .head_dim_num = 2,
+     .head_dim_den = 1, .tied = true, .qk_norm = true},
 };
 
 typedef struct {
@@ -149,11 +151,92 @@ static void llama3_factors(float *f, int64_t half, int64_t n_rot, double base) {
     }
 }
 
+/* ---------------------------------------------------------------- qwen35 (hybrid) */
+
+/* The DeltaNet sizes synth gives a hybrid model: a state of half a head, the KV heads' count of key
+ * heads, the heads' count of value heads, four taps, a full-attention layer every fourth, a
+ * quarter of each head rotated in Qwen 3.5's three sections. */
+typedef struct {
+    int64_t state, k_heads, v_heads, kernel, interval, n_rot, mtp;
+    int32_t sections[4];
+} synth_hybrid;
+
+/* Qwen 3.5's DeltaNet and gated attention layers (synth_hybrid_*) instead of Llama's */
+static bool synth_is_hybrid(const synth_arch *a) { return !strcmp(a->arch, "qwen35"); }
+
+static synth_hybrid synth_hybrid_sizes(const synth_preset *hp, int64_t head_dim, long mtp) {
+    synth_hybrid h = {head_dim / 2 > 2 ? head_dim / 2 : 2, hp->n_head_kv, hp->n_head, 4, 4, head_dim / 4 / 2 * 2, mtp,
+                      {0, 0, 0, 0}};
+    if (h.n_rot < 2) h.n_rot = 2;
+    const int32_t pairs = (int32_t)(h.n_rot / 2);
+    h.sections[0] = (pairs + 2) / 3;
+    h.sections[1] = (pairs + 1) / 3;
+    h.sections[2] = pairs / 3;
+    return h;
+}
+
+static bool synth_hybrid_keys(quill_gguf_writer *w, const char *arch, const synth_hybrid *h) {
+    char key[128];
+#define HKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    bool bad = quill_gguf_writer_add_u32(w, HKEY("ssm.conv_kernel"), (uint32_t)h->kernel) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.state_size"), (uint32_t)h->state) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.group_count"), (uint32_t)h->k_heads) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.time_step_rank"), (uint32_t)h->v_heads) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.inner_size"), (uint32_t)(h->state * h->v_heads)) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, HKEY("full_attention_interval"), (uint32_t)h->interval) != QUILL_OK;
+    bad |= quill_gguf_writer_add_arr(w, HKEY("rope.dimension_sections"), QUILL_GGUF_INT32, h->sections, 4) != QUILL_OK;
+    if (h->mtp) bad |= quill_gguf_writer_add_u32(w, HKEY("nextn_predict_layers"), (uint32_t)h->mtp) != QUILL_OK;
+#undef HKEY
+    return !bad;
+}
+
+/* One Qwen 3.5 block's tensors: a DeltaNet layer, or a gated full-attention one (MTP blocks are
+ * the latter with their nextn.* projection and norms). */
+static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const synth_preset *hp, int64_t head_dim,
+                               const synth_hybrid *h, int l, bool recurrent, bool mtp) {
+    const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
+    const int64_t d = hp->n_embd, q_dim = hp->n_head * head_dim, kv_dim = hp->n_head_kv * head_dim;
+    const int64_t key_dim = h->state * h->k_heads, value_dim = h->state * h->v_heads;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_attention_norm.weight", l);
+    if (recurrent) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * key_dim + value_dim, "blk.%d.attn_qkv.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, value_dim, "blk.%d.attn_gate.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(h->kernel), h->kernel, 2 * key_dim + value_dim,
+                  "blk.%d.ssm_conv1d.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 1.0f, h->v_heads, 0, "blk.%d.ssm_dt.bias", l);
+        /* A = -exp(A_log): negative decay rates */
+        synth_add(ts, nt, QUILL_TYPE_F32, -1.0f, 0.5f, h->v_heads, 0, "blk.%d.ssm_a", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_beta.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_alpha.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, h->state, 0, "blk.%d.ssm_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(value_dim), value_dim, d, "blk.%d.ssm_out.weight", l);
+    } else {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * q_dim, "blk.%d.attn_q.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_k.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_v.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_q_norm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
+    }
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+    if (mtp) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(2 * d), 2 * d, d, "blk.%d.nextn.eh_proj.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.enorm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.hnorm.weight", l);
+    }
+#undef SPREAD
+}
+
 static int synth_usage(FILE *f) {
     fprintf(f,
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
             "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
-            "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--seed S]\n"
+            "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--mtp N]\n"
+            "                   [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
@@ -162,7 +245,8 @@ static int synth_usage(FILE *f) {
             "  --expert-ff, by default --ff / used), llama-moe (Mixtral: 8 experts, 2 used, --ff wide),\n"
             "  qwen2moe (60 experts, 4 used, --expert-ff wide, a shared expert --ff wide),\n"
             "  gpt-oss (32 experts, 4 used, --expert-ff wide, biases, attention sinks, window 128 on\n"
-            "  every other layer, YaRN),\n"
+            "  every other layer, YaRN), qwen35 (Gated DeltaNet layers, every fourth a gated attention\n"
+            "  layer; --mtp N adds N MTP blocks),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -176,7 +260,7 @@ int cmd_synth(int argc, char **argv) {
     synth_preset hp = {NULL, 0, 0, 0, 0, 0, 0};
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
-    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, experts_opt = 0, used_opt = 0, expert_ff = 0;
+    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -212,7 +296,7 @@ int cmd_synth(int argc, char **argv) {
                 if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
-                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss)",
+                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -242,6 +326,9 @@ int cmd_synth(int argc, char **argv) {
                       cli_parse_double(comma + 1, 0.01, 1e6, &final_cap);
             if (comma) *comma = ',';
             if (!ok) return cli_fail("synth: --softcap needs ATTN,FINAL (two numbers from 0.01 to 1e6)");
+        } else if (!strcmp(a, "--mtp")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 16, &mtp))
+                return cli_fail("synth: --mtp needs a number of MTP blocks from 0 to 16 (qwen35)");
         } else if (!strcmp(a, "--vocab")) {
             if (++i >= argc) return cli_fail("synth: --vocab needs a GGUF file with tokenizer metadata");
             vocab_path = argv[i];
@@ -283,6 +370,8 @@ int cmd_synth(int argc, char **argv) {
         return cli_fail("synth: the head dimension %" PRId64 " must be even (RoPE)", head_dim);
     const bool write_head_dim = arch->head_dim_num || head_dim_opt;
     const int64_t window = window_opt > 0 ? window_opt : arch->window;
+    const bool is_hybrid = synth_is_hybrid(arch);
+    const synth_hybrid hybrid = synth_hybrid_sizes(&hp, head_dim, is_hybrid ? mtp : 0);
     const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
     const int64_t n_used = used_opt ? used_opt : arch->experts_used;
     if ((experts_opt || used_opt || expert_ff) && !arch->experts)
@@ -324,9 +413,11 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, "general.file_type", file_type) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp.n_ctx) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)hp.n_layer) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp)) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                         (uint32_t)(is_hybrid ? hybrid.n_rot : head_dim)) != QUILL_OK;
+        if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
         if (write_head_dim) {
@@ -383,7 +474,7 @@ int cmd_synth(int argc, char **argv) {
 
     /* tensors, in the order of a converted model */
     const int64_t q_dim = hp.n_head * head_dim, kv_dim = hp.n_head_kv * head_dim, half = head_dim / 2;
-    const int n_tensors = 6 + 24 * (int)hp.n_layer;
+    const int n_tensors = 6 + 24 * (int)(hp.n_layer + hybrid.mtp);
     synth_tensor *ts = calloc((size_t)n_tensors, sizeof *ts);
     float *factors = calloc((size_t)(2 * half), sizeof *factors);
     if (!ts || !factors) {
@@ -416,7 +507,10 @@ int cmd_synth(int argc, char **argv) {
     }
     synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "output_norm.weight", 0);
     if (!arch->tied) synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_vocab, "output.weight", 0);
-    for (int l = 0; l < (int)hp.n_layer; l++) {
+    for (int l = 0; is_hybrid && l < (int)(hp.n_layer + hybrid.mtp); l++)
+        synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
+                           l >= hp.n_layer);
+    for (int l = 0; !is_hybrid && l < (int)hp.n_layer; l++) {
         synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, q_dim + 2 * kv_dim, "blk.%d.attn_qkv.weight", l);

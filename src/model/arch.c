@@ -40,6 +40,11 @@ static const quill_arch archs[] = {
     /* Phi-3 / 3.5: fused qkv and gate+up; its sliding window is ignored, as the reference does */
     {.name = "phi3", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .fused_qkv = true, .fused_gate_up = true,
      .rope_long_short = true, .trace_q_scaled = true},
+    /* Qwen 3.5 (dense): three Gated DeltaNet layers, then one full-attention layer whose queries
+     * carry an output gate, with q/k norms and multi-section RoPE (recurrent.h, deltanet.c);
+     * post_attention_norm is the FFN's input norm */
+    {.name = "qwen35", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .hybrid = true,
+     .rope_sections = true, .ffn_norm_post_attention = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -49,6 +54,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3 and phi3; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3 and qwen35; "
            "other families are not implemented";
 }

@@ -3,6 +3,7 @@
  * case. Each sequence has its own n_ctx positions in the cache, laid out as a lone context's
  * cache, so a token's attention reads exactly what it would read alone. */
 #include "model/context.h"
+#include "model/recurrent.h"
 #include "base/error.h"
 
 #include <stdlib.h>
@@ -43,13 +44,18 @@ quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits,
     if (st) return st;
     const int64_t n_vocab = c->hp->n_vocab;
     /* a sequence that starts before its end forgets the positions from there on */
-    for (int i = b->n - 1; i >= 0; i--) c->seq_len[b->seq[i]] = b->pos[i] < c->seq_len[b->seq[i]] ? b->pos[i] : c->seq_len[b->seq[i]];
+    for (int i = b->n - 1; i >= 0; i--) {
+        const int32_t sq = b->seq[i];
+        if (c->rec && b->pos[i] < c->seq_len[sq] && (st = quill_recurrent_truncate(c, sq, b->pos[i], err))) return st;
+        c->seq_len[sq] = b->pos[i] < c->seq_len[sq] ? b->pos[i] : c->seq_len[sq];
+    }
     if (c->reference) {
         /* one token at a time, as the reference path always goes (n_seq is 1) */
         for (int i = 0; i < b->n; i++) {
             bool want = b->logits ? b->logits[i] : i == b->n - 1;
             st = quill_reference_eval(c, &b->token[i], 1, want ? logits : NULL, false, err);
             if (st) return st;
+            if (c->rec) quill_recurrent_after_ubatch(c, &b->token[i], &b->seq[i], &b->pos[i], 1);
             if (want && logits) logits += n_vocab;
         }
         return QUILL_OK;
@@ -63,6 +69,7 @@ quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits,
         int rows = 0;
         for (int i = 0; i < n; i++) rows += want[i];
         quill_forward_ubatch(c, b->token + done, b->seq + done, b->pos + done, want, n, logits);
+        if (c->rec) quill_recurrent_after_ubatch(c, b->token + done, b->seq + done, b->pos + done, n);
         for (int i = 0; i < n; i++) c->seq_len[b->seq[done + i]] = b->pos[done + i] + 1;
         if (logits) logits += (size_t)rows * n_vocab;
         done += n;
@@ -105,7 +112,11 @@ int quill_context_n_seq(const quill_context *c) { return c->n_seq; }
 int quill_seq_len(const quill_context *c, int seq) { return seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1; }
 
 void quill_seq_truncate(quill_context *c, int seq, int pos) {
-    if (seq >= 0 && seq < c->n_seq && pos >= 0 && pos < c->seq_len[seq]) c->seq_len[seq] = pos;
+    if (seq < 0 || seq >= c->n_seq || pos < 0 || pos >= c->seq_len[seq]) return;
+    /* a recurrent state goes back through a checkpoint (only the reference path can fail, out of
+     * memory: the sequence is then shorter, as quill_seq_len tells) */
+    if (c->rec) (void)quill_recurrent_truncate(c, seq, pos, NULL);
+    else c->seq_len[seq] = pos;
 }
 
 quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err) {
@@ -116,6 +127,7 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         return quill_fail(err, QUILL_E_ARG, "quill_seq_copy_prefix: sequence %d holds %d positions, not %d", src,
                           c->seq_len[src], n);
     if (src == dst) {
+        if (c->rec) return quill_recurrent_truncate(c, dst, n, err);
         c->seq_len[dst] = n;
         return QUILL_OK;
     }
@@ -138,5 +150,5 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         }
     }
     c->seq_len[dst] = n;
-    return QUILL_OK;
+    return c->rec ? quill_recurrent_copy_prefix(c, src, dst, n, err) : QUILL_OK;
 }

@@ -1,8 +1,10 @@
 /* Inference context lifetime: the KV cache, scratch buffers and RoPE tables of one conversation. */
 #include "model/context.h"
+#include "model/recurrent.h"
 #include "base/error.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -100,6 +102,15 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
     const double scale = table ? ap->rope_scale_local : hp->rope_freq_scale;
     /* θ_i = pos · s · base^(-2i/n_rot) (s: the linear scaling, usually 1), divided by the file's
      * frequency factor when it has them */
+    if (c->model->arch->rope_sections) {
+        /* multi-section RoPE with text positions: time, height and width sections (interleaved)
+         * rotate by the position, the pairs of the fourth by position 0 */
+        const int *sec = ap->rope_sections;
+        const int64_t sector = i % (sec[0] + sec[1] + sec[2] + sec[3]);
+        if (!((sector % 3 == 0 && sector < 3 * sec[0]) || (sector % 3 == 1 && sector < 3 * sec[1]) ||
+              (sector % 3 == 2 && sector < 3 * sec[2])))
+            return 0;
+    }
     double theta = pos * scale * pow(base, -2.0 * (double)i / (double)hp->n_rot);
     if (c->rope_factors) theta /= (double)c->rope_factors[i];
     if (ap->rope_yarn) {
@@ -161,6 +172,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (hp->n_ff > widest) widest = hp->n_ff;
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
     if (m->ap.n_ff_shexp > widest) widest = m->ap.n_ff_shexp;
+    if (m->ap.ssm_state > widest) widest = m->ap.ssm_state;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
@@ -180,6 +192,8 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         lay_out_buffers(c, mem, cache, key_cache, widest);
     }
     ok = ok && mem;
+    const double rec_bytes = quill_recurrent_bytes(m, n_seq, n_ctx, c->reference);
+    if (ok && m->arch->hybrid) ok = quill_recurrent_new(c);
     if (ok && !c->reference) {
         /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
         const size_t half = (size_t)hp->n_rot / 2, tables = (size_t)m->ap.n_rope_tables;
@@ -196,9 +210,13 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (ok && !c->reference) c->packed = quill_model_pack(m, kern, c->pool);
     if (!ok) {
         /* the message reads the context's settings, so it is written before the context is freed */
+        char state[96] = "";
+        if (rec_bytes > 0)
+            snprintf(state, sizeof state, ", recurrent state with its checkpoints %.1f MB", rec_bytes / 1e6);
         quill_fail(err, QUILL_E_NOMEM,
-                   "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB); use a smaller context (-c)",
-                   n_ctx, n_seq, kv_bytes / 1e6);
+                   "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB%s); use a smaller "
+                   "context (-c)%s",
+                   n_ctx, n_seq, kv_bytes / 1e6, state, rec_bytes > 0 ? " or fewer sequences" : "");
         quill_context_free(c);
         return QUILL_E_NOMEM;
     }
@@ -209,6 +227,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
 void quill_context_free(quill_context *c) {
     if (!c) return;
     quill_pool_free(c->pool);
+    quill_recurrent_free(c);
     if (c->buffers) {
         ASAN_UNPOISON_MEMORY_REGION(c->buffers, c->buffers_bytes); /* the addresses may serve others next */
         munmap(c->buffers, c->buffers_bytes);

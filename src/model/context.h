@@ -16,6 +16,9 @@
 /* Tokens of one attention work item (see forward.c). */
 #define ATT_TOKENS 4
 
+/* The hybrid architectures' recurrent state and its scratch (recurrent.h); NULL for the others. */
+typedef struct quill_recurrent quill_recurrent;
+
 struct quill_context {
     quill_model *model;
     const quill_hparams *hp;
@@ -56,6 +59,8 @@ struct quill_context {
 
     /* reference path: everything in double */
     double *ref_k, *ref_v;
+
+    quill_recurrent *rec;
 
     void *buffers;                  /* the one mapping that holds every buffer above (context.c) */
     size_t buffers_bytes;

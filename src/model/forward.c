@@ -18,6 +18,7 @@
  * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
  * split, so results are bitwise identical for any thread count and any batching. */
 #include "model/forward.h"
+#include "model/recurrent.h"
 #include "base/error.h"
 
 #include <math.h>
@@ -132,7 +133,9 @@ void quill_announce(const quill_context *c, const quill_weight *const *w, int n,
 
 void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
     const quill_model *m = c->model;
-    if (layer + 1 < c->hp->n_layer) {
+    if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].recurrent) {
+        quill_announce(c, (const quill_weight *[]){&m->layers[layer + 1].ssm_in}, 1, n_tok);
+    } else if (layer + 1 < c->hp->n_layer) {
         const quill_layer *N = &m->layers[layer + 1];
         quill_announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, 3, n_tok);
     } else {
@@ -513,36 +516,44 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         add_and_norm(c, NULL, L->attn_norm, c->xb, n);
         quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
-        quill_announce(c, (const quill_weight *[]){&L->wo}, 1, n);
-        quill_matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv}, (float *[]){c->q, c->k, c->v}, 3, c->xb, n);
-        rope_job rj = {c, l};
-        quill_pool_run(c->pool, rope_rows, &rj, n, 1);
-        if (c->trace && m->arch->trace_q_scaled) {
-            /* att is free until the attention writes it */
-            for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
-            quill_trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
-        } else {
-            quill_trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
-        }
-        quill_trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
-        quill_trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
-
-        attn_job aj = {c, l, n};
-        quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * hp->n_head_kv, 1);
-        quill_trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
-
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
-        ffn->announce(c, L, n);
-        quill_matmul(c, &L->wo, c->att, n, c->xb);
-        if (L->bo)
-            for (int t = 0; t < n; t++) add_bias(c->xb + (size_t)t * d, L->bo, d);
-        quill_trace(c, "attn_out", l, c->xb, 2, d, n, 1);
+        if (L->recurrent) {
+            quill_deltanet_fast(c, L, l, n); /* its output in xb */
+            ffn->announce(c, L, n);
+        } else {
+            quill_announce(c, (const quill_weight *[]){&L->wo}, 1, n);
+            quill_matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv},
+                          (float *[]){L->attn_gated ? c->rec->qfull : c->q, c->k, c->v}, 3, c->xb, n);
+            if (L->attn_gated) quill_attn_gate_split(c, n);
+            rope_job rj = {c, l};
+            quill_pool_run(c->pool, rope_rows, &rj, n, 1);
+            if (c->trace && m->arch->trace_q_scaled) {
+                /* att is free until the attention writes it */
+                for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
+                quill_trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
+            } else {
+                quill_trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+            }
+            quill_trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
+            quill_trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
+
+            attn_job aj = {c, l, n};
+            quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * hp->n_head_kv, 1);
+            quill_trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
+            if (L->attn_gated) quill_attn_gate_apply(c, n);
+
+            ffn->announce(c, L, n);
+            quill_matmul(c, &L->wo, c->att, n, c->xb);
+            if (L->bo)
+                for (int t = 0; t < n; t++) add_bias(c->xb + (size_t)t * d, L->bo, d);
+            quill_trace(c, "attn_out", l, c->xb, 2, d, n, 1);
+        }
         if (L->attn_post_norm) {
             post_norm(c, c->xb, L->attn_post_norm, n);
             quill_trace(c, "attn_post_norm", l, c->xb, 2, d, n, 1);
         }
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
-        quill_trace(c, "ffn_inp", l, c->x, 2, d, n, 1);
+        quill_trace(c, m->arch->hybrid ? "attn_residual" : "ffn_inp", l, c->x, 2, d, n, 1);
         quill_trace(c, m->arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, c->xb, 2, d, n, 1);
         ffn->fast(c, L, l, n);
         quill_trace(c, ffn->out_name, l, c->xb, 2, d, n, 1);
@@ -565,7 +576,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
                 rows++;
             }
         /* the next token's first product */
-        quill_announce(c, (const quill_weight *[]){&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wv}, 3, n);
+        quill_announce_next_layer(c, -1, n);
         if (rows) quill_matmul(c, &m->output, c->xb, rows, logits);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;

@@ -3,6 +3,7 @@
  * forward passes can index without checks. */
 #include "base/error.h"
 #include "model/model.h"
+#include "model/recurrent.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,6 +110,16 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: a mixture-of-experts model (%s = %lld); quill runs %s as a dense model only",
                           quill_gguf_path(g), key, (long long)experts, a->name);
+    if (a->hybrid) {
+        /* block_count counts the MTP blocks after the main stack (nextn_predict_layers) */
+        int64_t mtp = 0;
+        s = quill_gguf_get_i64(g, KEY("nextn_predict_layers"), &mtp, err);
+        if (s && s != QUILL_E_NOT_FOUND) return s;
+        if (mtp < 0 || mtp >= hp->n_layer)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %lld leaves no main layers of %lld blocks",
+                              quill_gguf_path(g), key, (long long)mtp, (long long)hp->n_layer);
+        hp->n_layer -= mtp;
+    }
     if (hp->n_layer > MAX_LAYERS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
                           hp->arch, (long long)hp->n_layer);
@@ -199,6 +210,16 @@ static quill_status load_floats(quill_model *m, const char *name, int64_t cols, 
     if (!*out) return quill_fail(err, QUILL_E_NOMEM, "out of memory loading '%s'", name);
     for (int64_t r = 0; r < rows && !s; r++) s = quill_dequantize(w.type, w.data + (size_t)r * w.row_bytes, *out + r * cols, cols, err);
     return s;
+}
+
+quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
+                              quill_error *err) {
+    return bind_weight(m, name, cols, rows, w, err);
+}
+
+quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
+                                quill_error *err) {
+    return load_floats(m, name, cols, rows, out, err);
 }
 
 static quill_status load_vector(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
@@ -423,6 +444,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
         goto fail;
     }
+    if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         quill_layer *L = &m->layers[l];
         char name[96];
@@ -435,7 +457,15 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
-        if (a->fused_qkv && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
+        if (L->recurrent) {
+            if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
+        } else if (a->hybrid) {
+            /* each head's query, then its output gate */
+            L->attn_gated = true;
+            BIND(wq, "attn_q.weight", hp->n_embd, 2 * q_dim)
+            BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
+            BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
+        } else if (a->fused_qkv && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
             quill_weight qkv;
             BIND(wq, "attn_qkv.weight", hp->n_embd, q_dim + 2 * kv_dim)
             qkv = L->wq;
@@ -447,7 +477,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
             BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
-        BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
+        if (!L->recurrent) BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
         L->ffn = !n_expert ? QUILL_FFN_DENSE : a->shared_expert ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
 #define EXPERTS(field, suffix, cols, rows) \
     if ((s = bind_tensor(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
@@ -484,7 +514,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(attn_post_norm, "post_attention_norm.weight", hp->n_embd)
             VECTOR(ffn_post_norm, "post_ffw_norm.weight", hp->n_embd)
         }
-        if (a->qk_norm) {
+        if (a->qk_norm && !L->recurrent) {
             VECTOR(q_norm, "attn_q_norm.weight", hp->head_dim)
             VECTOR(k_norm, "attn_k_norm.weight", hp->head_dim)
         }
@@ -513,6 +543,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
 #undef BIND
 #undef NAME
     }
+    if (a->hybrid && (s = quill_hybrid_bind_mtp(m, err))) goto fail;
     if ((s = arch_params(m, err))) goto fail;
     *out = m;
     return QUILL_OK;
@@ -530,6 +561,7 @@ void quill_model_free(quill_model *m) {
                               L->k_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_bias,
                               L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
+            quill_hybrid_free_layer(L);
         }
     free(m->layers);
     free(m->output_norm);

@@ -88,7 +88,17 @@ typedef struct quill_arch {
     bool expert_biases;   /* ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias */
     bool head_dim_is_rot; /* the head size is rope.dimension_count (the reference sizes q, k, v by it) */
     bool trace_q_scaled;  /* the reference's Qcur trace is taken after the queries' scaling (Phi-3) */
+    bool hybrid;          /* Qwen 3.5 / Qwen3-Next: Gated DeltaNet layers (deltanet.c) between full-attention
+                           * layers whose queries carry an output gate */
+    bool rope_sections;   /* rope.dimension_sections: interleaved multi-section RoPE (text positions) */
 } quill_arch;
+
+/* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
+quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
+                              quill_error *err);
+/* Loads the small tensor `name` [rows][cols] as f32 (malloc'd into *out). */
+quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
+                                quill_error *err);
 
 /* Frees the packed copies of the weights (pack.c), if any. */
 void quill_model_unpack(quill_model *m);
@@ -115,6 +125,12 @@ typedef struct {
     float *shexp_gate;             /* ffn_gate_inp_shexp [n_embd] or NULL */
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
+    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention */
+    bool attn_gated;               /* attn_q holds each head's query, then its output gate */
+    quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
+    float *ssm_conv;               /* [conv channels][kernel] */
+    float *ssm_dt, *ssm_a;         /* [value heads] */
+    float *ssm_norm;               /* [state size] */
 } quill_layer;
 
 /* What the architecture adds to quill_hparams. */
@@ -135,6 +151,10 @@ typedef struct {
     int64_t n_expert, n_expert_used; /* MoE: expert_count, expert_used_count (0: dense) */
     int64_t n_ff_exp;              /* MoE: rows of one expert's gate and up */
     int64_t n_ff_shexp;            /* MoE with a shared expert: its width (0: none) */
+    /* hybrid architectures (deltanet.c): the DeltaNet layers' sizes, from the ssm.* keys */
+    int64_t ssm_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv_dim;
+    int64_t n_layer_mtp;           /* nextn_predict_layers: MTP blocks after the main stack, loaded, not run */
+    int rope_sections[4];          /* rope.dimension_sections (rope_sections architectures) */
 } quill_arch_params;
 
 struct quill_model {

@@ -3,6 +3,7 @@
  * f32 exactly (as stored) and widened to double, every operation in double. It is meant to be
  * obviously right, not fast. */
 #include "model/forward.h"
+#include "model/recurrent.h"
 #include "base/error.h"
 
 #include <math.h>
@@ -86,11 +87,11 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
     if (nv > widest) widest = nv;
     double *x = malloc(d * sizeof *x), *xb = malloc(d * sizeof *xb), *q = malloc(q_dim * sizeof *q);
     double *k = malloc(kv_dim * sizeof *k), *v = malloc(kv_dim * sizeof *v), *att = malloc(q_dim * sizeof *att);
-    double *o = malloc(d * sizeof *o);
+    double *o = malloc(d * sizeof *o), *qfull = malloc(2 * q_dim * sizeof *qfull);
     double *scores = malloc((size_t)c->n_ctx * sizeof *scores), *out = malloc(nv * sizeof *out);
     float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
     quill_status s = QUILL_OK;
-    if (!x || !xb || !q || !k || !v || !att || !o || !scores || !out || !row || !tmp) {
+    if (!x || !xb || !q || !k || !v || !att || !o || !qfull || !scores || !out || !row || !tmp) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         goto done;
     }
@@ -106,62 +107,71 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             const quill_layer *L = &m->layers[l];
             ref_rmsnorm(xb, x, L->attn_norm, d, hp->rms_eps);
             quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
-            quill_ref_matvec(&L->wq, xb, q, row);
-            quill_ref_matvec(&L->wk, xb, k, row);
-            quill_ref_matvec(&L->wv, xb, v, row);
-            for (int64_t i = 0; L->bq && i < q_dim; i++) q[i] += L->bq[i];
-            for (int64_t i = 0; L->bk && i < kv_dim; i++) k[i] += L->bk[i];
-            for (int64_t i = 0; L->bv && i < kv_dim; i++) v[i] += L->bv[i];
-            if (L->q_norm) {
-                for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
-                for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
-            }
-            ref_rope(c, L->rope_table, q, hp->n_head, pos);
-            ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
-            if (c->trace && arch->trace_q_scaled) {
-                for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
-                quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
+            if (L->recurrent) {
+                if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
             } else {
-                quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
-            }
-            quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
-            quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
-            double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;
-            memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
-            memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
-            const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
-            for (int64_t h = 0; h < hp->n_head; h++) {
-                const double *qh = q + h * hd;
-                int64_t kvh = h / group;
-                double max = -INFINITY, sum = 0;
-                for (int p = first; p <= pos; p++) {
-                    const double *kp = kc + (size_t)p * kv_dim + kvh * hd;
-                    double dot = 0;
-                    for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
-                    dot = arch->gemma_query_scale ? dot * ap->attn_scale : dot / sqrt((double)hd);
-                    scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
-                    if (scores[p] > max) max = scores[p];
+                /* gated attention: each head's query, then its output gate (kept in qfull) */
+                quill_ref_matvec(&L->wq, xb, L->attn_gated ? qfull : q, row);
+                for (int64_t h = 0; L->attn_gated && h < hp->n_head; h++)
+                    memcpy(q + h * hd, qfull + 2 * h * hd, (size_t)hd * sizeof *q);
+                quill_ref_matvec(&L->wk, xb, k, row);
+                quill_ref_matvec(&L->wv, xb, v, row);
+                for (int64_t i = 0; L->bq && i < q_dim; i++) q[i] += L->bq[i];
+                for (int64_t i = 0; L->bk && i < kv_dim; i++) k[i] += L->bk[i];
+                for (int64_t i = 0; L->bv && i < kv_dim; i++) v[i] += L->bv[i];
+                if (L->q_norm) {
+                    for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
+                    for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
                 }
-                if (L->sinks && L->sinks[h] > max) max = L->sinks[h];
-                for (int p = first; p <= pos; p++) sum += (scores[p] = exp(scores[p] - max));
-                if (L->sinks) sum += exp((double)L->sinks[h] - max);
-                double *ah = att + h * hd;
-                for (int64_t i = 0; i < hd; i++) ah[i] = 0;
-                for (int p = first; p <= pos; p++) {
-                    const double *vp = vc + (size_t)p * kv_dim + kvh * hd;
-                    for (int64_t i = 0; i < hd; i++) ah[i] += scores[p] / sum * vp[i];
+                ref_rope(c, L->rope_table, q, hp->n_head, pos);
+                ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
+                if (c->trace && arch->trace_q_scaled) {
+                    for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
+                    quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
+                } else {
+                    quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
                 }
+                quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
+                quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
+                double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;
+                memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
+                memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
+                const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
+                for (int64_t h = 0; h < hp->n_head; h++) {
+                    const double *qh = q + h * hd;
+                    int64_t kvh = h / group;
+                    double max = -INFINITY, sum = 0;
+                    for (int p = first; p <= pos; p++) {
+                        const double *kp = kc + (size_t)p * kv_dim + kvh * hd;
+                        double dot = 0;
+                        for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
+                        dot = arch->gemma_query_scale ? dot * ap->attn_scale : dot / sqrt((double)hd);
+                        scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
+                        if (scores[p] > max) max = scores[p];
+                    }
+                    if (L->sinks && L->sinks[h] > max) max = L->sinks[h];
+                    for (int p = first; p <= pos; p++) sum += (scores[p] = exp(scores[p] - max));
+                    if (L->sinks) sum += exp((double)L->sinks[h] - max);
+                    double *ah = att + h * hd;
+                    for (int64_t i = 0; i < hd; i++) ah[i] = 0;
+                    for (int p = first; p <= pos; p++) {
+                        const double *vp = vc + (size_t)p * kv_dim + kvh * hd;
+                        for (int64_t i = 0; i < hd; i++) ah[i] += scores[p] / sum * vp[i];
+                    }
+                }
+                quill_ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
+                for (int64_t h = 0; L->attn_gated && h < hp->n_head; h++)
+                    for (int64_t i = 0; i < hd; i++) att[h * hd + i] *= 1.0 / (1.0 + exp(-qfull[2 * h * hd + hd + i]));
+                quill_ref_matvec(&L->wo, att, o, row);
+                for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
+                quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             }
-            quill_ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
-            quill_ref_matvec(&L->wo, att, o, row);
-            for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
-            quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             if (L->attn_post_norm) {
                 ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
                 quill_ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
             }
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
-            quill_ref_trace(c, "ffn_inp", l, x, d, 2, d, 1, tmp);
+            quill_ref_trace(c, arch->hybrid ? "attn_residual" : "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
             const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
@@ -185,7 +195,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         c->seq_len[0]++;
     }
 done:
-    free(x); free(xb); free(q); free(k); free(v); free(att); free(o);
+    free(x); free(xb); free(q); free(k); free(v); free(att); free(o); free(qfull);
     free(scores); free(out); free(row); free(tmp);
     return s;
 }

@@ -1,0 +1,424 @@
+/* Gated DeltaNet layers (Qwen 3.5, as the reference's qwen35 graph computes them), in the fast pass
+ * and in the float64 pass, and the output gate of the hybrids' full-attention layers.
+ *
+ *   mixed = h·W_qkv (q, k, v channels), z = h·W_gate, b = h·W_beta, a = h·W_alpha
+ *   mixed = silu(causal depthwise conv of `kernel` taps over the sequence's last inputs)
+ *   q, k = l2norm per key head (eps: the RMS norm's); β = σ(b); g = softplus(a + dt) · A
+ *   per value head h (key head h mod key heads), state S [k][v]:
+ *       S = exp(g)·S;  δ = β·(v − Sᵀk);  S += k δᵀ;  o = Sᵀq / √state
+ *   out = (rmsnorm(o per head) · ssm_norm · silu(z)) · W_out
+ *
+ * The recurrence runs token by token in order (the reference's fused CPU kernel does too), one
+ * value head per work item: a token's arithmetic never depends on how the batch is split or on
+ * the threads, so results are bitwise invariant. */
+#include "model/recurrent.h"
+#include "model/forward.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds far above any real model, against absurd metadata. */
+#define MAX_KERNEL 64
+#define MAX_STATE 4096
+
+/* ---------------------------------------------------------------- loading */
+
+static quill_status get_size(const quill_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
+                             int64_t *out, quill_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    quill_status s = quill_gguf_get_i64(g, key, out, err);
+    if (s == QUILL_E_NOT_FOUND)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s is missing (a %s model needs it)", quill_gguf_path(g),
+                          key, arch);
+    if (s) return s;
+    if (*out < lo || *out > hi)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range (%lld..%lld)",
+                          quill_gguf_path(g), key, (long long)*out, (long long)lo, (long long)hi);
+    return QUILL_OK;
+}
+
+/* Which layers are DeltaNet layers: attention.recurrent_layers (one flag per block) when the file
+ * has it, else every layer but each full_attention_interval-th (default 4). */
+static quill_status mark_recurrent(quill_model *m, quill_error *err) {
+    const quill_gguf *g = m->gguf;
+    const char *arch = m->arch->name, *path = quill_gguf_path(g);
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
+    const quill_gguf_value *flags = quill_gguf_find(g, key);
+    if (flags) {
+        if (flags->type != QUILL_GGUF_ARRAY || flags->count < (uint64_t)m->hp.n_layer)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s must be an array of one flag per layer (%lld)", path, key,
+                              (long long)m->hp.n_layer);
+        uint64_t cursor = 0;
+        quill_gguf_value e;
+        for (int64_t l = 0; l < m->hp.n_layer; l++) {
+            int64_t v;
+            if (!quill_gguf_array_next(flags, &cursor, &e) || !quill_gguf_value_i64(&e, &v))
+                return quill_fail(err, QUILL_E_FORMAT, "%s: %s[%lld] is not a number or flag", path, key, (long long)l);
+            m->layers[l].recurrent = v != 0;
+        }
+        return QUILL_OK;
+    }
+    int64_t interval = 4;
+    snprintf(key, sizeof key, "%s.full_attention_interval", arch);
+    quill_status s = quill_gguf_get_i64(g, key, &interval, err);
+    if (s && s != QUILL_E_NOT_FOUND) return s;
+    if (interval < 1 || interval > 1 << 20)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range (1..%d)", path, key,
+                          (long long)interval, 1 << 20);
+    for (int64_t l = 0; l < m->hp.n_layer; l++) m->layers[l].recurrent = (l + 1) % interval != 0;
+    return QUILL_OK;
+}
+
+/* rope.dimension_sections: four section sizes, summing to the rotated pairs (rope.dimension_count
+ * / 2); with text positions the pairs of the fourth section do not rotate. */
+static quill_status read_sections(quill_model *m, quill_error *err) {
+    const quill_gguf *g = m->gguf;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch->name);
+    const quill_gguf_value *v = quill_gguf_find(g, key);
+    if (!v || v->type != QUILL_GGUF_ARRAY || v->count < 1 || v->count > 4)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s is missing or not an array of up to 4 sizes",
+                          quill_gguf_path(g), key);
+    uint64_t cursor = 0;
+    quill_gguf_value e;
+    int64_t sum = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t n = 0;
+        if (i < (int)v->count && (!quill_gguf_array_next(v, &cursor, &e) || !quill_gguf_value_i64(&e, &n) || n < 0 ||
+                                  n > 1 << 20))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s[%d] is not a size", quill_gguf_path(g), key, i);
+        m->ap.rope_sections[i] = (int)n;
+        sum += n;
+    }
+    if (sum != m->hp.n_rot / 2)
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: the sections of %s sum to %lld pairs, but rope.dimension_count = %lld rotates %lld",
+                          quill_gguf_path(g), key, (long long)sum, (long long)m->hp.n_rot, (long long)m->hp.n_rot / 2);
+    return QUILL_OK;
+}
+
+quill_status quill_hybrid_params(quill_model *m, quill_error *err) {
+    const quill_gguf *g = m->gguf;
+    const char *arch = m->arch->name, *path = quill_gguf_path(g);
+    quill_arch_params *ap = &m->ap;
+    int64_t inner;
+    quill_status s;
+    if ((s = get_size(g, arch, "ssm.conv_kernel", 1, MAX_KERNEL, &ap->ssm_kernel, err)) ||
+        (s = get_size(g, arch, "ssm.state_size", 1, MAX_STATE, &ap->ssm_state, err)) ||
+        (s = get_size(g, arch, "ssm.group_count", 1, 1 << 16, &ap->ssm_k_heads, err)) ||
+        (s = get_size(g, arch, "ssm.time_step_rank", 1, 1 << 16, &ap->ssm_v_heads, err)) ||
+        (s = get_size(g, arch, "ssm.inner_size", 1, 1 << 24, &inner, err)))
+        return s;
+    if (ap->ssm_v_heads % ap->ssm_k_heads)
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: %lld value heads (%s.ssm.time_step_rank) are not a multiple of %lld key heads "
+                          "(ssm.group_count)",
+                          path, (long long)ap->ssm_v_heads, arch, (long long)ap->ssm_k_heads);
+    if (inner != ap->ssm_state * ap->ssm_v_heads)
+        return quill_fail(err, QUILL_E_FORMAT,
+                          "%s: %s.ssm.inner_size = %lld, but state size %lld x %lld value heads (ssm.time_step_rank) "
+                          "= %lld: inconsistent state sizes",
+                          path, arch, (long long)inner, (long long)ap->ssm_state, (long long)ap->ssm_v_heads,
+                          (long long)(ap->ssm_state * ap->ssm_v_heads));
+    ap->ssm_conv_dim = 2 * ap->ssm_state * ap->ssm_k_heads + inner;
+    char key[128];
+    snprintf(key, sizeof key, "%s.nextn_predict_layers", arch);
+    ap->n_layer_mtp = 0;
+    if ((s = quill_gguf_get_i64(g, key, &ap->n_layer_mtp, err)) && s != QUILL_E_NOT_FOUND) return s;
+    if (m->arch->rope_sections && (s = read_sections(m, err))) return s;
+    return mark_recurrent(m, err);
+}
+
+quill_status quill_hybrid_bind_layer(quill_model *m, int64_t l, quill_error *err) {
+    const quill_arch_params *ap = &m->ap;
+    const int64_t d = m->hp.n_embd, key_dim = ap->ssm_state * ap->ssm_k_heads;
+    const int64_t value_dim = ap->ssm_state * ap->ssm_v_heads;
+    quill_layer *L = &m->layers[l];
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+    quill_status s;
+    if ((s = quill_model_bind(m, NAME("attn_qkv.weight"), d, 2 * key_dim + value_dim, &L->ssm_in, err)) ||
+        (s = quill_model_bind(m, NAME("attn_gate.weight"), d, value_dim, &L->ssm_gate, err)) ||
+        (s = quill_model_bind(m, NAME("ssm_beta.weight"), d, ap->ssm_v_heads, &L->ssm_beta, err)) ||
+        (s = quill_model_bind(m, NAME("ssm_alpha.weight"), d, ap->ssm_v_heads, &L->ssm_alpha, err)) ||
+        (s = quill_model_bind(m, NAME("ssm_out.weight"), value_dim, d, &L->ssm_out, err)) ||
+        (s = quill_model_floats(m, NAME("ssm_dt.bias"), ap->ssm_v_heads, 1, &L->ssm_dt, err)) ||
+        (s = quill_model_floats(m, NAME("ssm_a"), ap->ssm_v_heads, 1, &L->ssm_a, err)) ||
+        (s = quill_model_floats(m, NAME("ssm_norm.weight"), ap->ssm_state, 1, &L->ssm_norm, err)))
+        return s;
+#undef NAME
+    /* the convolution's taps, [conv channels][kernel], in f32 */
+    snprintf(name, sizeof name, "blk.%lld.ssm_conv1d.weight", (long long)l);
+    return quill_model_floats(m, name, ap->ssm_kernel, ap->ssm_conv_dim, &L->ssm_conv, err);
+}
+
+quill_status quill_hybrid_bind_mtp(quill_model *m, quill_error *err) {
+    const quill_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    for (int64_t i = 0; i < m->ap.n_layer_mtp; i++) {
+        const long long l = (long long)(hp->n_layer + i);
+        struct { const char *suffix; int64_t cols, rows; } mats[] = {
+            {"attn_q.weight", d, 2 * q_dim},         {"attn_k.weight", d, kv_dim},
+            {"attn_v.weight", d, kv_dim},            {"attn_output.weight", q_dim, d},
+            {"ffn_gate.weight", d, hp->n_ff},        {"ffn_up.weight", d, hp->n_ff},
+            {"ffn_down.weight", hp->n_ff, d},        {"nextn.eh_proj.weight", 2 * d, d},
+            {"attn_norm.weight", d, 1},              {"post_attention_norm.weight", d, 1},
+            {"attn_q_norm.weight", hp->head_dim, 1}, {"attn_k_norm.weight", hp->head_dim, 1},
+            {"nextn.enorm.weight", d, 1},            {"nextn.hnorm.weight", d, 1},
+        };
+        for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
+            char name[96];
+            quill_weight w;
+            snprintf(name, sizeof name, "blk.%lld.%s", l, mats[k].suffix);
+            quill_status s = quill_model_bind(m, name, mats[k].cols, mats[k].rows, &w, err);
+            if (s) return s;
+        }
+    }
+    return QUILL_OK;
+}
+
+void quill_hybrid_free_layer(quill_layer *L) {
+    free(L->ssm_conv);
+    free(L->ssm_dt);
+    free(L->ssm_a);
+    free(L->ssm_norm);
+}
+
+/* ---------------------------------------------------------------- shared arithmetic */
+
+/* The key head a value head reads: Qwen 3.5 tiles the key heads over the value heads. */
+static inline int64_t key_head(const quill_arch_params *ap, int64_t h) { return h % ap->ssm_k_heads; }
+
+static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* x / max(‖x‖, eps), the sum of squares in double as the reference's */
+static void l2_norm(float *x, int64_t n, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int64_t i = 0; i < n; i++) x[i] *= scale;
+}
+
+/* ---------------------------------------------------------------- fast pass */
+
+typedef struct {
+    quill_context *c;
+    const quill_layer *L;
+    int layer, n_tok;
+} dn_job;
+
+/* The causal convolution, one item per channel, the tokens in order: each token's window is its
+ * sequence's last kernel - 1 inputs and its own (then it shifts into the state); out = silu(Σ). */
+static void conv_channels(void *arg, int64_t c0, int64_t c1, int thread) {
+    (void)thread;
+    const dn_job *j = arg;
+    const quill_context *c = j->c;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t K = ap->ssm_kernel, conv_dim = ap->ssm_conv_dim;
+    float *mixed = c->rec->mixed;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        const float *w = j->L->ssm_conv + ch * K;
+        for (int t = 0; t < j->n_tok; t++) {
+            float *st = (float *)quill_recurrent_conv(c, c->ub_seq[t], j->layer) + ch * (K - 1);
+            const float in = mixed[(size_t)t * conv_dim + ch];
+            float sum = 0.0f;
+            for (int64_t i = 0; i < K - 1; i++) sum += st[i] * w[i];
+            sum += in * w[K - 1];
+            for (int64_t i = 0; i + 1 < K - 1; i++) st[i] = st[i + 1];
+            if (K > 1) st[K - 2] = in;
+            mixed[(size_t)t * conv_dim + ch] = silu_f(sum);
+        }
+    }
+}
+
+/* q and k of each token, L2-normalised per key head */
+static void l2_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const dn_job *j = arg;
+    const quill_context *c = j->c;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t S = ap->ssm_state;
+    for (int64_t t = t0; t < t1; t++) {
+        float *row = c->rec->mixed + t * ap->ssm_conv_dim;
+        for (int64_t h = 0; h < 2 * ap->ssm_k_heads; h++) l2_norm(row + h * S, S, (float)c->hp->rms_eps);
+    }
+}
+
+/* The delta rule for one value head per item, the tokens in order (each on its sequence's state),
+ * then the token's gated RMS norm of that head. */
+static void delta_heads(void *arg, int64_t h0, int64_t h1, int thread) {
+    const dn_job *j = arg;
+    const quill_context *c = j->c;
+    const quill_layer *L = j->L;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, key_dim = S * ap->ssm_k_heads, value_dim = S * H;
+    const float scale = 1.0f / sqrtf((float)S);
+    float *delta = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    for (int64_t h = h0; h < h1; h++) {
+        const int64_t kh = key_head(ap, h);
+        for (int t = 0; t < j->n_tok; t++) {
+            const float *row = c->rec->mixed + (size_t)t * ap->ssm_conv_dim;
+            const float *q = row + kh * S, *k = row + key_dim + kh * S, *v = row + 2 * key_dim + h * S;
+            const float beta = sigmoid_f(c->rec->beta[(size_t)t * H + h]);
+            const float g = softplus_f(c->rec->alpha[(size_t)t * H + h] + L->ssm_dt[h]) * L->ssm_a[h];
+            const float decay = expf(g);
+            float *M = (float *)quill_recurrent_ssm(c, c->ub_seq[t], j->layer) + h * S * S; /* row jv: S[.][jv] */
+            for (int64_t i = 0; i < S * S; i++) M[i] *= decay;
+            for (int64_t jv = 0; jv < S; jv++) {
+                float sum = 0.0f;
+                for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * k[i];
+                delta[jv] = (v[jv] - sum) * beta;
+            }
+            for (int64_t jv = 0; jv < S; jv++)
+                for (int64_t i = 0; i < S; i++) M[jv * S + i] += k[i] * delta[jv];
+            float *o = c->rec->out + (size_t)t * value_dim + h * S;
+            for (int64_t jv = 0; jv < S; jv++) {
+                float sum = 0.0f;
+                for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * q[i];
+                o[jv] = sum * scale;
+            }
+        }
+    }
+}
+
+/* The gated RMS norm per token and value head: rmsnorm(o) · ssm_norm · silu(z), into z. */
+static void gated_norm_rows(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    const dn_job *j = arg;
+    const quill_context *c = j->c;
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t S = ap->ssm_state, value_dim = S * ap->ssm_v_heads;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t h = 0; h < ap->ssm_v_heads; h++) {
+            const float *o = c->rec->out + t * value_dim + h * S;
+            float *z = c->rec->z + t * value_dim + h * S;
+            double ss = 0;
+            for (int64_t i = 0; i < S; i++) ss += (double)(o[i] * o[i]);
+            const float r = 1.0f / sqrtf((float)(ss / (double)S) + (float)c->hp->rms_eps);
+            for (int64_t i = 0; i < S; i++) z[i] = (o[i] * r) * j->L->ssm_norm[i] * silu_f(z[i]);
+        }
+}
+
+void quill_deltanet_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, value_dim = S * H;
+    quill_recurrent *r = c->rec;
+    quill_matmuls(c, (const quill_weight *[]){&L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha},
+                  (float *[]){r->mixed, r->z, r->beta, r->alpha}, 4, c->xb, n_tok);
+    quill_trace(c, "linear_attn_qkv_mixed", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
+    quill_trace(c, "z", layer, r->z, 2, value_dim, n_tok, 1);
+    dn_job j = {c, L, layer, n_tok};
+    quill_pool_run(c->pool, conv_channels, &j, ap->ssm_conv_dim, 16);
+    quill_trace(c, "conv_output_silu", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
+    quill_pool_run(c->pool, l2_rows, &j, n_tok, 1);
+    quill_pool_run(c->pool, delta_heads, &j, H, 1);
+    quill_trace(c, "attn_output", layer, r->out, 3, S, H, n_tok);
+    quill_pool_run(c->pool, gated_norm_rows, &j, n_tok, 1);
+    quill_trace(c, "final_output", layer, r->z, 2, value_dim, n_tok, 1);
+    quill_matmul(c, &L->ssm_out, r->z, n_tok, c->xb);
+    quill_trace(c, "linear_attn_out", layer, c->xb, 2, c->hp->n_embd, n_tok, 1);
+}
+
+/* ---------------------------------------------------------------- gated attention */
+
+void quill_attn_gate_split(quill_context *c, int n_tok) {
+    const int64_t hd = c->hp->head_dim, nh = c->hp->n_head, q_dim = nh * hd;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *src = c->rec->qfull + (size_t)t * 2 * q_dim + h * 2 * hd;
+            memcpy(c->q + (size_t)t * q_dim + h * hd, src, (size_t)hd * sizeof(float));
+            memcpy(c->rec->gate + (size_t)t * q_dim + h * hd, src + hd, (size_t)hd * sizeof(float));
+        }
+}
+
+void quill_attn_gate_apply(quill_context *c, int n_tok) {
+    const int64_t n = (int64_t)n_tok * c->hp->n_head * c->hp->head_dim;
+    for (int64_t i = 0; i < n; i++) c->att[i] *= sigmoid_f(c->rec->gate[i]);
+}
+
+/* ---------------------------------------------------------------- float64 pass */
+
+quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, int layer, const double *in,
+                                  double *out, quill_error *err) {
+    const quill_arch_params *ap = &c->model->ap;
+    const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, K = ap->ssm_kernel, conv_dim = ap->ssm_conv_dim;
+    const int64_t key_dim = S * ap->ssm_k_heads, value_dim = S * H, d = c->hp->n_embd;
+    const double eps = c->hp->rms_eps;
+    int64_t widest = conv_dim > d ? conv_dim : d;
+    double *mixed = malloc((size_t)conv_dim * sizeof *mixed), *z = malloc((size_t)value_dim * sizeof *z);
+    double *b = malloc((size_t)H * sizeof *b), *a = malloc((size_t)H * sizeof *a);
+    double *o = malloc((size_t)value_dim * sizeof *o), *delta = malloc((size_t)S * sizeof *delta);
+    float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
+    quill_status s = QUILL_OK;
+    if (!mixed || !z || !b || !a || !o || !delta || !row || !tmp) {
+        s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
+        goto done;
+    }
+    quill_ref_matvec(&L->ssm_in, in, mixed, row);
+    quill_ref_matvec(&L->ssm_gate, in, z, row);
+    quill_ref_matvec(&L->ssm_beta, in, b, row);
+    quill_ref_matvec(&L->ssm_alpha, in, a, row);
+    quill_ref_trace(c, "linear_attn_qkv_mixed", layer, mixed, conv_dim, 2, conv_dim, 1, tmp);
+    quill_ref_trace(c, "z", layer, z, value_dim, 2, value_dim, 1, tmp);
+    double *conv = quill_recurrent_conv(c, 0, layer), *state = quill_recurrent_ssm(c, 0, layer);
+    for (int64_t ch = 0; ch < conv_dim; ch++) {
+        double *st = conv + ch * (K - 1), sum = 0;
+        const float *w = L->ssm_conv + ch * K;
+        for (int64_t i = 0; i < K - 1; i++) sum += st[i] * w[i];
+        sum += mixed[ch] * w[K - 1];
+        for (int64_t i = 0; i + 1 < K - 1; i++) st[i] = st[i + 1];
+        if (K > 1) st[K - 2] = mixed[ch];
+        mixed[ch] = sum / (1.0 + exp(-sum));
+    }
+    quill_ref_trace(c, "conv_output_silu", layer, mixed, conv_dim, 2, conv_dim, 1, tmp);
+    for (int64_t h = 0; h < 2 * ap->ssm_k_heads; h++) {
+        double *x = mixed + h * S, ss = 0;
+        for (int64_t i = 0; i < S; i++) ss += x[i] * x[i];
+        const double scale = 1.0 / fmax(sqrt(ss), eps);
+        for (int64_t i = 0; i < S; i++) x[i] *= scale;
+    }
+    for (int64_t h = 0; h < H; h++) {
+        const int64_t kh = key_head(ap, h);
+        const double *q = mixed + kh * S, *k = mixed + key_dim + kh * S, *v = mixed + 2 * key_dim + h * S;
+        const double beta = 1.0 / (1.0 + exp(-b[h]));
+        const double x = a[h] + L->ssm_dt[h];
+        const double decay = exp((x > 20 ? x : log1p(exp(x))) * L->ssm_a[h]);
+        double *M = state + h * S * S;
+        for (int64_t i = 0; i < S * S; i++) M[i] *= decay;
+        for (int64_t jv = 0; jv < S; jv++) {
+            double sum = 0;
+            for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * k[i];
+            delta[jv] = (v[jv] - sum) * beta;
+        }
+        for (int64_t jv = 0; jv < S; jv++)
+            for (int64_t i = 0; i < S; i++) M[jv * S + i] += k[i] * delta[jv];
+        for (int64_t jv = 0; jv < S; jv++) {
+            double sum = 0;
+            for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * q[i];
+            o[h * S + jv] = sum / sqrt((double)S);
+        }
+    }
+    quill_ref_trace(c, "attn_output", layer, o, value_dim, 3, S, H, tmp);
+    for (int64_t h = 0; h < H; h++) {
+        double ss = 0;
+        for (int64_t i = 0; i < S; i++) ss += o[h * S + i] * o[h * S + i];
+        const double r = 1.0 / sqrt(ss / (double)S + eps);
+        for (int64_t i = 0; i < S; i++) {
+            const double g = z[h * S + i];
+            z[h * S + i] = o[h * S + i] * r * L->ssm_norm[i] * (g / (1.0 + exp(-g)));
+        }
+    }
+    quill_ref_trace(c, "final_output", layer, z, value_dim, 2, value_dim, 1, tmp);
+    quill_ref_matvec(&L->ssm_out, z, out, row);
+    quill_ref_trace(c, "linear_attn_out", layer, out, d, 2, d, 1, tmp);
+done:
+    free(mixed); free(z); free(b); free(a); free(o); free(delta); free(row); free(tmp);
+    return s;
+}

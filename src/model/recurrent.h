@@ -1,0 +1,83 @@
+/* Hybrid architectures (Qwen 3.5, Qwen3-Next): the Gated DeltaNet layers (deltanet.c) and the
+ * recurrent state they keep per sequence (recurrent.c).
+ *
+ * A DeltaNet layer keeps, per sequence, the last kernel - 1 inputs of its causal convolution
+ * ([conv channels][kernel - 1]) and one state matrix per value head ([head][v][k], the reference's
+ * transposed layout: row j holds S[.][j]). A state cannot be cut back to an earlier position as a
+ * KV cache can: the context keeps each sequence's tokens and copies of its state (checkpoints) at
+ * chosen positions; going back restores the nearest checkpoint at or before the target and
+ * evaluates the tokens from there again, which gives the same bits as a fresh run because every
+ * token's arithmetic is independent of the batching. */
+#ifndef QUILL_RECURRENT_H
+#define QUILL_RECURRENT_H
+
+#include "model/context.h"
+
+/* Checkpoints kept per sequence (besides the empty state at position 0, always at hand). */
+#define QUILL_CHECKPOINTS 4
+/* A sequence that grows by one token at a time (generation) gets a checkpoint every this many. */
+#define QUILL_CHECKPOINT_EVERY 256
+
+typedef struct {
+    int pos;        /* the state after positions [0, pos); -1: unused */
+    void *state;    /* seq_bytes */
+} quill_checkpoint;
+
+struct quill_recurrent {
+    int n_rec;                  /* DeltaNet layers */
+    int *rec_index;             /* [n_layer] the layer's index among them, or -1 */
+    int64_t conv_elems, ssm_elems; /* per sequence and DeltaNet layer */
+    size_t elem;                /* sizeof(float), or sizeof(double) on the reference path */
+    size_t seq_bytes;           /* one sequence's whole state */
+    uint8_t *state;             /* [n_seq][seq_bytes]: per sequence, the layers' conv states, then their matrices */
+    quill_checkpoint *ckpt;     /* [n_seq][QUILL_CHECKPOINTS] */
+    int *last_ckpt;             /* [n_seq] position of the newest checkpoint taken */
+    int32_t *tokens;            /* [n_seq][n_ctx] every sequence's tokens, to evaluate again */
+    /* fast path's scratch, per micro-batch */
+    float *mixed, *z, *beta, *alpha, *out; /* [ub][conv channels], [ub][value dim], [ub][v heads] x2, [ub][value dim] */
+    float *qfull, *gate;        /* gated attention: [ub][2 q_dim], [ub][q_dim] */
+    size_t bytes;               /* all of the above, for the memory estimate */
+};
+
+/* ---------------------------------------------------------------- loading (deltanet.c) */
+
+/* Reads the hybrid hyperparameters (ssm.*, full_attention_interval or attention.recurrent_layers,
+ * rope.dimension_sections), checks them against each other and marks the DeltaNet layers. */
+quill_status quill_hybrid_params(quill_model *m, quill_error *err);
+/* Binds the tensors of DeltaNet layer l. */
+quill_status quill_hybrid_bind_layer(quill_model *m, int64_t l, quill_error *err);
+/* Checks the MTP blocks' tensors (loaded, not run). */
+quill_status quill_hybrid_bind_mtp(quill_model *m, quill_error *err);
+void quill_hybrid_free_layer(quill_layer *L);
+
+/* ---------------------------------------------------------------- the passes (deltanet.c) */
+
+/* A DeltaNet layer on the micro-batch: its normed input in c->xb, its output left there. */
+void quill_deltanet_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
+/* The same for one token of sequence 0 in double: in [n_embd] -> out [n_embd]. */
+quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, int layer, const double *in,
+                                  double *out, quill_error *err);
+/* Gated attention: splits rec->qfull into c->q and rec->gate; after attention, c->att *= σ(gate). */
+void quill_attn_gate_split(quill_context *c, int n_tok);
+void quill_attn_gate_apply(quill_context *c, int n_tok);
+
+/* ---------------------------------------------------------------- state (recurrent.c) */
+
+/* The state's bytes for a context of n_seq sequences of n_ctx positions (estimate, no allocation). */
+double quill_recurrent_bytes(const quill_model *m, int n_seq, int n_ctx, bool reference);
+/* Allocates c->rec (zero states); false when out of memory. */
+bool quill_recurrent_new(quill_context *c);
+void quill_recurrent_free(quill_context *c);
+/* The conv state and the matrices of DeltaNet layer `layer` for sequence seq (floats, or doubles
+ * on the reference path). */
+void *quill_recurrent_conv(const quill_context *c, int seq, int layer);
+void *quill_recurrent_ssm(const quill_context *c, int seq, int layer);
+/* After a micro-batch: records its tokens and takes the checkpoints the policy asks for. */
+void quill_recurrent_after_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
+                                  int n);
+/* Brings sequence seq back to its first pos positions (restore, then evaluate again). */
+quill_status quill_recurrent_truncate(quill_context *c, int seq, int pos, quill_error *err);
+/* Makes dst's state that of src's first n positions. */
+quill_status quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
+
+#endif
