@@ -86,6 +86,14 @@ static const synth_arch arches[] = {
      4, true, true, false},
     {.name = "qwen35", .arch = "qwen35", .freq_base = 10000000, .eps = 1e-6, .ctx = 262144, .head_dim_num = 2,
      .head_dim_den = 1, .tied = true, .qk_norm = true},
+    /* Qwen3.6-35B-A3B: 256 experts, 8 used, a shared expert --ff wide */
+    {.name = "qwen35moe", .arch = "qwen35moe", .freq_base = 10000000, .eps = 1e-6, .ctx = 262144, .head_dim_num = 2,
+     .head_dim_den = 1, .qk_norm = true, .experts = 256, .experts_used = 8, .expert_ff_key = true,
+     .shared_expert = true},
+    /* Qwen3-Next-80B-A3B: 512 experts, 10 used, a shared expert --ff wide */
+    {.name = "qwen3next", .arch = "qwen3next", .freq_base = 10000000, .eps = 1e-6, .ctx = 262144, .head_dim_num = 2,
+     .head_dim_den = 1, .qk_norm = true, .experts = 512, .experts_used = 10, .expert_ff_key = true,
+     .shared_expert = true},
 };
 
 typedef struct {
@@ -159,14 +167,18 @@ static void llama3_factors(float *f, int64_t half, int64_t n_rot, double base) {
 typedef struct {
     int64_t state, k_heads, v_heads, kernel, interval, n_rot, mtp;
     int32_t sections[4];
+    bool grouped;           /* Qwen3-Next: ssm_ba, no rope sections */
+    int64_t n_expert, ff_exp, ff_shexp; /* the MoE variants' experts (0: a dense FFN) */
 } synth_hybrid;
 
 /* Qwen 3.5's DeltaNet and gated attention layers (synth_hybrid_*) instead of Llama's */
-static bool synth_is_hybrid(const synth_arch *a) { return !strcmp(a->arch, "qwen35"); }
+static bool synth_is_hybrid(const synth_arch *a) {
+    return !strcmp(a->arch, "qwen35") || !strcmp(a->arch, "qwen35moe") || !strcmp(a->arch, "qwen3next");
+}
 
 static synth_hybrid synth_hybrid_sizes(const synth_preset *hp, int64_t head_dim, long mtp) {
     synth_hybrid h = {head_dim / 2 > 2 ? head_dim / 2 : 2, hp->n_head_kv, hp->n_head, 4, 4, head_dim / 4 / 2 * 2, mtp,
-                      {0, 0, 0, 0}};
+                      {0, 0, 0, 0}, false, 0, 0, 0};
     if (h.n_rot < 2) h.n_rot = 2;
     const int32_t pairs = (int32_t)(h.n_rot / 2);
     h.sections[0] = (pairs + 2) / 3;
@@ -184,7 +196,9 @@ static bool synth_hybrid_keys(quill_gguf_writer *w, const char *arch, const synt
     bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.time_step_rank"), (uint32_t)h->v_heads) != QUILL_OK;
     bad |= quill_gguf_writer_add_u32(w, HKEY("ssm.inner_size"), (uint32_t)(h->state * h->v_heads)) != QUILL_OK;
     bad |= quill_gguf_writer_add_u32(w, HKEY("full_attention_interval"), (uint32_t)h->interval) != QUILL_OK;
-    bad |= quill_gguf_writer_add_arr(w, HKEY("rope.dimension_sections"), QUILL_GGUF_INT32, h->sections, 4) != QUILL_OK;
+    if (!h->grouped)
+        bad |= quill_gguf_writer_add_arr(w, HKEY("rope.dimension_sections"), QUILL_GGUF_INT32, h->sections, 4) !=
+               QUILL_OK;
     if (h->mtp) bad |= quill_gguf_writer_add_u32(w, HKEY("nextn_predict_layers"), (uint32_t)h->mtp) != QUILL_OK;
 #undef HKEY
     return !bad;
@@ -208,8 +222,12 @@ static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const 
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 1.0f, h->v_heads, 0, "blk.%d.ssm_dt.bias", l);
         /* A = -exp(A_log): negative decay rates */
         synth_add(ts, nt, QUILL_TYPE_F32, -1.0f, 0.5f, h->v_heads, 0, "blk.%d.ssm_a", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_beta.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_alpha.weight", l);
+        if (h->grouped) {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * h->v_heads, "blk.%d.ssm_ba.weight", l);
+        } else {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_beta.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, h->v_heads, "blk.%d.ssm_alpha.weight", l);
+        }
         synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, h->state, 0, "blk.%d.ssm_norm.weight", l);
         synth_add(ts, nt, wtype, 0.0f, SPREAD(value_dim), value_dim, d, "blk.%d.ssm_out.weight", l);
     } else {
@@ -220,9 +238,25 @@ static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const 
         synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
         synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
     }
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+    if (h->n_expert) {
+        /* the router (f32, as published), the experts [E][rows][cols], the shared expert and its gate */
+        const int64_t E = h->n_expert, ff = h->ff_exp, sh = h->ff_shexp;
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, 0, "blk.%d.ffn_gate_inp_shexp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_gate_shexp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(sh), sh, d, "blk.%d.ffn_down_shexp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_up_shexp.weight", l);
+    } else {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+    }
     if (mtp) {
         synth_add(ts, nt, wtype, 0.0f, SPREAD(2 * d), 2 * d, d, "blk.%d.nextn.eh_proj.weight", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.enorm.weight", l);
@@ -246,7 +280,8 @@ static int synth_usage(FILE *f) {
             "  qwen2moe (60 experts, 4 used, --expert-ff wide, a shared expert --ff wide),\n"
             "  gpt-oss (32 experts, 4 used, --expert-ff wide, biases, attention sinks, window 128 on\n"
             "  every other layer, YaRN), qwen35 (Gated DeltaNet layers, every fourth a gated attention\n"
-            "  layer; --mtp N adds N MTP blocks),\n"
+            "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
+            "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -296,7 +331,7 @@ int cmd_synth(int argc, char **argv) {
                 if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
-                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35)",
+                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -371,11 +406,12 @@ int cmd_synth(int argc, char **argv) {
     const bool write_head_dim = arch->head_dim_num || head_dim_opt;
     const int64_t window = window_opt > 0 ? window_opt : arch->window;
     const bool is_hybrid = synth_is_hybrid(arch);
-    const synth_hybrid hybrid = synth_hybrid_sizes(&hp, head_dim, is_hybrid ? mtp : 0);
+    synth_hybrid hybrid = synth_hybrid_sizes(&hp, head_dim, is_hybrid ? mtp : 0);
     const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
     const int64_t n_used = used_opt ? used_opt : arch->experts_used;
     if ((experts_opt || used_opt || expert_ff) && !arch->experts)
-        return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe, qwen2moe, llama-moe and gpt-oss");
+        return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe, qwen2moe, llama-moe, gpt-oss, "
+                        "qwen35moe and qwen3next");
     if (n_used > n_expert)
         return cli_fail("synth: --experts-used %" PRId64 " is more than --experts %" PRId64, n_used, n_expert);
     /* the experts' width: qwen3moe's own key, feed_forward_length / used by default */
@@ -384,6 +420,10 @@ int cmd_synth(int argc, char **argv) {
                            : !arch->expert_ff_key || arch->gpt_oss ? hp.n_ff
                                                                     : hp.n_ff / n_used;
     if (n_expert && ff_exp < 1) return cli_fail("synth: --ff is narrower than the experts used");
+    hybrid.grouped = !strcmp(arch->arch, "qwen3next");
+    hybrid.n_expert = n_expert;
+    hybrid.ff_exp = ff_exp;
+    hybrid.ff_shexp = hp.n_ff;
     if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
 

@@ -45,6 +45,16 @@ static const quill_arch archs[] = {
      * post_attention_norm is the FFN's input norm */
     {.name = "qwen35", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .hybrid = true,
      .rope_sections = true, .ffn_norm_post_attention = true},
+    /* Qwen 3.5 / 3.6 MoE (Qwen3.6-35B-A3B): the same layers, a softmax router over the experts, the
+     * top k renormalised, plus a shared expert gated by sigmoid(ffn_gate_inp_shexp · h) */
+    {.name = "qwen35moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .hybrid = true,
+     .rope_sections = true, .ffn_norm_post_attention = true, .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SOFTMAX,
+     .norm_expert_weights = true, .expert_ff_key = true, .shared_expert = true},
+    /* Qwen3-Next: Qwen 3.5 MoE's layers with plain NeoX RoPE, value heads grouped by key head and
+     * beta/alpha packed in ssm_ba */
+    {.name = "qwen3next", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .hybrid = true,
+     .ssm_grouped = true, .ffn_norm_post_attention = true, .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SOFTMAX,
+     .norm_expert_weights = true, .expert_ff_key = true, .shared_expert = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -54,6 +64,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3 and qwen35; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe and qwen3next; "
            "other families are not implemented";
 }

@@ -144,8 +144,12 @@ quill_status quill_hybrid_bind_layer(quill_model *m, int64_t l, quill_error *err
     quill_status s;
     if ((s = quill_model_bind(m, NAME("attn_qkv.weight"), d, 2 * key_dim + value_dim, &L->ssm_in, err)) ||
         (s = quill_model_bind(m, NAME("attn_gate.weight"), d, value_dim, &L->ssm_gate, err)) ||
-        (s = quill_model_bind(m, NAME("ssm_beta.weight"), d, ap->ssm_v_heads, &L->ssm_beta, err)) ||
-        (s = quill_model_bind(m, NAME("ssm_alpha.weight"), d, ap->ssm_v_heads, &L->ssm_alpha, err)) ||
+        /* Qwen3-Next: beta and alpha in one matrix, per key head its value heads' betas, then their alphas */
+        (s = m->arch->ssm_grouped
+                 ? quill_model_bind(m, NAME("ssm_ba.weight"), d, 2 * ap->ssm_v_heads, &L->ssm_beta, err)
+                 : quill_model_bind(m, NAME("ssm_beta.weight"), d, ap->ssm_v_heads, &L->ssm_beta, err)) ||
+        (!m->arch->ssm_grouped &&
+         (s = quill_model_bind(m, NAME("ssm_alpha.weight"), d, ap->ssm_v_heads, &L->ssm_alpha, err))) ||
         (s = quill_model_bind(m, NAME("ssm_out.weight"), value_dim, d, &L->ssm_out, err)) ||
         (s = quill_model_floats(m, NAME("ssm_dt.bias"), ap->ssm_v_heads, 1, &L->ssm_dt, err)) ||
         (s = quill_model_floats(m, NAME("ssm_a"), ap->ssm_v_heads, 1, &L->ssm_a, err)) ||
@@ -159,24 +163,42 @@ quill_status quill_hybrid_bind_layer(quill_model *m, int64_t l, quill_error *err
 
 quill_status quill_hybrid_bind_mtp(quill_model *m, quill_error *err) {
     const quill_hparams *hp = &m->hp;
+    const quill_arch_params *ap = &m->ap;
     const int64_t d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    for (int64_t i = 0; i < m->ap.n_layer_mtp; i++) {
+    const int64_t E = ap->n_expert, ff = E ? ap->n_ff_exp : hp->n_ff, ff_sh = ap->n_ff_shexp;
+    for (int64_t i = 0; i < ap->n_layer_mtp; i++) {
         const long long l = (long long)(hp->n_layer + i);
-        struct { const char *suffix; int64_t cols, rows; } mats[] = {
-            {"attn_q.weight", d, 2 * q_dim},         {"attn_k.weight", d, kv_dim},
-            {"attn_v.weight", d, kv_dim},            {"attn_output.weight", q_dim, d},
-            {"ffn_gate.weight", d, hp->n_ff},        {"ffn_up.weight", d, hp->n_ff},
-            {"ffn_down.weight", hp->n_ff, d},        {"nextn.eh_proj.weight", 2 * d, d},
-            {"attn_norm.weight", d, 1},              {"post_attention_norm.weight", d, 1},
-            {"attn_q_norm.weight", hp->head_dim, 1}, {"attn_k_norm.weight", hp->head_dim, 1},
-            {"nextn.enorm.weight", d, 1},            {"nextn.hnorm.weight", d, 1},
+        /* a full-attention block (dense FFN, or the experts: router, shared expert, and the 3-D
+         * expert tensors [E][rows][cols]) with its nextn projection and norms */
+        struct { const char *suffix; int64_t cols, rows, depth; } mats[] = {
+            {"attn_q.weight", d, 2 * q_dim, 1},         {"attn_k.weight", d, kv_dim, 1},
+            {"attn_v.weight", d, kv_dim, 1},            {"attn_output.weight", q_dim, d, 1},
+            {"nextn.eh_proj.weight", 2 * d, d, 1},      {"attn_norm.weight", d, 1, 1},
+            {"post_attention_norm.weight", d, 1, 1},    {"attn_q_norm.weight", hp->head_dim, 1, 1},
+            {"attn_k_norm.weight", hp->head_dim, 1, 1}, {"nextn.enorm.weight", d, 1, 1},
+            {"nextn.hnorm.weight", d, 1, 1},
+            {E ? "ffn_gate_exps.weight" : "ffn_gate.weight", d, ff, E ? E : 1},
+            {E ? "ffn_up_exps.weight" : "ffn_up.weight", d, ff, E ? E : 1},
+            {E ? "ffn_down_exps.weight" : "ffn_down.weight", ff, d, E ? E : 1},
+            {E ? "ffn_gate_inp.weight" : NULL, d, E, 1},
+            {ff_sh ? "ffn_gate_shexp.weight" : NULL, d, ff_sh, 1},
+            {ff_sh ? "ffn_up_shexp.weight" : NULL, d, ff_sh, 1},
+            {ff_sh ? "ffn_down_shexp.weight" : NULL, ff_sh, d, 1},
+            {ff_sh ? "ffn_gate_inp_shexp.weight" : NULL, d, 1, 1},
         };
         for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
+            if (!mats[k].suffix) continue;
             char name[96];
-            quill_weight w;
             snprintf(name, sizeof name, "blk.%lld.%s", l, mats[k].suffix);
-            quill_status s = quill_model_bind(m, name, mats[k].cols, mats[k].rows, &w, err);
-            if (s) return s;
+            const quill_gguf_tensor *t = quill_gguf_find_tensor(m->gguf, name);
+            if (!t) return quill_fail(err, QUILL_E_FORMAT, "%s: tensor '%s' is missing", quill_gguf_path(m->gguf), name);
+            if (t->ne[0] != mats[k].cols || t->ne[1] != mats[k].rows || t->ne[2] != mats[k].depth || t->ne[3] != 1)
+                return quill_fail(err, QUILL_E_FORMAT,
+                                  "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld] "
+                                  "from the hyperparameters",
+                                  quill_gguf_path(m->gguf), name, (long long)t->ne[0], (long long)t->ne[1],
+                                  (long long)t->ne[2], (long long)t->ne[3], (long long)mats[k].cols,
+                                  (long long)mats[k].rows, (long long)mats[k].depth);
         }
     }
     return QUILL_OK;
@@ -191,8 +213,26 @@ void quill_hybrid_free_layer(quill_layer *L) {
 
 /* ---------------------------------------------------------------- shared arithmetic */
 
-/* The key head a value head reads: Qwen 3.5 tiles the key heads over the value heads. */
-static inline int64_t key_head(const quill_arch_params *ap, int64_t h) { return h % ap->ssm_k_heads; }
+/* The key head a value head reads: Qwen 3.5 tiles the key heads over the value heads, Qwen3-Next
+ * gives each key head a run of consecutive value heads. */
+static inline int64_t key_head(const quill_model *m, int64_t h) {
+    const quill_arch_params *ap = &m->ap;
+    return m->arch->ssm_grouped ? h / (ap->ssm_v_heads / ap->ssm_k_heads) : h % ap->ssm_k_heads;
+}
+
+/* Value head h's beta and alpha inputs of one token: from ssm_beta's and ssm_alpha's rows (b, a),
+ * or from ssm_ba's row (b), where key head kh holds its heads' betas, then their alphas. */
+static inline void beta_alpha(const quill_model *m, const float *b, const float *a, int64_t h, float *beta,
+                              float *alpha) {
+    if (m->arch->ssm_grouped) {
+        const int64_t ratio = m->ap.ssm_v_heads / m->ap.ssm_k_heads, kh = h / ratio, i = h % ratio;
+        *beta = b[kh * 2 * ratio + i];
+        *alpha = b[kh * 2 * ratio + ratio + i];
+    } else {
+        *beta = b[h];
+        *alpha = a[h];
+    }
+}
 
 static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -262,12 +302,14 @@ static void delta_heads(void *arg, int64_t h0, int64_t h1, int thread) {
     const float scale = 1.0f / sqrtf((float)S);
     float *delta = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
     for (int64_t h = h0; h < h1; h++) {
-        const int64_t kh = key_head(ap, h);
+        const int64_t kh = key_head(c->model, h), bw = c->model->arch->ssm_grouped ? 2 * H : H;
         for (int t = 0; t < j->n_tok; t++) {
             const float *row = c->rec->mixed + (size_t)t * ap->ssm_conv_dim;
             const float *q = row + kh * S, *k = row + key_dim + kh * S, *v = row + 2 * key_dim + h * S;
-            const float beta = sigmoid_f(c->rec->beta[(size_t)t * H + h]);
-            const float g = softplus_f(c->rec->alpha[(size_t)t * H + h] + L->ssm_dt[h]) * L->ssm_a[h];
+            float b, a;
+            beta_alpha(c->model, c->rec->beta + (size_t)t * bw, c->rec->alpha + (size_t)t * H, h, &b, &a);
+            const float beta = sigmoid_f(b);
+            const float g = softplus_f(a + L->ssm_dt[h]) * L->ssm_a[h];
             const float decay = expf(g);
             float *M = (float *)quill_recurrent_ssm(c, c->ub_seq[t], j->layer) + h * S * S; /* row jv: S[.][jv] */
             for (int64_t i = 0; i < S * S; i++) M[i] *= decay;
@@ -310,8 +352,9 @@ void quill_deltanet_fast(quill_context *c, const quill_layer *L, int layer, int 
     const quill_arch_params *ap = &c->model->ap;
     const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, value_dim = S * H;
     quill_recurrent *r = c->rec;
+    /* (ssm_ba's rows fill beta's and alpha's scratch, which follow each other) */
     quill_matmuls(c, (const quill_weight *[]){&L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha},
-                  (float *[]){r->mixed, r->z, r->beta, r->alpha}, 4, c->xb, n_tok);
+                  (float *[]){r->mixed, r->z, r->beta, r->alpha}, L->ssm_alpha.data ? 4 : 3, c->xb, n_tok);
     quill_trace(c, "linear_attn_qkv_mixed", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
     quill_trace(c, "z", layer, r->z, 2, value_dim, n_tok, 1);
     dn_job j = {c, L, layer, n_tok};
@@ -353,7 +396,7 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
     const double eps = c->hp->rms_eps;
     int64_t widest = conv_dim > d ? conv_dim : d;
     double *mixed = malloc((size_t)conv_dim * sizeof *mixed), *z = malloc((size_t)value_dim * sizeof *z);
-    double *b = malloc((size_t)H * sizeof *b), *a = malloc((size_t)H * sizeof *a);
+    double *b = malloc((size_t)(2 * H) * sizeof *b), *a = malloc((size_t)H * sizeof *a);
     double *o = malloc((size_t)value_dim * sizeof *o), *delta = malloc((size_t)S * sizeof *delta);
     float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
     quill_status s = QUILL_OK;
@@ -364,7 +407,7 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
     quill_ref_matvec(&L->ssm_in, in, mixed, row);
     quill_ref_matvec(&L->ssm_gate, in, z, row);
     quill_ref_matvec(&L->ssm_beta, in, b, row);
-    quill_ref_matvec(&L->ssm_alpha, in, a, row);
+    if (L->ssm_alpha.data) quill_ref_matvec(&L->ssm_alpha, in, a, row);
     quill_ref_trace(c, "linear_attn_qkv_mixed", layer, mixed, conv_dim, 2, conv_dim, 1, tmp);
     quill_ref_trace(c, "z", layer, z, value_dim, 2, value_dim, 1, tmp);
     double *conv = quill_recurrent_conv(c, 0, layer), *state = quill_recurrent_ssm(c, 0, layer);
@@ -385,10 +428,19 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
         for (int64_t i = 0; i < S; i++) x[i] *= scale;
     }
     for (int64_t h = 0; h < H; h++) {
-        const int64_t kh = key_head(ap, h);
+        const int64_t kh = key_head(c->model, h);
         const double *q = mixed + kh * S, *k = mixed + key_dim + kh * S, *v = mixed + 2 * key_dim + h * S;
-        const double beta = 1.0 / (1.0 + exp(-b[h]));
-        const double x = a[h] + L->ssm_dt[h];
+        double bh, ah;
+        if (c->model->arch->ssm_grouped) {
+            const int64_t ratio = H / ap->ssm_k_heads, i = h % ratio;
+            bh = b[kh * 2 * ratio + i];
+            ah = b[kh * 2 * ratio + ratio + i];
+        } else {
+            bh = b[h];
+            ah = a[h];
+        }
+        const double beta = 1.0 / (1.0 + exp(-bh));
+        const double x = ah + L->ssm_dt[h];
         const double decay = exp((x > 20 ? x : log1p(exp(x))) * L->ssm_a[h]);
         double *M = state + h * S * S;
         for (int64_t i = 0; i < S * S; i++) M[i] *= decay;

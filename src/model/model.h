@@ -91,6 +91,8 @@ typedef struct quill_arch {
     bool hybrid;          /* Qwen 3.5 / Qwen3-Next: Gated DeltaNet layers (deltanet.c) between full-attention
                            * layers whose queries carry an output gate */
     bool rope_sections;   /* rope.dimension_sections: interleaved multi-section RoPE (text positions) */
+    bool ssm_grouped;     /* Qwen3-Next: value heads grouped by key head (head h reads key head h / ratio),
+                           * beta and alpha packed per key head in ssm_ba */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
