@@ -3,8 +3,8 @@
  * Templates render the way Hugging Face renders them (Jinja2 with trim_blocks and lstrip_blocks
  * on, the loopcontrols extension, the immutable sandbox, `raise_exception(msg)` and a `tojson`
  * filter that is json.dumps with ensure_ascii off), because that is the text the models were
- * trained on. `tools` is defined only when given (quill_chat_render_json); `strftime_now` is left
- * undefined.
+ * trained on. `tools` is defined only when given (quill_chat_render_json); `strftime_now(fmt)` only
+ * when a time is given (quill_chat_render_inputs).
  *
  * A template is untrusted input: a bad one yields QUILL_E_TEMPLATE with a message naming the line
  * and column ("chat template syntax error at line 3, column 5: unknown tag 'foo'"), never a crash.
@@ -44,6 +44,25 @@ QUILL_API quill_status quill_chat_render(const char *template_src, const quill_c
 QUILL_API quill_status quill_chat_render_json(const char *template_src, const char *messages_json,
                                               const char *tools_json, const char *bos_token, const char *eos_token,
                                               bool add_generation_prompt, char **out, quill_error *err);
+
+/* Everything a render can be given, for quill_chat_render_inputs. */
+typedef struct quill_chat_inputs {
+    const char *messages_json;  /* as quill_chat_render_json's; required */
+    const char *tools_json;     /* a JSON list passed as `tools`; NULL: undefined */
+    const char *extra_json;     /* NULL, or a JSON object whose members become variables (the
+                                 * reference's chat_template_kwargs: enable_thinking,
+                                 * reasoning_effort, ...); they never replace the ones below */
+    const char *bos_token, *eos_token;
+    bool add_generation_prompt;
+    bool has_now;               /* defines strftime_now(fmt): `now` (Unix seconds) formatted as
+                                 * C's strftime does, in UTC; add the UTC offset for local time */
+    int64_t now;
+} quill_chat_inputs;
+
+/* quill_chat_render_json with every input: the same errors, and QUILL_E_ARG when extra_json is
+ * not a JSON object. */
+QUILL_API quill_status quill_chat_render_inputs(const char *template_src, const quill_chat_inputs *in, char **out,
+                                                quill_error *err);
 
 /* Parses a template without rendering it: QUILL_OK or the syntax error render would report.
  * Runtime errors (undefined attributes, raise_exception) depend on the messages and are not found. */

@@ -16,6 +16,8 @@
  * reference-counted values. */
 #include "jinja/jinja_internal.h"
 
+#include <time.h>
+
 /* ------------------------------------------------------------------ scopes */
 
 scope *jj_scope_new(J *j, scope *parent) {
@@ -127,8 +129,9 @@ static bool unsafe_method(jtype t, const char *name) {
 }
 
 
-static int builtin_func(const char *name) {
+static int builtin_func(const J *j, const char *name) {
     if (strcmp(name, "range") == 0) return F_RANGE;
+    if (j->has_now && strcmp(name, "strftime_now") == 0) return F_STRFTIME_NOW;
     if (strcmp(name, "raise_exception") == 0) return F_RAISE;
     if (strcmp(name, "namespace") == 0) return F_NAMESPACE;
     if (strcmp(name, "dict") == 0) return F_DICT;
@@ -138,7 +141,7 @@ static int builtin_func(const char *name) {
 static bool lookup(J *j, scope *sc, const char *name, jv *out) {
     jv *p = scope_lookup(sc, name);
     if (p) { *out = ref(*p); return true; }
-    int fn = builtin_func(name);
+    int fn = builtin_func(j, name);
     if (fn) { *out = mk_func(fn); return true; }
     *out = jj_mk_undef_msg(j, "'%s' is undefined", name);
     return !j->failed;
@@ -687,6 +690,26 @@ static bool call_builtin(J *j, int fn, const jargs *a, jv *out) {
         for (size_t i = 0; i < a->nkw; i++)
             if (!jj_dict_set_cstr(j, d, a->kwn[i], ref(a->kwv[i]))) return false;
         return true;
+    }
+    case F_STRFTIME_NOW: {
+        const jv *fmt = jj_arg(a, 0, "format");
+        if (!fmt || fmt->t != T_STR || a->npos + a->nkw != 1) {
+            jj_rterr(j, NULL, "strftime_now() takes one string argument");
+            return false;
+        }
+        /* Python's strftime has C's directives; a format longer than the buffer allows fails
+         * rather than truncating. */
+        time_t t = (time_t)j->now;
+        struct tm tm;
+        char buf[512];
+        size_t n = 0;
+        if (gmtime_r(&t, &tm) && fmt->u.s->len < 200) n = strftime(buf, sizeof buf, fmt->u.s->s, &tm);
+        if (n == 0 && fmt->u.s->len > 0) {
+            jj_rterr(j, NULL, "strftime_now(): the format is empty, too long or gives no text");
+            return false;
+        }
+        buf[n] = 0;
+        return jj_mk_str(j, buf, out);
     }
     default: jj_rterr(j, NULL, "unknown function"); return false;
     }

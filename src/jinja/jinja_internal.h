@@ -148,6 +148,8 @@ typedef struct J {
     scope *captured;
     jdict **nss;             /* every namespace, held until the end to break reference cycles */
     size_t n_nss, cap_nss;
+    bool has_now;            /* strftime_now() is defined, formatting `now` (seconds, UTC) */
+    int64_t now;
     /* error */
     bool failed;
     quill_status status;
@@ -188,7 +190,7 @@ enum {
     /* loop */
     M_CYCLE,
 };
-enum { F_NONE, F_RANGE, F_RAISE, F_NAMESPACE, F_DICT };
+enum { F_NONE, F_RANGE, F_RAISE, F_NAMESPACE, F_DICT, F_STRFTIME_NOW };
 typedef struct jargs {
     jv *pos;
     size_t npos;

@@ -965,18 +965,49 @@ quill_status quill_chat_render(const char *template_src, const quill_chat_messag
 quill_status quill_chat_render_json(const char *template_src, const char *messages_json, const char *tools_json,
                                     const char *bos_token, const char *eos_token, bool add_generation_prompt,
                                     char **out, quill_error *err) {
+    quill_chat_inputs in = {.messages_json = messages_json, .tools_json = tools_json, .bos_token = bos_token,
+                            .eos_token = eos_token, .add_generation_prompt = add_generation_prompt};
+    return quill_chat_render_inputs(template_src, &in, out, err);
+}
+
+static void fail_arg(J *j, const char *msg) {
+    j->failed = true;
+    j->status = QUILL_E_ARG;
+    snprintf(j->msg, sizeof j->msg, "%s", msg);
+}
+
+/* Each member of `extra` becomes a variable, unless it would hide one of the render's own. */
+static bool set_extra_vars(J *j, scope *g, jv extra) {
+    static const char *const reserved[] = {"messages", "tools", "bos_token", "eos_token", "add_generation_prompt", NULL};
+    for (size_t i = 0; i < extra.u.d->n; i++) {
+        jv k = extra.u.d->e[i].k;
+        if (k.t != T_STR || jj_in_list(reserved, k.u.s->s)) continue;
+        if (!jj_scope_set(j, g, k.u.s->s, ref(extra.u.d->e[i].v))) return false;
+    }
+    return true;
+}
+
+quill_status quill_chat_render_inputs(const char *template_src, const quill_chat_inputs *in, char **out,
+                                      quill_error *err) {
     if (out) *out = NULL;
-    if (!template_src || !messages_json || !out) {
-        jj_set_err(err, QUILL_E_ARG, "quill_chat_render_json: template, messages and out must not be NULL");
+    if (!template_src || !in || !in->messages_json || !out) {
+        jj_set_err(err, QUILL_E_ARG, "quill_chat_render_inputs: template, inputs, messages and out must not be NULL");
         return QUILL_E_ARG;
     }
     J j;
     memset(&j, 0, sizeof j);
+    j.has_now = in->has_now;
+    j.now = in->now;
     jbuf b = {0};
-    jv messages = mk_undef(), tools = mk_undef();
+    jv messages = mk_undef(), tools = mk_undef(), extra = mk_undef();
     /* The inputs are checked before the template, so a bad message is reported as such. */
-    bool parsed = json_parse_list(&j, "messages", messages_json, &messages, true) &&
-                  (!tools_json || json_parse_list(&j, "tools", tools_json, &tools, false));
+    bool parsed = json_parse_list(&j, "messages", in->messages_json, &messages, true) &&
+                  (!in->tools_json || json_parse_list(&j, "tools", in->tools_json, &tools, false)) &&
+                  (!in->extra_json || json_parse_list(&j, "template variables", in->extra_json, &extra, true));
+    if (parsed && extra.t == T_LIST) {
+        fail_arg(&j, "template variables: expected a JSON object");
+        parsed = false;
+    }
     if (parsed && messages.t == T_DICT) {
         /* a request body: {"messages": [...], "tools": [...]} */
         jv body = messages;
@@ -985,9 +1016,7 @@ quill_status quill_chat_render_json(const char *template_src, const char *messag
         if (t && t->t == T_LIST && tools.t == T_UNDEF) tools = ref(*t);
         jj_unref(body);
         if (messages.t == T_UNDEF) {
-            j.failed = true;
-            j.status = QUILL_E_ARG;
-            snprintf(j.msg, sizeof j.msg, "messages: an object must hold a \"messages\" list");
+            fail_arg(&j, "messages: an object must hold a \"messages\" list");
             parsed = false;
         }
     }
@@ -996,9 +1025,9 @@ quill_status quill_chat_render_json(const char *template_src, const char *messag
             jv m = messages.u.l->v[i];
             const jv *role = m.t == T_DICT ? jj_dict_get_str(m.u.d, "role") : NULL;
             if (!role || role->t != T_STR) {
-                j.failed = true;
-                j.status = QUILL_E_ARG;
-                snprintf(j.msg, sizeof j.msg, "messages: message %zu needs a string \"role\"", i);
+                char msg[96];
+                snprintf(msg, sizeof msg, "messages: message %zu needs a string \"role\"", i);
+                fail_arg(&j, msg);
             }
         }
         j.steps = 0;
@@ -1007,20 +1036,22 @@ quill_status quill_chat_render_json(const char *template_src, const char *messag
             scope *g = jj_scope_new(&j, NULL);
             if (g) {
                 jj_capture(&j, g);
-                bool ok = jj_scope_set(&j, g, "messages", messages);
+                bool ok = extra.t != T_DICT || set_extra_vars(&j, g, extra);
+                ok = ok && jj_scope_set(&j, g, "messages", messages);
                 messages = mk_undef();
                 if (ok && tools.t != T_UNDEF) {
                     ok = jj_scope_set(&j, g, "tools", tools);
                     tools = mk_undef();
                 }
-                ok = ok && jj_set_str(&j, g, "bos_token", bos_token) && jj_set_str(&j, g, "eos_token", eos_token) &&
-                     jj_scope_set(&j, g, "add_generation_prompt", mk_bool(add_generation_prompt));
+                ok = ok && jj_set_str(&j, g, "bos_token", in->bos_token) && jj_set_str(&j, g, "eos_token", in->eos_token) &&
+                     jj_scope_set(&j, g, "add_generation_prompt", mk_bool(in->add_generation_prompt));
                 if (ok) jj_exec(&j, root, g, &b);
             }
         }
     }
     jj_unref(messages);
     jj_unref(tools);
+    jj_unref(extra);
     return render_finish(&j, &b, out, err);
 }
 
