@@ -1,0 +1,945 @@
+/* Tool calls and reasoning in generated text (see tool_calls.h). Every parse starts from the
+ * beginning of the reply: replies are short next to the work of generating them, and a parse of the
+ * whole text is what makes a stream's deltas add up to the final reply exactly. */
+#include "text/tool_calls.h"
+
+#include "base/error.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ detection */
+
+chat_syntax chat_syntax_detect(const char *src) {
+    chat_syntax s = {TOOL_SYNTAX_GENERIC, false};
+    if (!src) return s;
+    s.think_tags = strstr(src, "<think>") != NULL;
+    /* The order matters: more specific marks first (Qwen3-Coder's template also has <tool_call>). */
+    if (strstr(src, "<|channel|>")) s.tools = TOOL_SYNTAX_GPT_OSS;
+    else if (strstr(src, "<tool_call>") && strstr(src, "<function=") && strstr(src, "<parameter=")) s.tools = TOOL_SYNTAX_QWEN3_CODER;
+    else if (strstr(src, "<tool_call>")) s.tools = TOOL_SYNTAX_HERMES;
+    else if (strstr(src, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin")) s.tools = TOOL_SYNTAX_DEEPSEEK_V3;
+    else if (strstr(src, "[TOOL_CALLS]")) s.tools = TOOL_SYNTAX_MISTRAL;
+    else if (strstr(src, "<|start_header_id|>") && strstr(src, "ipython")) s.tools = TOOL_SYNTAX_LLAMA3;
+    return s;
+}
+
+const char *tool_syntax_name(tool_syntax s) {
+    switch (s) {
+    case TOOL_SYNTAX_HERMES: return "hermes";
+    case TOOL_SYNTAX_LLAMA3: return "llama3";
+    case TOOL_SYNTAX_MISTRAL: return "mistral";
+    case TOOL_SYNTAX_GPT_OSS: return "gpt-oss";
+    case TOOL_SYNTAX_DEEPSEEK_V3: return "deepseek-v3";
+    case TOOL_SYNTAX_QWEN3_CODER: return "qwen3-coder";
+    case TOOL_SYNTAX_GENERIC: break;
+    }
+    return "generic";
+}
+
+/* ------------------------------------------------------------------ growable text */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool nomem;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->nomem) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->nomem = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp) b->nomem = true;
+    else sb_put(b, tmp, (size_t)n);
+}
+
+/* An owned NUL-terminated string ("" when nothing was put). */
+static char *sb_take(sbuf *b) {
+    if (!b->p && !b->nomem) {
+        b->p = malloc(1);
+        if (b->p) b->p[0] = 0;
+        else b->nomem = true;
+    }
+    char *p = b->p;
+    b->p = NULL;
+    b->n = b->cap = 0;
+    return p;
+}
+
+/* ------------------------------------------------------------------ JSON scanning */
+
+typedef enum { J_OK, J_MORE, J_BAD } jscan;
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && is_ws(s[i])) i++;
+    return i;
+}
+
+static bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+static jscan scan_string(const char *s, size_t n, size_t *i) {
+    size_t k = *i + 1;
+    while (k < n) {
+        unsigned char c = (unsigned char)s[k];
+        if (c == '"') {
+            *i = k + 1;
+            return J_OK;
+        }
+        if (c < 0x20) return J_BAD;
+        if (c == '\\') {
+            if (k + 1 >= n) return J_MORE;
+            char e = s[k + 1];
+            if (e == 'u') {
+                for (size_t h = 0; h < 4; h++) {
+                    if (k + 2 + h >= n) return J_MORE;
+                    if (!is_hex(s[k + 2 + h])) return J_BAD;
+                }
+                k += 6;
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e)) return J_BAD;
+            k += 2;
+            continue;
+        }
+        k++;
+    }
+    return J_MORE;
+}
+
+static jscan scan_number(const char *s, size_t n, size_t *i) {
+    size_t k = *i;
+    if (k < n && s[k] == '-') k++;
+    if (k >= n) return J_MORE;
+    if (s[k] == '0') k++;
+    else if (s[k] >= '1' && s[k] <= '9') while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    else return J_BAD;
+    if (k < n && s[k] == '.') {
+        k++;
+        if (k >= n) return J_MORE;
+        if (!(s[k] >= '0' && s[k] <= '9')) return J_BAD;
+        while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    }
+    if (k < n && (s[k] == 'e' || s[k] == 'E')) {
+        k++;
+        if (k < n && (s[k] == '+' || s[k] == '-')) k++;
+        if (k >= n) return J_MORE;
+        if (!(s[k] >= '0' && s[k] <= '9')) return J_BAD;
+        while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    }
+    /* a number at the end of the text may still grow */
+    *i = k;
+    return k == n ? J_MORE : J_OK;
+}
+
+enum { MAX_JSON_DEPTH = 64 };
+
+static jscan scan_value(const char *s, size_t n, size_t *i, int depth) {
+    size_t k = skip_ws(s, n, *i);
+    if (k >= n) return J_MORE;
+    if (depth > MAX_JSON_DEPTH) return J_BAD;
+    char c = s[k];
+    jscan r;
+    if (c == '"') {
+        r = scan_string(s, n, &k);
+    } else if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        k = skip_ws(s, n, k + 1);
+        if (k >= n) return J_MORE;
+        if (s[k] == close) {
+            *i = k + 1;
+            return J_OK;
+        }
+        for (;;) {
+            if (c == '{') {
+                k = skip_ws(s, n, k);
+                if (k >= n) return J_MORE;
+                if (s[k] != '"') return J_BAD;
+                if ((r = scan_string(s, n, &k)) != J_OK) return r;
+                k = skip_ws(s, n, k);
+                if (k >= n) return J_MORE;
+                if (s[k++] != ':') return J_BAD;
+            }
+            if ((r = scan_value(s, n, &k, depth + 1)) != J_OK) return r;
+            k = skip_ws(s, n, k);
+            if (k >= n) return J_MORE;
+            if (s[k] == close) {
+                *i = k + 1;
+                return J_OK;
+            }
+            if (s[k++] != ',') return J_BAD;
+        }
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        r = scan_number(s, n, &k);
+    } else {
+        static const char *const words[] = {"true", "false", "null"};
+        for (size_t w = 0; w < 3; w++) {
+            size_t len = strlen(words[w]);
+            size_t have = n - k < len ? n - k : len;
+            if (!memcmp(s + k, words[w], have)) {
+                if (have < len) return J_MORE;
+                *i = k + len;
+                return J_OK;
+            }
+        }
+        return J_BAD;
+    }
+    if (r == J_OK || (r == J_MORE && c != '"')) *i = k;
+    return r;
+}
+
+size_t json_value_span(const char *s, size_t n, bool *incomplete) {
+    size_t i = 0;
+    jscan r = scan_value(s, n, &i, 0);
+    if (incomplete) *incomplete = r == J_MORE;
+    return r == J_OK ? i : 0;
+}
+
+/* Whether s[0..n) is exactly one JSON value (a number at the very end counts as finished). */
+static bool is_whole_json(const char *s, size_t n) {
+    char *copy = malloc(n + 2);
+    if (!copy) return false;
+    memcpy(copy, s, n);
+    copy[n] = ' ';
+    copy[n + 1] = 0;
+    bool more;
+    size_t span = json_value_span(copy, n + 1, &more);
+    free(copy);
+    return span == n;
+}
+
+static void put_utf8(sbuf *b, uint32_t cp) {
+    char o[4];
+    size_t n;
+    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
+    } else {
+        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
+    }
+    sb_put(b, o, n);
+}
+
+static uint32_t hex4(const char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v * 16 + (uint32_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* The text of a whole JSON string s[0..n) (quotes included), unescaped; lone surrogates become
+ * U+FFFD. */
+static char *json_unescape(const char *s, size_t n) {
+    sbuf b = {0};
+    for (size_t k = 1; k + 1 < n; k++) {
+        if (s[k] != '\\') {
+            sb_put(&b, s + k, 1);
+            continue;
+        }
+        char e = s[++k];
+        if (e == 'u') {
+            uint32_t cp = hex4(s + k + 1);
+            k += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && k + 6 < n && s[k + 1] == '\\' && s[k + 2] == 'u') {
+                uint32_t lo = hex4(s + k + 3);
+                if (lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    k += 6;
+                }
+            }
+            if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
+            put_utf8(&b, cp);
+            continue;
+        }
+        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+        char o = to[strchr(from, e) - from];
+        sb_put(&b, &o, 1);
+    }
+    return sb_take(&b);
+}
+
+/* Text as a JSON string literal (quotes included, unless `open`: then the closing quote is left
+ * for later). */
+static void json_quote(sbuf *b, const char *s, size_t n, bool open) {
+    sb_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            sb_put(b, esc, 2);
+        } else if (c == '\n') sb_puts(b, "\\n");
+        else if (c == '\t') sb_puts(b, "\\t");
+        else if (c == '\r') sb_puts(b, "\\r");
+        else if (c < 0x20) sb_printf(b, "\\u%04x", c);
+        else sb_put(b, s + i, 1);
+    }
+    if (!open) sb_put(b, "\"", 1);
+}
+
+/* ------------------------------------------------------------------ the parse being built */
+
+typedef struct parser {
+    const chat_parse_options *opt;
+    sbuf content, reasoning;
+    parsed_call *calls;
+    size_t n_calls, cap_calls;
+    bool nomem;
+} parser;
+
+static char *dup_n(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* Takes ownership of name, arguments and id. */
+static void add_call(parser *ps, char *name, char *arguments, char *id, bool complete) {
+    if (!name || !arguments) ps->nomem = true;
+    if (!ps->nomem && ps->n_calls == ps->cap_calls) {
+        size_t cap = ps->cap_calls ? ps->cap_calls * 2 : 4;
+        parsed_call *c = realloc(ps->calls, cap * sizeof *c);
+        if (!c) ps->nomem = true;
+        else {
+            ps->calls = c;
+            ps->cap_calls = cap;
+        }
+    }
+    if (ps->nomem) {
+        free(name);
+        free(arguments);
+        free(id);
+        return;
+    }
+    ps->calls[ps->n_calls++] = (parsed_call){name, arguments, id, complete};
+}
+
+static bool starts(const char *s, size_t n, size_t i, const char *lit) {
+    size_t len = strlen(lit);
+    return n - i >= len && !memcmp(s + i, lit, len);
+}
+
+/* Position of `lit` in s[from..n), or n. */
+static size_t find(const char *s, size_t n, size_t from, const char *lit) {
+    size_t len = strlen(lit);
+    for (size_t i = from; i + len <= n; i++)
+        if (!memcmp(s + i, lit, len)) return i;
+    return n;
+}
+
+/* How many bytes at the end of s[0..n) could begin `lit` (a proper prefix of it). */
+static size_t tail_prefix(const char *s, size_t n, const char *lit) {
+    size_t len = strlen(lit);
+    for (size_t k = len - 1 < n ? len - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, lit, k)) return k;
+    return 0;
+}
+
+/* Content text; while generating, the end that could begin `mark` is held back. */
+static void put_content(parser *ps, const char *s, size_t n, const char *mark) {
+    if (ps->opt->partial && mark) n -= tail_prefix(s, n, mark);
+    sb_put(&ps->content, s, n);
+}
+
+static size_t rtrim(const char *s, size_t n) {
+    while (n && is_ws(s[n - 1])) n--;
+    return n;
+}
+
+/* A call object {"name": ..., <args_key>: {...}, "id": ...} at s[*i..n). J_OK: a whole call;
+ * J_MORE: the text ends inside it (a call with a known name is added as incomplete); J_BAD: not
+ * a call. */
+static jscan read_call_object(parser *ps, const char *s, size_t n, size_t *i, const char *args_key, const char *alt_key) {
+    size_t k = skip_ws(s, n, *i);
+    if (k >= n) return J_MORE;
+    if (s[k] != '{') return J_BAD;
+    k++;
+    char *name = NULL, *id = NULL;
+    size_t args_at = 0, args_end = 0;
+    bool args_open = false;
+    jscan r = J_MORE;
+    for (;;) {
+        k = skip_ws(s, n, k);
+        if (k >= n) break;
+        if (s[k] == '}' && !args_open) {
+            r = name && args_end ? J_OK : J_BAD;
+            k++;
+            break;
+        }
+        if (s[k] != '"') { r = J_BAD; break; }
+        size_t key_at = k;
+        if ((r = scan_string(s, n, &k)) != J_OK) break;
+        char *key = json_unescape(s + key_at, k - key_at);
+        if (!key) { ps->nomem = true; r = J_BAD; break; }
+        k = skip_ws(s, n, k);
+        if (k >= n) { free(key); r = J_MORE; break; }
+        if (s[k++] != ':') { free(key); r = J_BAD; break; }
+        k = skip_ws(s, n, k);
+        size_t v_at = k;
+        r = scan_value(s, n, &k, 1);
+        bool is_args = !strcmp(key, args_key) || (alt_key && !strcmp(key, alt_key));
+        if (is_args && v_at < n && s[v_at] != '{') r = J_BAD;
+        if (r == J_BAD) { free(key); break; }
+        if (is_args) {
+            args_at = v_at;
+            args_end = r == J_OK ? k : n;
+            args_open = r == J_MORE;
+        } else if (r == J_OK && !strcmp(key, "name") && s[v_at] == '"') {
+            free(name);
+            name = json_unescape(s + v_at, k - v_at);
+        } else if (r == J_OK && !strcmp(key, "id") && s[v_at] == '"') {
+            free(id);
+            id = json_unescape(s + v_at, k - v_at);
+        }
+        free(key);
+        if (r == J_MORE) break;
+        k = skip_ws(s, n, k);
+        if (k >= n) { r = J_MORE; break; }
+        if (s[k] == ',') { k++; continue; }
+        if (s[k] == '}') continue;
+        r = J_BAD;
+        break;
+    }
+    if (r == J_BAD || (r == J_MORE && !ps->opt->partial) || (r == J_MORE && !name)) {
+        free(name);
+        free(id);
+        return r == J_MORE && !ps->opt->partial ? J_BAD : r;
+    }
+    char *args = args_end ? dup_n(s + args_at, rtrim(s + args_at, args_end - args_at)) : dup_n("", 0);
+    add_call(ps, name, args, id, r == J_OK);
+    *i = k;
+    return r;
+}
+
+/* ------------------------------------------------------------------ reasoning */
+
+/* <think>...</think> at the start (or, when the prompt opened it, everything up to </think>):
+ * returns where the rest of the reply begins. */
+static size_t take_think(parser *ps, const chat_syntax *syn, const char *s, size_t n) {
+    if (!syn->think_tags || !ps->opt->extract_reasoning) return 0;
+    size_t at = skip_ws(s, n, 0);
+    if (!ps->opt->thinking_open) {
+        if (ps->opt->partial && n - at < 7 && !memcmp(s + at, "<think>", n - at)) return n;   /* could open it */
+        if (!starts(s, n, at, "<think>")) return 0;
+        at += 7;
+    }
+    size_t end = find(s, n, at, "</think>");
+    if (end == n) {
+        size_t keep = ps->opt->partial ? n - tail_prefix(s, n, "</think>") : n;
+        sb_put(&ps->reasoning, s + skip_ws(s, keep, at), keep - skip_ws(s, keep, at));
+        return n;
+    }
+    size_t from = skip_ws(s, end, at);
+    sb_put(&ps->reasoning, s + from, rtrim(s + from, end - from));
+    return skip_ws(s, n, end + 8);
+}
+
+/* ------------------------------------------------------------------ the syntaxes */
+
+static void parse_hermes(parser *ps, const char *s, size_t n) {
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    size_t at = find(s, n, 0, open);
+    put_content(ps, s, at == n ? n : rtrim(s, at), open);
+    size_t i = at;
+    while (i < n && starts(s, n, i, open)) {
+        size_t k = i + strlen(open);
+        jscan r = read_call_object(ps, s, n, &k, "arguments", "parameters");
+        if (r == J_MORE) return;
+        if (r == J_BAD) break;
+        k = skip_ws(s, n, k);
+        if (ps->opt->partial && k < n && n - k < strlen(close) && !memcmp(s + k, close, n - k)) return;
+        if (k >= n && ps->opt->partial) return;
+        if (starts(s, n, k, close)) k += strlen(close);
+        i = skip_ws(s, n, k);
+    }
+    if (i < n) put_content(ps, s + i, n - i, open);   /* what follows the calls, or a malformed one */
+}
+
+static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
+    static const char open[] = "<tool_call>";
+    size_t at = find(s, n, 0, open);
+    put_content(ps, s, at == n ? n : rtrim(s, at), open);
+    size_t i = at;
+    while (i < n && starts(s, n, i, open)) {
+        size_t k = skip_ws(s, n, i + strlen(open));
+        if (!starts(s, n, k, "<function=")) {
+            if (ps->opt->partial && n - k < 10) return;
+            break;
+        }
+        k += 10;
+        size_t name_end = find(s, n, k, ">");
+        if (name_end == n) return;
+        char *name = dup_n(s + k, name_end - k);
+        sbuf args = {0};
+        sb_put(&args, "{", 1);
+        bool first = true, complete = false;
+        k = skip_ws(s, n, name_end + 1);
+        for (;;) {
+            if (starts(s, n, k, "</function>")) {
+                k = skip_ws(s, n, k + 11);
+                if (starts(s, n, k, "</tool_call>")) k += 12;
+                complete = true;
+                break;
+            }
+            if (!starts(s, n, k, "<parameter=")) break;
+            size_t pname = k + 11, pname_end = find(s, n, pname, ">");
+            if (pname_end == n) break;
+            size_t v = pname_end + 1;
+            if (v < n && s[v] == '\n') v++;
+            size_t v_end = find(s, n, v, "</parameter>");
+            if (v_end == n) break;
+            size_t vlen = v_end - v;
+            if (vlen && s[v + vlen - 1] == '\n') vlen--;
+            if (!first) sb_put(&args, ", ", 2);
+            first = false;
+            json_quote(&args, s + pname, pname_end - pname, false);
+            sb_put(&args, ": ", 2);
+            if (vlen && s[v] != '"' && is_whole_json(s + v, vlen)) sb_put(&args, s + v, vlen);
+            else json_quote(&args, s + v, vlen, false);
+            k = skip_ws(s, n, v_end + 12);
+        }
+        if (complete) sb_put(&args, "}", 1);
+        if (args.nomem) ps->nomem = true;
+        if (!complete && !ps->opt->partial) {
+            free(name);
+            free(args.p);
+            break;
+        }
+        add_call(ps, name, sb_take(&args), NULL, complete);
+        if (!complete) return;
+        i = skip_ws(s, n, k);
+    }
+    if (i < n) put_content(ps, s + i, n - i, open);
+}
+
+static void parse_llama3(parser *ps, const char *s, size_t n) {
+    static const char tag[] = "<|python_tag|>";
+    size_t at = skip_ws(s, n, 0);
+    if (at < n && s[at] == '{') {
+        size_t k = at;
+        parser probe = *ps;
+        jscan r = read_call_object(ps, s, n, &k, "parameters", "arguments");
+        if (r == J_OK && skip_ws(s, n, k) == n) return;
+        if (r == J_MORE) return;
+        /* not a call after all: the text is the answer */
+        for (size_t c = probe.n_calls; c < ps->n_calls; c++) {
+            free(ps->calls[c].name);
+            free(ps->calls[c].arguments);
+            free(ps->calls[c].id);
+        }
+        ps->n_calls = probe.n_calls;
+    }
+    size_t t = find(s, n, 0, tag);
+    put_content(ps, s, t == n ? n : rtrim(s, t), tag);
+    if (t == n) return;
+    size_t k = skip_ws(s, n, t + strlen(tag));
+    if (k < n && s[k] == '{') {
+        size_t c = k;
+        jscan r = read_call_object(ps, s, n, &c, "parameters", "arguments");
+        if (r != J_BAD) return;
+    }
+    /* code for the built-in interpreter */
+    if (k >= n && ps->opt->partial) return;
+    size_t end = rtrim(s, n);
+    sbuf args = {0};
+    sb_puts(&args, "{\"code\": ");
+    json_quote(&args, s + k, end > k ? end - k : 0, ps->opt->partial);
+    if (!ps->opt->partial) sb_put(&args, "}", 1);
+    if (args.nomem) ps->nomem = true;
+    add_call(ps, dup_n("python", 6), sb_take(&args), NULL, !ps->opt->partial);
+}
+
+static void parse_mistral(parser *ps, const char *s, size_t n) {
+    static const char tag[] = "[TOOL_CALLS]";
+    size_t at = find(s, n, 0, tag);
+    put_content(ps, s, at == n ? n : rtrim(s, at), tag);
+    while (at < n) {
+        size_t k = skip_ws(s, n, at + strlen(tag));
+        if (k >= n) return;
+        if (s[k] == '[') {
+            k++;
+            for (;;) {
+                jscan r = read_call_object(ps, s, n, &k, "arguments", "parameters");
+                if (r != J_OK) {
+                    if (r == J_BAD) put_content(ps, s + at, n - at, NULL);
+                    return;
+                }
+                k = skip_ws(s, n, k);
+                if (k < n && s[k] == ',') { k++; continue; }
+                if (k < n && s[k] == ']') k++;
+                break;
+            }
+        } else {
+            /* the newer form: [TOOL_CALLS]name[ARGS]{...} */
+            size_t args = find(s, n, k, "[ARGS]");
+            if (args == n) {
+                if (!ps->opt->partial) put_content(ps, s + at, n - at, NULL);
+                return;
+            }
+            size_t v = args + 6, v_end = v;
+            bool more;
+            size_t span = json_value_span(s + v, n - v, &more);
+            if (!span && !(more && ps->opt->partial)) {
+                put_content(ps, s + at, n - at, NULL);
+                return;
+            }
+            v_end = span ? v + span : n;
+            size_t vs = skip_ws(s, v_end, v);
+            add_call(ps, dup_n(s + k, args - k), dup_n(s + vs, rtrim(s + vs, v_end - vs)), NULL, span != 0);
+            if (!span) return;
+            k = v_end;
+        }
+        at = find(s, n, k, tag);
+        if (at > k && skip_ws(s, at, k) != at) put_content(ps, s + k, at - k, at == n ? tag : NULL);
+    }
+}
+
+#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+
+static void parse_deepseek(parser *ps, const char *s, size_t n) {
+    size_t at = find(s, n, 0, DS_CALLS_BEGIN), k;
+    if (at == n) at = find(s, n, 0, DS_CALL_BEGIN);
+    put_content(ps, s, at == n ? n : rtrim(s, at), DS_CALLS_BEGIN);
+    if (at == n) return;
+    k = starts(s, n, at, DS_CALLS_BEGIN) ? at + strlen(DS_CALLS_BEGIN) : at;
+    for (;;) {
+        k = skip_ws(s, n, k);
+        if (k >= n) return;
+        if (starts(s, n, k, DS_CALLS_END)) {
+            k += strlen(DS_CALLS_END);
+            break;
+        }
+        if (!starts(s, n, k, DS_CALL_BEGIN)) {
+            if (ps->opt->partial && n - k < strlen(DS_CALL_BEGIN)) return;
+            break;
+        }
+        size_t sep = find(s, n, k, DS_SEP);
+        if (sep == n) return;
+        size_t name = sep + strlen(DS_SEP), name_end = find(s, n, name, "\n");
+        if (name_end == n) return;
+        size_t v = name_end + 1;
+        if (ps->opt->partial && n - v < 7 && !memcmp(s + v, "```json", n - v)) return;
+        if (starts(s, n, v, "```json")) v = skip_ws(s, n, v + 7);
+        bool more;
+        size_t span = json_value_span(s + v, n - v, &more);
+        if (!span && !(more && ps->opt->partial)) break;
+        size_t v_end = span ? v + span : n;
+        add_call(ps, dup_n(s + name, rtrim(s + name, name_end - name)), dup_n(s + v, rtrim(s + v, v_end - v)), NULL,
+                 span != 0);
+        if (!span) return;
+        k = skip_ws(s, n, v_end);
+        if (starts(s, n, k, "```")) k += 3;
+        k = skip_ws(s, n, k);
+        if (starts(s, n, k, DS_CALL_END)) k += strlen(DS_CALL_END);
+    }
+    if (k < n) put_content(ps, s + k, n - k, NULL);
+}
+
+/* Whether s[0..n) can be the start of a harmony message header (the reply's first header may begin
+ * with its recipient: " to=functions.x<|channel|>..."). */
+static bool harmony_header_begins(const char *s, size_t n) {
+    static const char *const openings[] = {"<|channel|>", " to=", "to="};
+    if (n > 256) return false;
+    for (size_t i = 0; i < 3; i++) {
+        size_t len = strlen(openings[i]);
+        if (!memcmp(s, openings[i], n < len ? n : len)) return true;
+    }
+    return false;
+}
+
+/* Harmony: messages "<|channel|>C[ to=R][<|constrain|>json]<|message|>BODY(<|end|>|<|call|>|<|return|>)",
+ * each after the first introduced by "<|start|>assistant[ to=R]". */
+static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t h = i;
+        if (starts(s, n, h, "<|start|>")) h += 9;
+        size_t msg = find(s, n, h, "<|message|>");
+        if (msg == n) {
+            /* a header still being written, or a reply that never opened a channel */
+            if (ps->opt->partial && (i > 0 || harmony_header_begins(s + h, n - h))) return;
+            put_content(ps, s + i, n - i, NULL);
+            return;
+        }
+        size_t body = msg + 11;
+        size_t end = n, term = n;
+        static const char *const terms[] = {"<|end|>", "<|call|>", "<|return|>"};
+        for (size_t t = 0; t < 3; t++) {
+            size_t e = find(s, n, body, terms[t]);
+            if (e < end) { end = e; term = e + strlen(terms[t]); }
+        }
+        bool finished = end < n || !ps->opt->partial;
+        size_t ch = find(s, msg, h, "<|channel|>");
+        size_t cname = ch < msg ? ch + 11 : msg, cname_end = cname;
+        while (cname_end < msg && s[cname_end] != ' ' && s[cname_end] != '<') cname_end++;
+        size_t to = find(s, msg, h, "to=functions.");
+        size_t bend = end;
+        if (!finished) {
+            static const char *const marks[] = {"<|end|>", "<|call|>", "<|return|>"};
+            size_t hold = 0;
+            for (size_t t = 0; t < 3; t++) {
+                size_t k = tail_prefix(s + body, n - body, marks[t]);
+                if (k > hold) hold = k;
+            }
+            bend = n - hold;
+        }
+        if (to < msg) {
+            size_t nm = to + 13, nm_end = nm;
+            while (nm_end < msg && s[nm_end] != ' ' && s[nm_end] != '<') nm_end++;
+            size_t b = skip_ws(s, bend, body);
+            size_t len = rtrim(s + b, bend - b);
+            bool more;
+            bool whole = json_value_span(s + b, len, &more) == len && len > 0;
+            if (finished && !whole) {
+                put_content(ps, s + i, term - i, NULL);
+            } else {
+                add_call(ps, dup_n(s + nm, nm_end - nm), dup_n(s + b, len), NULL, finished);
+            }
+        } else {
+            bool analysis = cname_end - cname == 8 && !memcmp(s + cname, "analysis", 8);
+            sbuf *dst = analysis && ps->opt->extract_reasoning ? &ps->reasoning : &ps->content;
+            if (dst->n && bend > body) sb_put(dst, "\n", 1);
+            sb_put(dst, s + body, bend - body);
+        }
+        if (!finished) return;
+        i = term;
+    }
+}
+
+/* {"tool_calls": [...]}, {"tool_call": {...}} or {"response": "..."} */
+static void parse_generic(parser *ps, const char *s, size_t n) {
+    size_t at = skip_ws(s, n, 0);
+    if (at >= n || s[at] != '{') {
+        put_content(ps, s, n, NULL);
+        return;
+    }
+    bool more;
+    size_t span = json_value_span(s + at, n - at, &more);
+    if (!span) {
+        if (!(more && ps->opt->partial)) put_content(ps, s, n, NULL);
+        return;
+    }
+    /* one level of keys */
+    size_t k = skip_ws(s, n, at + 1), end = at + span;
+    size_t first_call = ps->n_calls;
+    bool understood = false;
+    while (k < end && s[k] == '"') {
+        size_t key_at = k;
+        if (scan_string(s, end, &k) != J_OK) break;
+        char *key = json_unescape(s + key_at, k - key_at);
+        k = skip_ws(s, end, k) + 1;   /* ':' */
+        size_t v = skip_ws(s, end, k);
+        size_t vk = v;
+        scan_value(s, end, &vk, 1);
+        if (key && !strcmp(key, "response") && s[v] == '"') {
+            char *text = json_unescape(s + v, vk - v);
+            if (text) sb_puts(&ps->content, text);
+            free(text);
+            understood = true;
+        } else if (key && !strcmp(key, "tool_call")) {
+            size_t c = v;
+            understood = read_call_object(ps, s, vk, &c, "arguments", "parameters") == J_OK;
+        } else if (key && !strcmp(key, "tool_calls") && s[v] == '[') {
+            size_t c = skip_ws(s, vk, v + 1);
+            understood = true;
+            while (c < vk && s[c] == '{') {
+                if (read_call_object(ps, s, vk, &c, "arguments", "parameters") != J_OK) { understood = false; break; }
+                c = skip_ws(s, vk, c);
+                if (c < vk && s[c] == ',') c = skip_ws(s, vk, c + 1);
+            }
+        }
+        free(key);
+        k = skip_ws(s, end, vk);
+        if (k < end && s[k] == ',') k = skip_ws(s, end, k + 1);
+    }
+    if (!understood) {
+        for (size_t c = first_call; c < ps->n_calls; c++) {
+            free(ps->calls[c].name);
+            free(ps->calls[c].arguments);
+            free(ps->calls[c].id);
+        }
+        ps->n_calls = first_call;
+        ps->content.n = 0;
+        if (ps->content.p) ps->content.p[0] = 0;
+        put_content(ps, s, n, NULL);
+    }
+}
+
+quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options *opt, const char *text, size_t n,
+                               chat_parse *out, quill_error *err) {
+    memset(out, 0, sizeof *out);
+    parser ps = {.opt = opt};
+    if (syn->tools == TOOL_SYNTAX_GPT_OSS) {
+        /* channels are the reply's structure, with or without tools */
+        parse_gpt_oss(&ps, text, n);
+    } else {
+        size_t rest = take_think(&ps, syn, text, n);
+        const char *s = text + rest;
+        size_t m = n - rest;
+        if (!opt->tools) put_content(&ps, s, m, NULL);
+        else switch (syn->tools) {
+            case TOOL_SYNTAX_HERMES: parse_hermes(&ps, s, m); break;
+            case TOOL_SYNTAX_QWEN3_CODER: parse_qwen3_coder(&ps, s, m); break;
+            case TOOL_SYNTAX_LLAMA3: parse_llama3(&ps, s, m); break;
+            case TOOL_SYNTAX_MISTRAL: parse_mistral(&ps, s, m); break;
+            case TOOL_SYNTAX_DEEPSEEK_V3: parse_deepseek(&ps, s, m); break;
+            case TOOL_SYNTAX_GPT_OSS: break;
+            case TOOL_SYNTAX_GENERIC: parse_generic(&ps, s, m); break;
+        }
+    }
+    if (opt->partial) {
+        /* whitespace at the end may yet be trimmed before a call or the end of reasoning */
+        if (ps.content.p) ps.content.p[ps.content.n = rtrim(ps.content.p, ps.content.n)] = 0;
+        if (ps.reasoning.p) ps.reasoning.p[ps.reasoning.n = rtrim(ps.reasoning.p, ps.reasoning.n)] = 0;
+    }
+    out->content = sb_take(&ps.content);
+    out->reasoning = sb_take(&ps.reasoning);
+    out->calls = ps.calls;
+    out->n_calls = ps.n_calls;
+    if (ps.nomem || ps.content.nomem || ps.reasoning.nomem || !out->content || !out->reasoning) {
+        chat_parse_free(out);
+        return quill_fail(err, QUILL_E_NOMEM, "out of memory while parsing a reply of %zu bytes", n);
+    }
+    return QUILL_OK;
+}
+
+void chat_parse_free(chat_parse *p) {
+    if (!p) return;
+    free(p->content);
+    free(p->reasoning);
+    for (size_t i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+        free(p->calls[i].id);
+    }
+    free(p->calls);
+    memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------------------ grammars */
+
+/* s as a GBNF string literal's inside. */
+static void gbnf_literal(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') {
+            char esc[2] = {'\\', *s};
+            sb_put(b, esc, 2);
+        } else if (*s == '\n') sb_puts(b, "\\n");
+        else if (*s == '\r') sb_puts(b, "\\r");
+        else if (*s == '\t') sb_puts(b, "\\t");
+        else sb_put(b, s, 1);
+    }
+}
+
+/* Any JSON object as arguments (the reference's json.gbnf, with bounded whitespace). */
+static const char json_rules[] =
+    "args ::= \"{\" ws ( jstring \":\" ws value ( \",\" ws jstring \":\" ws value )* )? \"}\"\n"
+    "value ::= ( args | array | jstring | number | \"true\" | \"false\" | \"null\" ) ws\n"
+    "array ::= \"[\" ws ( value ( \",\" ws value )* )? \"]\"\n"
+    "jstring ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\" ws\n"
+    "number ::= \"-\"? ( [0-9] | [1-9] [0-9]{1,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "ws ::= [ ]?\n";
+
+quill_status tool_call_grammar(const chat_syntax *syn, const char *const *names, size_t n_names, bool parallel,
+                               bool thinking_open, char **out, quill_error *err) {
+    *out = NULL;
+    if (!names || n_names == 0) return quill_fail(err, QUILL_E_ARG, "a tool-call grammar needs at least one tool name");
+    sbuf b = {0};
+    /* name: each tool's name as the syntax writes it (inside a JSON string, or bare) */
+    bool json_name = syn->tools == TOOL_SYNTAX_HERMES || syn->tools == TOOL_SYNTAX_LLAMA3 ||
+                     syn->tools == TOOL_SYNTAX_MISTRAL || syn->tools == TOOL_SYNTAX_GENERIC;
+    sb_puts(&b, "name ::= ");
+    for (size_t i = 0; i < n_names; i++) {
+        sbuf q = {0};
+        if (json_name) json_quote(&q, names[i], strlen(names[i]), false);
+        else sb_puts(&q, names[i]);
+        sb_puts(&b, i ? " | \"" : "\"");
+        if (q.p) gbnf_literal(&b, q.p);
+        sb_puts(&b, "\"");
+        free(q.p);
+    }
+    sb_puts(&b, "\n");
+    const char *sep = "\"\\n\"", *open = "", *close = "";
+    switch (syn->tools) {
+    case TOOL_SYNTAX_HERMES:
+        sb_puts(&b, "call ::= \"<tool_call>\\n{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\\n</tool_call>\"\n");
+        break;
+    case TOOL_SYNTAX_QWEN3_CODER:
+        sb_puts(&b, "call ::= \"<tool_call>\\n<function=\" name \">\\n\" param* \"</function>\\n</tool_call>\"\n"
+                    "param ::= \"<parameter=\" [a-zA-Z0-9_]{1,64} \">\\n\" [^<]{0,256} \"\\n</parameter>\\n\"\n");
+        break;
+    case TOOL_SYNTAX_LLAMA3:
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"parameters\\\": \" args \"}\"\n");
+        parallel = false;   /* Llama 3.1 writes one call per turn */
+        break;
+    case TOOL_SYNTAX_MISTRAL:
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}\"\n");
+        open = "\"[TOOL_CALLS][\" ";
+        close = " \"]\"";
+        sep = "\", \"";
+        break;
+    case TOOL_SYNTAX_GPT_OSS:
+        sb_puts(&b, "call ::= \"<|channel|>commentary to=functions.\" name \" <|constrain|>json<|message|>\" args\n");
+        parallel = false;   /* a call ends the turn (<|call|>) */
+        break;
+    case TOOL_SYNTAX_DEEPSEEK_V3:
+        sb_puts(&b, "call ::= \"" DS_CALL_BEGIN "function" DS_SEP "\" name \"\\n```json\\n\" args \"\\n```" DS_CALL_END "\"\n");
+        open = "\"" DS_CALLS_BEGIN "\" ";
+        close = " \"" DS_CALLS_END "\"";
+        break;
+    case TOOL_SYNTAX_GENERIC:
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\"\n");
+        open = "\"{\\\"tool_calls\\\": [\" ";
+        close = " \"]}\"";
+        sep = "\", \"";
+        break;
+    }
+    sb_puts(&b, "root ::= ");
+    if (syn->think_tags && thinking_open) sb_puts(&b, "\"</think>\\n\\n\" ");
+    sb_printf(&b, "%scall%s%s%s%s\n", open, parallel ? " ( " : "", parallel ? sep : "", parallel ? " call )*" : "", close);
+    sb_puts(&b, json_rules);
+    char *text = sb_take(&b);
+    if (b.nomem || !text) {
+        free(text);
+        return quill_fail(err, QUILL_E_NOMEM, "out of memory building a tool-call grammar");
+    }
+    *out = text;
+    return QUILL_OK;
+}

@@ -1,0 +1,287 @@
+/* Tool calls and reasoning in generated text (src/text/tool_calls.c): the syntax each real
+ * template implies, the parse of the replies those templates themselves write for a tool call (the
+ * text between the prompt and the end of the assistant turn), streams (every prefix of a reply
+ * parses to a prefix of the final answer, reasoning and arguments), and the grammars. */
+#include "test.h"
+
+#include "quill_chat.h"
+#include "text/tool_calls.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char tools_json[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":"
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+
+/* What the template writes for an assistant turn that calls get_weather({"city": "Paris"}): the
+ * conversation with that turn, less the prompt without it, less the end-of-turn mark the model
+ * ends with (end-of-generation tokens are not part of the reply). `string_args`: the template
+ * concatenates arguments as text (DeepSeek); `null_content`: it writes calls only beside null. */
+static char *template_reply(const char *shared, const char *rel, bool string_args, bool null_content,
+                            const char *end_mark) {
+    char *path = path_join(shared, rel);
+    char *tmpl = read_file(path, NULL);
+    free(path);
+    if (!tmpl) return NULL;
+    char with_call[1024];
+    snprintf(with_call, sizeof with_call,
+             "[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":%s,"
+             "\"tool_calls\":[{\"id\":\"abcDEF123\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"arguments\":%s}}]}]",
+             null_content ? "null" : "\"\"",
+             string_args ? "\"{\\\"city\\\": \\\"Paris\\\"}\"" : "{\"city\": \"Paris\"}");
+    quill_chat_inputs in = {.messages_json = "[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]",
+                            .tools_json = tools_json, .bos_token = "<s>", .eos_token = "</s>",
+                            .add_generation_prompt = true, .has_now = true, .now = 1768469400};
+    char *prompt = NULL, *whole = NULL;
+    quill_error err;
+    quill_status a = quill_chat_render_inputs(tmpl, &in, &prompt, &err);
+    in.messages_json = with_call;
+    in.add_generation_prompt = false;
+    quill_status b = a ? a : quill_chat_render_inputs(tmpl, &in, &whole, &err);
+    free(tmpl);
+    char *reply = NULL;
+    if (!a && !b && !strncmp(prompt, whole, strlen(prompt))) {
+        const char *r = whole + strlen(prompt);
+        size_t n = strlen(r);
+        while (n && (r[n - 1] == '\n')) n--;
+        if (end_mark && n >= strlen(end_mark) && !memcmp(r + n - strlen(end_mark), end_mark, strlen(end_mark)))
+            n -= strlen(end_mark);
+        reply = strndup(r, n);
+    }
+    free(prompt);
+    free(whole);
+    return reply;
+}
+
+static bool is_prefix(const char *a, const char *b) { return !strncmp(a, b, strlen(a)); }
+
+/* The whole reply parses to `want_content` / `want_reasoning` and calls get_weather({"city": "Paris"})
+ * `n_calls` times; and every prefix, parsed as a stream, to prefixes of those. */
+static int check_reply(const chat_syntax *syn, const chat_parse_options *base, const char *reply, const char *want_content,
+                       const char *want_reasoning, size_t n_calls, const char *what) {
+    chat_parse_options o = *base;
+    o.partial = false;
+    chat_parse full;
+    quill_error err;
+    size_t n = strlen(reply);
+    if (chat_parse_output(syn, &o, reply, n, &full, &err) != QUILL_OK) {
+        test_fail(__FILE__, __LINE__, "%s: %s", what, err.message);
+        return 1;
+    }
+    int bad = 0;
+    if (strcmp(full.content, want_content) || strcmp(full.reasoning, want_reasoning) || full.n_calls != n_calls) {
+        test_fail(__FILE__, __LINE__, "%s: content [%s] reasoning [%s] %zu calls, from [%s]", what, full.content,
+                  full.reasoning, full.n_calls, reply);
+        bad = 1;
+    }
+    for (size_t c = 0; !bad && c < full.n_calls; c++)
+        if (strcmp(full.calls[c].name, "get_weather") || strcmp(full.calls[c].arguments, "{\"city\": \"Paris\"}") ||
+            !full.calls[c].complete) {
+            test_fail(__FILE__, __LINE__, "%s: call %zu is %s(%s)", what, c, full.calls[c].name, full.calls[c].arguments);
+            bad = 1;
+        }
+    o.partial = true;
+    for (size_t k = 0; !bad && k <= n; k++) {
+        chat_parse p;
+        if (chat_parse_output(syn, &o, reply, k, &p, &err) != QUILL_OK) {
+            test_fail(__FILE__, __LINE__, "%s: %s", what, err.message);
+            bad = 1;
+            break;
+        }
+        if (!is_prefix(p.content, full.content) || !is_prefix(p.reasoning, full.reasoning) || p.n_calls > full.n_calls) {
+            test_fail(__FILE__, __LINE__, "%s: after %zu bytes content [%s] reasoning [%s] %zu calls, not prefixes", what, k,
+                      p.content, p.reasoning, p.n_calls);
+            bad = 1;
+        }
+        for (size_t c = 0; !bad && c < p.n_calls; c++)
+            if (strcmp(p.calls[c].name, full.calls[c].name) || !is_prefix(p.calls[c].arguments, full.calls[c].arguments)) {
+                test_fail(__FILE__, __LINE__, "%s: after %zu bytes call %zu is %s(%s)", what, k, c, p.calls[c].name,
+                          p.calls[c].arguments);
+                bad = 1;
+            }
+        chat_parse_free(&p);
+    }
+    chat_parse_free(&full);
+    return bad;
+}
+
+TEST(tool_calls_syntax_detected_from_real_templates) {
+    REQUIRE_SHARED(shared);
+    static const struct { const char *rel; tool_syntax want; bool think; } cases[] = {
+        {"chat/Qwen-Qwen2.5-7B-Instruct.jinja", TOOL_SYNTAX_HERMES, false},
+        {"chat/tools/Qwen-Qwen3-0.6B.jinja", TOOL_SYNTAX_HERMES, true},
+        {"chat/meta-llama-Llama-3.1-8B-Instruct.jinja", TOOL_SYNTAX_LLAMA3, false},
+        {"chat/meta-llama-Llama-3.2-3B-Instruct.jinja", TOOL_SYNTAX_LLAMA3, false},
+        {"chat/mistralai-Mistral-Nemo-Instruct-2407.jinja", TOOL_SYNTAX_MISTRAL, false},
+        {"chat/tools/openai-gpt-oss-120b.jinja", TOOL_SYNTAX_GPT_OSS, false},
+        {"chat/tools/deepseek-ai-DeepSeek-V3.jinja", TOOL_SYNTAX_DEEPSEEK_V3, false},
+        {"chat/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOL_SYNTAX_DEEPSEEK_V3, true},
+        {"chat/tools/google-gemma-3-it.jinja", TOOL_SYNTAX_GENERIC, false},
+        {"chat/TinyLlama-TinyLlama-1.1B-Chat-v1.0.jinja", TOOL_SYNTAX_GENERIC, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *path = path_join(shared, cases[i].rel);
+        char *src = read_file(path, NULL);
+        free(path);
+        CHECK(src, "cannot read %s", cases[i].rel);
+        chat_syntax s = chat_syntax_detect(src);
+        free(src);
+        CHECK(s.tools == cases[i].want, "%s: detected %s, expected %s", cases[i].rel, tool_syntax_name(s.tools),
+              tool_syntax_name(cases[i].want));
+        CHECK(s.think_tags == cases[i].think, "%s: think tags %d", cases[i].rel, s.think_tags);
+    }
+    chat_syntax coder = chat_syntax_detect("{{ '<tool_call>\\n<function=' }}{{ '<parameter=' }}");
+    CHECK(coder.tools == TOOL_SYNTAX_QWEN3_CODER, "Qwen3-Coder's marks: %s", tool_syntax_name(coder.tools));
+}
+
+TEST(tool_calls_parse_what_real_templates_write) {
+    REQUIRE_SHARED(shared);
+    static const struct {
+        const char *rel, *end_mark;
+        bool string_args, null_content;
+    } cases[] = {
+        {"chat/Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>", false, false},
+        {"chat/tools/Qwen-Qwen3-0.6B.jinja", "<|im_end|>", false, false},
+        {"chat/meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>", false, false},
+        {"chat/meta-llama-Llama-3.2-3B-Instruct.jinja", "<|eot_id|>", false, false},
+        {"chat/mistralai-Mistral-Nemo-Instruct-2407.jinja", "</s>", false, false},
+        {"chat/tools/openai-gpt-oss-120b.jinja", "<|call|>", false, false},
+        {"chat/tools/deepseek-ai-DeepSeek-V3.jinja", NULL, true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *reply = template_reply(shared, cases[i].rel, cases[i].string_args, cases[i].null_content, cases[i].end_mark);
+        CHECK(reply, "%s: no reply rendered", cases[i].rel);
+        char *path = path_join(shared, cases[i].rel);
+        char *src = read_file(path, NULL);
+        free(path);
+        chat_syntax syn = chat_syntax_detect(src);
+        free(src);
+        chat_parse_options o = {.extract_reasoning = true, .tools = true};
+        CHECK(check_reply(&syn, &o, reply, "", "", 1, cases[i].rel) == 0, "%s", cases[i].rel);
+        /* with some text before it, the text is the content (not for Llama 3, whose call is the whole
+         * reply, gpt-oss, whose text is in channels, or templates that open the reply with <think>) */
+        if (syn.tools != TOOL_SYNTAX_LLAMA3 && syn.tools != TOOL_SYNTAX_GPT_OSS && !syn.think_tags) {
+            size_t n = strlen(reply) + 32;
+            char *with_text = malloc(n);
+            snprintf(with_text, n, "Let me check.\n%s", reply);
+            CHECK(check_reply(&syn, &o, with_text, "Let me check.", "", 1, cases[i].rel) == 0, "%s with text", cases[i].rel);
+            free(with_text);
+        }
+        free(reply);
+    }
+}
+
+TEST(tool_calls_reasoning) {
+    chat_syntax qwen3 = {TOOL_SYNTAX_HERMES, true};
+    chat_parse_options o = {.extract_reasoning = true, .tools = true};
+    CHECK(!check_reply(&qwen3, &o,
+                       "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                       "{\"city\": \"Paris\"}}\n</tool_call>",
+                       "", "The user wants weather.", 1, "qwen3 thinking then a call"),
+          "qwen3");
+    CHECK(!check_reply(&qwen3, &o, "<think>\nhmm\n</think>\n\nParis is sunny.", "Paris is sunny.", "hmm", 0, "qwen3 answer"),
+          "qwen3 answer");
+    /* a prompt that opened <think> itself (DeepSeek R1 distills) */
+    chat_syntax r1 = {TOOL_SYNTAX_DEEPSEEK_V3, true};
+    chat_parse_options open = {.extract_reasoning = true, .thinking_open = true};
+    CHECK(!check_reply(&r1, &open, "Two and two.\n</think>\n\n4", "4", "Two and two.", 0, "r1"), "r1");
+    CHECK(!check_reply(&r1, &open, "still thinking", "", "still thinking", 0, "r1 unfinished"), "r1 unfinished");
+    /* reasoning_format none: everything stays in the content */
+    chat_parse_options keep = {.tools = true};
+    CHECK(!check_reply(&qwen3, &keep, "<think>\nx\n</think>\n\ny", "<think>\nx\n</think>\n\ny", "", 0, "kept"), "kept");
+    /* gpt-oss: analysis is reasoning, final the answer, a commentary to=functions.* a call */
+    chat_syntax oss = {TOOL_SYNTAX_GPT_OSS, false};
+    CHECK(!check_reply(&oss, &o,
+                       "<|channel|>analysis<|message|>User asks capital.<|end|><|start|>assistant<|channel|>final<|message|>Paris.",
+                       "Paris.", "User asks capital.", 0, "gpt-oss final"),
+          "gpt-oss final");
+    CHECK(!check_reply(&oss, &o,
+                       "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+                       "", "Need weather.", 1, "gpt-oss call in the channel"),
+          "gpt-oss call");
+    /* a random model that never opens a channel: its text is the answer */
+    CHECK(!check_reply(&oss, &o, "babble babble", "babble babble", "", 0, "gpt-oss without channels"), "gpt-oss raw");
+}
+
+TEST(tool_calls_other_forms) {
+    chat_parse_options o = {.extract_reasoning = true, .tools = true};
+    chat_syntax coder = {TOOL_SYNTAX_QWEN3_CODER, false};
+    chat_parse p;
+    quill_error err;
+    const char *xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+                      "</parameter>\n</function>\n</tool_call>";
+    CHECK(chat_parse_output(&coder, &o, xml, strlen(xml), &p, &err) == QUILL_OK, "%s", err.message);
+    CHECK(p.n_calls == 1 && !strcmp(p.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 3}"), "qwen3-coder: %zu %s",
+          p.n_calls, p.n_calls ? p.calls[0].arguments : "");
+    chat_parse_free(&p);
+    chat_syntax generic = {TOOL_SYNTAX_GENERIC, false};
+    CHECK(!check_reply(&generic, &o, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}", "",
+                       "", 1, "generic call"),
+          "generic call");
+    CHECK(!check_reply(&generic, &o, "{\"response\": \"It is \\\"sunny\\\" \\u00e9\"}", "It is \"sunny\" \xc3\xa9", "", 0,
+                       "generic response"),
+          "generic response");
+    CHECK(!check_reply(&generic, &o, "plain text", "plain text", "", 0, "generic text"), "generic text");
+    chat_syntax llama = {TOOL_SYNTAX_LLAMA3, false};
+    const char *py = "<|python_tag|>print(\"hi\")\n";
+    CHECK(chat_parse_output(&llama, &o, py, strlen(py), &p, &err) == QUILL_OK, "%s", err.message);
+    CHECK(p.n_calls == 1 && !strcmp(p.calls[0].name, "python") && !strcmp(p.calls[0].arguments, "{\"code\": \"print(\\\"hi\\\")\"}"),
+          "python tag: %s", p.n_calls ? p.calls[0].arguments : "(none)");
+    chat_parse_free(&p);
+    chat_syntax mistral = {TOOL_SYNTAX_MISTRAL, false};
+    CHECK(!check_reply(&mistral, &o,
+                       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1\"}, "
+                       "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+                       "", "", 2, "mistral, two calls"),
+          "mistral two");
+    CHECK(!check_reply(&mistral, &o, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "", "", 1, "mistral, [ARGS] form"),
+          "mistral args form");
+}
+
+/* Broken calls stay text; hostile JSON neither crashes nor leaks. */
+TEST(tool_calls_malformed_stay_content) {
+    chat_parse_options o = {.extract_reasoning = true, .tools = true};
+    chat_syntax hermes = {TOOL_SYNTAX_HERMES, false};
+    static const char *const bad[] = {
+        "<tool_call>\n{\"name\": \"x\", \"arguments\": [1]}\n</tool_call>",
+        "<tool_call>\n{\"name\": 3, \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"x\", \"arguments\": {\"a\": tru}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"x\", \"arguments\": {\"a\": \"\\q\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"x\", \"arguments\": {\"a\": 1}",
+        "<tool_call>\n[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        chat_parse p;
+        quill_error err;
+        CHECK(chat_parse_output(&hermes, &o, bad[i], strlen(bad[i]), &p, &err) == QUILL_OK, "%s", err.message);
+        CHECK(p.n_calls == 0 && strstr(p.content, "<tool_call>"), "case %zu: %zu calls, content [%s]", i, p.n_calls, p.content);
+        chat_parse_free(&p);
+    }
+    char deep[4096];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = 0;
+    bool more;
+    CHECK(json_value_span(deep, strlen(deep), &more) == 0 && !more, "nesting beyond the bound must be refused");
+    CHECK(json_value_span("{\"a\": [1, 2.5e3, true, null, \"\\u00e9\"]} ", 39, &more) == 39, "a whole value");
+}
+
+TEST(tool_calls_grammar_text) {
+    const char *names[] = {"get_weather", "say \"hi\""};
+    chat_syntax syn = {TOOL_SYNTAX_HERMES, true};
+    char *g = NULL;
+    quill_error err;
+    CHECK(tool_call_grammar(&syn, names, 2, true, true, &g, &err) == QUILL_OK, "%s", err.message);
+    CHECK_STR_CONTAINS(g, "root ::= \"</think>\\n\\n\" call ( \"\\n\" call )*");
+    CHECK_STR_CONTAINS(g, "name ::= \"\\\"get_weather\\\"\" | \"\\\"say \\\\\\\"hi\\\\\\\"\\\"\"");
+    CHECK_STR_CONTAINS(g, "call ::= \"<tool_call>\\n{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\\n</tool_call>\"");
+    free(g);
+    chat_syntax oss = {TOOL_SYNTAX_GPT_OSS, false};
+    CHECK(tool_call_grammar(&oss, names, 1, true, false, &g, &err) == QUILL_OK, "%s", err.message);
+    CHECK_STR_CONTAINS(g, "root ::= call\n");
+    CHECK_STR_CONTAINS(g, "name ::= \"get_weather\"\n");
+    free(g);
+    CHECK_EQ_INT(tool_call_grammar(&oss, names, 0, false, false, &g, &err), QUILL_E_ARG);
+}
