@@ -34,7 +34,8 @@ static const route routes[] = {
 typedef struct {
     char *body;
     size_t len, cap;
-    bool too_big;
+    bool too_big, timed_out;
+    double started;     /* when the header was in */
 } body_state;
 
 void server_count_status(server *s, int status) {
@@ -184,10 +185,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!b) {
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
+        b->started = now_ms();
         /* a body announced too big is refused before it is read */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) b->too_big = true;
         if (!b->too_big) return MHD_YES;
+    }
+    if (b->timed_out) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size && now_ms() - b->started > s->cfg.read_timeout_s * 1e3) {
+        /* a body trickled in slowly holds a connection: it must arrive within the read timeout */
+        api_error e;
+        api_fail(&e, 408, NULL, "the request body took longer than %d s to arrive (--read-timeout)", s->cfg.read_timeout_s);
+        b->timed_out = true;
+        free(b->body);
+        b->body = NULL;
+        b->len = b->cap = 0;
+        *upload_size = 0;
+        return (enum MHD_Result)reply_error(&r, &e);
     }
     if (*upload_size) {
         if (!b->too_big && b->len + *upload_size > s->cfg.max_body) {
@@ -220,13 +237,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     r.body = b->body ? b->body : "";
     r.body_len = b->len;
+    /* The request is in: the reply may take as long as generation needs. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
     return (enum MHD_Result)dispatch(&r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)conn;
-    (void)toe;
+    server *s = cls;
+    /* the next request on a kept-alive connection must arrive within the read timeout again */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.read_timeout_s);
     body_state *b = *con_cls;
     if (b) {
         free(b->body);
@@ -257,7 +277,8 @@ struct MHD_Daemon *http_start(server *s, quill_error *err) {
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
         ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s, MHD_OPTION_END);
+        (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_per_client,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.read_timeout_s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) quill_fail(err, QUILL_E_IO, "cannot listen on %s:%d (address in use, or not an address of this machine?)",
                        s->cfg.host, s->cfg.port);

@@ -16,12 +16,14 @@ typedef struct gen {
     server *srv;
     struct MHD_Connection *conn;
     gen_request req;
+    chat_tools *tools;          /* chat: tools, reasoning and the reply's parse */
     job *job;
     char id[48];
     long long created;
     /* streaming */
     stream_phase phase;
     size_t text_sent, tokens_sent;
+    bool parsed_final, had_calls;
     char *out;
     size_t out_len, out_pos, out_cap;
 } gen;
@@ -30,6 +32,7 @@ static void gen_free(gen *g) {
     if (!g) return;
     job_release(g->srv->sched, g->job);
     request_free(&g->req);
+    chat_tools_free(g->tools);
     free(g->out);
     free(g);
 }
@@ -187,7 +190,18 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
     size_t n = 0;
     quill_status st = QUILL_OK;
     if (kind == REQ_CHAT) {
-        st = quill_chat_tokenize(s->model, s->chat_template, q->msgs, q->n_msgs, true, &ids, &n, NULL, &err);
+        char *prompt = NULL;
+        if (!chat_tools_prepare(s, r->body, r->body_len, g->id, &g->tools, &prompt, &e)) {
+            *ret = fail(r, g, &e);
+            return NULL;
+        }
+        /* templates such as Llama 2's write BOS themselves: it is added only when missing */
+        int32_t bos = quill_tokenizer_bos(s->tok);
+        const char *bos_text = bos >= 0 ? quill_tokenizer_piece(s->tok, bos) : "";
+        bool has_bos = bos_text && *bos_text && !strncmp(prompt, bos_text, strlen(bos_text));
+        st = quill_tokenize(s->tok, prompt, strlen(prompt), quill_tokenizer_add_bos(s->tok) && !has_bos, true, &ids, &n,
+                            &err);
+        free(prompt);
     } else if (q->prompt) {
         st = quill_tokenize(s->tok, q->prompt, strlen(q->prompt), true, true, &ids, &n, &err);
     } else {
@@ -256,13 +270,14 @@ static int reply_whole(http_request *r, gen *g) {
         return fail(r, g, &e);
     }
     const bool chat = g->req.kind == REQ_CHAT;
+    const char *finish_reason = j->finish_reason;
     cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     if (chat) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", j->text ? j->text : "");
+        chat_tools_message(g->tools, j->text, j->text_len, msg, &finish_reason);
     } else {
         cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
     }
@@ -270,7 +285,7 @@ static int reply_whole(http_request *r, gen *g) {
         cJSON_AddItemToObject(c, "logprobs", chat ? chat_logprobs(s->tok, j->tokens, j->n_tokens)
                                                   : completion_logprobs(s->tok, j->tokens, j->n_tokens, 0));
     else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason);
     cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(root, "usage", usage_object(j));
     cJSON_AddItemToObject(root, "timings", timings_object(j));
@@ -345,7 +360,26 @@ static bool produce(gen *g) {
         }
         bool produced = false;
         size_t new_tokens = j->n_tokens - g->tokens_sent;
-        if (j->ready > g->text_sent || (new_tokens && j->want_logprobs)) {
+        if (chat && (j->ready > g->text_sent || (new_tokens && j->want_logprobs) || (j->done && !g->parsed_final))) {
+            /* the reply so far, parsed: what it adds to content, reasoning and calls */
+            bool final = j->done && j->ready == j->text_len;
+            cJSON *o = chunk(g, &c);
+            bool any = chat_tools_delta(g->tools, j->text, j->ready, final, cJSON_AddObjectToObject(c, "delta"),
+                                        &g->had_calls);
+            g->parsed_final = final;
+            g->text_sent = j->ready;
+            if (any || (new_tokens && j->want_logprobs)) {
+                if (j->want_logprobs && new_tokens)
+                    cJSON_AddItemToObject(c, "logprobs", chat_logprobs(tok, j->tokens + g->tokens_sent, new_tokens));
+                else cJSON_AddNullToObject(c, "logprobs");
+                cJSON_AddNullToObject(c, "finish_reason");
+                out_event(g, o);
+                g->tokens_sent = j->n_tokens;
+                produced = true;
+            } else {
+                cJSON_Delete(o);
+            }
+        } else if (!chat && (j->ready > g->text_sent || (new_tokens && j->want_logprobs))) {
             size_t n = j->ready > g->text_sent ? j->ready - g->text_sent : 0;
             cJSON *o = chunk(g, &c);
             char *piece = malloc(n + 1);
@@ -355,13 +389,10 @@ static bool produce(gen *g) {
             }
             memcpy(piece, j->text + g->text_sent, n);
             piece[n] = 0;
-            if (chat) cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "delta"), "content", piece);
-            else cJSON_AddStringToObject(c, "text", piece);
+            cJSON_AddStringToObject(c, "text", piece);
             free(piece);
             if (j->want_logprobs && new_tokens)
-                cJSON_AddItemToObject(c, "logprobs",
-                                      chat ? chat_logprobs(tok, j->tokens + g->tokens_sent, new_tokens)
-                                           : completion_logprobs(tok, j->tokens + g->tokens_sent, new_tokens, g->text_sent));
+                cJSON_AddItemToObject(c, "logprobs", completion_logprobs(tok, j->tokens + g->tokens_sent, new_tokens, g->text_sent));
             else cJSON_AddNullToObject(c, "logprobs");
             cJSON_AddNullToObject(c, "finish_reason");
             out_event(g, o);
@@ -369,12 +400,13 @@ static bool produce(gen *g) {
             g->tokens_sent = j->n_tokens;
             produced = true;
         }
-        if (j->done && g->text_sent == j->ready) {
+        if (j->done && g->text_sent == j->ready && (!chat || g->parsed_final)) {
             cJSON *o = chunk(g, &c);
             if (chat) cJSON_AddObjectToObject(c, "delta");
             else cJSON_AddStringToObject(c, "text", "");
             cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason", j->finish_reason);
+            cJSON_AddStringToObject(c, "finish_reason",
+                                    g->had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason);
             cJSON_AddItemToObject(o, "timings", timings_object(j));
             out_event(g, o);
             g->phase = g->req.include_usage ? PHASE_USAGE : PHASE_DONE;

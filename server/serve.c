@@ -27,7 +27,11 @@ static const char usage[] =
     "  --alias NAME          the model's name in /v1/models and replies (default: the file's name)\n"
     "  --chat-template F     Jinja chat template file (default: the model's own, else --chat-format)\n"
     "  --chat-format NAME    built-in template for a model without one (default chatml)\n"
-    "  --timeout S           seconds a connection may stay idle (default 600)\n"
+    "  --timeout S           seconds a connection may stay idle while a reply is made or between\n"
+    "                        requests (default 600)\n"
+    "  --read-timeout S      seconds a request's header and body may take to arrive (default 15)\n"
+    "  --max-connections-per-client N  open connections from one address (default 32; behind a\n"
+    "                        proxy every client is the proxy's address: raise it there)\n"
     "  --max-queue N         requests waiting for a slot before 503 (default 64)\n"
     "  --max-connections N   open connections (default 256)\n"
     "  --max-body BYTES      request body limit (default 4194304)\n"
@@ -64,7 +68,7 @@ static char *read_text_file(const char *path, size_t limit) {
 
 static int parse_options(int argc, char **argv, server_config *c) {
     *c = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .n_batch = 64, .timeout_s = 600,
-                         .max_queue = 64, .max_connections = 256, .max_depth = 64, .max_body = 4u << 20,
+                         .read_timeout_s = 15, .max_per_client = 32, .max_queue = 64, .max_connections = 256, .max_depth = 64, .max_body = 4u << 20,
                          .chat_format = "chatml"};
     const char *key_file = NULL;
     for (int i = 1; i < argc; i++) {
@@ -91,6 +95,8 @@ static int parse_options(int argc, char **argv, server_config *c) {
         INT("-t", "--threads", 1, 1024, n_threads)
         INT("-b", "--batch-size", 1, 4096, n_batch)
         INT("--timeout", "", 1, 86400, timeout_s)
+        INT("--read-timeout", "", 1, 86400, read_timeout_s)
+        INT("--max-connections-per-client", "", 1, 65536, max_per_client)
         INT("--max-queue", "", 1, 1 << 20, max_queue)
         INT("--max-connections", "", 1, 65536, max_connections)
         INT("--max-body", "", 1024, 1L << 30, max_body)
@@ -149,6 +155,7 @@ static quill_status load(server *s, quill_error *err) {
     free(override);
     if (st) return st;
     if ((st = quill_chat_check(s->chat_template, err))) return st;
+    chat_caps_probe(s);
     const quill_hparams *hp = quill_model_hparams(s->model);
     int per_slot;
     if (c->n_ctx > 0) {

@@ -6,6 +6,8 @@
  *                    replies, error objects, metrics by status
  *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
  *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
+ *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
+ *                    the reply read back into content, reasoning_content and tool_calls
  *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
  *                    fuzz/fuzz_request.c)
  *   scheduler.c      the slots and the engine thread: continuous batching, queue, prefix reuse
@@ -16,6 +18,7 @@
 
 #include "quill.h"
 #include "quill_chat.h"
+#include "text/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -165,9 +168,20 @@ void job_release(scheduler *s, job *j);   /* drops a reference (under no lock) *
 typedef struct server_config {
     const char *model_path, *host, *alias, *api_key, *chat_template_path, *chat_format, *cors_origin;
     int port, n_ctx, n_slots, n_threads, n_batch, timeout_s, max_queue, max_connections, max_depth;
+    int read_timeout_s;             /* a request's header and body must arrive within it */
+    int max_per_client;             /* connections from one address */
     long max_tokens;
     size_t max_body;
 } server_config;
+
+/* What the chat template can do with tools, probed once at start (chat_tools.c). */
+typedef struct chat_caps {
+    chat_syntax syntax;         /* the syntax replies use (generic when the template shows no tools) */
+    bool template_has_tools;    /* the template reads `tools` */
+    bool writes_calls;          /* it writes an assistant turn's tool_calls */
+    bool null_content;          /* ... only beside content null (else content "") */
+    bool object_arguments;      /* it takes arguments as an object (else as JSON text) */
+} chat_caps;
 
 typedef struct server {
     server_config cfg;
@@ -178,6 +192,7 @@ typedef struct server {
     quill_model *model;
     const quill_tokenizer *tok;
     char *chat_template;
+    chat_caps caps;
     scheduler *sched;
     long long created;              /* start time, for the "created" fields */
     atomic_ullong next_id;
@@ -185,6 +200,30 @@ typedef struct server {
     pthread_mutex_t stats_mu;
     unsigned long long by_status[6][100];   /* [status / 100][status % 100] */
 } server;
+
+/* ---------------------------------------------------------------- tools and reasoning (chat_tools.c) */
+
+typedef enum { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED } tool_choice;
+typedef struct chat_tools chat_tools;
+
+void chat_caps_probe(server *s);
+/* Reads a chat body's tools, tool_choice, parallel_tool_calls, reasoning_format,
+ * chat_template_kwargs and reasoning_effort, and renders its messages through the template:
+ * *prompt is the text to tokenize (malloc'd). `id` seeds the reply's call ids. */
+bool chat_tools_prepare(server *s, const char *body, size_t len, const char *id, chat_tools **out, char **prompt,
+                        api_error *e);
+void chat_tools_free(chat_tools *t);
+tool_choice chat_tools_choice(const chat_tools *t);
+/* The GBNF a required or named call must follow (*grammar NULL for auto and none). */
+bool chat_tools_grammar(const chat_tools *t, char **grammar, api_error *e);
+/* Whether the reply's special tokens must be kept in its text for the parse. */
+bool chat_tools_render_special(const chat_tools *t);
+/* Fills a reply's message: content (null beside calls), reasoning_content, tool_calls; a
+ * finish_reason "stop" becomes "tool_calls" when there are calls. */
+void chat_tools_message(chat_tools *t, const char *text, size_t n, cJSON *msg, const char **finish_reason);
+/* Adds to `delta` what the text adds to the stream so far (content, reasoning_content, tool_calls
+ * in OpenAI's chunk shape); `final`: the text is whole. False when there is nothing new. */
+bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, cJSON *delta, bool *had_calls);
 
 /* ---------------------------------------------------------------- HTTP (http.c) */
 
