@@ -23,6 +23,7 @@ static const route routes[] = {
     {"POST", "/v1/chat/completions", route_chat_completions, true},
     {"POST", "/v1/completions", route_completions, true},
     {"GET", "/v1/models", route_models, true},
+    {"POST", "/v1/messages", route_messages, true},
     {"POST", "/tokenize", route_tokenize, true},
     {"POST", "/detokenize", route_detokenize, true},
     /* open, for load balancers and monitoring */
@@ -93,7 +94,29 @@ int reply_json(http_request *r, int status, cJSON *json) {
     return queue(r, status, resp);
 }
 
+/* Anthropic's names for the error kinds. */
+static const char *anthropic_error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
 int reply_error(http_request *r, const api_error *e) {
+    if (r->url && !strncmp(r->url, "/v1/messages", 12)) {
+        /* Anthropic's shape: {"type": "error", "error": {"type", "message"}} */
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "type", "error");
+        cJSON *err = cJSON_AddObjectToObject(root, "error");
+        cJSON_AddStringToObject(err, "type", anthropic_error_type(e->status));
+        cJSON_AddStringToObject(err, "message", e->message);
+        return reply_json(r, e->status, root);
+    }
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
@@ -131,6 +154,9 @@ static bool key_matches(const char *given, const char *key) {
 static bool authorized(http_request *r) {
     const char *key = r->srv->api_key;
     if (!key) return true;
+    /* Anthropic's clients send the key as x-api-key */
+    const char *x = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-api-key");
+    if (x) return key_matches(x, key);
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     return key_matches(h + 7, key);
@@ -142,7 +168,8 @@ static int dispatch(http_request *r) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
         return queue(r, 204, resp);
     }
@@ -165,7 +192,7 @@ static int dispatch(http_request *r) {
         return reply_error(r, &e);
     }
     if (found->auth && !authorized(r)) {
-        api_fail(&e, 401, NULL, "invalid or missing API key: send the header 'Authorization: Bearer KEY'");
+        api_fail(&e, 401, NULL, "invalid or missing API key: send the header 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
         return reply_error(r, &e);
     }
     if (found->fn != route_health && !atomic_load(&s->ready)) {

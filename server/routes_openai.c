@@ -12,7 +12,7 @@
 typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE, PHASE_END } stream_phase;
 
 /* One generation request from parsing to the last byte sent. */
-typedef struct gen {
+struct gen {
     server *srv;
     struct MHD_Connection *conn;
     gen_request req;
@@ -26,9 +26,9 @@ typedef struct gen {
     bool parsed_final, had_calls;
     char *out;
     size_t out_len, out_pos, out_cap;
-} gen;
+};
 
-static void gen_free(gen *g) {
+void gen_free(gen *g) {
     if (!g) return;
     job_release(g->srv->sched, g->job);
     request_free(&g->req);
@@ -159,29 +159,30 @@ static int fail(http_request *r, gen *g, const api_error *e) {
     return reply_error(r, e);
 }
 
-/* Parses, renders the prompt, and queues the job. NULL after replying with an error. */
-static gen *gen_start(http_request *r, request_kind kind, int *ret) {
+gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len, const char *id_prefix, api_error *err_out) {
     server *s = r->srv;
     api_error e;
     gen *g = calloc(1, sizeof *g);
     if (!g) {
-        *ret = MHD_NO;
+        api_fail(err_out, 500, NULL, "out of memory");
         return NULL;
     }
     g->srv = s;
     g->conn = r->conn;
     g->created = (long long)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", kind == REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
+    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", id_prefix, (unsigned long long)s->created,
              (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     request_limits lim = {s->cfg.max_depth, s->cfg.max_tokens};
-    if (!request_parse(r->body, r->body_len, kind, &lim, &g->req, &e)) {
-        *ret = fail(r, g, &e);
+    if (!request_parse(body, len, kind, &lim, &g->req, &e)) {
+        *err_out = e;
+        gen_free(g);
         return NULL;
     }
     gen_request *q = &g->req;
     if (!(g->job = job_new())) {
         api_fail(&e, 500, NULL, "out of memory");
-        *ret = fail(r, g, &e);
+        *err_out = e;
+        gen_free(g);
         return NULL;
     }
     job *j = g->job;
@@ -191,8 +192,9 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
     quill_status st = QUILL_OK;
     if (kind == REQ_CHAT) {
         char *prompt = NULL;
-        if (!chat_tools_prepare(s, r->body, r->body_len, g->id, &g->tools, &prompt, &e)) {
-            *ret = fail(r, g, &e);
+        if (!chat_tools_prepare(s, body, len, g->id, &g->tools, &prompt, &e)) {
+            *err_out = e;
+            gen_free(g);
             return NULL;
         }
         /* templates such as Llama 2's write BOS themselves: it is added only when missing */
@@ -210,7 +212,8 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
             if (q->prompt_ids[i] >= n_vocab) {
                 api_fail(&e, 400, "prompt", "token id %d is outside the vocabulary (0..%d)", q->prompt_ids[i],
                          n_vocab - 1);
-                *ret = fail(r, g, &e);
+                *err_out = e;
+                gen_free(g);
                 return NULL;
             }
         ids = q->prompt_ids;
@@ -220,7 +223,8 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
     }
     if (st) {
         api_fail(&e, st == QUILL_E_NOMEM ? 500 : 400, kind == REQ_CHAT ? "messages" : "prompt", "%s", err.message);
-        *ret = fail(r, g, &e);
+        *err_out = e;
+        gen_free(g);
         return NULL;
     }
     j->prompt = ids;
@@ -240,28 +244,51 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
     j->top_logprobs = q->top_logprobs;
     j->ignore_eos = q->ignore_eos;
     if (!scheduler_submit(s->sched, j, &e)) {
-        *ret = fail(r, g, &e);
+        *err_out = e;
+        gen_free(g);
         return NULL;
     }
     return g;
 }
 
+/* Parses, renders the prompt, and queues the job. NULL after replying with an error. */
+static gen *gen_start(http_request *r, request_kind kind, int *ret) {
+    api_error e;
+    gen *g = gen_begin(r, kind, r->body, r->body_len, kind == REQ_CHAT ? "chatcmpl" : "cmpl", &e);
+    if (!g) *ret = reply_error(r, &e);
+    return g;
+}
+
 /* ---------------------------------------------------------------- whole replies */
 
-static int reply_whole(http_request *r, gen *g) {
-    server *s = r->srv;
+bool gen_wait(gen *g) {
+    server *s = g->srv;
     job *j = g->job;
     scheduler_lock(s->sched);
     while (!j->done) {
         scheduler_wait(s->sched, j, 200);
         if (j->done) break;
         scheduler_unlock(s->sched);
-        if (http_client_gone(r->conn) || atomic_load(&s->stopping)) {
+        if (http_client_gone(g->conn) || atomic_load(&s->stopping)) {
             scheduler_cancel(s->sched, j);
-            gen_free(g);
-            return MHD_NO;
+            return false;
         }
         scheduler_lock(s->sched);
+    }
+    return true;
+}
+
+job *gen_job(gen *g) { return g->job; }
+chat_tools *gen_tools(gen *g) { return g->tools; }
+const char *gen_id(const gen *g) { return g->id; }
+const gen_request *gen_req(const gen *g) { return &g->req; }
+
+static int reply_whole(http_request *r, gen *g) {
+    server *s = r->srv;
+    job *j = g->job;
+    if (!gen_wait(g)) {
+        gen_free(g);
+        return MHD_NO;
     }
     if (j->error_status) {
         api_error e;

@@ -6,6 +6,7 @@
  *                    replies, error objects, metrics by status
  *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
  *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
+ *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
  *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
  *                    the reply read back into content, reasoning_content and tool_calls
  *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
@@ -252,10 +253,27 @@ typedef int (*route_fn)(http_request *r);
 int route_chat_completions(http_request *r);
 int route_completions(http_request *r);
 int route_models(http_request *r);
+int route_messages(http_request *r);
 int route_health(http_request *r);
 int route_metrics(http_request *r);
 int route_tokenize(http_request *r);
 int route_detokenize(http_request *r);
+
+/* ---------------------------------------------------------------- a generation (routes_openai.c) */
+
+/* A request's generation, shared by the API routes: its body parsed as an OpenAI chat or
+ * completions request (other APIs translate theirs to that), its prompt rendered and queued. */
+typedef struct gen gen;
+/* NULL with *e filled when the request is refused; `id_prefix` names the reply ("chatcmpl", "msg"). */
+gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len, const char *id_prefix, api_error *e);
+void gen_free(gen *g);
+/* Waits for the whole reply: true with the scheduler's mutex held (scheduler_unlock after
+ * reading the job); false when the client went away or the server stops (the job is cancelled). */
+bool gen_wait(gen *g);
+job *gen_job(gen *g);
+chat_tools *gen_tools(gen *g);
+const char *gen_id(const gen *g);
+const gen_request *gen_req(const gen *g);
 
 struct MHD_Daemon *http_start(server *s, quill_error *err);
 int http_port(struct MHD_Daemon *d);

@@ -1,0 +1,212 @@
+/* quill serve with tools and reasoning, on random-weight models whose files carry real templates
+ * (`quill synth` copies the vocabulary's tokenizer.chat_template):
+ * - a conversation with tool calls and tool results is rendered as the template renders it (the
+ *   prompt's token count equals our own render of the same messages);
+ * - reasoning from a prompt that opened <think> comes back as reasoning_content, whole and
+ *   streamed alike, and in the content with reasoning_format none;
+ * - every malformed tools field is a 400 naming it. */
+#include "server_util.h"
+#include "test.h"
+
+#include "quill_chat.h"
+#include "quill_model.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* A small model with the vocabulary (and template) of `vocab`, made once per run. */
+static const char *synth_model(const char *shared, const char *arch, const char *vocab, char *path, size_t cap) {
+    snprintf(path, cap, "%s/tools-%s.gguf", tmp_dir(), vocab);
+    struct stat st;
+    if (stat(path, &st) == 0) return path;
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s synth --arch %s --embd 64 --layers 2 --heads 2 --kv-heads 1 --ff 128 --vocab %s/tokenizer/ggml-vocab-%s.gguf "
+             "-o %s",
+             quill_bin(), arch, shared, vocab, path);
+    int rc = run_cmd(cmd, &out, true);
+    if (rc) test_fail(__FILE__, __LINE__, "synth failed: %s", out);
+    free(out);
+    return rc ? NULL : path;
+}
+
+static cJSON *post_json(int port, const char *body, int *status) {
+    http_resp r;
+    *status = 0;
+    if (!http_post(port, "/v1/chat/completions", body, &r)) return NULL;
+    *status = r.status;
+    cJSON *o = cJSON_Parse(r.body);
+    http_resp_free(&r);
+    return o;
+}
+
+static const char weather_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":"
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+
+TEST(server_tools_history_renders_through_the_template) {
+    REQUIRE_SHARED(shared);
+    char model[600];
+    CHECK(synth_model(shared, "qwen3", "qwen3", model, sizeof model));
+    test_server s;
+    CHECK(server_start(&s, model, "-np 1 -c 2048 -t 1"));
+    /* OpenAI's shapes: content null beside tool_calls, arguments as JSON text */
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", "
+             "\"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+             "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+             "\"call_1\", \"content\": \"sunny\"}], \"tools\": %s, \"max_tokens\": 4, \"temperature\": 0}",
+             weather_tools);
+    int status;
+    cJSON *o = post_json(s.port, body, &status);
+    CHECK(status == 200, "status %d", status);
+    int prompt_tokens = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens")->valueint;
+    cJSON_Delete(o);
+    /* the same conversation as Qwen 3's template wants it: content "", arguments an object */
+    quill_model *m;
+    quill_error err;
+    CHECK(quill_model_load(model, &m, &err) == QUILL_OK, "%s", err.message);
+    char *tmpl = NULL, *text = NULL;
+    CHECK(quill_chat_template_for(m, NULL, NULL, &tmpl, &err) == QUILL_OK, "%s", err.message);
+    quill_chat_inputs in = {
+        .messages_json = "[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", \"content\": "
+                         "\"\", \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+                         "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+                         "\"call_1\", \"content\": \"sunny\"}]",
+        .tools_json = weather_tools, .add_generation_prompt = true};
+    CHECK(quill_chat_render_inputs(tmpl, &in, &text, &err) == QUILL_OK, "%s", err.message);
+    CHECK_STR_CONTAINS(text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    CHECK_STR_CONTAINS(text, "<tool_response>\nsunny\n</tool_response>");
+    int32_t *ids;
+    size_t n;
+    CHECK(quill_tokenize(quill_model_tokenizer(m), text, strlen(text), quill_tokenizer_add_bos(quill_model_tokenizer(m)),
+                         true, &ids, &n, &err) == QUILL_OK, "%s", err.message);
+    CHECK((int)n == prompt_tokens, "the server's prompt has %d tokens, the template's render %zu", prompt_tokens, n);
+    free(ids);
+    free(text);
+    free(tmpl);
+    quill_model_free(m);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
+
+static const char *str_of(const cJSON *o, const char *a, const char *b) {
+    const cJSON *v = cJSON_GetObjectItem(b ? cJSON_GetObjectItem(o, a) : o, b ? b : a);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Joins one delta field of an SSE stream. */
+static char *sse_field(const char *body, const char *field) {
+    size_t cap = strlen(body) + 1, n = 0;
+    char *out = calloc(1, cap);
+    for (const char *p = strstr(body, "data: {"); p; p = strstr(p + 1, "data: {")) {
+        const char *end = strstr(p, "\n\n");
+        char *one = strndup(p + 6, end ? (size_t)(end - p - 6) : strlen(p + 6));
+        cJSON *o = cJSON_Parse(one);
+        free(one);
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+        const char *v = str_of(cJSON_GetObjectItem(c, "delta"), field, NULL);
+        if (v && n + strlen(v) < cap) {
+            memcpy(out + n, v, strlen(v));
+            n += strlen(v);
+        }
+        cJSON_Delete(o);
+    }
+    return out;
+}
+
+TEST(server_tools_reasoning_content) {
+    REQUIRE_SHARED(shared);
+    char model[600], args[1024];
+    CHECK(synth_model(shared, "qwen3", "qwen3", model, sizeof model));
+    /* DeepSeek R1's template opens <think> in the prompt: the reply begins with reasoning */
+    char *r1 = path_join(shared, "chat/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    snprintf(args, sizeof args, "-np 1 -c 1024 -t 1 --chat-template %s", r1);
+    free(r1);
+    test_server s;
+    CHECK(server_start(&s, model, args));
+    const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2+2?\"}], \"max_tokens\": 12, "
+                      "\"temperature\": 0%s}";
+    char body[512];
+    snprintf(body, sizeof body, req, "");
+    int status;
+    cJSON *whole = post_json(s.port, body, &status);
+    CHECK(status == 200, "status %d", status);
+    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(whole, "choices"), 0), "message");
+    const char *reasoning = str_of(msg, "reasoning_content", NULL), *content = str_of(msg, "content", NULL);
+    CHECK(reasoning && reasoning[0] && content && !content[0], "reasoning [%s] content [%s]", reasoning ? reasoning : "(none)",
+          content ? content : "(none)");
+    /* streamed: the same reasoning in delta.reasoning_content */
+    snprintf(body, sizeof body, req, ", \"stream\": true");
+    http_resp r;
+    CHECK(http_post(s.port, "/v1/chat/completions", body, &r) && r.status == 200, "stream");
+    char *streamed = sse_field(r.body, "reasoning_content"), *streamed_content = sse_field(r.body, "content");
+    http_resp_free(&r);
+    CHECK(!strcmp(streamed, reasoning) && !streamed_content[0], "streamed reasoning [%s] content [%s], whole [%s]", streamed,
+          streamed_content, reasoning);
+    free(streamed);
+    free(streamed_content);
+    /* reasoning_format none: the same text as content */
+    snprintf(body, sizeof body, req, ", \"reasoning_format\": \"none\"");
+    cJSON *kept = post_json(s.port, body, &status);
+    const cJSON *kmsg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(kept, "choices"), 0), "message");
+    CHECK(status == 200 && str_of(kmsg, "content", NULL) && !cJSON_GetObjectItem(kmsg, "reasoning_content"), "none");
+    /* reasoning is trimmed; the content keeps the text as generated */
+    const char *kc = str_of(kmsg, "content", NULL);
+    while (*kc == ' ' || *kc == '\n') kc++;
+    CHECK(!strcmp(kc, reasoning), "content [%s] vs reasoning [%s]", kc, reasoning);
+    cJSON_Delete(kept);
+    cJSON_Delete(whole);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
+
+TEST(server_tools_bad_fields) {
+    REQUIRE_SHARED(shared);
+    char model[600];
+    CHECK(synth_model(shared, "qwen3", "qwen3", model, sizeof model));
+    test_server s;
+    CHECK(server_start(&s, model, "-np 1 -c 512 -t 1"));
+    static const struct { const char *fields, *param, *needle; } cases[] = {
+        {"\"tools\": {}", "tools", "array"},
+        {"\"tools\": [{\"type\": \"code_interpreter\"}]", "tools", "function"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {}}]", "tools", "name"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]", "tools", "letters"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 3}}]", "tools", "Schema"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", \"function\": "
+         "{\"name\": \"f\"}}]", "tools", "twice"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", "
+         "\"function\": {\"name\": \"g\"}}", "tool_choice", "not among"},
+        {"\"tool_choice\": \"required\"", "tool_choice", "no 'tools'"},
+        {"\"tool_choice\": \"sometimes\"", "tool_choice", "auto"},
+        {"\"tool_choice\": 7", "tool_choice", "string or an object"},
+        {"\"parallel_tool_calls\": \"yes\"", "parallel_tool_calls", "true or false"},
+        {"\"reasoning_format\": \"loud\"", "reasoning_format", "deepseek"},
+        {"\"chat_template_kwargs\": []", "chat_template_kwargs", "object"},
+        {"\"reasoning_effort\": 3", "reasoning_effort", "string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 2, %s}",
+                 cases[i].fields);
+        int status;
+        cJSON *o = post_json(s.port, body, &status);
+        const cJSON *e = cJSON_GetObjectItem(o, "error");
+        const char *param = str_of(e, "param", NULL), *message = str_of(e, "message", NULL);
+        CHECK(status == 400 && param && !strcmp(param, cases[i].param) && message && strstr(message, cases[i].needle),
+              "%s: %d %s %s", cases[i].fields, status, param ? param : "-", message ? message : "-");
+        cJSON_Delete(o);
+    }
+    /* arguments in the history that are not a JSON object */
+    const char *bad_history =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, "
+        "\"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+        "\"{not json\"}}]}]}";
+    int status;
+    cJSON *o = post_json(s.port, bad_history, &status);
+    CHECK(status == 400 && strstr(str_of(cJSON_GetObjectItem(o, "error"), "message", NULL), "not a JSON object"),
+          "bad arguments: %d", status);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
