@@ -185,6 +185,7 @@ int cmd_serve(int argc, char **argv) {
         return rc < 0 ? 0 : rc;
     }
     pthread_mutex_init(&s->stats_mu, NULL);
+    s->responses = response_store_new();
     s->created = (long long)time(NULL);
     const char *base = strrchr(s->cfg.model_path, '/');
     s->model_id = strdup(s->cfg.alias ? s->cfg.alias : base ? base + 1 : s->cfg.model_path);
@@ -231,6 +232,7 @@ done:
     free(s->model_id);
     free(s->api_key);
     pthread_mutex_destroy(&s->stats_mu);
+    response_store_free(s->responses);
     free(s);
     return rc;
 }

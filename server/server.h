@@ -7,6 +7,7 @@
  *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
  *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
  *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
+ *   routes_responses.c  /v1/responses (OpenAI's Responses API, likewise)
  *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
  *                    the reply read back into content, reasoning_content and tool_calls
  *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
@@ -184,6 +185,10 @@ typedef struct chat_caps {
     bool object_arguments;      /* it takes arguments as an object (else as JSON text) */
 } chat_caps;
 
+typedef struct response_store response_store;
+response_store *response_store_new(void);
+void response_store_free(response_store *st);
+
 typedef struct server {
     server_config cfg;
     char *api_key;                  /* owned copy (from --api-key or --api-key-file) */
@@ -194,6 +199,7 @@ typedef struct server {
     const quill_tokenizer *tok;
     char *chat_template;
     chat_caps caps;
+    response_store *responses;      /* /v1/responses kept for previous_response_id */
     scheduler *sched;
     long long created;              /* start time, for the "created" fields */
     atomic_ullong next_id;
@@ -254,6 +260,7 @@ int route_chat_completions(http_request *r);
 int route_completions(http_request *r);
 int route_models(http_request *r);
 int route_messages(http_request *r);
+int route_responses(http_request *r);
 int route_health(http_request *r);
 int route_metrics(http_request *r);
 int route_tokenize(http_request *r);

@@ -1,0 +1,721 @@
+/* /v1/responses: OpenAI's Responses API. `input` (text or items: messages, function_call,
+ * function_call_output), `instructions` and function `tools` become a chat request; the reply
+ * comes back as output items (reasoning, message with output_text, function_call) or as the
+ * Responses event stream (response.created ... response.completed). A response is kept for
+ * `previous_response_id` only when the request says `store: true` (in memory, the newest 256). */
+#include "server.h"
+
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- stored conversations */
+
+enum { MAX_STORED = 256 };
+
+struct response_store {
+    pthread_mutex_t mu;
+    char *id[MAX_STORED];
+    char *messages[MAX_STORED];   /* the conversation through this response, as chat messages JSON */
+    unsigned long long next;
+};
+
+response_store *response_store_new(void) {
+    response_store *st = calloc(1, sizeof *st);
+    if (st) pthread_mutex_init(&st->mu, NULL);
+    return st;
+}
+
+void response_store_free(response_store *st) {
+    if (!st) return;
+    for (int i = 0; i < MAX_STORED; i++) {
+        free(st->id[i]);
+        free(st->messages[i]);
+    }
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+static void store_put(response_store *st, const char *id, char *messages) {
+    if (!st) {
+        free(messages);
+        return;
+    }
+    pthread_mutex_lock(&st->mu);
+    int slot = (int)(st->next++ % MAX_STORED);
+    free(st->id[slot]);
+    free(st->messages[slot]);
+    st->id[slot] = strdup(id);
+    st->messages[slot] = messages;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A parsed copy of a stored conversation, or NULL. */
+static cJSON *store_get(response_store *st, const char *id) {
+    cJSON *out = NULL;
+    if (!st) return NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < MAX_STORED; i++)
+        if (st->id[i] && !strcmp(st->id[i], id)) out = cJSON_Parse(st->messages[i]);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+/* ---------------------------------------------------------------- the request */
+
+static char *parts_text(const cJSON *content) {
+    if (cJSON_IsString(content)) return strdup(content->valuestring);
+    size_t len = 1;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, content) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (cJSON_IsString(t)) len += strlen(t->valuestring);
+    }
+    char *out = malloc(len);
+    if (!out) return NULL;
+    size_t at = 0;
+    cJSON_ArrayForEach(p, content) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsString(t)) continue;
+        memcpy(out + at, t->valuestring, strlen(t->valuestring));
+        at += strlen(t->valuestring);
+    }
+    out[at] = 0;
+    return out;
+}
+
+/* Input items to chat messages appended to `msgs`. */
+static bool translate_items(const cJSON *input, cJSON *msgs, api_error *e) {
+    if (cJSON_IsString(input)) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", input->valuestring);
+        cJSON_AddItemToArray(msgs, m);
+        return true;
+    }
+    if (!cJSON_IsArray(input)) return api_fail(e, 400, "input", "'input' must be a string or an array of items");
+    const cJSON *item;
+    size_t i = 0;
+    cJSON *last_calls = NULL;   /* consecutive function_call items join one assistant turn */
+    cJSON_ArrayForEach(item, input) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(item, "type");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(item, "role");
+        const char *ty = cJSON_IsString(type) ? type->valuestring : "message";
+        if (!cJSON_IsObject(item)) return api_fail(e, 400, "input", "input[%zu] must be an object", i);
+        if (!strcmp(ty, "message")) {
+            static const char *const roles[] = {"user", "system", "developer", "assistant", NULL};
+            const char *const *r = roles;
+            if (cJSON_IsString(role))
+                while (*r && strcmp(*r, role->valuestring)) r++;
+            if (!cJSON_IsString(role) || !*r)
+                return api_fail(e, 400, "input", "input[%zu].role must be user, system, developer or assistant", i);
+            const cJSON *content = cJSON_GetObjectItemCaseSensitive(item, "content");
+            if (!cJSON_IsString(content) && !cJSON_IsArray(content))
+                return api_fail(e, 400, "input", "input[%zu].content must be a string or an array of parts", i);
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *pt = cJSON_GetObjectItemCaseSensitive(part, "type");
+                if (!cJSON_IsString(pt) || (strcmp(pt->valuestring, "input_text") && strcmp(pt->valuestring, "output_text") &&
+                                            strcmp(pt->valuestring, "text")))
+                    return api_fail(e, 400, "input", "input[%zu]: content parts of type %.32s are not supported (text only)", i,
+                                    cJSON_IsString(pt) ? pt->valuestring : "(none)");
+            }
+            char *text = parts_text(content);
+            if (!text) return api_fail(e, 500, NULL, "out of memory");
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", role->valuestring);
+            cJSON_AddStringToObject(m, "content", text);
+            free(text);
+            cJSON_AddItemToArray(msgs, m);
+            last_calls = NULL;
+        } else if (!strcmp(ty, "function_call")) {
+            const cJSON *call_id = cJSON_GetObjectItemCaseSensitive(item, "call_id");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(item, "arguments");
+            if (!cJSON_IsString(call_id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+                return api_fail(e, 400, "input", "input[%zu]: a function_call needs string call_id, name and arguments", i);
+            if (!last_calls) {
+                cJSON *m = cJSON_CreateObject();
+                cJSON_AddStringToObject(m, "role", "assistant");
+                cJSON_AddNullToObject(m, "content");
+                last_calls = cJSON_AddArrayToObject(m, "tool_calls");
+                cJSON_AddItemToArray(msgs, m);
+            }
+            cJSON *c = cJSON_CreateObject(), *fn;
+            cJSON_AddStringToObject(c, "id", call_id->valuestring);
+            cJSON_AddStringToObject(c, "type", "function");
+            fn = cJSON_AddObjectToObject(c, "function");
+            cJSON_AddStringToObject(fn, "name", name->valuestring);
+            cJSON_AddStringToObject(fn, "arguments", args->valuestring);
+            cJSON_AddItemToArray(last_calls, c);
+        } else if (!strcmp(ty, "function_call_output")) {
+            const cJSON *call_id = cJSON_GetObjectItemCaseSensitive(item, "call_id");
+            const cJSON *output = cJSON_GetObjectItemCaseSensitive(item, "output");
+            if (!cJSON_IsString(call_id) || !(cJSON_IsString(output) || cJSON_IsArray(output)))
+                return api_fail(e, 400, "input", "input[%zu]: a function_call_output needs a string call_id and output", i);
+            char *text = parts_text(output);
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", "tool");
+            cJSON_AddStringToObject(m, "tool_call_id", call_id->valuestring);
+            cJSON_AddStringToObject(m, "content", text ? text : "");
+            free(text);
+            cJSON_AddItemToArray(msgs, m);
+            last_calls = NULL;
+        } else if (!strcmp(ty, "reasoning")) {
+            last_calls = NULL;   /* the model's earlier reasoning is not shown to it again */
+        } else {
+            return api_fail(e, 400, "input", "input[%zu]: items of type %.32s are not supported", i, ty);
+        }
+        i++;
+    }
+    return true;
+}
+
+typedef struct responses_req {
+    char *chat_body;            /* the chat request to generate */
+    cJSON *history;             /* the conversation without instructions, to store */
+    cJSON *echo;                /* request fields the response repeats */
+    bool stream, store;
+    char *previous;
+} responses_req;
+
+static void responses_req_free(responses_req *q) {
+    free(q->chat_body);
+    cJSON_Delete(q->history);
+    cJSON_Delete(q->echo);
+    free(q->previous);
+}
+
+static bool translate_request(server *s, const char *body, size_t len, responses_req *q, api_error *e) {
+    memset(q, 0, sizeof *q);
+    cJSON *in = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(in)) {
+        cJSON_Delete(in);
+        return api_fail(e, 400, NULL, "the body is not a JSON object");
+    }
+    bool ok = true;
+    cJSON *out = cJSON_CreateObject();
+    q->echo = cJSON_CreateObject();
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "model"))) cJSON_AddItemToObject(out, "model", cJSON_Duplicate(v, true));
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "max_output_tokens")) && !cJSON_IsNull(v))
+        cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(v, true));
+    static const char *const same[] = {"temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls", NULL};
+    for (const char *const *k = same; *k; k++)
+        if ((v = cJSON_GetObjectItemCaseSensitive(in, *k)) && !cJSON_IsNull(v)) cJSON_AddItemToObject(q->echo, *k, cJSON_Duplicate(v, true));
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "temperature"))) cJSON_AddItemToObject(out, "temperature", cJSON_Duplicate(v, true));
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "top_p"))) cJSON_AddItemToObject(out, "top_p", cJSON_Duplicate(v, true));
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "parallel_tool_calls"))) cJSON_AddItemToObject(out, "parallel_tool_calls", cJSON_Duplicate(v, true));
+    if (ok && (v = cJSON_GetObjectItemCaseSensitive(in, "stream")) && !cJSON_IsNull(v)) {
+        if (!cJSON_IsBool(v)) ok = api_fail(e, 400, "stream", "'stream' must be true or false");
+        q->stream = cJSON_IsTrue(v);
+    }
+    if (ok && (v = cJSON_GetObjectItemCaseSensitive(in, "store")) && !cJSON_IsNull(v)) {
+        if (!cJSON_IsBool(v)) ok = api_fail(e, 400, "store", "'store' must be true or false");
+        q->store = cJSON_IsTrue(v);
+    }
+    const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(in, "reasoning");
+    const cJSON *effort = cJSON_GetObjectItemCaseSensitive(reasoning, "effort");
+    if (cJSON_IsString(effort)) cJSON_AddStringToObject(out, "reasoning_effort", effort->valuestring);
+    /* tools: Responses' flat function tools to chat's nested ones */
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(in, "tools"), *t;
+    if (ok && tools && !cJSON_IsNull(tools)) {
+        if (!cJSON_IsArray(tools)) ok = api_fail(e, 400, "tools", "'tools' must be an array");
+        cJSON *ot = ok ? cJSON_AddArrayToObject(out, "tools") : NULL;
+        size_t i = 0;
+        if (ok) cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name)) {
+                ok = api_fail(e, 400, "tools", "tools[%zu]: only function tools ({\"type\": \"function\", \"name\", ...}) are supported", i);
+                break;
+            }
+            cJSON *ft = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ft, "function");
+            cJSON_AddStringToObject(ft, "type", "function");
+            cJSON_AddStringToObject(fn, "name", name->valuestring);
+            const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
+            if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+            if (params && !cJSON_IsNull(params)) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, true));
+            cJSON_AddItemToArray(ot, ft);
+            i++;
+        }
+    }
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(in, "tool_choice");
+    if (ok && choice && !cJSON_IsNull(choice)) {
+        if (cJSON_IsObject(choice)) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
+            if (!cJSON_IsString(name)) ok = api_fail(e, 400, "tool_choice", "'tool_choice' as an object needs a 'name'");
+            else {
+                cJSON *tc = cJSON_AddObjectToObject(out, "tool_choice");
+                cJSON_AddStringToObject(tc, "type", "function");
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", name->valuestring);
+            }
+        } else {
+            cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(choice, true));
+        }
+    }
+    /* the conversation: a stored one, then the instructions, then the input */
+    q->history = cJSON_CreateArray();
+    const cJSON *prev = cJSON_GetObjectItemCaseSensitive(in, "previous_response_id");
+    if (ok && prev && !cJSON_IsNull(prev)) {
+        cJSON *stored = cJSON_IsString(prev) ? store_get(s->responses, prev->valuestring) : NULL;
+        if (!stored) ok = api_fail(e, 400, "previous_response_id", "no stored response '%.64s' (responses are kept only with \"store\": true)",
+                                   cJSON_IsString(prev) ? prev->valuestring : "");
+        else {
+            cJSON_Delete(q->history);
+            q->history = stored;
+            q->previous = strdup(prev->valuestring);
+        }
+    }
+    const cJSON *input = cJSON_GetObjectItemCaseSensitive(in, "input");
+    if (ok && !input) ok = api_fail(e, 400, "input", "'input' is required");
+    if (ok) ok = translate_items(input, q->history, e);
+    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
+    const cJSON *instructions = cJSON_GetObjectItemCaseSensitive(in, "instructions");
+    if (ok && instructions && !cJSON_IsNull(instructions)) {
+        if (!cJSON_IsString(instructions)) ok = api_fail(e, 400, "instructions", "'instructions' must be a string");
+        else {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", "system");
+            cJSON_AddStringToObject(m, "content", instructions->valuestring);
+            cJSON_AddItemToArray(msgs, m);
+            cJSON_AddStringToObject(q->echo, "instructions", instructions->valuestring);
+        }
+    }
+    const cJSON *m;
+    if (ok) cJSON_ArrayForEach(m, q->history) cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, true));
+    if (ok && !(q->chat_body = cJSON_PrintUnformatted(out))) ok = api_fail(e, 500, NULL, "out of memory");
+    cJSON_Delete(out);
+    cJSON_Delete(in);
+    if (!ok) responses_req_free(q);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static cJSON *response_shell(server *s, const gen *g, const responses_req *q, const char *status) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", gen_id(g));
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddNumberToObject(o, "created_at", (double)time(NULL));
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddStringToObject(o, "model", gen_req(g)->model ? gen_req(g)->model : s->model_id);
+    cJSON_AddNullToObject(o, "error");
+    cJSON_AddNullToObject(o, "incomplete_details");
+    if (q->previous) cJSON_AddStringToObject(o, "previous_response_id", q->previous);
+    else cJSON_AddNullToObject(o, "previous_response_id");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, q->echo) cJSON_AddItemToObject(o, v->string, cJSON_Duplicate(v, true));
+    if (!cJSON_GetObjectItemCaseSensitive(o, "tools")) cJSON_AddArrayToObject(o, "tools");
+    cJSON_AddBoolToObject(o, "store", q->store);
+    cJSON_AddItemToObject(o, "output", cJSON_CreateArray());
+    return o;
+}
+
+static void add_usage(cJSON *o, const job *j) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "input_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", j->n_cached);
+    cJSON_AddNumberToObject(u, "output_tokens", j->n_generated);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_generated);
+}
+
+static void item_id(const gen *g, const char *kind, int index, char *out, size_t cap) {
+    const char *id = gen_id(g), *dash = strchr(id, '-');
+    snprintf(out, cap, "%s_%s_%d", kind, dash ? dash + 1 : id, index);
+}
+
+static cJSON *reasoning_item(const gen *g, const char *text) {
+    char id[64];
+    item_id(g, "rs", 0, id, sizeof id);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "reasoning");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddArrayToObject(it, "summary");
+    cJSON *parts = cJSON_AddArrayToObject(it, "content"), *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "reasoning_text");
+    cJSON_AddStringToObject(p, "text", text);
+    cJSON_AddItemToArray(parts, p);
+    return it;
+}
+
+static cJSON *text_part(const char *text) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "output_text");
+    cJSON_AddStringToObject(p, "text", text);
+    cJSON_AddArrayToObject(p, "annotations");
+    return p;
+}
+
+static cJSON *message_item(const gen *g, const char *text, const char *status) {
+    char id[64];
+    item_id(g, "msg", 1, id, sizeof id);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "message");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "status", status);
+    cJSON_AddStringToObject(it, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(it, "content");
+    if (text) cJSON_AddItemToArray(content, text_part(text));
+    return it;
+}
+
+static cJSON *call_item(const gen *g, int index, const char *call_id, const char *name, const char *args, const char *status) {
+    char id[64];
+    item_id(g, "fc", index + 2, id, sizeof id);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "type", "function_call");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "call_id", call_id);
+    cJSON_AddStringToObject(it, "name", name);
+    cJSON_AddStringToObject(it, "arguments", args);
+    cJSON_AddStringToObject(it, "status", status);
+    return it;
+}
+
+/* Fills the finished response's output and status from the chat message; stores the conversation
+ * when asked. Under the scheduler's mutex. */
+static void finish_response(server *s, gen *g, responses_req *q, cJSON *o) {
+    job *j = gen_job(g);
+    const char *finish = j->finish_reason;
+    cJSON *msg = cJSON_CreateObject();
+    chat_tools_message(gen_tools(g), j->text, j->text_len, msg, &finish);
+    cJSON *output = cJSON_GetObjectItemCaseSensitive(o, "output");
+    const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
+    if (cJSON_IsString(reasoning)) cJSON_AddItemToArray(output, reasoning_item(g, reasoning->valuestring));
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
+    if (cJSON_IsString(content) && (content->valuestring[0] || !calls))
+        cJSON_AddItemToArray(output, message_item(g, content->valuestring, "completed"));
+    int index = 0;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON_AddItemToArray(output, call_item(g, index++, cJSON_GetObjectItemCaseSensitive(c, "id")->valuestring,
+                                               cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring,
+                                               cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring, "completed"));
+    }
+    bool incomplete = !strcmp(finish, "length");
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "status", cJSON_CreateString(incomplete ? "incomplete" : "completed"));
+    if (incomplete) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "reason", "max_output_tokens");
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "incomplete_details", d);
+    }
+    add_usage(o, j);
+    if (q->store) {
+        cJSON *assistant = cJSON_CreateObject();
+        cJSON_AddStringToObject(assistant, "role", "assistant");
+        if (cJSON_IsString(content)) cJSON_AddStringToObject(assistant, "content", content->valuestring);
+        else cJSON_AddNullToObject(assistant, "content");
+        if (calls) cJSON_AddItemToObject(assistant, "tool_calls", cJSON_Duplicate(calls, true));
+        cJSON_AddItemToArray(q->history, assistant);
+        char *text = cJSON_PrintUnformatted(q->history);
+        if (text) store_put(s->responses, gen_id(g), text);
+    }
+    cJSON_Delete(msg);
+}
+
+static int reply_response(http_request *r, gen *g, responses_req *q) {
+    server *s = r->srv;
+    if (!gen_wait(g)) {
+        gen_free(g);
+        responses_req_free(q);
+        return MHD_NO;
+    }
+    job *j = gen_job(g);
+    if (j->error_status) {
+        api_error e;
+        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
+        scheduler_unlock(s->sched);
+        gen_free(g);
+        responses_req_free(q);
+        return reply_error(r, &e);
+    }
+    cJSON *o = response_shell(s, g, q, "completed");
+    finish_response(s, g, q, o);
+    scheduler_unlock(s->sched);
+    gen_free(g);
+    responses_req_free(q);
+    return reply_json(r, 200, o);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_kind;
+
+typedef struct rstream {
+    server *srv;
+    gen *g;
+    responses_req q;
+    struct MHD_Connection *conn;
+    int phase;                  /* 0 created, 1 items, 2 finished */
+    int seq;
+    int output_index;           /* of the open item, -1 before the first */
+    item_kind open;
+    int call_index;             /* the chat delta's index of the open call */
+    char *acc;                  /* the open item's text so far (for its .done events) */
+    size_t acc_len;
+    char item_id[64], call_id[40], call_name[300];
+    bool parsed_final, had_calls;
+    size_t text_seen;
+    char *out;
+    size_t out_len, out_pos, out_cap;
+} rstream;
+
+static void emit(rstream *a, const char *type, cJSON *o) {
+    cJSON_AddStringToObject(o, "type", type);
+    cJSON_AddNumberToObject(o, "sequence_number", a->seq++);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return;
+    size_t need = a->out_len + strlen(type) + strlen(text) + 32;
+    if (need > a->out_cap) {
+        char *grown = realloc(a->out, need * 2);
+        if (!grown) {
+            free(text);
+            return;
+        }
+        a->out = grown;
+        a->out_cap = need * 2;
+    }
+    a->out_len += (size_t)sprintf(a->out + a->out_len, "event: %s\ndata: %s\n\n", type, text);
+    free(text);
+}
+
+static void acc_add(rstream *a, const char *piece) {
+    size_t n = strlen(piece);
+    char *grown = realloc(a->acc, a->acc_len + n + 1);
+    if (!grown) return;
+    a->acc = grown;
+    memcpy(a->acc + a->acc_len, piece, n + 1);
+    a->acc_len += n;
+}
+
+static cJSON *at_item(rstream *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "item_id", a->item_id);
+    cJSON_AddNumberToObject(o, "output_index", a->output_index);
+    return o;
+}
+
+static void close_item(rstream *a) {
+    const char *text = a->acc ? a->acc : "";
+    cJSON *o, *item = NULL;
+    switch (a->open) {
+    case ITEM_NONE: return;
+    case ITEM_REASONING:
+        o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "text", text);
+        emit(a, "response.reasoning_text.done", o);
+        item = reasoning_item(a->g, text);
+        break;
+    case ITEM_MESSAGE:
+        o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "text", text);
+        cJSON_AddArrayToObject(o, "logprobs");
+        emit(a, "response.output_text.done", o);
+        o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddItemToObject(o, "part", text_part(text));
+        emit(a, "response.content_part.done", o);
+        item = message_item(a->g, text, "completed");
+        break;
+    case ITEM_CALL:
+        o = at_item(a);
+        cJSON_AddStringToObject(o, "arguments", text);
+        emit(a, "response.function_call_arguments.done", o);
+        item = call_item(a->g, a->call_index, a->call_id, a->call_name, text, "completed");
+        break;
+    }
+    o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "output_index", a->output_index);
+    cJSON_AddItemToObject(o, "item", item);
+    emit(a, "response.output_item.done", o);
+    a->open = ITEM_NONE;
+    free(a->acc);
+    a->acc = NULL;
+    a->acc_len = 0;
+}
+
+static void open_item(rstream *a, item_kind kind, cJSON *item) {
+    close_item(a);
+    a->open = kind;
+    a->output_index++;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "id");
+    snprintf(a->item_id, sizeof a->item_id, "%s", cJSON_IsString(id) ? id->valuestring : "");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "output_index", a->output_index);
+    cJSON_AddItemToObject(o, "item", item);
+    emit(a, "response.output_item.added", o);
+    if (kind == ITEM_MESSAGE) {
+        o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddItemToObject(o, "part", text_part(""));
+        emit(a, "response.content_part.added", o);
+    }
+}
+
+static void translate_delta(rstream *a, const cJSON *delta) {
+    const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
+    if (cJSON_IsString(reasoning)) {
+        if (a->open != ITEM_REASONING) {
+            cJSON *it = reasoning_item(a->g, "");
+            cJSON_ReplaceItemInObjectCaseSensitive(it, "content", cJSON_CreateArray());
+            open_item(a, ITEM_REASONING, it);
+        }
+        cJSON *o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "delta", reasoning->valuestring);
+        emit(a, "response.reasoning_text.delta", o);
+        acc_add(a, reasoning->valuestring);
+    }
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(delta, "content");
+    if (cJSON_IsString(content) && content->valuestring[0]) {
+        if (a->open != ITEM_MESSAGE) open_item(a, ITEM_MESSAGE, message_item(a->g, NULL, "in_progress"));
+        cJSON *o = at_item(a);
+        cJSON_AddNumberToObject(o, "content_index", 0);
+        cJSON_AddStringToObject(o, "delta", content->valuestring);
+        cJSON_AddArrayToObject(o, "logprobs");
+        emit(a, "response.output_text.delta", o);
+        acc_add(a, content->valuestring);
+    }
+    const cJSON *call;
+    cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls")) {
+        int index = cJSON_GetObjectItemCaseSensitive(call, "index")->valueint;
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(call, "id");
+        if (cJSON_IsString(id)) {
+            const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+            snprintf(a->call_id, sizeof a->call_id, "%s", id->valuestring);
+            snprintf(a->call_name, sizeof a->call_name, "%s", name);
+            open_item(a, ITEM_CALL, call_item(a->g, index, a->call_id, name, "", "in_progress"));
+            a->call_index = index;
+        }
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (cJSON_IsString(args) && args->valuestring[0] && a->open == ITEM_CALL && index == a->call_index) {
+            cJSON *o = at_item(a);
+            cJSON_AddStringToObject(o, "delta", args->valuestring);
+            emit(a, "response.function_call_arguments.delta", o);
+            acc_add(a, args->valuestring);
+        }
+    }
+}
+
+static bool produce(rstream *a) {
+    job *j = gen_job(a->g);
+    if (a->phase == 0) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "response", response_shell(a->srv, a->g, &a->q, "in_progress"));
+        emit(a, "response.created", o);
+        o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "response", response_shell(a->srv, a->g, &a->q, "in_progress"));
+        emit(a, "response.in_progress", o);
+        a->phase = 1;
+        return true;
+    }
+    if (a->phase != 1) return false;
+    if (j->error_status) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "code", j->error_status >= 500 ? "server_error" : "invalid_request");
+        cJSON_AddStringToObject(o, "message", j->error);
+        cJSON_AddNullToObject(o, "param");
+        emit(a, "error", o);
+        a->phase = 2;
+        return true;
+    }
+    bool produced = false;
+    if (j->ready > a->text_seen || (j->done && !a->parsed_final)) {
+        bool final = j->done && j->ready == j->text_len;
+        cJSON *delta = cJSON_CreateObject();
+        if (chat_tools_delta(gen_tools(a->g), j->text, j->ready, final, delta, &a->had_calls)) {
+            translate_delta(a, delta);
+            produced = true;
+        }
+        cJSON_Delete(delta);
+        a->text_seen = j->ready;
+        a->parsed_final = final;
+    }
+    if (j->done && a->parsed_final) {
+        close_item(a);
+        cJSON *r = response_shell(a->srv, a->g, &a->q, "completed");
+        finish_response(a->srv, a->g, &a->q, r);
+        const cJSON *status = cJSON_GetObjectItemCaseSensitive(r, "status");
+        bool incomplete = cJSON_IsString(status) && !strcmp(status->valuestring, "incomplete");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "response", r);
+        emit(a, incomplete ? "response.incomplete" : "response.completed", o);
+        a->phase = 2;
+        produced = true;
+    }
+    return produced;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    rstream *a = cls;
+    server *s = a->srv;
+    for (;;) {
+        if (a->out_pos < a->out_len) {
+            size_t n = a->out_len - a->out_pos < max ? a->out_len - a->out_pos : max;
+            memcpy(buf, a->out + a->out_pos, n);
+            a->out_pos += n;
+            return (ssize_t)n;
+        }
+        a->out_len = a->out_pos = 0;
+        if (a->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
+        scheduler_lock(s->sched);
+        bool produced = produce(a);
+        if (!produced) {
+            scheduler_wait(s->sched, gen_job(a->g), 200);
+            produced = produce(a);
+        }
+        scheduler_unlock(s->sched);
+        if (!produced && http_client_gone(a->conn)) {
+            scheduler_cancel(s->sched, gen_job(a->g));
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    rstream *a = cls;
+    scheduler_cancel(a->srv->sched, gen_job(a->g));
+    gen_free(a->g);
+    responses_req_free(&a->q);
+    free(a->acc);
+    free(a->out);
+    free(a);
+}
+
+int route_responses(http_request *r) {
+    api_error e;
+    responses_req q;
+    if (!translate_request(r->srv, r->body, r->body_len, &q, &e)) return reply_error(r, &e);
+    gen *g = gen_begin(r, REQ_CHAT, q.chat_body, strlen(q.chat_body), "resp", &e);
+    if (!g) {
+        responses_req_free(&q);
+        return reply_error(r, &e);
+    }
+    if (!q.stream) return reply_response(r, g, &q);
+    rstream *a = calloc(1, sizeof *a);
+    struct MHD_Response *resp = a ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, a, stream_free) : NULL;
+    if (!resp) {
+        scheduler_cancel(r->srv->sched, gen_job(g));
+        gen_free(g);
+        responses_req_free(&q);
+        free(a);
+        return MHD_NO;
+    }
+    a->srv = r->srv;
+    a->g = g;
+    a->q = q;
+    a->conn = r->conn;
+    a->output_index = -1;
+    return reply_stream(r, resp);
+}
