@@ -1,0 +1,140 @@
+// The official clients of the agent APIs against quill serve:
+//   node agents_client.mjs BASE_URL API_KEY
+// (BASE_URL without /v1). Prints one JSON object with what each call returned or the error it
+// threw; tests/test_server_agents.c checks it. Every call runs even when an earlier one fails.
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+
+const [base, apiKey] = process.argv.slice(2);
+const openai = new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0, timeout: 60000 });
+const anthropic = new Anthropic({ baseURL: base, apiKey, maxRetries: 0, timeout: 60000 });
+const out = {};
+
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+};
+const history = [
+  { role: "user", content: "What is the weather in Paris?" },
+  { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
+  { role: "tool", tool_call_id: "call_1", content: "sunny, 21 C" },
+];
+
+async function attempt(name, fn) {
+  try {
+    out[name] = await fn();
+  } catch (e) {
+    out[name] = { error: { status: e.status ?? null, name: e.constructor.name, message: String(e.message).slice(0, 300) } };
+  }
+}
+
+// chat.completions with tools and a tool-call history, whole and streamed (tool-call deltas joined
+// by index as OpenAI's own stream helpers do)
+await attempt("chat_tools", async () => {
+  const r = await openai.chat.completions.create({ model: "m", messages: history, tools: [weather], max_tokens: 8, temperature: 0 });
+  const c = r.choices[0];
+  return { finish_reason: c.finish_reason, content: c.message.content, tool_calls: c.message.tool_calls ?? null };
+});
+
+await attempt("chat_tools_stream", async () => {
+  const stream = await openai.chat.completions.create({
+    model: "m", messages: history, tools: [weather], max_tokens: 8, temperature: 0, stream: true,
+  });
+  let content = "", finish = null;
+  const calls = [];
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    if (c.delta.content) content += c.delta.content;
+    for (const d of c.delta.tool_calls ?? []) {
+      calls[d.index] ??= { id: null, name: "", arguments: "" };
+      if (d.id) calls[d.index].id = d.id;
+      if (d.function?.name) calls[d.index].name += d.function.name;
+      if (d.function?.arguments) calls[d.index].arguments += d.function.arguments;
+    }
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  return { content, finish_reason: finish, tool_calls: calls };
+});
+
+// a tool_choice naming a function that is not offered: the client's BadRequestError
+await attempt("chat_bad_tool_choice", async () => {
+  await openai.chat.completions.create({
+    model: "m", messages: history, tools: [weather], tool_choice: { type: "function", function: { name: "nope" } },
+  });
+  return { status: 200 };
+});
+
+// responses.create: text input, then a follow-up through previous_response_id, then a stream
+await attempt("responses", async () => {
+  const r = await openai.responses.create({ model: "m", input: "Say hello", instructions: "Be brief.", max_output_tokens: 8, temperature: 0, store: true });
+  const follow = await openai.responses.create({ model: "m", previous_response_id: r.id, input: "Again", max_output_tokens: 4, temperature: 0 });
+  return { id: r.id, status: r.status, output_text: r.output_text, output_types: r.output.map((o) => o.type),
+           usage: r.usage, follow_status: follow.status, follow_input_tokens: follow.usage.input_tokens };
+});
+
+await attempt("responses_tools", async () => {
+  const r = await openai.responses.create({
+    model: "m", max_output_tokens: 8, temperature: 0,
+    tools: [{ type: "function", name: "get_weather", parameters: weather.function.parameters }],
+    input: [
+      { role: "user", content: "What is the weather in Paris?" },
+      { type: "function_call", call_id: "call_1", name: "get_weather", arguments: '{"city": "Paris"}' },
+      { type: "function_call_output", call_id: "call_1", output: "sunny" },
+    ],
+  });
+  return { status: r.status, output_types: r.output.map((o) => o.type), output_text: r.output_text };
+});
+
+await attempt("responses_stream", async () => {
+  const stream = await openai.responses.create({ model: "m", input: "Say hello", max_output_tokens: 8, temperature: 0, stream: true });
+  let text = "", types = [], final = null, seq_ok = true, last = -1;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.sequence_number !== last + 1) seq_ok = false;
+    last = ev.sequence_number;
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") final = ev.response;
+  }
+  return { text, first: types[0], last: types[types.length - 1], seq_ok, final_text: final?.output_text ?? null,
+           final_output: final ? final.output.map((o) => o.type) : null };
+});
+
+// Anthropic: messages.create with tools and a tool_use/tool_result history, then streamed
+const anthropicHistory = [
+  { role: "user", content: "What is the weather in Paris?" },
+  { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+  { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "sunny, 21 C" }] },
+];
+const anthropicTools = [{ name: "get_weather", description: "The weather in a city", input_schema: weather.function.parameters }];
+
+await attempt("messages", async () => {
+  const r = await anthropic.messages.create({
+    model: "m", max_tokens: 8, temperature: 0, system: "Be brief.", messages: anthropicHistory, tools: anthropicTools,
+  });
+  return { type: r.type, role: r.role, stop_reason: r.stop_reason, content: r.content, usage: r.usage };
+});
+
+await attempt("messages_stream", async () => {
+  const stream = anthropic.messages.stream({
+    model: "m", max_tokens: 8, temperature: 0, system: "Be brief.", messages: anthropicHistory, tools: anthropicTools,
+  });
+  let text = "";
+  const events = [];
+  stream.on("text", (t) => { text += t; });
+  stream.on("streamEvent", (e) => events.push(e.type));
+  const final = await stream.finalMessage();
+  return { text, events, stop_reason: final.stop_reason, final_content: final.content, usage: final.usage };
+});
+
+await attempt("messages_auth", async () => {
+  const bad = new Anthropic({ baseURL: base, apiKey: "wrong-" + apiKey, maxRetries: 0 });
+  await bad.messages.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "hi" }] });
+  return { status: 200 };
+});
+
+console.log(JSON.stringify(out));
