@@ -472,7 +472,7 @@ static size_t take_think(parser *ps, const chat_syntax *syn, const char *s, size
 static void parse_hermes(parser *ps, const char *s, size_t n) {
     static const char open[] = "<tool_call>", close[] = "</tool_call>";
     size_t at = find(s, n, 0, open);
-    put_content(ps, s, at == n ? n : rtrim(s, at), open);
+    put_content(ps, s, at == n ? n : rtrim(s, at), at == n ? open : NULL);
     size_t i = at;
     while (i < n && starts(s, n, i, open)) {
         size_t k = i + strlen(open);
@@ -491,7 +491,7 @@ static void parse_hermes(parser *ps, const char *s, size_t n) {
 static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
     static const char open[] = "<tool_call>";
     size_t at = find(s, n, 0, open);
-    put_content(ps, s, at == n ? n : rtrim(s, at), open);
+    put_content(ps, s, at == n ? n : rtrim(s, at), at == n ? open : NULL);
     size_t i = at;
     while (i < n && starts(s, n, i, open)) {
         size_t k = skip_ws(s, n, i + strlen(open));
@@ -563,7 +563,7 @@ static void parse_llama3(parser *ps, const char *s, size_t n) {
         ps->n_calls = probe.n_calls;
     }
     size_t t = find(s, n, 0, tag);
-    put_content(ps, s, t == n ? n : rtrim(s, t), tag);
+    put_content(ps, s, t == n ? n : rtrim(s, t), t == n ? tag : NULL);
     if (t == n) return;
     size_t k = skip_ws(s, n, t + strlen(tag));
     if (k < n && s[k] == '{') {
@@ -585,7 +585,7 @@ static void parse_llama3(parser *ps, const char *s, size_t n) {
 static void parse_mistral(parser *ps, const char *s, size_t n) {
     static const char tag[] = "[TOOL_CALLS]";
     size_t at = find(s, n, 0, tag);
-    put_content(ps, s, at == n ? n : rtrim(s, at), tag);
+    put_content(ps, s, at == n ? n : rtrim(s, at), at == n ? tag : NULL);
     while (at < n) {
         size_t k = skip_ws(s, n, at + strlen(tag));
         if (k >= n) return;
@@ -636,8 +636,18 @@ static void parse_mistral(parser *ps, const char *s, size_t n) {
 static void parse_deepseek(parser *ps, const char *s, size_t n) {
     size_t at = find(s, n, 0, DS_CALLS_BEGIN), k;
     if (at == n) at = find(s, n, 0, DS_CALL_BEGIN);
-    put_content(ps, s, at == n ? n : rtrim(s, at), DS_CALLS_BEGIN);
-    if (at == n) return;
+    if (at == n) {
+        /* either mark may be starting at the end */
+        size_t hold = 0;
+        if (ps->opt->partial) {
+            hold = tail_prefix(s, n, DS_CALLS_BEGIN);
+            size_t other = tail_prefix(s, n, DS_CALL_BEGIN);
+            if (other > hold) hold = other;
+        }
+        put_content(ps, s, n - hold, NULL);
+        return;
+    }
+    put_content(ps, s, rtrim(s, at), NULL);
     k = starts(s, n, at, DS_CALLS_BEGIN) ? at + strlen(DS_CALLS_BEGIN) : at;
     for (;;) {
         k = skip_ws(s, n, k);
@@ -672,14 +682,14 @@ static void parse_deepseek(parser *ps, const char *s, size_t n) {
     if (k < n) put_content(ps, s + k, n - k, NULL);
 }
 
-/* Whether s[0..n) can be the start of a harmony message header (the reply's first header may begin
- * with its recipient: " to=functions.x<|channel|>..."). */
-static bool harmony_header_begins(const char *s, size_t n) {
+/* Whether s[0..n) is (when `whole`) or can become a harmony message header (the reply's first
+ * header may begin with its recipient: " to=functions.x<|channel|>..."). */
+static bool harmony_header_begins(const char *s, size_t n, bool whole) {
     static const char *const openings[] = {"<|channel|>", " to=", "to="};
     if (n > 256) return false;
     for (size_t i = 0; i < 3; i++) {
         size_t len = strlen(openings[i]);
-        if (!memcmp(s, openings[i], n < len ? n : len)) return true;
+        if (whole ? n >= len && !memcmp(s, openings[i], len) : !memcmp(s, openings[i], n < len ? n : len)) return true;
     }
     return false;
 }
@@ -690,11 +700,25 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         size_t h = i;
-        if (starts(s, n, h, "<|start|>")) h += 9;
+        bool started = starts(s, n, h, "<|start|>");
+        if (!started && ps->opt->partial && n - i < 9 && !memcmp(s + i, "<|start|>", n - i)) return;
+        if (started) h += 9;
         size_t msg = find(s, n, h, "<|message|>");
+        /* the header's start: after <|start|>, the role "assistant" */
+        size_t r = h, hdr_end = msg == n ? n - tail_prefix(s + h, n - h, "<|message|>") : msg;
+        if (started) {
+            size_t len = hdr_end - h < 9 ? hdr_end - h : 9;
+            if (!memcmp(s + h, "assistant", len)) r = h + len;
+        }
+        bool plausible = (started && r == hdr_end && (msg == n || r - h == 9)) ||
+                         (r < hdr_end && harmony_header_begins(s + r, hdr_end - r, msg < n));
         if (msg == n) {
-            /* a header still being written, or a reply that never opened a channel */
-            if (ps->opt->partial && (i > 0 || harmony_header_begins(s + h, n - h))) return;
+            /* a header still being written, or text that never opened a channel */
+            if (ps->opt->partial && plausible) return;
+            put_content(ps, s + i, n - i, NULL);
+            return;
+        }
+        if (!plausible) {
             put_content(ps, s + i, n - i, NULL);
             return;
         }
