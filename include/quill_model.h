@@ -162,6 +162,21 @@ QUILL_API quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst,
 QUILL_API quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *logits, bool all_logits,
                                   quill_error *err);
 
+/* ---------------------------------------------------------------- embeddings */
+
+/* How a text's hidden states become one vector: the reference's pooling_type values. */
+typedef enum { QUILL_POOLING_MEAN = 1, QUILL_POOLING_CLS = 2, QUILL_POOLING_LAST = 3 } quill_pooling;
+
+/* The file's <arch>.pooling_type, or QUILL_POOLING_LAST when it has none (a decoder's last token
+ * has seen the whole text). */
+QUILL_API quill_pooling quill_model_pooling(const quill_model *m);
+
+/* Evaluates `tokens` as sequence 0 of a cleared context and writes the pooled final hidden states
+ * (after the output norm; n_embd floats), L2-normalised when `normalize`. The context is cleared
+ * again afterwards; its trace callback must not be in use. */
+QUILL_API quill_status quill_embed(quill_context *c, const quill_model *m, const int32_t *tokens, int n,
+                                   quill_pooling pooling, bool normalize, float *out, quill_error *err);
+
 /* ---------------------------------------------------------------- traces */
 
 /* Records what a quill_trace_fn receives; tensors seen again (the next micro-batch of the same

@@ -25,6 +25,7 @@ static const route routes[] = {
     {"GET", "/v1/models", route_models, true},
     {"POST", "/v1/messages", route_messages, true},
     {"POST", "/v1/responses", route_responses, true},
+    {"POST", "/v1/embeddings", route_embeddings, true},
     {"POST", "/tokenize", route_tokenize, true},
     {"POST", "/detokenize", route_detokenize, true},
     /* open, for load balancers and monitoring */

@@ -186,6 +186,7 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_mutex_init(&s->stats_mu, NULL);
     s->responses = response_store_new();
+    pthread_mutex_init(&s->embed_mu, NULL);
     s->created = (long long)time(NULL);
     const char *base = strrchr(s->cfg.model_path, '/');
     s->model_id = strdup(s->cfg.alias ? s->cfg.alias : base ? base + 1 : s->cfg.model_path);
@@ -227,12 +228,14 @@ done:
     scheduler_stop(s->sched);
     if (d) MHD_stop_daemon(d);
     scheduler_free(s->sched);
+    quill_context_free(s->embed_ctx);   /* after the HTTP side: no embedding runs any more */
     free(s->chat_template);
     quill_model_free(s->model);
     free(s->model_id);
     free(s->api_key);
     pthread_mutex_destroy(&s->stats_mu);
     response_store_free(s->responses);
+    pthread_mutex_destroy(&s->embed_mu);
     free(s);
     return rc;
 }

@@ -8,6 +8,7 @@
  *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
  *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
  *   routes_responses.c  /v1/responses (OpenAI's Responses API, likewise)
+ *   routes_embeddings.c /v1/embeddings (pooled final hidden states, quill_embed)
  *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
  *                    the reply read back into content, reasoning_content and tool_calls
  *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
@@ -200,6 +201,8 @@ typedef struct server {
     char *chat_template;
     chat_caps caps;
     response_store *responses;      /* /v1/responses kept for previous_response_id */
+    pthread_mutex_t embed_mu;       /* /v1/embeddings: one at a time, on a context of their own */
+    quill_context *embed_ctx;
     scheduler *sched;
     long long created;              /* start time, for the "created" fields */
     atomic_ullong next_id;
@@ -261,6 +264,7 @@ int route_completions(http_request *r);
 int route_models(http_request *r);
 int route_messages(http_request *r);
 int route_responses(http_request *r);
+int route_embeddings(http_request *r);
 int route_health(http_request *r);
 int route_metrics(http_request *r);
 int route_tokenize(http_request *r);

@@ -2,12 +2,13 @@
  * against quill serve on a random-weight model that carries Qwen 3's real template: tools and
  * tool-call histories in chat.completions (whole and streamed), responses.create (with
  * previous_response_id, function-call items and streaming), Anthropic's messages.create and
- * messages.stream with tools, and both clients' error types. Without node or the packages the test
+ * messages.stream with tools, embeddings.create, and both clients' error types. Without node or the packages the test
  * fails under QUILL_REQUIRE_SHARED=1 (CI) and is skipped elsewhere. */
 #include "server_util.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,6 +103,12 @@ TEST(server_agents_official_clients) {
               is(ms, "final_content.0.text", str(ms, "text")) && is(ms, "final_content.0.text", str(msg, "content.0.text")),
           "messages.stream (the same text as messages.create at temperature 0): %s", out);
     CHECK(is(o, "messages_auth.error.name", "AuthenticationError"), "a wrong x-api-key: %s", out);
+    /* embeddings: two unit vectors of n_embd values, base64 and float alike */
+    const cJSON *emb = at(o, "embeddings");
+    CHECK(cJSON_IsNumber(at(emb, "count")) && at(emb, "count")->valueint == 2 && at(emb, "dims")->valueint == 64 &&
+              fabs(at(emb, "norms.0")->valuedouble - 1) < 1e-5 && fabs(at(emb, "norms.1")->valuedouble - 1) < 1e-5 &&
+              cJSON_IsTrue(at(emb, "same_as_float")) && cJSON_IsTrue(at(emb, "differ")),
+          "embeddings.create: %s", out);
     cJSON_Delete(o);
     free(out);
     CHECK_EQ_INT(stop, 0);

@@ -137,4 +137,14 @@ await attempt("messages_auth", async () => {
   return { status: 200 };
 });
 
+// embeddings.create: a batch as floats (the client asks for base64 and decodes it) and as floats
+await attempt("embeddings", async () => {
+  const r = await openai.embeddings.create({ model: "m", input: ["hello world", "the weather in Paris"] });
+  const f = await openai.embeddings.create({ model: "m", input: "hello world", encoding_format: "float" });
+  const norm = (v) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+  return { count: r.data.length, dims: r.data[0].embedding.length, norms: r.data.map((d) => norm(d.embedding)),
+           same_as_float: r.data[0].embedding.every((x, i) => Math.abs(x - f.data[0].embedding[i]) < 1e-6),
+           differ: r.data[0].embedding.some((x, i) => x !== r.data[1].embedding[i]), usage: r.usage };
+});
+
 console.log(JSON.stringify(out));
