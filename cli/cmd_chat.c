@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* ppoll */
 #include "cli.h"
 #include "options.h"
+#include "text/tool_calls.h"
 
 #include <errno.h>
 #include <histedit.h>
@@ -312,12 +313,45 @@ typedef struct {
     size_t len, cap;
     token_list *cached;
     bool oom;
+    /* Reasoning shown apart from the answer (dimmed on a terminal, or hidden): the reply so far is
+     * parsed as the server parses it, and only what the parse adds is printed. */
+    bool split, hide, dim, thinking_open;
+    chat_syntax syntax;
+    size_t shown_reasoning, shown_content;
+    bool in_reasoning;
 } reply;
+
+static void show(reply *r, bool final) {
+    chat_parse_options po = {.partial = !final, .extract_reasoning = true, .thinking_open = r->thinking_open};
+    chat_parse p;
+    if (chat_parse_output(&r->syntax, &po, r->text ? r->text : "", r->len, &p, NULL) != QUILL_OK) return;
+    size_t rn = strlen(p.reasoning), cn = strlen(p.content);
+    if (rn > r->shown_reasoning) {
+        if (!r->hide) {
+            if (r->dim && !r->in_reasoning) fputs("\033[2m", stdout);
+            r->in_reasoning = true;
+            fwrite(p.reasoning + r->shown_reasoning, 1, rn - r->shown_reasoning, stdout);
+        }
+        r->shown_reasoning = rn;
+    }
+    if (cn > r->shown_content || (final && r->in_reasoning)) {
+        if (r->in_reasoning) {
+            fputs(r->dim ? "\033[0m\n\n" : "\n\n", stdout);
+            r->in_reasoning = false;
+        }
+        fwrite(p.content + r->shown_content, 1, cn - r->shown_content, stdout);
+        r->shown_content = cn;
+    }
+    fflush(stdout);
+    chat_parse_free(&p);
+}
 
 static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     reply *r = user;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    if (!r->split) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
     if (r->len + len + 1 > r->cap) {
         size_t cap = (r->len + len + 1) * 2;
         char *g = realloc(r->text, cap);
@@ -328,6 +362,7 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     memcpy(r->text + r->len, text, len);
     r->len += len;
     r->text[r->len] = 0;
+    if (r->split) show(r, false);
     if (token >= 0 && !tokens_push(r->cached, token)) return !(r->oom = true);
     return true;
 }
@@ -367,7 +402,7 @@ int cmd_chat(int argc, char **argv) {
         return cli_fail("%s", err.message);
     }
     const quill_tokenizer *tok = quill_model_tokenizer(m);
-    char *override = NULL, *tmpl = NULL, *system = NULL;
+    char *override = NULL, *tmpl = NULL, *system = NULL, *rendered = NULL;
     quill_context *ctx = NULL;
     quill_sampler *smp = NULL;
     conversation conv = {0};
@@ -394,6 +429,9 @@ int cmd_chat(int argc, char **argv) {
     } else if (check_template(m, tmpl, o.system)) {
         goto done;
     }
+    if (tmpl) rep.syntax = chat_syntax_detect(tmpl);
+    rep.hide = o.hide_reasoning;
+    rep.dim = isatty(STDOUT_FILENO);
     quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads};
     if (quill_context_new(m, &cp, &ctx, &err) || quill_sampler_new(&o.sp, quill_tokenizer_n_vocab(tok), &smp, &err)) {
         cli_fail("%s", err.message);
@@ -518,7 +556,9 @@ int cmd_chat(int argc, char **argv) {
         } else {
             if (!conv_add(&conv, "user", line, strlen(line))) { free(line); cli_fail("out of memory"); goto done; }
             for (;;) {
-                s = quill_chat_tokenize(m, tmpl, conv.msgs, conv.n, true, &full, &n_full, NULL, &err);
+                free(rendered);
+                rendered = NULL;
+                s = quill_chat_tokenize(m, tmpl, conv.msgs, conv.n, true, &full, &n_full, &rendered, &err);
                 if (s || n_full + reserve <= (size_t)n_ctx) break;
                 if (!conv_drop_oldest(&conv)) break;
                 free(full);
@@ -565,6 +605,15 @@ int cmd_chat(int argc, char **argv) {
         interrupted = 0;
         rep.len = 0;
         if (rep.text) rep.text[0] = 0;
+        rep.shown_reasoning = rep.shown_content = 0;
+        rep.in_reasoning = false;
+        rep.split = !raw && (rep.syntax.think_tags || rep.syntax.tools == TOOL_SYNTAX_GPT_OSS);
+        if (rep.split) {
+            /* a prompt that ends inside <think> makes the reply begin with reasoning */
+            size_t rl = rendered ? strlen(rendered) : 0;
+            while (rl && (rendered[rl - 1] == '\n' || rendered[rl - 1] == ' ')) rl--;
+            rep.thinking_open = rl >= 7 && !memcmp(rendered + rl - 7, "<think>", 7);
+        }
         quill_generate_params gp = quill_generate_defaults();
         gp.n_predict = (int)o.n_predict;
         gp.stop = o.stop;
@@ -574,6 +623,8 @@ int cmd_chat(int argc, char **argv) {
         quill_generate_result res;
         s = quill_generate(ctx, smp, full + keep, n_full - keep, &gp, on_token, &rep, &res, &err);
         free(full);
+        if (rep.split) show(&rep, true);
+        if (rep.in_reasoning && rep.dim) fputs("\033[0m", stdout);
         fputc('\n', stdout);
         fflush(stdout);
         if (s || (res.cancelled && res.n_generated == 0 && res.n_prompt < (int)(n_full - keep))) {
@@ -605,6 +656,7 @@ done:
     free(cached.ids);
     free(last_prompt.ids);
     free(rep.text);
+    free(rendered);
     free(override);
     free(tmpl);
     free(system);

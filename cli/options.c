@@ -11,7 +11,7 @@ enum opt_id {
     O_HELP, O_MODEL, O_PROMPT, O_FILE, O_TOKENS, O_N_PREDICT, O_CTX, O_THREADS, O_TEMP, O_TOP_K, O_TOP_P,
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
     O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
-    O_MLOCK, O_NO_MMAP,
+    O_MLOCK, O_NO_MMAP, O_HIDE_REASONING,
 };
 
 #define GEN (CLI_RUN | CLI_CHAT)
@@ -55,6 +55,8 @@ static const option options[] = {
     {O_LOGITS, NULL, "--logits", "FILE", NULL, CLI_RUN, "write float32 logits of every prompt position"},
     {O_TRACE, NULL, "--trace", "FILE.gguf", NULL, CLI_RUN, "write the intermediate tensors of the prompt pass"},
     {O_VERBOSE, "-v", "--verbose", NULL, NULL, GEN, "say more: seed, kernels, per-turn evaluation counts"},
+    {O_HIDE_REASONING, NULL, "--hide-reasoning", NULL, NULL, CLI_CHAT,
+     "do not show a reply's reasoning (<think>, gpt-oss's analysis channel); shown dimmed otherwise"},
     {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN, "accepted for llama-cli habits (quill runs on the CPU)"},
     {O_MLOCK, NULL, "--mlock", NULL, NULL, GEN, "accepted for llama-cli habits (the mapping is used as is)"},
     {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL, GEN, "accepted for llama-cli habits (the file is always mapped)"},
@@ -255,6 +257,7 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
         case O_JSON: o->json = true; break;
         case O_CHAT: o->chat = true; break;
         case O_VERBOSE: o->verbose = true; break;
+        case O_HIDE_REASONING: o->hide_reasoning = true; break;
         case O_NO_DISPLAY_PROMPT: o->no_display_prompt = true; break;
         case O_MLOCK: case O_NO_MMAP: case O_HELP: break;
         }

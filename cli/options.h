@@ -25,6 +25,7 @@ typedef struct cli_opts {
     const char *stop[CLI_MAX_STOP];
     size_t n_stop;
     bool no_bos, special, reference, json, chat, verbose, no_display_prompt;
+    bool hide_reasoning;        /* chat: the reply's reasoning is not shown */
 } cli_opts;
 
 /* Parses argv (argv[0] is the command name). Returns 0 on success, -1 when --help was printed

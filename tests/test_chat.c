@@ -111,3 +111,39 @@ TEST(chat_cli_commands_and_raw_mode) {
     CHECK_STR_CONTAINS(out, "[unknown command /bogus");
     free(out);
 }
+
+/* A reply's reasoning is shown apart from the answer, or hidden: a model with Qwen 3's vocabulary
+ * and DeepSeek R1's template (whose prompt opens <think>) reasons for the whole short reply. */
+TEST(chat_cli_reasoning_shown_apart_or_hidden) {
+    REQUIRE_SHARED(shared);
+    char model[512], cmd[4096], *shown = NULL, *hidden = NULL, *raw = NULL;
+    snprintf(model, sizeof model, "%s/chat-qwen3.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --arch qwen3 --embd 64 --layers 2 --heads 2 --kv-heads 1 --ff 128 "
+             "--vocab %s/tokenizer/ggml-vocab-qwen3.gguf -o %s > /dev/null",
+             quill_bin(), shared, model);
+    CHECK(run_cmd(cmd, &raw, true) == 0, "synth: %s", raw);
+    free(raw);
+    const char *r1 = "chat/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja";
+    snprintf(cmd, sizeof cmd, "printf 'What is 2+2?\\n/bye\\n' | %s chat -m %s --chat-template %s/%s -n 8 --temp 0",
+             quill_bin(), model, shared, r1);
+    CHECK(run_cmd(cmd, &shown, false) == 0, "chat: %s", shown);
+    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " --hide-reasoning");
+    CHECK(run_cmd(cmd, &hidden, false) == 0, "chat --hide-reasoning: %s", hidden);
+    /* the same reply through `run` with the same prompt: the text the chat split */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --chat --chat-template %s/%s -p 'What is 2+2?' -n 8 --temp 0 --no-display-prompt 2>/dev/null",
+             quill_bin(), model, shared, r1);
+    CHECK(run_cmd(cmd, &raw, false) == 0, "run: %s", raw);
+    remove(model);
+    /* reasoning, a blank line, then the (empty) answer; hidden: nothing but the line end */
+    size_t n = strlen(raw);
+    while (n && raw[n - 1] == '\n') n--;
+    raw[n] = 0;
+    const char *text = raw;
+    while (*text == ' ' || *text == '\n') text++;
+    CHECK(*text && strstr(shown, text) != NULL, "the reasoning [%s] is not shown in [%s]", text, shown);
+    CHECK(strstr(hidden, text) == NULL, "--hide-reasoning still shows it: [%s]", hidden);
+    free(shown);
+    free(hidden);
+    free(raw);
+}
