@@ -103,6 +103,29 @@ static char *dup_str(const char *s) {
     return d;
 }
 
+chat_tools *chat_tools_clone(const chat_tools *t, int choice) {
+    chat_tools *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->syntax = t->syntax;
+    c->opt = t->opt;
+    c->choice = t->choice;
+    c->parallel = t->parallel;
+    char base[sizeof c->id_base];
+    snprintf(base, sizeof base, "%.14s-%d", t->id_base, choice);
+    memcpy(c->id_base, base, sizeof base);
+    bool ok = !t->forced_name || (c->forced_name = dup_str(t->forced_name));
+    if (ok && t->n_names && !(c->names = calloc(t->n_names, sizeof *c->names))) ok = false;
+    for (size_t i = 0; ok && i < t->n_names; i++) {
+        if (!(c->names[i] = dup_str(t->names[i]))) ok = false;
+        else c->n_names = i + 1;
+    }
+    if (!ok) {
+        chat_tools_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 static bool parse_tools(const cJSON *root, chat_tools *t, api_error *e) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (!tools || cJSON_IsNull(tools)) return true;

@@ -11,30 +11,44 @@
 
 typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE, PHASE_END } stream_phase;
 
+enum { MAX_CHOICES = 16 };
+
+/* One of the `n` choices: its job, the reply's parse (chat) and what a stream sent of it. */
+typedef struct choice {
+    job *job;
+    chat_tools *tools;
+    size_t text_sent, tokens_sent;
+    bool parsed_final, had_calls, finished;
+} choice;
+
 /* One generation request from parsing to the last byte sent. */
 struct gen {
     server *srv;
     struct MHD_Connection *conn;
     gen_request req;
-    chat_tools *tools;          /* chat: tools, reasoning and the reply's parse */
-    job *job;
+    int n;                      /* choices */
+    choice ch[MAX_CHOICES];
     char id[48];
     long long created;
     /* streaming */
     stream_phase phase;
-    size_t text_sent, tokens_sent;
-    bool parsed_final, had_calls;
     char *out;
     size_t out_len, out_pos, out_cap;
 };
 
 void gen_free(gen *g) {
     if (!g) return;
-    job_release(g->srv->sched, g->job);
+    for (int i = 0; i < MAX_CHOICES; i++) {
+        job_release(g->srv->sched, g->ch[i].job);
+        chat_tools_free(g->ch[i].tools);
+    }
     request_free(&g->req);
-    chat_tools_free(g->tools);
     free(g->out);
     free(g);
+}
+
+static void cancel_all(gen *g) {
+    for (int i = 0; i < g->n; i++) scheduler_cancel(g->srv->sched, g->ch[i].job);   /* no-op when finished */
 }
 
 /* ---------------------------------------------------------------- JSON pieces */
@@ -179,24 +193,32 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         return NULL;
     }
     gen_request *q = &g->req;
-    if (!(g->job = job_new())) {
-        api_fail(&e, 500, NULL, "out of memory");
-        *err_out = e;
-        gen_free(g);
-        return NULL;
-    }
-    job *j = g->job;
+    g->n = q->n > 1 ? q->n : 1;
+    for (int i = 0; i < g->n; i++)
+        if (!(g->ch[i].job = job_new())) {
+            api_fail(&e, 500, NULL, "out of memory");
+            *err_out = e;
+            gen_free(g);
+            return NULL;
+        }
     quill_error err;
     int32_t *ids = NULL;
     size_t n = 0;
     quill_status st = QUILL_OK;
     if (kind == REQ_CHAT) {
         char *prompt = NULL;
-        if (!chat_tools_prepare(s, body, len, g->id, &g->tools, &prompt, &e)) {
+        if (!chat_tools_prepare(s, body, len, g->id, &g->ch[0].tools, &prompt, &e)) {
             *err_out = e;
             gen_free(g);
             return NULL;
         }
+        for (int i = 1; i < g->n; i++)
+            if (!(g->ch[i].tools = chat_tools_clone(g->ch[0].tools, i))) {
+                free(prompt);
+                api_fail(err_out, 500, NULL, "out of memory");
+                gen_free(g);
+                return NULL;
+            }
         /* templates such as Llama 2's write BOS themselves: it is added only when missing */
         int32_t bos = quill_tokenizer_bos(s->tok);
         const char *bos_text = bos >= 0 ? quill_tokenizer_piece(s->tok, bos) : "";
@@ -227,26 +249,39 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         gen_free(g);
         return NULL;
     }
-    j->prompt = ids;
-    j->n_prompt = (int)n;
-    j->sp = q->sp;
+    /* no seed: a different draw each time, as OpenAI does; with one, choice i draws from seed + i */
+    uint64_t seed = q->sp.seed;
     if (!q->seed_given) {
-        /* no seed: a different draw each time, as OpenAI does */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        j->sp.seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
-                     atomic_fetch_add(&s->next_id, 1) << 32;
+        seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ atomic_fetch_add(&s->next_id, 1) << 32;
     }
-    j->max_tokens = q->max_tokens;
-    j->stop = q->stop;
-    j->n_stop = q->n_stop;
-    j->want_logprobs = q->logprobs;
-    j->top_logprobs = q->top_logprobs;
-    j->ignore_eos = q->ignore_eos;
-    if (!scheduler_submit(s->sched, j, &e)) {
-        *err_out = e;
-        gen_free(g);
-        return NULL;
+    for (int i = 0; i < g->n; i++) {
+        job *j = g->ch[i].job;
+        if (i == 0) j->prompt = ids;
+        else if ((j->prompt = malloc((n ? n : 1) * sizeof *ids))) memcpy(j->prompt, ids, n * sizeof *ids);
+        if (!j->prompt) {
+            if (i == 0) free(ids);
+            api_fail(err_out, 500, NULL, "out of memory");
+            cancel_all(g);
+            gen_free(g);
+            return NULL;
+        }
+        j->n_prompt = (int)n;
+        j->sp = q->sp;
+        j->sp.seed = seed + (uint64_t)i;
+        j->max_tokens = q->max_tokens;
+        j->stop = q->stop;
+        j->n_stop = q->n_stop;
+        j->want_logprobs = q->logprobs;
+        j->top_logprobs = q->top_logprobs;
+        j->ignore_eos = q->ignore_eos;
+        if (!scheduler_submit(s->sched, j, &e)) {
+            *err_out = e;
+            cancel_all(g);
+            gen_free(g);
+            return NULL;
+        }
     }
     return g;
 }
@@ -263,59 +298,77 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
 
 bool gen_wait(gen *g) {
     server *s = g->srv;
-    job *j = g->job;
     scheduler_lock(s->sched);
-    while (!j->done) {
-        scheduler_wait(s->sched, j, 200);
-        if (j->done) break;
-        scheduler_unlock(s->sched);
-        if (http_client_gone(g->conn) || atomic_load(&s->stopping)) {
-            scheduler_cancel(s->sched, j);
-            return false;
+    for (int i = 0; i < g->n; i++) {
+        job *j = g->ch[i].job;
+        while (!j->done) {
+            scheduler_wait(s->sched, j, 200);
+            if (j->done) break;
+            scheduler_unlock(s->sched);
+            if (http_client_gone(g->conn) || atomic_load(&s->stopping)) {
+                cancel_all(g);
+                return false;
+            }
+            scheduler_lock(s->sched);
         }
-        scheduler_lock(s->sched);
     }
     return true;
 }
 
-job *gen_job(gen *g) { return g->job; }
-chat_tools *gen_tools(gen *g) { return g->tools; }
+job *gen_job(gen *g) { return g->ch[0].job; }
+chat_tools *gen_tools(gen *g) { return g->ch[0].tools; }
 const char *gen_id(const gen *g) { return g->id; }
 const gen_request *gen_req(const gen *g) { return &g->req; }
 
+/* Usage over the choices: the prompt once, every choice's completion. Under the scheduler's mutex. */
+static cJSON *usage_all(const gen *g) {
+    cJSON *u = usage_object(g->ch[0].job);
+    int completion = 0;
+    for (int i = 0; i < g->n; i++) completion += g->ch[i].job->n_generated;
+    cJSON_ReplaceItemInObject(u, "completion_tokens", cJSON_CreateNumber(completion));
+    cJSON_ReplaceItemInObject(u, "total_tokens", cJSON_CreateNumber(g->ch[0].job->n_prompt + completion));
+    return u;
+}
+
 static int reply_whole(http_request *r, gen *g) {
     server *s = r->srv;
-    job *j = g->job;
     if (!gen_wait(g)) {
         gen_free(g);
         return MHD_NO;
     }
-    if (j->error_status) {
-        api_error e;
-        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
-        scheduler_unlock(s->sched);
-        return fail(r, g, &e);
+    for (int i = 0; i < g->n; i++) {
+        const job *j = g->ch[i].job;
+        if (j->error_status) {
+            api_error e;
+            api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
+            scheduler_unlock(s->sched);
+            return fail(r, g, &e);
+        }
     }
     const bool chat = g->req.kind == REQ_CHAT;
-    const char *finish_reason = j->finish_reason;
     cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (chat) {
-        cJSON *msg = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        chat_tools_message(g->tools, j->text, j->text_len, msg, &finish_reason);
-    } else {
-        cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < g->n; i++) {
+        const job *j = g->ch[i].job;
+        const char *finish_reason = j->finish_reason;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *msg = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            chat_tools_message(g->ch[i].tools, j->text, j->text_len, msg, &finish_reason);
+        } else {
+            cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
+        }
+        if (j->want_logprobs)
+            cJSON_AddItemToObject(c, "logprobs", chat ? chat_logprobs(s->tok, j->tokens, j->n_tokens)
+                                                      : completion_logprobs(s->tok, j->tokens, j->n_tokens, 0));
+        else cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason", finish_reason);
+        cJSON_AddItemToArray(choices, c);
     }
-    if (j->want_logprobs)
-        cJSON_AddItemToObject(c, "logprobs", chat ? chat_logprobs(s->tok, j->tokens, j->n_tokens)
-                                                  : completion_logprobs(s->tok, j->tokens, j->n_tokens, 0));
-    else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", finish_reason);
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddItemToObject(root, "usage", usage_object(j));
-    cJSON_AddItemToObject(root, "timings", timings_object(j));
+    cJSON_AddItemToObject(root, "usage", usage_all(g));
+    cJSON_AddItemToObject(root, "timings", timings_object(g->ch[0].job));
     scheduler_unlock(s->sched);
     gen_free(g);
     return reply_json(r, 200, root);
@@ -345,26 +398,87 @@ static bool out_event(gen *g, cJSON *o) {
     return true;
 }
 
-static cJSON *chunk(gen *g, cJSON **choice) {
+static cJSON *chunk(gen *g, int index, cJSON **choice) {
     const bool chat = g->req.kind == REQ_CHAT;
     cJSON *o = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     *choice = cJSON_CreateObject();
-    cJSON_AddNumberToObject(*choice, "index", 0);
+    cJSON_AddNumberToObject(*choice, "index", index);
     cJSON_AddItemToArray(choices, *choice);
     if (g->req.include_usage) cJSON_AddNullToObject(o, "usage");
     return o;
 }
 
-/* The events the job's progress allows, under the scheduler's mutex. False: nothing new. */
-static bool produce(gen *g) {
-    const job *j = g->job;
+/* The events a choice's progress allows, under the scheduler's mutex. False: nothing new. */
+static bool produce_choice(gen *g, int index) {
+    choice *ch = &g->ch[index];
+    const job *j = ch->job;
     const bool chat = g->req.kind == REQ_CHAT;
     const quill_tokenizer *tok = g->srv->tok;
     cJSON *c;
+    bool produced = false;
+    size_t new_tokens = j->n_tokens - ch->tokens_sent;
+    if (chat && (j->ready > ch->text_sent || (new_tokens && j->want_logprobs) || (j->done && !ch->parsed_final))) {
+        /* the reply so far, parsed: what it adds to content, reasoning and calls */
+        bool final = j->done && j->ready == j->text_len;
+        cJSON *o = chunk(g, index, &c);
+        bool any = chat_tools_delta(ch->tools, j->text, j->ready, final, cJSON_AddObjectToObject(c, "delta"), &ch->had_calls);
+        ch->parsed_final = final;
+        ch->text_sent = j->ready;
+        if (any || (new_tokens && j->want_logprobs)) {
+            if (j->want_logprobs && new_tokens)
+                cJSON_AddItemToObject(c, "logprobs", chat_logprobs(tok, j->tokens + ch->tokens_sent, new_tokens));
+            else cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            out_event(g, o);
+            ch->tokens_sent = j->n_tokens;
+            produced = true;
+        } else {
+            cJSON_Delete(o);
+        }
+    } else if (!chat && (j->ready > ch->text_sent || (new_tokens && j->want_logprobs))) {
+        size_t n = j->ready > ch->text_sent ? j->ready - ch->text_sent : 0;
+        cJSON *o = chunk(g, index, &c);
+        char *piece = malloc(n + 1);
+        if (!piece) {
+            cJSON_Delete(o);
+            return false;
+        }
+        memcpy(piece, j->text + ch->text_sent, n);
+        piece[n] = 0;
+        cJSON_AddStringToObject(c, "text", piece);
+        free(piece);
+        if (j->want_logprobs && new_tokens)
+            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(tok, j->tokens + ch->tokens_sent, new_tokens, ch->text_sent));
+        else cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddNullToObject(c, "finish_reason");
+        out_event(g, o);
+        ch->text_sent += n;
+        ch->tokens_sent = j->n_tokens;
+        produced = true;
+    }
+    if (j->done && !ch->finished && ch->text_sent == j->ready && (!chat || ch->parsed_final)) {
+        cJSON *o = chunk(g, index, &c);
+        if (chat) cJSON_AddObjectToObject(c, "delta");
+        else cJSON_AddStringToObject(c, "text", "");
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason",
+                                ch->had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason);
+        cJSON_AddItemToObject(o, "timings", timings_object(j));
+        out_event(g, o);
+        ch->finished = true;
+        produced = true;
+    }
+    return produced;
+}
+
+/* The events the request's progress allows, under the scheduler's mutex. False: nothing new. */
+static bool produce(gen *g) {
+    const bool chat = g->req.kind == REQ_CHAT;
+    cJSON *c;
     if (g->phase == PHASE_ROLE) {
-        if (chat) {
-            cJSON *o = chunk(g, &c);
+        for (int i = 0; chat && i < g->n; i++) {
+            cJSON *o = chunk(g, i, &c);
             cJSON *delta = cJSON_AddObjectToObject(c, "delta");
             cJSON_AddStringToObject(delta, "role", "assistant");
             cJSON_AddStringToObject(delta, "content", "");
@@ -376,7 +490,9 @@ static bool produce(gen *g) {
         return true;
     }
     if (g->phase == PHASE_CONTENT) {
-        if (j->error_status) {
+        for (int i = 0; i < g->n; i++) {
+            const job *j = g->ch[i].job;
+            if (!j->error_status) continue;
             cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
             cJSON_AddStringToObject(e, "message", j->error);
             cJSON_AddStringToObject(e, "type", j->error_status >= 500 ? "server_error" : "invalid_request_error");
@@ -385,66 +501,18 @@ static bool produce(gen *g) {
             g->phase = PHASE_END;
             return true;
         }
-        bool produced = false;
-        size_t new_tokens = j->n_tokens - g->tokens_sent;
-        if (chat && (j->ready > g->text_sent || (new_tokens && j->want_logprobs) || (j->done && !g->parsed_final))) {
-            /* the reply so far, parsed: what it adds to content, reasoning and calls */
-            bool final = j->done && j->ready == j->text_len;
-            cJSON *o = chunk(g, &c);
-            bool any = chat_tools_delta(g->tools, j->text, j->ready, final, cJSON_AddObjectToObject(c, "delta"),
-                                        &g->had_calls);
-            g->parsed_final = final;
-            g->text_sent = j->ready;
-            if (any || (new_tokens && j->want_logprobs)) {
-                if (j->want_logprobs && new_tokens)
-                    cJSON_AddItemToObject(c, "logprobs", chat_logprobs(tok, j->tokens + g->tokens_sent, new_tokens));
-                else cJSON_AddNullToObject(c, "logprobs");
-                cJSON_AddNullToObject(c, "finish_reason");
-                out_event(g, o);
-                g->tokens_sent = j->n_tokens;
-                produced = true;
-            } else {
-                cJSON_Delete(o);
-            }
-        } else if (!chat && (j->ready > g->text_sent || (new_tokens && j->want_logprobs))) {
-            size_t n = j->ready > g->text_sent ? j->ready - g->text_sent : 0;
-            cJSON *o = chunk(g, &c);
-            char *piece = malloc(n + 1);
-            if (!piece) {
-                cJSON_Delete(o);
-                return false;
-            }
-            memcpy(piece, j->text + g->text_sent, n);
-            piece[n] = 0;
-            cJSON_AddStringToObject(c, "text", piece);
-            free(piece);
-            if (j->want_logprobs && new_tokens)
-                cJSON_AddItemToObject(c, "logprobs", completion_logprobs(tok, j->tokens + g->tokens_sent, new_tokens, g->text_sent));
-            else cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddNullToObject(c, "finish_reason");
-            out_event(g, o);
-            g->text_sent += n;
-            g->tokens_sent = j->n_tokens;
-            produced = true;
+        bool produced = false, all_finished = true;
+        for (int i = 0; i < g->n; i++) {
+            produced |= produce_choice(g, i);
+            all_finished &= g->ch[i].finished;
         }
-        if (j->done && g->text_sent == j->ready && (!chat || g->parsed_final)) {
-            cJSON *o = chunk(g, &c);
-            if (chat) cJSON_AddObjectToObject(c, "delta");
-            else cJSON_AddStringToObject(c, "text", "");
-            cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason",
-                                    g->had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason);
-            cJSON_AddItemToObject(o, "timings", timings_object(j));
-            out_event(g, o);
-            g->phase = g->req.include_usage ? PHASE_USAGE : PHASE_DONE;
-            produced = true;
-        }
+        if (all_finished) g->phase = g->req.include_usage ? PHASE_USAGE : PHASE_DONE;
         return produced;
     }
     if (g->phase == PHASE_USAGE) {
         cJSON *o = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_object(j));
+        cJSON_AddItemToObject(o, "usage", usage_all(g));
         out_event(g, o);
         g->phase = PHASE_DONE;
         return true;
@@ -481,12 +549,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         scheduler_lock(s->sched);
         bool produced = produce(g);
         if (!produced) {
-            scheduler_wait(s->sched, g->job, 200);
+            /* a job that is still going (with several, look again soon: each has its own signal) */
+            int waiting = 0;
+            while (waiting < g->n - 1 && g->ch[waiting].job->done) waiting++;
+            scheduler_wait(s->sched, g->ch[waiting].job, g->n > 1 ? 20 : 200);
             produced = produce(g);
         }
         scheduler_unlock(s->sched);
         if (!produced && http_client_gone(g->conn)) {
-            scheduler_cancel(s->sched, g->job);
+            cancel_all(g);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -495,7 +566,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 /* Called by libmicrohttpd when the stream ends, finished or cut (the client went away). */
 static void stream_free(void *cls) {
     gen *g = cls;
-    scheduler_cancel(g->srv->sched, g->job);   /* no-op for a finished job */
+    cancel_all(g);
     gen_free(g);
 }
 
@@ -506,7 +577,7 @@ static int route_generate(http_request *r, request_kind kind) {
     if (!g->req.stream) return reply_whole(r, g);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
     if (!resp) {
-        scheduler_cancel(r->srv->sched, g->job);
+        cancel_all(g);
         gen_free(g);
         return MHD_NO;
     }

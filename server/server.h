@@ -76,6 +76,7 @@ typedef struct gen_request {
     char *stop[MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    int n;                          /* choices (0 or 1: one) */
     bool logprobs;
     int top_logprobs;
 } gen_request;
@@ -223,6 +224,8 @@ void chat_caps_probe(server *s);
 bool chat_tools_prepare(server *s, const char *body, size_t len, const char *id, chat_tools **out, char **prompt,
                         api_error *e);
 void chat_tools_free(chat_tools *t);
+/* A copy for another choice of the same request (its calls get ids of their own). */
+chat_tools *chat_tools_clone(const chat_tools *t, int choice);
 tool_choice chat_tools_choice(const chat_tools *t);
 /* The GBNF a required or named call must follow (*grammar NULL for auto and none). */
 bool chat_tools_grammar(const chat_tools *t, char **grammar, api_error *e);
