@@ -5,9 +5,11 @@ set -u
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
 
-# The openai client test needs tests/node's locked packages: installed here once, so that the
-# README's `make test` runs it on a fresh checkout too (.ci/run installs them before).
-if [ ! -d tests/node/node_modules ] && command -v npm >/dev/null 2>&1; then
+# The client tests need tests/node's locked packages: installed here, so that the README's
+# `make test` runs them on a fresh checkout too (.ci/run installs them before), and again when the
+# lock file changed since the last install (npm writes node_modules/.package-lock.json).
+if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; } &&
+    command -v npm >/dev/null 2>&1; then
     (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
 fi
 
