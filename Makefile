@@ -160,8 +160,8 @@ fuzz:
 	clang $(FUZZ_FLAGS) fuzz/fuzz_tokenize.c $(FUZZ_SRC) -o build-fuzz/fuzz_tokenize $(LDLIBS)
 	clang $(FUZZ_FLAGS) -Icli fuzz/fuzz_cli_options.c cli/options.c cli/util.c src/text/sampler.c src/base/error.c \
 	    -o build-fuzz/fuzz_cli_options $(LDLIBS)
-	clang $(FUZZ_FLAGS) -I. fuzz/fuzz_request.c server/request.c server/util.c src/text/sampler.c src/base/error.c \
-	    -o build-fuzz/fuzz_request -lcjson $(LDLIBS)
+	clang $(FUZZ_FLAGS) -I. fuzz/fuzz_request.c server/request.c server/translate.c server/util.c src/text/sampler.c \
+	    src/base/error.c -o build-fuzz/fuzz_request -lcjson $(LDLIBS)
 	clang $(FUZZ_FLAGS) fuzz/fuzz_tool_calls.c src/text/tool_calls.c src/base/error.c -o build-fuzz/fuzz_tool_calls $(LDLIBS)
 
 -include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)

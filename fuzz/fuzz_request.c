@@ -1,6 +1,8 @@
-/* libFuzzer target for the server's request parser (server/request.c): any bytes as a
- * /v1/chat/completions and a /v1/completions body. A refusal must be a 4xx/5xx with a message;
- * an accepted request must hold what the engine relies on. Any broken promise aborts. */
+/* libFuzzer target for the server's request parsers: any bytes as a /v1/chat/completions and a
+ * /v1/completions body (server/request.c), and as a /v1/messages and a /v1/responses body, whose
+ * translation to a chat body (server/translate.c) must then parse as one or be refused cleanly.
+ * A refusal must be a 4xx/5xx with a message; an accepted request must hold what the engine relies
+ * on. Any broken promise aborts. */
 #include "server/server.h"
 
 #include <stdlib.h>
@@ -44,6 +46,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         }
     }
+    /* the other APIs: a translation is a chat body that parses, or is refused with a message */
+    bool stream;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    char *chat = anthropic_to_chat(body, size, &stream, &e);
+    responses_req q;
+    char *chats[2] = {chat, NULL};
+    if (!chat && (e.status < 400 || e.status > 599 || !e.message[0])) abort();
+    memset(&e, 0, sizeof e);
+    if (responses_to_chat(body, size, NULL, NULL, &q, &e)) chats[1] = q.chat_body;
+    else if (e.status < 400 || e.status > 599 || !e.message[0]) abort();
+    for (int k = 0; k < 2; k++) {
+        if (!chats[k]) continue;
+        gen_request r;
+        memset(&e, 0, sizeof e);
+        if (request_parse(chats[k], strlen(chats[k]), REQ_CHAT, &lim, &r, &e)) {
+            check_accepted(&r, REQ_CHAT);
+            request_free(&r);
+        } else if (e.status < 400 || e.status > 499 || !e.message[0]) {
+            abort();
+        }
+    }
+    free(chat);
+    if (chats[1]) responses_req_free(&q);
     /* the sanitizer's output is always valid UTF-8 */
     char *clean = utf8_sanitize(body, size);
     if (clean && utf8_valid_prefix(clean, strlen(clean)) != strlen(clean)) abort();

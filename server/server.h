@@ -9,6 +9,7 @@
  *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
  *   routes_responses.c  /v1/responses (OpenAI's Responses API, likewise)
  *   routes_embeddings.c /v1/embeddings (pooled final hidden states, quill_embed)
+ *   translate.c      Anthropic and Responses bodies to chat bodies (fuzzed)
  *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
  *                    the reply read back into content, reasoning_content and tool_calls
  *   request.c        a request's JSON to generation parameters, every field checked (fuzzed by
@@ -211,6 +212,28 @@ typedef struct server {
     pthread_mutex_t stats_mu;
     unsigned long long by_status[6][100];   /* [status / 100][status % 100] */
 } server;
+
+/* ---------------------------------------------------------------- other APIs as chat requests (translate.c) */
+
+/* An Anthropic Messages body as an OpenAI chat body (malloc'd JSON text); *stream: it asked for
+ * events. NULL with *e (a 400 naming the field) when it is malformed or asks for what is not
+ * supported. */
+char *anthropic_to_chat(const char *body, size_t len, bool *stream, api_error *e);
+
+/* A stored conversation (chat messages) by response id, parsed; NULL when unknown. */
+typedef cJSON *(*stored_conversation_fn)(void *ctx, const char *id);
+
+/* A Responses body as a chat request, with what its reply repeats. */
+typedef struct responses_req {
+    char *chat_body;            /* the chat request to generate */
+    cJSON *history;             /* the conversation without instructions, to store */
+    cJSON *echo;                /* request fields the response repeats */
+    bool stream, store;
+    char *previous;
+} responses_req;
+bool responses_to_chat(const char *body, size_t len, stored_conversation_fn stored, void *stored_ctx, responses_req *q,
+                       api_error *e);
+void responses_req_free(responses_req *q);
 
 /* ---------------------------------------------------------------- tools and reasoning (chat_tools.c) */
 
