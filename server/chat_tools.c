@@ -56,7 +56,7 @@ void chat_caps_probe(server *s) {
                 c->writes_calls = true;
                 c->null_content = k == 1;
             }
-            if (!c->writes_calls) free(out);
+            free(out);
             out = NULL;
         }
         if (!c->writes_calls) {
