@@ -196,12 +196,15 @@ static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *
 /* ---------------------------------------------------------------- model facts */
 
 /* Bytes one generated token reads: every tensor except the embedding table, of which one row is
- * read — unless the output projection reuses it, which reads it whole (counted once). */
-static uint64_t bytes_per_token(const quill_gguf *g, bool tied) {
+ * read — unless the output projection reuses it, which reads it whole (counted once) — and of a 3-D
+ * expert tensor the share of the experts a token uses (n_used of its ne[2]). */
+static uint64_t bytes_per_token(const quill_gguf *g, bool tied, int64_t n_used) {
     uint64_t total = 0;
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
-        if (strcmp(t->name, "token_embd.weight") != 0) total += t->nbytes;
+        if (t->ne[2] > 1 && n_used > 0 && n_used < t->ne[2])
+            total += t->nbytes / (uint64_t)t->ne[2] * (uint64_t)n_used;
+        else if (strcmp(t->name, "token_embd.weight") != 0) total += t->nbytes;
         else if (tied) total += t->nbytes;
         else {
             int64_t rows = t->n_elements / (t->ne[0] > 0 ? t->ne[0] : 1);
@@ -532,7 +535,11 @@ int cmd_bench(int argc, char **argv) {
                               sizeof(float);
     /* the hybrids' recurrent state and its checkpoints (0 for the others) */
     const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);
-    const uint64_t bpt = bytes_per_token(g, hp->tied_output);
+    char used_key[96];
+    int64_t n_used = 0;
+    snprintf(used_key, sizeof used_key, "%s.expert_used_count", hp->arch);
+    if (quill_gguf_get_i64(g, used_key, &n_used, NULL) != QUILL_OK) n_used = 0;
+    const uint64_t bpt = bytes_per_token(g, hp->tied_output, n_used);
     type_count types[QUILL_TYPE_COUNT];
     const int n_types = type_mix(g, types, QUILL_TYPE_COUNT);
 
@@ -672,8 +679,9 @@ int cmd_bench(int argc, char **argv) {
         print_table(rows, n_rows);
         printf("\nmemory bandwidth  %.2f GB/s  (read, %ld threads, %.0f MiB buffer, best of 4)\n", bw, threads,
                mib((double)bw_bytes));
-        printf("bytes per token   %.2f MB  (all weights but one row of token_embd%s)\n", bpt / 1e6,
-               hp->tied_output ? "; it is the output too, read in full" : "");
+        printf("bytes per token   %.2f MB  (all weights but one row of token_embd%s%s)\n", bpt / 1e6,
+               hp->tied_output ? "; it is the output too, read in full" : "",
+               n_used > 0 ? "; of the experts, the share a token uses" : "");
         if (tg.n)
             printf("tg roofline       %.1f %% of the bandwidth limit (%.2f t/s at %.2f GB/s)\n", share * 100,
                    bw * 1e9 / (double)bpt, bw);

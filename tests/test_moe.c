@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_TOK 40
+/* more than a MoE micro-batch (QUILL_UBATCH_MOE, 256): one batch is cut in two */
+#define N_TOK 300
 
 /* Small MoE models in F32 and in Q4_K_M by quill's quantizer, made once: a qwen3moe (16 experts,
  * 4 used) and a gpt-oss (8 experts, 2 used, window 5, sinks, biases). */
@@ -52,7 +53,7 @@ static float *logits_of(const char *model, how h, int threads, bool repack) {
     quill_error err;
     if (!repack) setenv("QUILL_REPACK", "0", 1);
     quill_status s = quill_model_load(model, &m, &err);
-    quill_context_params p = {.n_ctx = 128, .n_threads = threads, .n_seq = h == SHARED_BATCHES ? 2 : 1};
+    quill_context_params p = {.n_ctx = N_TOK, .n_threads = threads, .n_seq = h == SHARED_BATCHES ? 2 : 1};
     if (!s && (s = quill_context_new(m, &p, &c, &err))) quill_model_free(m);
     if (!repack) unsetenv("QUILL_REPACK");
     if (s) {
@@ -298,5 +299,54 @@ TEST(moe_fuzz_seeds_are_runnable_models) {
             CHECK(e < 1e-5, "%s: fast path %.3g from float64", seeds[i], e);
         }
         free(fast), free(exact);
+    }
+}
+
+/* quill bench counts, of each 3-D expert tensor, the share of the experts a token uses: the
+ * gpt-oss seed (4 experts, 2 used) reads half of each expert tensor per token. */
+TEST(moe_bench_bytes_per_token_count_the_used_experts) {
+    const char *seed = "fuzz/seeds/gpt-oss.gguf.seed";
+    quill_gguf *g = NULL;
+    quill_error err;
+    CHECK(quill_gguf_open(seed, &g, &err) == QUILL_OK, "%s", err.message);
+    if (!g) return;
+    double want = 0;
+    for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (t->ne[2] > 1) want += (double)t->nbytes / 2;
+        else if (!strcmp(t->name, "token_embd.weight")) want += (double)t->nbytes / (double)t->ne[1];
+        else want += (double)t->nbytes;
+    }
+    quill_gguf_close(g);
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 2 -n 2 -r 1 -t 1 --bw-mib 16 --json", quill_bin(), seed);
+    const int rc = run_cmd(cmd, &out, false);
+    const char *at = out ? strstr(out, "\"bytes_per_token\": ") : NULL;
+    const double got = at ? atof(at + strlen("\"bytes_per_token\": ")) : -1;
+    free(out);
+    CHECK(rc == 0 && got == want, "exit %d: %.0f bytes per token, expected %.0f", rc, got, want);
+}
+
+/* quill verify is clean on the MoE models, F32 and Q4_K_M: every traced tensor of the fast path
+ * (router logits, probabilities, chosen weights, expert outputs among them) within its tolerance
+ * of the float64 path. */
+TEST(moe_verify_is_clean) {
+    REQUIRE_SHARED(shared);
+    for (int which = 0; which < 2; which++) {
+        char f32[512], q4[512];
+        if (!moe_models(shared, which, f32, q4, sizeof f32)) return;
+        const char *models[] = {f32, q4};
+        for (int k = 0; k < 2; k++) {
+            char cmd[1200], *out = NULL;
+            snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens 1,20,300,45,67,89,100,200,311,400 -t 2", quill_bin(),
+                     models[k]);
+            const int rc = run_cmd(cmd, &out, true);
+            CHECK(rc == 0, "%s: exit %d: %s", models[k], rc, out);
+            /* per layer at least the attention's 8 tensors, the router's logits, probabilities and
+             * weights, the experts' outputs and their sum */
+            const char *ok = out ? strstr(out, "ok: ") : NULL;
+            CHECK(ok && atoi(ok + 4) >= 2 * (8 + 5), "%s: %s", models[k], out);
+            free(out);
+        }
     }
 }

@@ -60,9 +60,9 @@ quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits,
         }
         return QUILL_OK;
     }
-    bool want_last[QUILL_UBATCH];
+    bool want_last[QUILL_UBATCH_MAX];
     for (int done = 0; done < b->n;) {
-        const int n = b->n - done < QUILL_UBATCH ? b->n - done : QUILL_UBATCH;
+        const int n = b->n - done < c->ubatch ? b->n - done : c->ubatch;
         const bool *want = b->logits ? b->logits + done : want_last;
         if (!b->logits)
             for (int i = 0; i < n; i++) want_last[i] = done + i == b->n - 1;
@@ -91,10 +91,10 @@ quill_status quill_eval(quill_context *c, const int32_t *tokens, int n, float *l
                           "free; use a larger context (-c) or a shorter prompt",
                           n, start, c->n_ctx, c->n_ctx - start);
     /* micro-batch by micro-batch, so that the batch's arrays stay small */
-    int32_t seq[QUILL_UBATCH] = {0}, pos[QUILL_UBATCH];
-    bool want[QUILL_UBATCH];
+    int32_t seq[QUILL_UBATCH_MAX] = {0}, pos[QUILL_UBATCH_MAX];
+    bool want[QUILL_UBATCH_MAX];
     for (int done = 0; done < n;) {
-        const int k = n - done < QUILL_UBATCH ? n - done : QUILL_UBATCH;
+        const int k = n - done < c->ubatch ? n - done : c->ubatch;
         for (int i = 0; i < k; i++) {
             pos[i] = start + done + i;
             want[i] = logits && (all_logits || done + i == n - 1);

@@ -48,7 +48,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
         c->ref_v = carve(mem, &at, cache * sizeof(double));
         return at;
     }
-    const size_t ub = QUILL_UBATCH, f = sizeof(float), d = (size_t)hp->n_embd;
+    const size_t ub = (size_t)c->ubatch, f = sizeof(float), d = (size_t)hp->n_embd;
     const size_t q_dim = (size_t)(hp->n_head * hp->head_dim), kv_dim = (size_t)(hp->n_head_kv * hp->head_dim);
     const size_t rope = (size_t)c->model->ap.n_rope_tables * (size_t)c->n_ctx * (size_t)(hp->n_rot / 2) * f;
     c->k_cache = carve(mem, &at, key_cache * f);
@@ -159,6 +159,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->n_threads = n_threads;
     c->n_seq = n_seq;
     c->reference = p && p->reference;
+    c->ubatch = m->ap.n_expert ? QUILL_UBATCH_MOE : QUILL_UBATCH;
     c->kern = kern;
     /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
      * reference chooses them per context */
@@ -178,7 +179,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
     bool ok = (c->pool = quill_pool_new(n_threads)) != NULL && (c->seq_len = calloc((size_t)n_seq, sizeof(int))) &&
               (c->seq_next = calloc((size_t)n_seq, sizeof(int))) &&
-              (c->run_start = malloc((QUILL_UBATCH + 1) * sizeof(int)));
+              (c->run_start = malloc(((size_t)c->ubatch + 1) * sizeof(int)));
     /* the KV cache's bytes in double first: an absurd context (2^24 positions x 4096 sequences of
      * a deep model) would wrap the byte counts around */
     const double kv_bytes = 2.0 * (double)hp->n_layer * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *

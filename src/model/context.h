@@ -9,6 +9,11 @@
 /* Prompts are evaluated in micro-batches of this many tokens: scratch memory stays small and the
  * results are the same as for one big batch (every token's arithmetic is independent of it). */
 #define QUILL_UBATCH 64
+/* ... or of this many in mixture-of-experts models, whose micro-batches are grouped by expert: with
+ * 8 of 128 experts chosen per token, 64 tokens give an expert 4 on average, and each read of its
+ * rows serves 4x more tokens at 256 (the products' cost per token falls with more tokens). */
+#define QUILL_UBATCH_MOE 256
+#define QUILL_UBATCH_MAX QUILL_UBATCH_MOE
 
 /* The key cache of one KV head is blocks of KEY_BLOCK positions, each dimension-major: key
  * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK (see forward.c). */
@@ -23,6 +28,7 @@ struct quill_context {
     quill_model *model;
     const quill_hparams *hp;
     int n_ctx, n_threads;           /* n_ctx: positions of each sequence */
+    int ubatch;                     /* tokens of a micro-batch: QUILL_UBATCH or QUILL_UBATCH_MOE */
     int n_seq;                      /* sequences in the cache */
     int *seq_len;                   /* [n_seq] cached positions of each sequence */
     int *seq_next;                  /* [n_seq] scratch of quill_decode's checks */
@@ -76,7 +82,7 @@ static inline int64_t quill_key_positions(int n_ctx) {
  * sliding-window layers' of architectures that rotate those with another base), in double. */
 double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i);
 
-/* One micro-batch (at most QUILL_UBATCH tokens) of the fast path: token t of sequence seq[t] at
+/* One micro-batch (at most c->ubatch tokens) of the fast path: token t of sequence seq[t] at
  * position pos[t]; `logits` receives a row for each token with want[t], in order (forward.c).
  * The caller has checked the batch (batch.c). */
 void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
