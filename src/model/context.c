@@ -159,7 +159,8 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->n_threads = n_threads;
     c->n_seq = n_seq;
     c->reference = p && p->reference;
-    c->ubatch = m->ap.n_expert ? QUILL_UBATCH_MOE : QUILL_UBATCH;
+    /* (the hybrids' recurrent scratch, recurrent.c, is sized for QUILL_UBATCH) */
+    c->ubatch = m->ap.n_expert && !m->arch->hybrid ? QUILL_UBATCH_MOE : QUILL_UBATCH;
     c->kern = kern;
     /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
      * reference chooses them per context */
