@@ -94,7 +94,14 @@ static const synth_arch arches[] = {
     {.name = "qwen3next", .arch = "qwen3next", .freq_base = 10000000, .eps = 1e-6, .ctx = 262144, .head_dim_num = 2,
      .head_dim_den = 1, .qk_norm = true, .experts = 512, .experts_used = 10, .expert_ff_key = true,
      .shared_expert = true},
+    /* SmolLM3-3B: every fourth layer unrotated (the architecture's, not a key) */
+    {.name = "smollm3", .arch = "smollm3", .freq_base = 5000000, .eps = 1e-6, .ctx = 65536, .tied = true},
+    /* OLMo 2 (OLMo 3 with --window: three sliding layers, then a global one) */
+    {.name = "olmo2", .arch = "olmo2", .freq_base = 500000, .eps = 1e-6, .ctx = 4096, .post_norms = true},
 };
+
+/* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
+static bool synth_is_olmo2(const synth_arch *a) { return !strcmp(a->arch, "olmo2"); }
 
 typedef struct {
     const char *name;
@@ -281,7 +288,9 @@ static int synth_usage(FILE *f) {
             "  gpt-oss (32 experts, 4 used, --expert-ff wide, biases, attention sinks, window 128 on\n"
             "  every other layer, YaRN), qwen35 (Gated DeltaNet layers, every fourth a gated attention\n"
             "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
-            "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE),\n"
+            "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE), smollm3 (every\n"
+            "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
+            "  norms; --window: OLMo 3's sliding layers),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -331,7 +340,8 @@ int cmd_synth(int argc, char **argv) {
                 if (!strcmp(argv[i], arches[k].name)) arch = &arches[k];
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
-                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next)",
+                                "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
+                                "smollm3, olmo2)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -551,7 +561,8 @@ int cmd_synth(int argc, char **argv) {
         synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
                            l >= hp.n_layer);
     for (int l = 0; !is_hybrid && l < (int)hp.n_layer; l++) {
-        synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
+        if (!synth_is_olmo2(arch))
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, q_dim + 2 * kv_dim, "blk.%d.attn_qkv.weight", l);
         } else {
@@ -564,6 +575,10 @@ int cmd_synth(int argc, char **argv) {
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_k.bias", l);
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_v.bias", l);
         }
+        if (synth_is_olmo2(arch)) {
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, q_dim, 0, "blk.%d.attn_q_norm.weight", l);
+            synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, kv_dim, 0, "blk.%d.attn_k_norm.weight", l);
+        }
         if (arch->qk_norm) {
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_q_norm.weight", l);
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
@@ -575,7 +590,7 @@ int cmd_synth(int argc, char **argv) {
         }
         if (arch->post_norms || arch->gpt_oss)
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
-        if (!arch->gpt_oss)
+        if (!arch->gpt_oss && !synth_is_olmo2(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
         if (n_expert) {
             /* the router stays f32 in published files (the reference's quantizer leaves it) */

@@ -55,6 +55,13 @@ static const quill_arch archs[] = {
     {.name = "qwen3next", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .hybrid = true,
      .ssm_grouped = true, .ffn_norm_post_attention = true, .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SOFTMAX,
      .norm_expert_weights = true, .expert_ff_key = true, .shared_expert = true},
+    /* SmolLM3: Llama with every fourth layer (3, 7, ...) unrotated */
+    {.name = "smollm3", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .nope_interval = 4, .head_dim_is_rot = true},
+    /* OLMo 2 / 3: no input norms, RMS norms over the whole q and k projections, post norms on both
+     * branches, its own output matrix; with attention.sliding_window (OLMo 3) three sliding layers,
+     * rotating unscaled, then a global one */
+    {.name = "olmo2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .no_input_norms = true, .qk_norm_full = true,
+     .post_norms = true, .swa_pattern = 4, .swa_rope_plain = true, .output_required = true, .head_dim_is_rot = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -64,6 +71,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe and qwen3next; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3 and olmo2; "
            "other families are not implemented";
 }

@@ -199,10 +199,10 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (ok && !c->reference) {
         /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
         const size_t half = (size_t)hp->n_rot / 2, tables = (size_t)m->ap.n_rope_tables;
-        const double mscale = m->ap.rope_attn_factor;
         for (size_t t = 0; t < tables; t++)
             for (int pos = 0; pos < n_ctx; pos++)
                 for (size_t i = 0; i < half; i++) {
+                    const double mscale = t ? m->ap.rope_attn_factor_local : m->ap.rope_attn_factor;
                     double theta = quill_rope_angle(c, (int)t, pos, (int64_t)i);
                     c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(cos(theta) * mscale);
                     c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(sin(theta) * mscale);

@@ -197,7 +197,8 @@ static void norm_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float *x = j->x + t * j->d;
         if (j->add) add_into(x, j->add + t * j->d, j->d);
-        if (j->out) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
+        if (j->out && j->weight) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
+        else if (j->out) memcpy(j->out + t * j->d, x, (size_t)j->d * sizeof *x); /* no norm (OLMo 2) */
     }
 }
 
@@ -432,12 +433,17 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
         if (L->bq) add_bias(q, L->bq, q_dim);
         if (L->bk) add_bias(k, L->bk, kv_dim);
         if (L->bv) add_bias(v, L->bv, kv_dim);
-        if (L->q_norm) {
+        if (L->q_norm && c->model->arch->qk_norm_full) {
+            rmsnorm_in_place(q, L->q_norm, q_dim, hp->rms_eps);
+            rmsnorm_in_place(k, L->k_norm, kv_dim, hp->rms_eps);
+        } else if (L->q_norm) {
             head_norms(q, hp->n_head, hd, L->q_norm, hp->rms_eps);
             head_norms(k, hp->n_head_kv, hd, L->k_norm, hp->rms_eps);
         }
-        rope(q, hp->n_head, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
-        rope(k, hp->n_head_kv, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+        if (!L->no_rope) {
+            rope(q, hp->n_head, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+            rope(k, hp->n_head_kv, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+        }
         float *block = kt + (size_t)(pos / KEY_BLOCK) * KEY_BLOCK * hd + pos % KEY_BLOCK;
         for (int64_t h = 0; h < hp->n_head_kv; h++)
             for (int64_t i = 0; i < hd; i++)
@@ -514,7 +520,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
     for (int l = 0; l < hp->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
         add_and_norm(c, NULL, L->attn_norm, c->xb, n);
-        quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
+        if (L->attn_norm) quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
         if (L->recurrent) {
@@ -554,7 +560,8 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         }
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
         quill_trace(c, m->arch->hybrid ? "attn_residual" : "ffn_inp", l, c->x, 2, d, n, 1);
-        quill_trace(c, m->arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, c->xb, 2, d, n, 1);
+        if (L->ffn_norm)
+            quill_trace(c, m->arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, c->xb, 2, d, n, 1);
         ffn->fast(c, L, l, n);
         quill_trace(c, ffn->out_name, l, c->xb, 2, d, n, 1);
         if (L->ffn_post_norm) {

@@ -276,6 +276,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         const double factor = 1.0 / hp->rope_freq_scale;
         if (factor > 1) ap->rope_attn_factor *= 1.0 + 0.1 * log(factor);
     }
+    ap->rope_attn_factor_local = a->swa_rope_plain ? 1.0 : ap->rope_attn_factor;
     if (a->head_dim_is_rot && hp->n_rot != hp->head_dim)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.dimension_count = %lld must be the head size %lld", path,
                           a->name, (long long)hp->n_rot, (long long)hp->head_dim);
@@ -325,7 +326,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     if (swa) {
         ap->n_rope_tables = 2;
         ap->rope_base_local = a->swa_rope_base ? a->swa_rope_base : hp->rope_base;
-        ap->rope_scale_local = a->swa_rope_base ? 1.0 : hp->rope_freq_scale;
+        ap->rope_scale_local = a->swa_rope_base || a->swa_rope_plain ? 1.0 : hp->rope_freq_scale;
         key_real(m->gguf, a->name, "rope.freq_base_swa", &ap->rope_base_local);
         if (!(ap->rope_base_local > 0) || ap->rope_base_local > 1e12)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.freq_base_swa = %g is out of range", path, a->name,
@@ -336,6 +337,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
         L->rope_table = sliding ? 1 : 0;
+        L->no_rope = a->nope_interval && (l + 1) % a->nope_interval == 0;
     }
     return QUILL_OK;
 }
@@ -430,6 +432,11 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = moe_params(m, err))) goto fail;
     const int64_t n_expert = m->ap.n_expert, ff_exp = m->ap.n_ff_exp;
     if ((s = bind_weight(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
+    if (hp->tied_output && a->output_required) {
+        s = quill_fail(err, QUILL_E_FORMAT, "%s: tensor 'output.weight' is missing (%s does not tie it to the embeddings)",
+                       path, a->name);
+        goto fail;
+    }
     if (hp->tied_output) m->output = m->token_embd;
     else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
     if ((s = load_vector(m, "output_norm.weight", hp->n_embd, &m->output_norm, err))) goto fail;
@@ -504,8 +511,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
         }
         if (!n_expert) BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
-        VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
-        if (a->ffn_norm_post_attention) {
+        if (!a->no_input_norms) VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
+        if (a->no_input_norms) {
+            /* q, k, v read the residual stream; the FFN reads ffn_inp */
+        } else if (a->ffn_norm_post_attention) {
             VECTOR(ffn_norm, "post_attention_norm.weight", hp->n_embd)
         } else {
             VECTOR(ffn_norm, "ffn_norm.weight", hp->n_embd)
@@ -513,6 +522,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         if (a->post_norms) {
             VECTOR(attn_post_norm, "post_attention_norm.weight", hp->n_embd)
             VECTOR(ffn_post_norm, "post_ffw_norm.weight", hp->n_embd)
+        }
+        if (a->qk_norm_full) {
+            VECTOR(q_norm, "attn_q_norm.weight", q_dim)
+            VECTOR(k_norm, "attn_k_norm.weight", kv_dim)
         }
         if (a->qk_norm && !L->recurrent) {
             VECTOR(q_norm, "attn_q_norm.weight", hp->head_dim)

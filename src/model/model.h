@@ -93,6 +93,11 @@ typedef struct quill_arch {
     bool rope_sections;   /* rope.dimension_sections: interleaved multi-section RoPE (text positions) */
     bool ssm_grouped;     /* Qwen3-Next: value heads grouped by key head (head h reads key head h / ratio),
                            * beta and alpha packed per key head in ssm_ba */
+    int nope_interval;    /* n > 0: layer il is not rotated when (il + 1) % n == 0 (SmolLM3) */
+    bool no_input_norms;  /* no attn_norm, ffn_norm: q, k, v read the residual stream, the FFN ffn_inp (OLMo 2) */
+    bool qk_norm_full;    /* attn_{q,k}_norm are [q_dim], [kv_dim]: one RMS norm over the whole projection */
+    bool swa_rope_plain;  /* the sliding layers rotate with the global base, unscaled, magnitude 1 (OLMo 3) */
+    bool output_required; /* output.weight must be there (no tied embeddings) */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
@@ -113,7 +118,7 @@ const char *quill_arch_list(void);
 typedef struct {
     float *attn_norm, *ffn_norm;   /* [n_embd], dequantized at load (tiny) */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
-    float *q_norm, *k_norm;        /* [head_dim] or NULL */
+    float *q_norm, *k_norm;        /* [head_dim] ([q_dim], [kv_dim] with qk_norm_full) or NULL */
     float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim] or NULL (each optional) */
     float *bo;                     /* [n_embd] or NULL */
     float *sinks;                  /* [n_head] or NULL */
@@ -127,6 +132,7 @@ typedef struct {
     float *shexp_gate;             /* ffn_gate_inp_shexp [n_embd] or NULL */
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
+    bool no_rope;                  /* q and k are not rotated (nope_interval) */
     bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
@@ -148,6 +154,7 @@ typedef struct {
     int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
     double rope_attn_factor;       /* rope.scaling.attn_factor (and YaRN's magnitude correction): multiplies
                                     * the rotated q and k (1: none) */
+    double rope_attn_factor_local; /* the same for table 1 */
     bool rope_yarn;                /* rope.scaling.type yarn: each frequency between the scaled and the
                                     * unscaled one by YaRN's ramp (beta_fast 32, beta_slow 1) */
     int64_t n_expert, n_expert_used; /* MoE: expert_count, expert_used_count (0: dense) */

@@ -22,7 +22,12 @@ void quill_ref_matvec(const quill_weight *w, const double *x, double *out, float
     }
 }
 
+/* (weight NULL: no norm, out = x) */
 static void ref_rmsnorm(double *out, const double *x, const float *weight, int64_t n, double eps) {
+    if (!weight) {
+        memmove(out, x, (size_t)n * sizeof *out);
+        return;
+    }
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
     double scale = 1.0 / sqrt(ss / (double)n + eps);
@@ -36,7 +41,8 @@ static void ref_rope(const quill_context *c, int table, double *v, int64_t n_hea
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < half; i++) {
             double theta = quill_rope_angle(c, table, pos, i);
-            double co = cos(theta) * c->model->ap.rope_attn_factor, s = sin(theta) * c->model->ap.rope_attn_factor;
+            const double mscale = table ? c->model->ap.rope_attn_factor_local : c->model->ap.rope_attn_factor;
+            double co = cos(theta) * mscale, s = sin(theta) * mscale;
             double *p0 = v + h * hd + (neox ? i : 2 * i), *p1 = neox ? p0 + half : p0 + 1;
             double x0 = *p0, x1 = *p1;
             *p0 = x0 * co - x1 * s;
@@ -106,7 +112,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
             ref_rmsnorm(xb, x, L->attn_norm, d, hp->rms_eps);
-            quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
+            if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
             if (L->recurrent) {
                 if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
             } else {
@@ -119,12 +125,17 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 for (int64_t i = 0; L->bq && i < q_dim; i++) q[i] += L->bq[i];
                 for (int64_t i = 0; L->bk && i < kv_dim; i++) k[i] += L->bk[i];
                 for (int64_t i = 0; L->bv && i < kv_dim; i++) v[i] += L->bv[i];
-                if (L->q_norm) {
+                if (L->q_norm && arch->qk_norm_full) {
+                    ref_rmsnorm_in_place(q, L->q_norm, q_dim, hp->rms_eps);
+                    ref_rmsnorm_in_place(k, L->k_norm, kv_dim, hp->rms_eps);
+                } else if (L->q_norm) {
                     for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
                     for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
                 }
-                ref_rope(c, L->rope_table, q, hp->n_head, pos);
-                ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
+                if (!L->no_rope) {
+                    ref_rope(c, L->rope_table, q, hp->n_head, pos);
+                    ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
+                }
                 if (c->trace && arch->trace_q_scaled) {
                     for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
                     quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
@@ -173,7 +184,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             for (int64_t i = 0; i < d; i++) x[i] += o[i];
             quill_ref_trace(c, arch->hybrid ? "attn_residual" : "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
-            quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
+            if (L->ffn_norm) quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
             const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
             if ((s = ffn->exact(c, L, l, xb, o, err))) goto done;
             quill_ref_trace(c, ffn->out_name, l, o, d, 2, d, 1, tmp);

@@ -1,0 +1,282 @@
+/* The long tail of dense families (issue 40) against the reference implementation, one row each:
+ * a small random-weight model per family from `quill synth --arch`, quantized to Q8_0 (and
+ * Q4_K_M for some) by the reference's quantizer, golden data made on the spot by its refdump.
+ * One pass per family checks the F32 logits, the quantized files' distance from float64 truth,
+ * the greedy tokens, the trace's names and values, and quill verify. */
+#include "golden.h"
+#include "test.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    const char *synth; /* quill synth arguments besides --vocab, --type and -o */
+    bool q4;           /* a Q4_K_M variant besides Q8_0 */
+} family_case;
+
+#define SHAPE "--embd 256 --heads 4 --kv-heads 2 --ff 512 --seed 11"
+static const family_case families[] = {
+    /* layers 3 and 7 unrotated */
+    {"smollm3", "--arch smollm3 --layers 8 " SHAPE, true},
+    /* OLMo 2 as published (every layer global), and OLMo 3's sliding layers (0-2, 4-6) */
+    {"olmo2", "--arch olmo2 --layers 2 " SHAPE, false},
+    {"olmo3", "--arch olmo2 --layers 8 --window 5 " SHAPE, true},
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+static const int32_t prompt[] = {1, 20, 300, 45, 67, 89, 100, 200, 311, 400, 12, 13, 14, 15, 16, 17};
+#define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
+#define N_GEN 8
+
+static const char *const quants[] = {"f32", "q8_0", "q4_k_m"};
+
+static void tokens_arg(char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int i = 0; i < N_PROMPT; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "," : "", prompt[i]);
+}
+
+static void model_path(const family_case *fc, int quant, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/family-%s-%s.gguf", tmp_dir(), fc->name, quants[quant]);
+}
+
+static void ref_prefix(const family_case *fc, int quant, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/family-%s-%s.ref", tmp_dir(), fc->name, quants[quant]);
+}
+
+/* The models and refdump's outputs of one family (F32 with a trace). */
+static bool make_family(const char *shared, const family_case *fc) {
+    char f32[512], q8[512], q4[512], r32[512], r8[512], r4[512], tokens[256], cmd[8192], *out = NULL;
+    model_path(fc, 0, f32, sizeof f32), model_path(fc, 1, q8, sizeof q8), model_path(fc, 2, q4, sizeof q4);
+    ref_prefix(fc, 0, r32, sizeof r32), ref_prefix(fc, 1, r8, sizeof r8), ref_prefix(fc, 2, r4, sizeof r4);
+    tokens_arg(tokens, sizeof tokens);
+    int at = snprintf(cmd, sizeof cmd,
+                      "(export OMP_WAIT_POLICY=PASSIVE; %s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s"
+                      " && %s/ref/bin/llama-quantize %s %s Q8_0 && %s/ref/bin/refdump %s %s %d - - 1 --tokens %s"
+                      " && %s/ref/bin/refdump %s %s %d - - 0 --tokens %s",
+                      quill_bin(), fc->synth, shared, f32, shared, f32, q8, shared, f32, r32, N_GEN, tokens, shared, q8,
+                      r8, N_GEN, tokens);
+    if (fc->q4)
+        at += snprintf(cmd + at, sizeof cmd - (size_t)at,
+                       " && %s/ref/bin/llama-quantize %s %s Q4_K_M && %s/ref/bin/refdump %s %s %d - - 0 --tokens %s",
+                       shared, f32, q4, shared, q4, r4, N_GEN, tokens);
+    snprintf(cmd + at, sizeof cmd - (size_t)at, ")");
+    const int rc = run_cmd(cmd, &out, true);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "%s: making the case failed (exit %d): %.2000s", fc->name, rc, out);
+    free(out);
+    return rc == 0;
+}
+
+static void remove_family(const family_case *fc) {
+    const char *suffixes[] = {".gguf", ".ref.json", ".ref.logits.f32", ".ref.trace.bin", ".trace.gguf"};
+    for (int q = 0; q < 3; q++)
+        for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/family-%s-%s%s", tmp_dir(), fc->name, quants[q], suffixes[k]);
+            remove(path);
+        }
+}
+
+typedef struct {
+    float *logits;
+    int64_t n_vocab;
+    int32_t greedy[N_GEN];
+    double margin[N_GEN];
+    int n_greedy;
+} ref_out;
+
+static bool load_ref(const char *prefix, ref_out *r) {
+    char path[600];
+    size_t size;
+    snprintf(path, sizeof path, "%s.json", prefix);
+    char *text = read_file(path, &size);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    memset(r, 0, sizeof *r);
+    const cJSON *nv = j ? cJSON_GetObjectItem(j, "n_vocab") : NULL;
+    if (!nv) {
+        cJSON_Delete(j);
+        test_fail(__FILE__, __LINE__, "%s is missing or malformed", path);
+        return false;
+    }
+    r->n_vocab = (int64_t)nv->valuedouble;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_tokens")) if (r->n_greedy < N_GEN) r->greedy[r->n_greedy++] =
+        (int32_t)it->valuedouble;
+    int k = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_margin")) if (k < N_GEN) r->margin[k++] = it->valuedouble;
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s.logits.f32", prefix);
+    r->logits = read_file(path, &size);
+    if (!r->logits || size != (size_t)N_PROMPT * (size_t)r->n_vocab * sizeof(float)) {
+        test_fail(__FILE__, __LINE__, "%s has %zu bytes", path, r->logits ? size : 0);
+        free(r->logits);
+        r->logits = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* The prompt's logits on the fast path or the float64 one, then (fast path, greedy != NULL) up to
+ * N_GEN greedy steps that follow the reference's tokens while they agree: how many agreed, and
+ * whether the first disagreement is at a near-tie (margin within 10x `tie`). NULL on failure. */
+static float *run_model(const char *model, bool reference, const ref_out *r, double tie, int *agreed, bool *at_tie) {
+    quill_model *m;
+    quill_context *c;
+    quill_error err;
+    if (quill_model_load(model, &m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return NULL;
+    }
+    quill_context_params p = {.n_ctx = 64, .n_threads = 2, .reference = reference};
+    if (quill_context_new(m, &p, &c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        quill_model_free(m);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    float *logits = malloc((size_t)N_PROMPT * (size_t)nv * sizeof *logits), *next = malloc((size_t)nv * sizeof *next);
+    quill_status s = logits && next ? quill_eval(c, prompt, N_PROMPT, logits, true, &err) : QUILL_E_NOMEM;
+    if (!s && agreed) {
+        *agreed = 0;
+        *at_tie = false;
+        memcpy(next, logits + (size_t)(N_PROMPT - 1) * (size_t)nv, (size_t)nv * sizeof *next);
+        for (int k = 0; k < r->n_greedy && !s; k++) {
+            int32_t best = 0;
+            for (int64_t v = 1; v < nv; v++)
+                if (next[v] > next[best]) best = (int32_t)v;
+            if (best != r->greedy[k]) {
+                *at_tie = r->margin[k] < 10 * tie;
+                break;
+            }
+            ++*agreed;
+            s = quill_eval(c, &best, 1, next, false, &err);
+        }
+    }
+    if (s) {
+        test_fail(__FILE__, __LINE__, "%s: %s", model, s == QUILL_E_NOMEM ? "out of memory" : err.message);
+        free(logits);
+        logits = NULL;
+    }
+    free(next);
+    quill_context_free(c);
+    quill_model_free(m);
+    return logits;
+}
+
+/* max |a - b| relative to the largest |b| */
+static double rel_to_max(const float *a, const float *b, size_t n) {
+    double m = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(fabs((double)a[i] - b[i]) <= m)) m = fabs((double)a[i] - b[i]);
+        if (fabs(b[i]) > top) top = fabs(b[i]);
+    }
+    return m / top;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) if (!(fabs((double)a[i] - b[i]) <= m)) m = fabs((double)a[i] - b[i]);
+    return m;
+}
+
+/* F32: logits, greedy tokens, trace, verify. */
+static void check_f32(const family_case *fc) {
+    char model[512], prefix[512], trace[600], ref_trace[600], tokens[256], cmd[2048], *out = NULL;
+    model_path(fc, 0, model, sizeof model);
+    ref_prefix(fc, 0, prefix, sizeof prefix);
+    ref_out r;
+    if (!load_ref(prefix, &r)) return;
+    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
+    int agreed = 0;
+    bool at_tie = false;
+    float *exact = run_model(model, true, NULL, 0, NULL, NULL);
+    float *fast = exact ? run_model(model, false, &r, 0, NULL, NULL) : NULL;
+    const double tie = fast ? max_abs_diff(fast, r.logits, n) : 0;
+    free(fast);
+    fast = exact ? run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
+    if (fast && exact) {
+        const double vs_ref = rel_to_max(fast, r.logits, n), vs_exact = rel_to_max(fast, exact, n);
+        const double ref_vs_exact = rel_to_max(r.logits, exact, n);
+        printf("    %-8s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
+               "%d of %d greedy tokens equal%s\n",
+               fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
+        CHECK(vs_ref < 1e-5 || vs_exact < 1e-5, "%s: logits %.3g from the reference implementation's, %.3g from float64",
+              fc->name, vs_ref, vs_exact);
+        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation", fc->name, ref_vs_exact);
+        CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
+              fc->name, agreed, r.margin[agreed]);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+
+    tokens_arg(tokens, sizeof tokens);
+    snprintf(trace, sizeof trace, "%s/family-%s-f32.trace.gguf", tmp_dir(), fc->name);
+    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "%s: exit %d: %s", fc->name, rc, out);
+    free(out);
+    quill_trace_diff *d;
+    size_t nd;
+    int64_t bad;
+    quill_error err;
+    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
+        CHECK(false, "%s", err.message);
+        return;
+    }
+    double worst = 0;
+    bool has_qcur = false, has_lout = false;
+    for (size_t k = 0; k < nd; k++) {
+        if (d[k].rel > worst) worst = d[k].rel;
+        has_qcur |= !strcmp(d[k].name, "Qcur-1");
+        has_lout |= !strcmp(d[k].name, "l_out-1");
+    }
+    printf("    %-8s trace: %zu tensors by the reference's names, worst rel %.3g\n", fc->name, nd, worst);
+    CHECK(has_qcur && has_lout && nd >= 12, "%s: only %zu tensors in common with the reference's trace", fc->name, nd);
+    CHECK(bad < 0, "%s: %s beyond tolerance (rel %.3g)", fc->name, bad >= 0 ? d[bad].name : "", bad >= 0 ? d[bad].rel : 0);
+    free(d);
+
+    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0 && strstr(out, "ok: "), "%s: quill verify: exit %d: %s", fc->name, rc, out);
+    free(out);
+}
+
+/* A quantized file: quill at least 2x closer to float64 truth on the same weights than the
+ * reference implementation. */
+static void check_quantized(const family_case *fc, int quant) {
+    char model[512], prefix[512];
+    model_path(fc, quant, model, sizeof model);
+    ref_prefix(fc, quant, prefix, sizeof prefix);
+    ref_out r;
+    if (!load_ref(prefix, &r)) return;
+    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
+    float *fast = run_model(model, false, NULL, 0, NULL, NULL), *exact = run_model(model, true, NULL, 0, NULL, NULL);
+    if (fast && exact) {
+        const double ours = rms_rel_error(fast, exact, n), theirs = rms_rel_error(r.logits, exact, n);
+        printf("    %-8s %s: rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", fc->name, quants[quant],
+               ours, theirs, theirs / ours);
+        CHECK(2 * ours <= theirs, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", fc->name,
+              quants[quant], ours, theirs);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+}
+
+TEST(families_match_the_reference) {
+    REQUIRE_SHARED(shared);
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        const family_case *fc = &families[i];
+        if (!make_family(shared, fc)) continue;
+        check_f32(fc);
+        check_quantized(fc, 1);
+        if (fc->q4) check_quantized(fc, 2);
+        remove_family(fc);
+    }
+}
