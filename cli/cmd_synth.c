@@ -98,10 +98,25 @@ static const synth_arch arches[] = {
     {.name = "smollm3", .arch = "smollm3", .freq_base = 5000000, .eps = 1e-6, .ctx = 65536, .tied = true},
     /* OLMo 2 (OLMo 3 with --window: three sliding layers, then a global one) */
     {.name = "olmo2", .arch = "olmo2", .freq_base = 500000, .eps = 1e-6, .ctx = 4096, .post_norms = true},
+    /* Granite 3.x 8B: its multipliers (synth_granite_keys) */
+    {.name = "granite", .arch = "granite", .freq_base = 10000000, .eps = 1e-5, .ctx = 131072, .tied = true},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
 static bool synth_is_olmo2(const synth_arch *a) { return !strcmp(a->arch, "olmo2"); }
+
+/* Granite 3.x's multipliers (attention.scale 1/64 here, where its heads of 128 have 1/128) */
+static bool synth_granite_keys(quill_gguf_writer *w, const char *arch) {
+    static const char *const keys[] = {"logit_scale", "residual_scale", "embedding_scale", "attention.scale"};
+    static const float values[] = {16.0f, 0.22f, 12.0f, 0.015625f};
+    bool ok = true;
+    char key[96];
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
+        ok &= quill_gguf_writer_add_f32(w, key, values[i]) == QUILL_OK;
+    }
+    return ok;
+}
 
 typedef struct {
     const char *name;
@@ -290,7 +305,7 @@ static int synth_usage(FILE *f) {
             "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
             "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE), smollm3 (every\n"
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
-            "  norms; --window: OLMo 3's sliding layers),\n"
+            "  norms; --window: OLMo 3's sliding layers), granite (multipliers),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -341,7 +356,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2)",
+                                "smollm3, olmo2, granite)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -509,6 +524,7 @@ int cmd_synth(int argc, char **argv) {
         }
         if (!strcmp(arch->arch, "llama"))
             bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
+        if (!strcmp(arch->arch, "granite")) bad |= !synth_granite_keys(w, arch->arch);
         for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {
             const quill_gguf_kv *kv = quill_gguf_kv_at(vocab, i);
             if (!strncmp(kv->key, "tokenizer.", 10))

@@ -25,6 +25,8 @@ static const family_case families[] = {
     /* OLMo 2 as published (every layer global), and OLMo 3's sliding layers (0-2, 4-6) */
     {"olmo2", "--arch olmo2 --layers 2 " SHAPE, false},
     {"olmo3", "--arch olmo2 --layers 8 --window 5 " SHAPE, true},
+    /* the embedding, attention, residual and logit multipliers */
+    {"granite", "--arch granite --layers 2 " SHAPE, false},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -62,6 +62,10 @@ static const quill_arch archs[] = {
      * rotating unscaled, then a global one */
     {.name = "olmo2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .no_input_norms = true, .qk_norm_full = true,
      .post_norms = true, .swa_pattern = 4, .swa_rope_plain = true, .output_required = true, .head_dim_is_rot = true},
+    /* IBM Granite 3.x (dense): Llama with multipliers on the embeddings, the attention scores, each
+     * residual branch and the logits; no RoPE when rope.scaling.finetuned is false */
+    {.name = "granite", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .multipliers = true, .rope_freqs = true,
+     .head_dim_is_rot = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -71,6 +75,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3 and olmo2; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2 and granite; "
            "other families are not implemented";
 }

@@ -558,6 +558,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             post_norm(c, c->xb, L->attn_post_norm, n);
             quill_trace(c, "attn_post_norm", l, c->xb, 2, d, n, 1);
         }
+        if (ap->residual_scale) scale_rows(c->xb, n * d, ap->residual_scale);
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
         quill_trace(c, m->arch->hybrid ? "attn_residual" : "ffn_inp", l, c->x, 2, d, n, 1);
         if (L->ffn_norm)
@@ -568,6 +569,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             post_norm(c, c->xb, L->ffn_post_norm, n);
             quill_trace(c, "ffn_post_norm", l, c->xb, 2, d, n, 1);
         }
+        if (ap->residual_scale) scale_rows(c->xb, n * d, ap->residual_scale);
         add_and_norm(c, c->xb, NULL, NULL, n);
         quill_trace(c, "l_out", l, c->x, 2, d, n, 1);
     }
@@ -585,6 +587,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         /* the next token's first product */
         quill_announce_next_layer(c, -1, n);
         if (rows) quill_matmul(c, &m->output, c->xb, rows, logits);
+        if (rows && ap->logit_scale) scale_rows(logits, rows * hp->n_vocab, 1.0f / ap->logit_scale);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;
             for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);

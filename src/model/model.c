@@ -246,6 +246,39 @@ static bool key_real(const quill_gguf *g, const char *arch, const char *suffix, 
     return quill_gguf_get_f64(g, key, out, NULL) == QUILL_OK;
 }
 
+/* Granite's multipliers as the reference reads them: logit_scale required, the others optional (0:
+ * none; attention.scale 0 keeps 1/sqrt(head_dim)); rope.scaling.finetuned false turns RoPE off;
+ * deepstack_mapping (Granite Vision's image features fed into layers) is refused. */
+static quill_status granite_multipliers(quill_model *m, bool *rope_finetuned, quill_error *err) {
+    const char *path = quill_gguf_path(m->gguf), *name = m->arch->name;
+    quill_arch_params *ap = &m->ap;
+    char key[96];
+    static const char *const keys[] = {"logit_scale", "embedding_scale", "residual_scale", "attention.scale"};
+    double v[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof key, "%s.%s", name, keys[i]);
+        quill_status s = quill_gguf_get_f64(m->gguf, key, &v[i], err);
+        if (s == QUILL_E_NOT_FOUND && i == 0)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s is missing (a %s model divides its logits by it)", path, key,
+                              name);
+        if (s && s != QUILL_E_NOT_FOUND) return s;
+        if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, v[i]);
+    }
+    ap->logit_scale = (float)v[0];
+    ap->embd_scale = (float)v[1];
+    ap->residual_scale = (float)v[2];
+    if (v[3] != 0) ap->attn_scale = (float)v[3];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", name);
+    quill_status s = quill_gguf_get_bool(m->gguf, key, rope_finetuned, err);
+    if (s && s != QUILL_E_NOT_FOUND) return s;
+    snprintf(key, sizeof key, "%s.deepstack_mapping", name);
+    if (quill_gguf_find(m->gguf, key))
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "%s: %s: Granite Vision's deepstack layers are not implemented",
+                          path, key);
+    return QUILL_OK;
+}
+
 /* What the architecture's descriptor adds to the hyperparameters, with the reference's defaults. */
 static quill_status arch_params(quill_model *m, quill_error *err) {
     const quill_arch *a = m->arch;
@@ -286,6 +319,11 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         ap->attn_scale = 1.0f / sqrtf((float)(big ? hp->n_embd / hp->n_head : hp->head_dim));
     }
     if (a->embd_scale) ap->embd_scale = sqrtf((float)hp->n_embd);
+    bool rope_finetuned = true;
+    if (a->multipliers) {
+        quill_status s = granite_multipliers(m, &rope_finetuned, err);
+        if (s) return s;
+    }
     if (a->softcap) {
         double v = 50;
         key_real(m->gguf, a->name, "attn_logit_softcapping", &v);
@@ -337,7 +375,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
         L->rope_table = sliding ? 1 : 0;
-        L->no_rope = a->nope_interval && (l + 1) % a->nope_interval == 0;
+        L->no_rope = (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned;
     }
     return QUILL_OK;
 }
@@ -542,6 +580,17 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             OPTIONAL(bv, "attn_v.bias", kv_dim)
         }
         if (a->attn_out_bias) VECTOR(bo, "attn_output.bias", hp->n_embd)
+        if (a->multipliers) OPTIONAL(bo, "attn_output.bias", hp->n_embd)
+        for (int b = 0; a->multipliers && b < 3; b++) {
+            /* the reference adds them when present; no published Granite file has them */
+            const char *const biases[] = {"ffn_gate", "ffn_up", "ffn_down"};
+            snprintf(name, sizeof name, "blk.%lld.%s.bias", (long long)l, biases[b]);
+            if (quill_gguf_find_tensor(m->gguf, name)) {
+                s = quill_fail(err, QUILL_E_UNSUPPORTED, "%s: tensor '%s': biases in the FFN are not implemented", path,
+                               name);
+                goto fail;
+            }
+        }
         if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", hp->n_head)
         if (n_expert && a->expert_biases) {
             VECTOR(router_bias, "ffn_gate_inp.bias", n_expert)

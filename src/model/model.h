@@ -98,6 +98,8 @@ typedef struct quill_arch {
     bool qk_norm_full;    /* attn_{q,k}_norm are [q_dim], [kv_dim]: one RMS norm over the whole projection */
     bool swa_rope_plain;  /* the sliding layers rotate with the global base, unscaled, magnitude 1 (OLMo 3) */
     bool output_required; /* output.weight must be there (no tied embeddings) */
+    bool multipliers;     /* Granite: embedding_scale, attention.scale, residual_scale (each branch before its
+                           * residual add) and logit_scale (logits divided by it, required) */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
@@ -145,6 +147,8 @@ typedef struct {
 typedef struct {
     double attn_scale;             /* multiplies q·k */
     float embd_scale;              /* 0: none */
+    float residual_scale;          /* multiplies each branch before the residual add (0: none) */
+    float logit_scale;             /* divides the logits (0: none) */
     float attn_softcap, final_softcap; /* 0: none */
     double rope_base_local;        /* RoPE base of table 1 */
     double rope_scale_local;

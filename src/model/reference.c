@@ -156,7 +156,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                         const double *kp = kc + (size_t)p * kv_dim + kvh * hd;
                         double dot = 0;
                         for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
-                        dot = arch->gemma_query_scale ? dot * ap->attn_scale : dot / sqrt((double)hd);
+                        dot = arch->gemma_query_scale || arch->multipliers ? dot * ap->attn_scale : dot / sqrt((double)hd);
                         scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
                         if (scores[p] > max) max = scores[p];
                     }
@@ -181,7 +181,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
                 quill_ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
             }
-            for (int64_t i = 0; i < d; i++) x[i] += o[i];
+            for (int64_t i = 0; i < d; i++) x[i] += ap->residual_scale ? o[i] * ap->residual_scale : o[i];
             quill_ref_trace(c, arch->hybrid ? "attn_residual" : "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             if (L->ffn_norm) quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
@@ -192,7 +192,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 ref_rmsnorm_in_place(o, L->ffn_post_norm, d, hp->rms_eps);
                 quill_ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);
             }
-            for (int64_t i = 0; i < d; i++) x[i] += o[i];
+            for (int64_t i = 0; i < d; i++) x[i] += ap->residual_scale ? o[i] * ap->residual_scale : o[i];
             quill_ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
         }
         ref_rmsnorm(xb, x, m->output_norm, d, hp->rms_eps);
@@ -200,6 +200,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         if (logits && (all_logits || t == n - 1)) {
             quill_ref_matvec(&m->output, xb, out, row);
             float *dst = all_logits ? logits + (size_t)t * nv : logits;
+            for (int64_t i = 0; ap->logit_scale && i < nv; i++) out[i] /= ap->logit_scale;
             for (int64_t i = 0; i < nv; i++)
                 dst[i] = (float)(ap->final_softcap > 0 ? ap->final_softcap * tanh(out[i] / ap->final_softcap) : out[i]);
         }
