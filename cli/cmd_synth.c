@@ -100,10 +100,15 @@ static const synth_arch arches[] = {
     {.name = "olmo2", .arch = "olmo2", .freq_base = 500000, .eps = 1e-6, .ctx = 4096, .post_norms = true},
     /* Granite 3.x 8B: its multipliers (synth_granite_keys) */
     {.name = "granite", .arch = "granite", .freq_base = 10000000, .eps = 1e-5, .ctx = 131072, .tied = true},
+    /* GLM-4-9B-0414: q, k, v biases, half of each head rotated, fused gate+up (synth_is_glm4), post norms */
+    {.name = "glm4", .arch = "glm4", .freq_base = 10000, .eps = 1e-5, .ctx = 32768, .qkv_bias = true, .post_norms = true},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
 static bool synth_is_olmo2(const synth_arch *a) { return !strcmp(a->arch, "olmo2"); }
+
+/* GLM-4: fused gate+up with separate q, k, v; half of each head rotated */
+static bool synth_is_glm4(const synth_arch *a) { return !strcmp(a->arch, "glm4"); }
 
 /* Granite 3.x's multipliers (attention.scale 1/64 here, where its heads of 128 have 1/128) */
 static bool synth_granite_keys(quill_gguf_writer *w, const char *arch) {
@@ -305,7 +310,8 @@ static int synth_usage(FILE *f) {
             "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
             "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE), smollm3 (every\n"
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
-            "  norms; --window: OLMo 3's sliding layers), granite (multipliers),\n"
+            "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
+            "  fused gate+up, post norms),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -356,7 +362,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite)",
+                                "smollm3, olmo2, granite, glm4)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -481,7 +487,7 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp)) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                         (uint32_t)(is_hybrid ? hybrid.n_rot : head_dim)) != QUILL_OK;
+                                         (uint32_t)(is_hybrid ? hybrid.n_rot : synth_is_glm4(arch) ? head_dim / 2 : head_dim)) != QUILL_OK;
         if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
@@ -629,7 +635,7 @@ int cmd_synth(int argc, char **argv) {
                 synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, hp.n_embd, n_expert, "blk.%d.ffn_down_exps.bias", l);
                 synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, ff_exp, n_expert, "blk.%d.ffn_up_exps.bias", l);
             }
-        } else if (arch->fused) {
+        } else if (arch->fused || synth_is_glm4(arch)) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 2 * hp.n_ff, "blk.%d.ffn_up.weight", l);
         } else {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_gate.weight", l);

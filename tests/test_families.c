@@ -27,6 +27,8 @@ static const family_case families[] = {
     {"olmo3", "--arch olmo2 --layers 8 --window 5 " SHAPE, true},
     /* the embedding, attention, residual and logit multipliers */
     {"granite", "--arch granite --layers 2 " SHAPE, false},
+    /* biases, half of each head rotated, fused gate+up, post norms */
+    {"glm4", "--arch glm4 --layers 2 " SHAPE, true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

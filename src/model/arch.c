@@ -66,6 +66,10 @@ static const quill_arch archs[] = {
      * residual branch and the logits; no RoPE when rope.scaling.finetuned is false */
     {.name = "granite", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .multipliers = true, .rope_freqs = true,
      .head_dim_is_rot = true},
+    /* GLM-4 (0414): optional q, k, v biases, partial RoPE on adjacent pairs, fused gate+up, norms after
+     * attention and FFN; its MTP blocks are not loaded; GLM-4V's multi-section RoPE is refused */
+    {.name = "glm4", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .post_norms = true, .fused_gate_up = true,
+     .mtp_skipped = true, .mrope_refused = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -75,6 +79,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2 and granite; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite and glm4; "
            "other families are not implemented";
 }

@@ -110,7 +110,7 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: a mixture-of-experts model (%s = %lld); quill runs %s as a dense model only",
                           quill_gguf_path(g), key, (long long)experts, a->name);
-    if (a->hybrid) {
+    if (a->hybrid || a->mtp_skipped) {
         /* block_count counts the MTP blocks after the main stack (nextn_predict_layers) */
         int64_t mtp = 0;
         s = quill_gguf_get_i64(g, KEY("nextn_predict_layers"), &mtp, err);
@@ -319,6 +319,19 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         ap->attn_scale = 1.0f / sqrtf((float)(big ? hp->n_embd / hp->n_head : hp->head_dim));
     }
     if (a->embd_scale) ap->embd_scale = sqrtf((float)hp->n_embd);
+    if (a->mrope_refused) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", a->name);
+        const quill_gguf_value *v = quill_gguf_find(m->gguf, key);
+        uint64_t cursor = 0;
+        quill_gguf_value e;
+        int64_t n = 0;
+        while (v && v->type == QUILL_GGUF_ARRAY && quill_gguf_array_next(v, &cursor, &e))
+            if (!quill_gguf_value_i64(&e, &n) || n != 0)
+                return quill_fail(err, QUILL_E_UNSUPPORTED,
+                                  "%s: %s: multi-section RoPE (a vision variant) is not implemented for %s", path, key,
+                                  a->name);
+    }
     bool rope_finetuned = true;
     if (a->multipliers) {
         quill_status s = granite_multipliers(m, &rope_finetuned, err);

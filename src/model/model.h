@@ -100,6 +100,9 @@ typedef struct quill_arch {
     bool output_required; /* output.weight must be there (no tied embeddings) */
     bool multipliers;     /* Granite: embedding_scale, attention.scale, residual_scale (each branch before its
                            * residual add) and logit_scale (logits divided by it, required) */
+    bool mtp_skipped;     /* block_count counts nextn_predict_layers MTP blocks after the main stack, not
+                           * loaded (GLM-4) */
+    bool mrope_refused;   /* rope.dimension_sections (a vision variant's multi-section RoPE) is refused */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
