@@ -102,10 +102,22 @@ static const synth_arch arches[] = {
     {.name = "granite", .arch = "granite", .freq_base = 10000000, .eps = 1e-5, .ctx = 131072, .tied = true},
     /* GLM-4-9B-0414: q, k, v biases, half of each head rotated, fused gate+up (synth_is_glm4), post norms */
     {.name = "glm4", .arch = "glm4", .freq_base = 10000, .eps = 1e-5, .ctx = 32768, .qkv_bias = true, .post_norms = true},
+    /* EXAONE 4.0 (no input norms, synth_no_input_norms; with 64 layers, its sliding layers) */
+    {.name = "exaone4", .arch = "exaone4", .freq_base = 1000000, .eps = 1e-5, .ctx = 131072, .qk_norm = true,
+     .post_norms = true},
+    /* Seed-OSS-36B: heads of 128 where n_embd / n_head is 64, q, k, v biases, the FFN norm named post_attention_norm (synth_is_seed_oss) */
+    {.name = "seed_oss", .arch = "seed_oss", .freq_base = 10000000, .eps = 1e-6, .ctx = 524288, .head_dim_num = 2,
+     .head_dim_den = 1, .qkv_bias = true},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
 static bool synth_is_olmo2(const synth_arch *a) { return !strcmp(a->arch, "olmo2"); }
+
+/* OLMo 2, EXAONE 4: q, k, v read the residual stream, the FFN ffn_inp */
+static bool synth_no_input_norms(const synth_arch *a) { return synth_is_olmo2(a) || !strcmp(a->arch, "exaone4"); }
+
+/* Seed-OSS: the FFN's input norm named post_attention_norm */
+static bool synth_is_seed_oss(const synth_arch *a) { return !strcmp(a->arch, "seed_oss"); }
 
 /* GLM-4: fused gate+up with separate q, k, v; half of each head rotated */
 static bool synth_is_glm4(const synth_arch *a) { return !strcmp(a->arch, "glm4"); }
@@ -311,7 +323,8 @@ static int synth_usage(FILE *f) {
             "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE), smollm3 (every\n"
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
             "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
-            "  fused gate+up, post norms),\n"
+            "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
+            "  layers and unrotated global ones), seed_oss (biases, head size 2 n_embd/n_head),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -362,7 +375,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -583,7 +596,7 @@ int cmd_synth(int argc, char **argv) {
         synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
                            l >= hp.n_layer);
     for (int l = 0; !is_hybrid && l < (int)hp.n_layer; l++) {
-        if (!synth_is_olmo2(arch))
+        if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {
             synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, q_dim + 2 * kv_dim, "blk.%d.attn_qkv.weight", l);
@@ -610,9 +623,9 @@ int cmd_synth(int argc, char **argv) {
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, hp.n_embd, 0, "blk.%d.attn_output.bias", l);
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 1.0f, hp.n_head, 0, "blk.%d.attn_sinks.weight", l);
         }
-        if (arch->post_norms || arch->gpt_oss)
+        if (arch->post_norms || arch->gpt_oss || synth_is_seed_oss(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
-        if (!arch->gpt_oss && !synth_is_olmo2(arch))
+        if (!arch->gpt_oss && !synth_no_input_norms(arch) && !synth_is_seed_oss(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
         if (n_expert) {
             /* the router stays f32 in published files (the reference's quantizer leaves it) */

@@ -29,6 +29,10 @@ static const family_case families[] = {
     {"granite", "--arch granite --layers 2 " SHAPE, false},
     /* biases, half of each head rotated, fused gate+up, post norms */
     {"glm4", "--arch glm4 --layers 2 " SHAPE, true},
+    /* EXAONE 4.0 1.2B-like (no window), and 32B-like: 64 layers, 48 sliding and 16 unrotated global */
+    {"exaone4", "--arch exaone4 --layers 2 " SHAPE, false},
+    {"exaone4-swa", "--arch exaone4 --layers 64 --window 5 --embd 64 --heads 2 --kv-heads 1 --ff 128 --seed 11", true},
+    {"seed_oss", "--arch seed_oss --layers 2 " SHAPE, true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

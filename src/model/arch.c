@@ -70,6 +70,16 @@ static const quill_arch archs[] = {
      * attention and FFN; its MTP blocks are not loaded; GLM-4V's multi-section RoPE is refused */
     {.name = "glm4", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .post_norms = true, .fused_gate_up = true,
      .mtp_skipped = true, .mrope_refused = true},
+    /* EXAONE 4: no input norms, q/k norms per head, norms after attention and FFN; in the 64-layer
+     * model (32B) three sliding layers (4096 unless the file says), rotating as the others, then an
+     * unrotated global one; MTP blocks not loaded */
+    {.name = "exaone4", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .no_input_norms = true, .qk_norm = true,
+     .post_norms = true, .rope_freqs = true, .swa_pattern = 4, .swa_default = 4096, .swa_at_layers = 64,
+     .swa_rope_global = true, .global_unroped = true, .mtp_skipped = true, .head_dim_is_rot = true},
+    /* Seed-OSS: Llama's layer in NeoX RoPE with optional q, k, v biases; its FFN norm is named
+     * post_attention_norm */
+    {.name = "seed_oss", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .ffn_norm_post_attention = true,
+     .head_dim_is_rot = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -79,6 +89,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite and glm4; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4 and seed_oss; "
            "other families are not implemented";
 }

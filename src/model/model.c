@@ -353,7 +353,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
      * the base the sliding layers rotate with (rope.freq_base_swa) */
     double window = a->swa_default;
     int64_t pattern = a->swa_pattern;
-    if (a->swa_pattern) {
+    if (a->swa_pattern && (!a->swa_at_layers || hp->n_layer == a->swa_at_layers)) {
         if (!key_real(m->gguf, a->name, "attention.sliding_window", &window) && a->swa_required)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.sliding_window is missing", path, a->name);
         if (window != 0 && (!(window >= 1) || window > 1e9))
@@ -373,12 +373,12 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
                                   (long long)pattern, UINT32_MAX);
         }
     }
-    const bool swa = a->swa_pattern && window > 0;
-    if (swa) {
+    const bool swa = a->swa_pattern && window > 0 && (!a->swa_at_layers || hp->n_layer == a->swa_at_layers);
+    if (swa && !a->swa_rope_global) {
         ap->n_rope_tables = 2;
         ap->rope_base_local = a->swa_rope_base ? a->swa_rope_base : hp->rope_base;
         ap->rope_scale_local = a->swa_rope_base || a->swa_rope_plain ? 1.0 : hp->rope_freq_scale;
-        key_real(m->gguf, a->name, "rope.freq_base_swa", &ap->rope_base_local);
+        if (!a->swa_rope_plain) key_real(m->gguf, a->name, "rope.freq_base_swa", &ap->rope_base_local);
         if (!(ap->rope_base_local > 0) || ap->rope_base_local > 1e12)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.freq_base_swa = %g is out of range", path, a->name,
                               ap->rope_base_local);
@@ -387,8 +387,9 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         quill_layer *L = &m->layers[l];
         const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
-        L->rope_table = sliding ? 1 : 0;
-        L->no_rope = (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned;
+        L->rope_table = sliding && !a->swa_rope_global ? 1 : 0;
+        L->no_rope = (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned ||
+                     (a->global_unroped && swa && !sliding);
     }
     return QUILL_OK;
 }

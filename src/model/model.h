@@ -103,6 +103,9 @@ typedef struct quill_arch {
     bool mtp_skipped;     /* block_count counts nextn_predict_layers MTP blocks after the main stack, not
                            * loaded (GLM-4) */
     bool mrope_refused;   /* rope.dimension_sections (a vision variant's multi-section RoPE) is refused */
+    int64_t swa_at_layers; /* n > 0: sliding layers only in a model of n layers (EXAONE 4 32B) */
+    bool swa_rope_global; /* the sliding layers rotate as the global ones (rope.freq_base_swa unused) */
+    bool global_unroped;  /* with sliding layers, the global layers are not rotated */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
