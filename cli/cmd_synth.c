@@ -108,6 +108,8 @@ static const synth_arch arches[] = {
     /* Seed-OSS-36B: heads of 128 where n_embd / n_head is 64, q, k, v biases, the FFN norm named post_attention_norm (synth_is_seed_oss) */
     {.name = "seed_oss", .arch = "seed_oss", .freq_base = 10000000, .eps = 1e-6, .ctx = 524288, .head_dim_num = 2,
      .head_dim_den = 1, .qkv_bias = true},
+    /* Command R7B: LayerNorms, a parallel block, logit_scale 0.25 (synth_is_cohere2), tied */
+    {.name = "cohere2", .arch = "cohere2", .freq_base = 50000, .eps = 1e-5, .ctx = 8192, .tied = true},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
@@ -118,6 +120,9 @@ static bool synth_no_input_norms(const synth_arch *a) { return synth_is_olmo2(a)
 
 /* Seed-OSS: the FFN's input norm named post_attention_norm */
 static bool synth_is_seed_oss(const synth_arch *a) { return !strcmp(a->arch, "seed_oss"); }
+
+/* Command R7B: LayerNorms (attention.layer_norm_epsilon), no ffn_norm, logit_scale */
+static bool synth_is_cohere2(const synth_arch *a) { return !strcmp(a->arch, "cohere2"); }
 
 /* GLM-4: fused gate+up with separate q, k, v; half of each head rotated */
 static bool synth_is_glm4(const synth_arch *a) { return !strcmp(a->arch, "glm4"); }
@@ -324,7 +329,8 @@ static int synth_usage(FILE *f) {
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
             "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
             "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
-            "  layers and unrotated global ones), seed_oss (biases, head size 2 n_embd/n_head),\n"
+            "  layers and unrotated global ones), seed_oss (biases, head size 2 n_embd/n_head), cohere2\n"
+            "  (LayerNorms, a parallel block, logit_scale; --window needed),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -375,7 +381,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -508,7 +514,10 @@ int cmd_synth(int argc, char **argv) {
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim) != QUILL_OK;
         }
-        bad |= quill_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)arch->eps) != QUILL_OK;
+        bad |= quill_gguf_writer_add_f32(w, KEY(synth_is_cohere2(arch) ? "attention.layer_norm_epsilon"
+                                                                        : "attention.layer_norm_rms_epsilon"),
+                                         (float)arch->eps) != QUILL_OK;
+        if (synth_is_cohere2(arch)) bad |= quill_gguf_writer_add_f32(w, KEY("logit_scale"), 0.25f) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
         if (n_expert) {
             if (arch->shared_expert)
@@ -625,7 +634,7 @@ int cmd_synth(int argc, char **argv) {
         }
         if (arch->post_norms || arch->gpt_oss || synth_is_seed_oss(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.post_attention_norm.weight", l);
-        if (!arch->gpt_oss && !synth_no_input_norms(arch) && !synth_is_seed_oss(arch))
+        if (!arch->gpt_oss && !synth_no_input_norms(arch) && !synth_is_seed_oss(arch) && !synth_is_cohere2(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.ffn_norm.weight", l);
         if (n_expert) {
             /* the router stays f32 in published files (the reference's quantizer leaves it) */

@@ -33,6 +33,8 @@ static const family_case families[] = {
     {"exaone4", "--arch exaone4 --layers 2 " SHAPE, false},
     {"exaone4-swa", "--arch exaone4 --layers 64 --window 5 --embd 64 --heads 2 --kv-heads 1 --ff 128 --seed 11", true},
     {"seed_oss", "--arch seed_oss --layers 2 " SHAPE, true},
+    /* layers 0-2 and 4 slide (window 5), 3 and 7 are global and unrotated */
+    {"cohere2", "--arch cohere2 --layers 8 --window 5 " SHAPE, true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

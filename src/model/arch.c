@@ -80,6 +80,12 @@ static const quill_arch archs[] = {
      * post_attention_norm */
     {.name = "seed_oss", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .ffn_norm_post_attention = true,
      .head_dim_is_rot = true},
+    /* Command R7B / Command A: LayerNorms, attention and FFN in parallel on one norm, three sliding
+     * layers (attention.sliding_window required) rotating as usual, then an unrotated global one; the
+     * logits multiplied by logit_scale; the output is token_embd */
+    {.name = "cohere2", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .layer_norm = true, .parallel_block = true,
+     .swa_pattern = 4, .swa_required = true, .swa_rope_global = true, .global_unroped = true, .logit_scale = true,
+     .output_tied = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -89,6 +95,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4 and seed_oss; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss and cohere2; "
            "other families are not implemented";
 }

@@ -166,6 +166,19 @@ static void rmsnorm(float *restrict out, const float *restrict x, const float *r
     for (; i < n; i++) out[i] = (x[i] * scale) * weight[i];
 }
 
+/* LayerNorm without bias, as the reference computes it: the mean and the variance summed in
+ * double, x - mean and the scale in f32 (Cohere). */
+static void layernorm(float *restrict out, const float *restrict x, const float *restrict weight, int64_t n,
+                      double eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    double var = 0;
+    for (int64_t i = 0; i < n; i++) var += (double)(x[i] - mean) * (double)(x[i] - mean);
+    const float scale = (float)(1.0 / sqrt(var / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) out[i] = ((x[i] - mean) * scale) * weight[i];
+}
+
 /* The same in place: x = rmsnorm(x) · weight. */
 static void rmsnorm_in_place(float *restrict x, const float *restrict weight, int64_t n, double eps) {
     const float scale = rms_scale(x, n, eps);
@@ -181,6 +194,7 @@ typedef struct {
     float *out;
     int64_t d;
     double eps;
+    bool layer_norm;
 } norm_job;
 
 /* x += a, four at a time so that the compiler packs them (n is a multiple of 4 in practice) */
@@ -197,13 +211,14 @@ static void norm_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float *x = j->x + t * j->d;
         if (j->add) add_into(x, j->add + t * j->d, j->d);
-        if (j->out && j->weight) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
+        if (j->out && j->weight && j->layer_norm) layernorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
+        else if (j->out && j->weight) rmsnorm(j->out + t * j->d, x, j->weight, j->d, j->eps);
         else if (j->out) memcpy(j->out + t * j->d, x, (size_t)j->d * sizeof *x); /* no norm (OLMo 2) */
     }
 }
 
 static void add_and_norm(const quill_context *c, const float *add, const float *weight, float *out, int n) {
-    norm_job j = {c->x, add, weight, out, c->hp->n_embd, c->hp->rms_eps};
+    norm_job j = {c->x, add, weight, out, c->hp->n_embd, c->hp->rms_eps, c->model->arch->layer_norm};
     quill_pool_run(c->pool, norm_rows, &j, n, 1);
 }
 
@@ -549,10 +564,22 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             if (L->attn_gated) quill_attn_gate_apply(c, n);
 
             ffn->announce(c, L, n);
-            quill_matmul(c, &L->wo, c->att, n, c->xb);
+            /* a parallel block keeps attn_norm's output in xb for the FFN: the attention's output
+             * goes to q (q_dim = n_embd there), free once the scores are done */
+            float *attn_out = m->arch->parallel_block ? c->q : c->xb;
+            quill_matmul(c, &L->wo, c->att, n, attn_out);
             if (L->bo)
-                for (int t = 0; t < n; t++) add_bias(c->xb + (size_t)t * d, L->bo, d);
-            quill_trace(c, "attn_out", l, c->xb, 2, d, n, 1);
+                for (int t = 0; t < n; t++) add_bias(attn_out + (size_t)t * d, L->bo, d);
+            quill_trace(c, "attn_out", l, attn_out, 2, d, n, 1);
+        }
+        if (m->arch->parallel_block) {
+            /* x + ffn + attention, in the reference's order */
+            ffn->fast(c, L, l, n);
+            quill_trace(c, ffn->out_name, l, c->xb, 2, d, n, 1);
+            add_and_norm(c, c->xb, NULL, NULL, n);
+            add_and_norm(c, c->q, NULL, NULL, n);
+            quill_trace(c, "l_out", l, c->x, 2, d, n, 1);
+            continue;
         }
         if (L->attn_post_norm) {
             post_norm(c, c->xb, L->attn_post_norm, n);
@@ -587,7 +614,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         /* the next token's first product */
         quill_announce_next_layer(c, -1, n);
         if (rows) quill_matmul(c, &m->output, c->xb, rows, logits);
-        if (rows && ap->logit_scale) scale_rows(logits, rows * hp->n_vocab, 1.0f / ap->logit_scale);
+        if (rows && ap->logit_multiplier) scale_rows(logits, rows * hp->n_vocab, ap->logit_multiplier);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;
             for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);

@@ -156,7 +156,8 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     else if (embd) hp->n_vocab = embd->ne[1];
     else if ((s = get_dim(g, KEY("vocab_size"), -1, &hp->n_vocab, err))) return s;
 #undef KEY
-    hp->tied_output = quill_gguf_find_tensor(g, "output.weight") == NULL;
+    /* (Cohere 2's output is token_embd whatever output.weight the file has, as the reference reads it) */
+    hp->tied_output = a->output_tied || quill_gguf_find_tensor(g, "output.weight") == NULL;
     return QUILL_OK;
 }
 
@@ -265,7 +266,7 @@ static quill_status granite_multipliers(quill_model *m, bool *rope_finetuned, qu
         if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0))
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, v[i]);
     }
-    ap->logit_scale = (float)v[0];
+    ap->logit_multiplier = 1.0f / (float)v[0];
     ap->embd_scale = (float)v[1];
     ap->residual_scale = (float)v[2];
     if (v[3] != 0) ap->attn_scale = (float)v[3];
@@ -332,6 +333,24 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
                                   "%s: %s: multi-section RoPE (a vision variant) is not implemented for %s", path, key,
                                   a->name);
     }
+    if (a->logit_scale) {
+        double v = 0;
+        if (!key_real(m->gguf, a->name, "logit_scale", &v))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.logit_scale is missing", path, a->name);
+        if (!(v > 0) || v > 1e6)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.logit_scale = %g is out of range", path, a->name, v);
+        ap->logit_multiplier = (float)v;
+    }
+    if (a->layer_norm) {
+        if (!key_real(m->gguf, a->name, "attention.layer_norm_epsilon", &m->hp.rms_eps))
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.layer_norm_epsilon is missing", path, a->name);
+        if (!(m->hp.rms_eps >= 0) || m->hp.rms_eps > 1)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.layer_norm_epsilon = %g is out of range", path,
+                              a->name, m->hp.rms_eps);
+    }
+    if (a->parallel_block && hp->n_head * hp->head_dim != hp->n_embd)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s needs heads of n_embd / n_head (%s.attention.key_length = %lld)",
+                          path, a->name, a->name, (long long)hp->head_dim);
     bool rope_finetuned = true;
     if (a->multipliers) {
         quill_status s = granite_multipliers(m, &rope_finetuned, err);
@@ -564,8 +583,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (!n_expert) BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
         if (!a->no_input_norms) VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
-        if (a->no_input_norms) {
-            /* q, k, v read the residual stream; the FFN reads ffn_inp */
+        if (a->no_input_norms || a->parallel_block) {
+            /* q, k, v read the residual stream, the FFN ffn_inp; or (parallel) attn_norm's output */
         } else if (a->ffn_norm_post_attention) {
             VECTOR(ffn_norm, "post_attention_norm.weight", hp->n_embd)
         } else {

@@ -106,6 +106,12 @@ typedef struct quill_arch {
     int64_t swa_at_layers; /* n > 0: sliding layers only in a model of n layers (EXAONE 4 32B) */
     bool swa_rope_global; /* the sliding layers rotate as the global ones (rope.freq_base_swa unused) */
     bool global_unroped;  /* with sliding layers, the global layers are not rotated */
+    bool layer_norm;      /* attn_norm and output_norm are LayerNorms without bias (attention.layer_norm_epsilon,
+                           * required) where Llama has RMS norms (Cohere) */
+    bool parallel_block;  /* attention and FFN both read attn_norm's output; x += ffn, then x += attention;
+                           * no ffn_norm (Cohere) */
+    bool logit_scale;     /* logits multiplied by the required logit_scale (Cohere) */
+    bool output_tied;     /* the output is always token_embd, whatever output.weight the file has (Cohere 2) */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
@@ -154,7 +160,7 @@ typedef struct {
     double attn_scale;             /* multiplies q·k */
     float embd_scale;              /* 0: none */
     float residual_scale;          /* multiplies each branch before the residual add (0: none) */
-    float logit_scale;             /* divides the logits (0: none) */
+    float logit_multiplier;        /* multiplies the logits (0: none) */
     float attn_softcap, final_softcap; /* 0: none */
     double rope_base_local;        /* RoPE base of table 1 */
     double rope_scale_local;

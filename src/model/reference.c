@@ -50,6 +50,21 @@ static void ref_rope(const quill_context *c, int table, double *v, int64_t n_hea
         }
 }
 
+/* LayerNorm without bias (Cohere) where the architecture has it, else the RMS norm */
+static void ref_input_norm(const quill_arch *a, double *out, const double *x, const float *weight, int64_t n,
+                           double eps) {
+    if (!a->layer_norm || !weight) {
+        ref_rmsnorm(out, x, weight, n, eps);
+        return;
+    }
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; i++) mean += x[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    const double scale = 1.0 / sqrt(var / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] - mean) * scale * (double)weight[i];
+}
+
 static void ref_rmsnorm_in_place(double *x, const float *weight, int64_t n, double eps) {
     ref_rmsnorm(x, x, weight, n, eps);
 }
@@ -111,7 +126,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         quill_ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
-            ref_rmsnorm(xb, x, L->attn_norm, d, hp->rms_eps);
+            ref_input_norm(arch, xb, x, L->attn_norm, d, hp->rms_eps);
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
             if (L->recurrent) {
                 if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
@@ -177,6 +192,15 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
                 quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             }
+            const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
+            if (arch->parallel_block) {
+                /* the FFN reads attn_norm's output too; x + ffn + attention (att: q_dim = n_embd) */
+                if ((s = ffn->exact(c, L, l, xb, att, err))) goto done;
+                quill_ref_trace(c, ffn->out_name, l, att, d, 2, d, 1, tmp);
+                for (int64_t i = 0; i < d; i++) x[i] = (x[i] + att[i]) + o[i];
+                quill_ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
+                continue;
+            }
             if (L->attn_post_norm) {
                 ref_rmsnorm_in_place(o, L->attn_post_norm, d, hp->rms_eps);
                 quill_ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
@@ -185,7 +209,6 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             quill_ref_trace(c, arch->hybrid ? "attn_residual" : "ffn_inp", l, x, d, 2, d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             if (L->ffn_norm) quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
-            const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
             if ((s = ffn->exact(c, L, l, xb, o, err))) goto done;
             quill_ref_trace(c, ffn->out_name, l, o, d, 2, d, 1, tmp);
             if (L->ffn_post_norm) {
@@ -195,12 +218,12 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             for (int64_t i = 0; i < d; i++) x[i] += ap->residual_scale ? o[i] * ap->residual_scale : o[i];
             quill_ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
         }
-        ref_rmsnorm(xb, x, m->output_norm, d, hp->rms_eps);
+        ref_input_norm(arch, xb, x, m->output_norm, d, hp->rms_eps);
         quill_ref_trace(c, "result_norm", -1, xb, d, 2, d, 1, tmp);
         if (logits && (all_logits || t == n - 1)) {
             quill_ref_matvec(&m->output, xb, out, row);
             float *dst = all_logits ? logits + (size_t)t * nv : logits;
-            for (int64_t i = 0; ap->logit_scale && i < nv; i++) out[i] /= ap->logit_scale;
+            for (int64_t i = 0; ap->logit_multiplier && i < nv; i++) out[i] *= ap->logit_multiplier;
             for (int64_t i = 0; i < nv; i++)
                 dst[i] = (float)(ap->final_softcap > 0 ? ap->final_softcap * tanh(out[i] / ap->final_softcap) : out[i]);
         }
