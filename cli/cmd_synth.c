@@ -110,6 +110,10 @@ static const synth_arch arches[] = {
      .head_dim_den = 1, .qkv_bias = true},
     /* Command R7B: LayerNorms, a parallel block, logit_scale 0.25 (synth_is_cohere2), tied */
     {.name = "cohere2", .arch = "cohere2", .freq_base = 50000, .eps = 1e-5, .ctx = 8192, .tied = true},
+    /* Ministral 3: heads of 128 where n_embd / n_head is 96, YaRN and the attention temperature
+     * (synth_mistral3_keys) */
+    {.name = "mistral3", .arch = "mistral3", .freq_base = 1000000, .eps = 1e-5, .ctx = 262144, .head_dim_num = 4,
+     .head_dim_den = 3},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
@@ -123,6 +127,24 @@ static bool synth_is_seed_oss(const synth_arch *a) { return !strcmp(a->arch, "se
 
 /* Command R7B: LayerNorms (attention.layer_norm_epsilon), no ffn_norm, logit_scale */
 static bool synth_is_cohere2(const synth_arch *a) { return !strcmp(a->arch, "cohere2"); }
+
+/* Ministral 3's YaRN (factor 16, yarn_log_multiplier 1) and Llama 4's attention temperature (0.1),
+ * over an original context of 8 positions, so that a short prompt crosses into the scaled range */
+static bool synth_mistral3_keys(quill_gguf_writer *w, const char *arch) {
+    static const char *const keys[] = {"rope.scaling.factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                                       "rope.scaling.yarn_log_multiplier", "attention.temperature_scale"};
+    static const float values[] = {16.0f, 32.0f, 1.0f, 1.0f, 0.1f};
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    bool ok = quill_gguf_writer_add_str(w, key, "yarn", 4) == QUILL_OK;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    ok &= quill_gguf_writer_add_u32(w, key, 8) == QUILL_OK;
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
+        ok &= quill_gguf_writer_add_f32(w, key, values[i]) == QUILL_OK;
+    }
+    return ok;
+}
 
 /* GLM-4: fused gate+up with separate q, k, v; half of each head rotated */
 static bool synth_is_glm4(const synth_arch *a) { return !strcmp(a->arch, "glm4"); }
@@ -330,7 +352,8 @@ static int synth_usage(FILE *f) {
             "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
             "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
             "  layers and unrotated global ones), seed_oss (biases, head size 2 n_embd/n_head), cohere2\n"
-            "  (LayerNorms, a parallel block, logit_scale; --window needed),\n"
+            "  (LayerNorms, a parallel block, logit_scale; --window needed), mistral3 (YaRN, attention\n"
+            "  temperature),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -381,7 +404,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -553,6 +576,7 @@ int cmd_synth(int argc, char **argv) {
         if (!strcmp(arch->arch, "llama"))
             bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
         if (!strcmp(arch->arch, "granite")) bad |= !synth_granite_keys(w, arch->arch);
+        if (!strcmp(arch->arch, "mistral3")) bad |= !synth_mistral3_keys(w, arch->arch);
         for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {
             const quill_gguf_kv *kv = quill_gguf_kv_at(vocab, i);
             if (!strncmp(kv->key, "tokenizer.", 10))

@@ -35,6 +35,8 @@ static const family_case families[] = {
     {"seed_oss", "--arch seed_oss --layers 2 " SHAPE, true},
     /* layers 0-2 and 4 slide (window 5), 3 and 7 are global and unrotated */
     {"cohere2", "--arch cohere2 --layers 8 --window 5 " SHAPE, true},
+    /* YaRN from 8 positions and the attention temperature past them; heads of 96 */
+    {"mistral3", "--arch mistral3 --layers 2 --embd 288 --heads 4 --kv-heads 2 --ff 512 --seed 11", true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

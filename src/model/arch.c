@@ -86,6 +86,10 @@ static const quill_arch archs[] = {
     {.name = "cohere2", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .layer_norm = true, .parallel_block = true,
      .swa_pattern = 4, .swa_required = true, .swa_rope_global = true, .global_unroped = true, .logit_scale = true,
      .output_tied = true},
+    /* Mistral Small 3.x / Ministral 3 / Magistral: Llama with YaRN's own betas and log multiplier, and
+     * Llama 4's attention temperature over the original context */
+    {.name = "mistral3", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .rope_freqs = true, .yarn_keys = true,
+     .head_dim_is_rot = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -95,6 +99,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss and cohere2; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2 and mistral3; "
            "other families are not implemented";
 }

@@ -116,11 +116,11 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
     if (ap->rope_yarn) {
         /* YaRN: the pairs below dimension `low` keep their unscaled angle, those above `high` the
          * scaled one, a linear ramp between; low and high are where a pair's wavelength fits
-         * beta_fast = 32 and beta_slow = 1 times in the original context, rounded out as the
+         * beta_fast (32) and beta_slow (1) times in the original context, rounded out as the
          * reference rounds them (in float) */
         const float n_rot = (float)hp->n_rot, orig = (float)ap->n_ctx_orig, two_pi = 6.283185307179586f;
-        const float lo = floorf(n_rot * logf(orig / (32.0f * two_pi)) / (2 * logf((float)base)));
-        const float hi = ceilf(n_rot * logf(orig / (1.0f * two_pi)) / (2 * logf((float)base)));
+        const float lo = floorf(n_rot * logf(orig / ((float)ap->yarn_beta_fast * two_pi)) / (2 * logf((float)base)));
+        const float hi = ceilf(n_rot * logf(orig / ((float)ap->yarn_beta_slow * two_pi)) / (2 * logf((float)base)));
         const double low = lo > 0 ? lo : 0, high = hi < n_rot - 1 ? hi : n_rot - 1;
         const double y = ((double)i - low) / (high - low > 0.001 ? high - low : 0.001);
         const double ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);

@@ -325,7 +325,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const quill_layer *L = &c->model->layers[j->layer];
     const int64_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
     const int group = (int)(hp->n_head / hp->n_head_kv);
-    const float scale = (float)c->model->ap.attn_scale, cap = c->model->ap.attn_softcap;
+    const float base_scale = (float)c->model->ap.attn_scale, cap = c->model->ap.attn_softcap;
     const int64_t sstride = quill_score_stride(c->n_ctx);
     /* the scores of token i of an item: group rows from scores + i · group · sstride */
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
@@ -357,6 +357,8 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
             }
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < group; g++) {
+                /* (the temperature scales the scores where the reference scales the queries) */
+                const float scale = base_scale * quill_attn_temperature(&c->model->ap, p0 + i);
                 float *row = scores + ((size_t)i * group + g) * sstride + first[i];
                 const int n_keys = p0 + i + 1 - first[i];
                 if (cap > 0) {

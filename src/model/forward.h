@@ -6,9 +6,18 @@
 
 #include "model/context.h"
 
+#include <math.h>
+
 /* gpt-oss's clamped SwiGLU: the reference's constants */
 #define QUILL_OAI_ALPHA 1.702f
 #define QUILL_OAI_LIMIT 7.0f
+
+/* Llama 4's attention temperature (Mistral 3) at position pos, 1 without it, as the reference
+ * computes it: the queries' scale 1 + s·ln(floor(pos / n_ctx_orig) + 1). */
+static inline float quill_attn_temperature(const quill_arch_params *ap, int pos) {
+    if (!ap->attn_temp_scale) return 1.0f;
+    return (float)(log(floorf((float)pos / (float)ap->n_ctx_orig) + 1.0) * ap->attn_temp_scale + 1.0);
+}
 
 /* ---------------------------------------------------------------- fast pass (forward.c) */
 

@@ -304,11 +304,28 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     snprintf(type_key, sizeof type_key, "%s.rope.scaling.type", a->name);
     ap->rope_yarn = quill_gguf_get_str(m->gguf, type_key, &type, &type_len, NULL) == QUILL_OK && type_len == 4 &&
                     !memcmp(type, "yarn", 4);
+    ap->yarn_beta_fast = 32;
+    ap->yarn_beta_slow = 1;
+    double log_mul = 0, temp = 0;
+    if (a->yarn_keys) {
+        key_real(m->gguf, a->name, "rope.scaling.yarn_beta_fast", &ap->yarn_beta_fast);
+        key_real(m->gguf, a->name, "rope.scaling.yarn_beta_slow", &ap->yarn_beta_slow);
+        key_real(m->gguf, a->name, "rope.scaling.yarn_log_multiplier", &log_mul);
+        key_real(m->gguf, a->name, "attention.temperature_scale", &temp);
+        if (!(ap->yarn_beta_fast > 0) || ap->yarn_beta_fast > 1e6 || !(ap->yarn_beta_slow > 0) ||
+            ap->yarn_beta_slow > 1e6 || !(log_mul >= 0) || log_mul > 1e3 || !(temp >= 0) || temp > 1e3)
+            return quill_fail(err, QUILL_E_FORMAT,
+                              "%s: %s.rope.scaling.yarn_beta_fast/yarn_beta_slow/yarn_log_multiplier or "
+                              "attention.temperature_scale out of range (%g, %g, %g, %g)",
+                              path, a->name, ap->yarn_beta_fast, ap->yarn_beta_slow, log_mul, temp);
+        ap->attn_temp_scale = (float)temp;
+    }
     if (ap->rope_yarn) {
         /* YaRN's magnitude correction, 1 + 0.1 ln(factor) for a factor above 1: the reference divides
-         * its attention factor by it and its rotation multiplies it back */
+         * its attention factor by it and its rotation multiplies it back; with yarn_log_multiplier m
+         * the attention factor is (1 + 0.1 ln(factor)) / (1 + 0.1 m ln(factor)) */
         const double factor = 1.0 / hp->rope_freq_scale;
-        if (factor > 1) ap->rope_attn_factor *= 1.0 + 0.1 * log(factor);
+        if (factor > 1) ap->rope_attn_factor *= (1.0 + 0.1 * log(factor)) / (log_mul != 0 ? 1.0 + 0.1 * log_mul * log(factor) : 1.0);
     }
     ap->rope_attn_factor_local = a->swa_rope_plain ? 1.0 : ap->rope_attn_factor;
     if (a->head_dim_is_rot && hp->n_rot != hp->head_dim)

@@ -112,6 +112,8 @@ typedef struct quill_arch {
                            * no ffn_norm (Cohere) */
     bool logit_scale;     /* logits multiplied by the required logit_scale (Cohere) */
     bool output_tied;     /* the output is always token_embd, whatever output.weight the file has (Cohere 2) */
+    bool yarn_keys;       /* rope.scaling.yarn_beta_fast, yarn_beta_slow, yarn_log_multiplier and Llama 4's
+                           * attention.temperature_scale are read (Mistral 3) */
 } quill_arch;
 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
@@ -173,6 +175,8 @@ typedef struct {
     double rope_attn_factor_local; /* the same for table 1 */
     bool rope_yarn;                /* rope.scaling.type yarn: each frequency between the scaled and the
                                     * unscaled one by YaRN's ramp (beta_fast 32, beta_slow 1) */
+    double yarn_beta_fast, yarn_beta_slow; /* the ramp's ends (32 and 1 unless the file says) */
+    float attn_temp_scale;         /* queries at position p scaled by 1 + s·ln(floor(p / n_ctx_orig) + 1) (0: none) */
     int64_t n_expert, n_expert_used; /* MoE: expert_count, expert_used_count (0: dense) */
     int64_t n_ff_exp;              /* MoE: rows of one expert's gate and up */
     int64_t n_ff_shexp;            /* MoE with a shared expert: its width (0: none) */

@@ -172,6 +172,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                         double dot = 0;
                         for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
                         dot = arch->gemma_query_scale || arch->multipliers ? dot * ap->attn_scale : dot / sqrt((double)hd);
+                        dot *= quill_attn_temperature(ap, pos);
                         scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
                         if (scores[p] > max) max = scores[p];
                     }
