@@ -292,3 +292,80 @@ TEST(families_match_the_reference) {
         remove_family(fc);
     }
 }
+
+/* A copy of `src` without metadata `drop_key` and tensor `drop_tensor` (NULL: none), plus u32
+ * metadata `add_key` = add_value (or, with add_sections, rope.dimension_sections-like [a, 0, 0, 0]). */
+static bool variant(const char *src, const char *dst, const char *drop_key, const char *drop_tensor,
+                    const char *add_key, uint32_t add_value, bool add_sections) {
+    quill_gguf *g = NULL;
+    quill_error err;
+    if (quill_gguf_open(src, &g, &err) != QUILL_OK) return false;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = w != NULL;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        if (!drop_key || strcmp(kv->key, drop_key)) ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
+    }
+    const int32_t sections[4] = {(int32_t)add_value, 0, 0, 0};
+    if (ok && add_key)
+        ok = add_sections ? quill_gguf_writer_add_arr(w, add_key, QUILL_GGUF_INT32, sections, 4) == QUILL_OK
+                          : quill_gguf_writer_add_u32(w, add_key, add_value) == QUILL_OK;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (!drop_tensor || strcmp(t->name, drop_tensor))
+            ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
+    }
+    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    return ok;
+}
+
+/* What a family's reference requires, or what quill does not run, is refused naming the key or
+ * tensor. */
+TEST(families_refuse_by_name) {
+    REQUIRE_SHARED(shared);
+    static const struct {
+        const char *arch, *drop_key, *drop_tensor, *add_key;
+        uint32_t add_value;
+        bool sections;
+        const char *message;
+    } cases[] = {
+        {"olmo2", NULL, "output.weight", NULL, 0, false, "'output.weight' is missing"},
+        {"granite", "granite.logit_scale", NULL, NULL, 0, false, "granite.logit_scale is missing"},
+        {"granite", NULL, NULL, "granite.deepstack_mapping", 1, false, "granite.deepstack_mapping"},
+        {"cohere2", "cohere2.attention.layer_norm_epsilon", NULL, NULL, 0, false,
+         "cohere2.attention.layer_norm_epsilon is missing"},
+        {"cohere2", "cohere2.attention.sliding_window", NULL, NULL, 0, false, "cohere2.attention.sliding_window"},
+        {"glm4", NULL, NULL, "glm4.rope.dimension_sections", 8, true, "glm4.rope.dimension_sections"},
+        {"smollm3", "smollm3.rope.dimension_count", NULL, "smollm3.rope.dimension_count", 16, false,
+         "must be the head size"},
+        {"mistral3", NULL, NULL, "mistral3.expert_count", 8, false, "mistral3.expert_count"},
+        {"exaone4", NULL, "blk.0.attn_q_norm.weight", NULL, 0, false, "blk.0.attn_q_norm.weight"},
+        {"seed_oss", NULL, "blk.0.post_attention_norm.weight", NULL, 0, false, "blk.0.post_attention_norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char src[512], dst[512], cmd[2048], *out = NULL;
+        snprintf(src, sizeof src, "%s/refuse-%s.gguf", tmp_dir(), cases[i].arch);
+        snprintf(dst, sizeof dst, "%s/refuse-%s-%zu.gguf", tmp_dir(), cases[i].arch, i);
+        snprintf(cmd, sizeof cmd,
+                 "%s synth --arch %s --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 64%s --vocab "
+                 "%s/models/stories260K.gguf --type f32 -o %s",
+                 quill_bin(), cases[i].arch, !strcmp(cases[i].arch, "cohere2") ? " --window 4" : "", shared, src);
+        int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %s", cases[i].arch, rc, out);
+        free(out);
+        quill_model *m = NULL;
+        quill_error err;
+        CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", cases[i].arch,
+              err.message);
+        quill_model_free(m);
+        CHECK(variant(src, dst, cases[i].drop_key, cases[i].drop_tensor, cases[i].add_key, cases[i].add_value,
+                      cases[i].sections),
+              "cannot write %s", dst);
+        CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", cases[i].arch, i);
+        CHECK_STR_CONTAINS(err.message, cases[i].message);
+        remove(src);
+        remove(dst);
+    }
+}
