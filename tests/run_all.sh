@@ -1,6 +1,7 @@
 #!/bin/sh
 # The whole suite: the gcc build, then the same tests built with clang under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Ends with the combined "N passed, N failed" line.
+# UndefinedBehaviorSanitizer, then every fuzz target for a few seconds, then the aarch64 compile.
+# Ends with the combined "N passed, N failed" line.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -22,6 +23,17 @@ else
     echo "0 passed, 1 failed" > build-san/test.log
 fi
 
+# Every fuzz target must build and run (a few seconds each, on its seeds): fuzz/smoke.sh.
+echo "== fuzz targets (clang libFuzzer, ${FUZZ_SECONDS:-4} s each) =="
+mkdir -p build-fuzz
+if make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
+    ./fuzz/smoke.sh | tee build-fuzz/smoke.log
+else
+    tail -n 30 build-fuzz/build.log
+    echo "make fuzz failed: see build-fuzz/build.log"
+    echo "0 passed, 1 failed" | tee build-fuzz/smoke.log
+fi
+
 # The scalar path must build on other 64-bit targets: compile the library for aarch64.
 echo "== non-x86 build (make cross: aarch64, compile only) =="
 rm -f build/cross.log
@@ -37,7 +49,7 @@ fi
 
 passed=0
 failed=0
-for log in build/test.log build-san/test.log $( [ -f build/cross.log ] && echo build/cross.log ); do
+for log in build/test.log build-san/test.log build-fuzz/smoke.log $( [ -f build/cross.log ] && echo build/cross.log ); do
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ -z "$line" ]; then
         echo "$log: the test runner did not finish (crash?)"
@@ -47,6 +59,6 @@ for log in build/test.log build-san/test.log $( [ -f build/cross.log ] && echo b
     passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
     failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
 done
-echo "== total (gcc build + sanitizer build) =="
+echo "== total (gcc build + sanitizer build + fuzz targets + cross build) =="
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
