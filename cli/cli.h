@@ -18,6 +18,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);   /* server/serve.c */
 
 /* Prints "quill: <message>" to stderr and returns the exit code 1. */

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"compare", cmd_compare, "compare two trace files tensor by tensor"},
     {"quantize", cmd_quantize, "quantize a model (q4_k_m, q8_0, ...) as the reference quantizer does"},
     {"synth", cmd_synth, "write a random-weight model (llama, qwen2, gemma2, ...) with a real tokenizer"},
+    {"perplexity", cmd_perplexity, "perplexity and KL divergence over a text, as llama-perplexity measures them"},
     {"verify", cmd_verify, "check a model's fast path against the float64 path, layer by layer"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: many requests decoded together"},
     {"bench", cmd_bench, "measure prompt and generation speed against the memory bandwidth"},
