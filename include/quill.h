@@ -74,7 +74,8 @@ typedef enum quill_type {
     QUILL_TYPE_IQ2_S = 22, QUILL_TYPE_IQ4_XS = 23, QUILL_TYPE_I8 = 24, QUILL_TYPE_I16 = 25,
     QUILL_TYPE_I32 = 26, QUILL_TYPE_I64 = 27, QUILL_TYPE_F64 = 28, QUILL_TYPE_IQ1_M = 29,
     QUILL_TYPE_BF16 = 30, QUILL_TYPE_TQ1_0 = 34, QUILL_TYPE_TQ2_0 = 35, QUILL_TYPE_MXFP4 = 39,
-    QUILL_TYPE_COUNT = 40
+    QUILL_TYPE_NVFP4 = 40, QUILL_TYPE_Q1_0 = 41, QUILL_TYPE_Q2_0 = 42,
+    QUILL_TYPE_COUNT = 43
 } quill_type;
 
 typedef void (*quill_to_float_fn)(const void *src, float *dst, int64_t n);

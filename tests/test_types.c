@@ -135,15 +135,17 @@ static const struct { uint32_t id; const char *name; int64_t block; size_t size;
     {QUILL_TYPE_Q2_K, "q2_K", 256, 84, true},    {QUILL_TYPE_Q3_K, "q3_K", 256, 110, true},
     {QUILL_TYPE_Q4_K, "q4_K", 256, 144, true},   {QUILL_TYPE_Q5_K, "q5_K", 256, 176, true},
     {QUILL_TYPE_Q6_K, "q6_K", 256, 210, true},   {QUILL_TYPE_Q8_K, "q8_K", 256, 292, false},
-    {QUILL_TYPE_IQ2_XXS, "iq2_xxs", 256, 66, false}, {QUILL_TYPE_IQ2_XS, "iq2_xs", 256, 74, false},
-    {QUILL_TYPE_IQ3_XXS, "iq3_xxs", 256, 98, false}, {QUILL_TYPE_IQ1_S, "iq1_s", 256, 50, false},
-    {QUILL_TYPE_IQ4_NL, "iq4_nl", 32, 18, true}, {QUILL_TYPE_IQ3_S, "iq3_s", 256, 110, false},
-    {QUILL_TYPE_IQ2_S, "iq2_s", 256, 82, false}, {QUILL_TYPE_IQ4_XS, "iq4_xs", 256, 136, true},
+    {QUILL_TYPE_IQ2_XXS, "iq2_xxs", 256, 66, true}, {QUILL_TYPE_IQ2_XS, "iq2_xs", 256, 74, true},
+    {QUILL_TYPE_IQ3_XXS, "iq3_xxs", 256, 98, true}, {QUILL_TYPE_IQ1_S, "iq1_s", 256, 50, true},
+    {QUILL_TYPE_IQ4_NL, "iq4_nl", 32, 18, true}, {QUILL_TYPE_IQ3_S, "iq3_s", 256, 110, true},
+    {QUILL_TYPE_IQ2_S, "iq2_s", 256, 82, true}, {QUILL_TYPE_IQ4_XS, "iq4_xs", 256, 136, true},
     {QUILL_TYPE_I8, "i8", 1, 1, false},          {QUILL_TYPE_I16, "i16", 1, 2, false},
     {QUILL_TYPE_I32, "i32", 1, 4, false},        {QUILL_TYPE_I64, "i64", 1, 8, false},
-    {QUILL_TYPE_F64, "f64", 1, 8, false},        {QUILL_TYPE_IQ1_M, "iq1_m", 256, 56, false},
-    {QUILL_TYPE_BF16, "bf16", 1, 2, true},       {QUILL_TYPE_TQ1_0, "tq1_0", 256, 54, false},
-    {QUILL_TYPE_TQ2_0, "tq2_0", 256, 66, false}, {QUILL_TYPE_MXFP4, "mxfp4", 32, 17, false},
+    {QUILL_TYPE_F64, "f64", 1, 8, false},        {QUILL_TYPE_IQ1_M, "iq1_m", 256, 56, true},
+    {QUILL_TYPE_BF16, "bf16", 1, 2, true},       {QUILL_TYPE_TQ1_0, "tq1_0", 256, 54, true},
+    {QUILL_TYPE_TQ2_0, "tq2_0", 256, 66, true}, {QUILL_TYPE_MXFP4, "mxfp4", 32, 17, true},
+    {QUILL_TYPE_NVFP4, "nvfp4", 64, 36, true},  {QUILL_TYPE_Q1_0, "q1_0", 128, 18, true},
+    {QUILL_TYPE_Q2_0, "q2_0", 64, 18, true},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 
@@ -184,9 +186,9 @@ TEST(types_dequantize_errors) {
     quill_error err = {0};
     uint8_t block[292] = {0};
     float out[256];
-    CHECK(quill_dequantize(QUILL_TYPE_IQ2_XXS, block, out, 256, &err) == QUILL_E_UNSUPPORTED);
+    CHECK(quill_dequantize(QUILL_TYPE_I32, block, out, 256, &err) == QUILL_E_UNSUPPORTED);
     CHECK_EQ_INT(err.status, QUILL_E_UNSUPPORTED);
-    CHECK_STR_CONTAINS(err.message, "unsupported tensor type iq2_xxs");
+    CHECK_STR_CONTAINS(err.message, "unsupported tensor type i32");
     CHECK(quill_dequantize(QUILL_TYPE_Q8_K, block, out, 256, &err) == QUILL_E_UNSUPPORTED);
     CHECK_STR_CONTAINS(err.message, "unsupported tensor type q8_K");
     CHECK(quill_dequantize(4, block, out, 32, &err) == QUILL_E_UNSUPPORTED);

@@ -350,28 +350,27 @@ static const quill_type_traits type_table[QUILL_TYPE_COUNT] = {
     [QUILL_TYPE_Q5_K]    = {"q5_K", QK_K, sizeof(block_q5_K), to_float_q5_K},
     [QUILL_TYPE_Q6_K]    = {"q6_K", QK_K, sizeof(block_q6_K), to_float_q6_K},
     [QUILL_TYPE_Q8_K]    = {"q8_K", QK_K, sizeof(block_q8_K), NULL},
-    /* i-quants quill does not decode; bytes = fp16 d + packed grid indices, signs and scales */
-    [QUILL_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, 2 + QK_K / 4, NULL},
-    [QUILL_TYPE_IQ2_XS]  = {"iq2_xs", QK_K, 2 + QK_K / 4 + QK_K / 32, NULL},
-    [QUILL_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, 2 + 3 * QK_K / 8, NULL},
-    [QUILL_TYPE_IQ1_S]   = {"iq1_s", QK_K, 2 + QK_K / 8 + QK_K / 16, NULL},
+    [QUILL_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, sizeof(block_iq2_xxs), quill_to_float_iq2_xxs},
+    [QUILL_TYPE_IQ2_XS]  = {"iq2_xs", QK_K, sizeof(block_iq2_xs), quill_to_float_iq2_xs},
+    [QUILL_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, sizeof(block_iq3_xxs), quill_to_float_iq3_xxs},
+    [QUILL_TYPE_IQ1_S]   = {"iq1_s", QK_K, sizeof(block_iq1_s), quill_to_float_iq1_s},
     [QUILL_TYPE_IQ4_NL]  = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), to_float_iq4_nl},
-    [QUILL_TYPE_IQ3_S]   = {"iq3_s", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64, NULL},
-    [QUILL_TYPE_IQ2_S]   = {"iq2_s", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 32, NULL},
+    [QUILL_TYPE_IQ3_S]   = {"iq3_s", QK_K, sizeof(block_iq3_s), quill_to_float_iq3_s},
+    [QUILL_TYPE_IQ2_S]   = {"iq2_s", QK_K, sizeof(block_iq2_s), quill_to_float_iq2_s},
     [QUILL_TYPE_IQ4_XS]  = {"iq4_xs", QK_K, sizeof(block_iq4_xs), to_float_iq4_xs},
     [QUILL_TYPE_I8]      = {"i8", 1, 1, NULL},
     [QUILL_TYPE_I16]     = {"i16", 1, 2, NULL},
     [QUILL_TYPE_I32]     = {"i32", 1, 4, NULL},
     [QUILL_TYPE_I64]     = {"i64", 1, 8, NULL},
     [QUILL_TYPE_F64]     = {"f64", 1, 8, NULL},
-    /* no fp16 d: the super-block scale is spread over the top nibbles of scales */
-    [QUILL_TYPE_IQ1_M]   = {"iq1_m", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32, NULL},
+    [QUILL_TYPE_IQ1_M]   = {"iq1_m", QK_K, sizeof(block_iq1_m), quill_to_float_iq1_m},
     [QUILL_TYPE_BF16]    = {"bf16", 1, 2, to_float_bf16},
-    /* ternary: 5 trits per byte for most weights, 4 per byte for the last QK_K/64 bytes */
-    [QUILL_TYPE_TQ1_0]   = {"tq1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, NULL},
-    [QUILL_TYPE_TQ2_0]   = {"tq2_0", QK_K, QK_K / 4 + 2, NULL},
-    /* e8m0 shared exponent + 32 fp4 nibbles */
-    [QUILL_TYPE_MXFP4]   = {"mxfp4", 32, 1 + 16, NULL},
+    [QUILL_TYPE_TQ1_0]   = {"tq1_0", QK_K, sizeof(block_tq1_0), quill_to_float_tq1_0},
+    [QUILL_TYPE_TQ2_0]   = {"tq2_0", QK_K, sizeof(block_tq2_0), quill_to_float_tq2_0},
+    [QUILL_TYPE_MXFP4]   = {"mxfp4", QK_MXFP4, sizeof(block_mxfp4), quill_to_float_mxfp4},
+    [QUILL_TYPE_NVFP4]   = {"nvfp4", QK_NVFP4, sizeof(block_nvfp4), quill_to_float_nvfp4},
+    [QUILL_TYPE_Q1_0]    = {"q1_0", QK1_0, sizeof(block_q1_0), quill_to_float_q1_0},
+    [QUILL_TYPE_Q2_0]    = {"q2_0", QK2_0, sizeof(block_q2_0), quill_to_float_q2_0},
 };
 
 const quill_type_traits *quill_type_traits_of(uint32_t type) {

@@ -19,6 +19,11 @@
 #define QK_K 256
 #define K_SCALE_SIZE 12
 #define QK4_NL 32
+#define QK1_0 128
+#define QK2_0 64
+#define QK_MXFP4 32
+#define QK_NVFP4 64
+#define QK_NVFP4_SUB 16
 
 /* Halves are kept as raw bits: C11 has no portable half type. */
 typedef uint16_t quill_half;
@@ -79,6 +84,60 @@ typedef struct {
     uint8_t qs[QK_K / 2];
 } block_iq4_xs;
 
+/* 1 bit per weight: +d when set, -d when clear. */
+typedef struct { quill_half d; uint8_t qs[QK1_0 / 8]; } block_q1_0;
+/* 2 bits per weight: (q - 1) * d, so -d, 0, d or 2d. */
+typedef struct { quill_half d; uint8_t qs[QK2_0 / 4]; } block_q2_0;
+/* An E8M0 power of two shared by 32 E2M1 (fp4) nibbles. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
+/* Four UE4M3 scales, one per 16 weights, then 32 bytes of E2M1 nibbles. */
+typedef struct { uint8_t d[QK_NVFP4 / QK_NVFP4_SUB]; uint8_t qs[QK_NVFP4 / 2]; } block_nvfp4;
+
+/* Ternary weights (-1, 0, 1) times d: tq1_0 packs five trits per byte of qs as a base-3 fraction
+ * of 256, and four per byte of qh; tq2_0 keeps two bits per weight. d ends the block. */
+typedef struct {
+    uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];
+    uint8_t qh[QK_K / 64];
+    quill_half d;
+} block_tq1_0;
+typedef struct { uint8_t qs[QK_K / 4]; quill_half d; } block_tq2_0;
+
+/* The i-quants: weights come in groups of 8 (4 for iq3's grid halves), each group an index into
+ * a table of lattice points (iq_grids.c) plus 8 sign bits (7 stored, the 8th makes the parity
+ * even for iq2_xxs / iq2_xs / iq3_xxs), with a 4-bit scale per 16 or 32 weights. */
+typedef struct { quill_half d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;
+typedef struct { quill_half d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+typedef struct {
+    quill_half d;
+    uint8_t qs[QK_K / 4]; /* 32 grid indices (low 8 bits), then 32 bytes of signs */
+    uint8_t qh[QK_K / 32];
+    uint8_t scales[QK_K / 32];
+} block_iq2_s;
+typedef struct { quill_half d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
+typedef struct {
+    quill_half d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];
+} block_iq3_s;
+typedef struct { quill_half d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;
+/* No d field: the super-block's half scale is spread over the top nibbles of the four scale words. */
+typedef struct { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; } block_iq1_m;
+
+_Static_assert(sizeof(block_q1_0) == 18, "block_q1_0 layout");
+_Static_assert(sizeof(block_q2_0) == 18, "block_q2_0 layout");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+_Static_assert(sizeof(block_nvfp4) == 36, "block_nvfp4 layout");
+_Static_assert(sizeof(block_tq1_0) == 54, "block_tq1_0 layout");
+_Static_assert(sizeof(block_tq2_0) == 66, "block_tq2_0 layout");
+_Static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs layout");
+_Static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs layout");
+_Static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s layout");
+_Static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs layout");
+_Static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s layout");
+_Static_assert(sizeof(block_iq1_s) == 50, "block_iq1_s layout");
+_Static_assert(sizeof(block_iq1_m) == 56, "block_iq1_m layout");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
@@ -96,6 +155,32 @@ _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
 /* The 16 non-uniform levels of iq4_nl / iq4_xs. */
 extern const int8_t quill_kvalues_iq4nl[16];
+/* The 16 E2M1 (fp4) values of mxfp4 and nvfp4, doubled so that they are integers. */
+extern const int8_t quill_kvalues_fp4[16];
+
+/* The i-quants' lattice points (iq_grids.c): byte j of entry i is the magnitude of weight j of
+ * the group (iq1s: the signed value -1, 0 or 1). */
+extern const uint64_t quill_iq2xxs_grid[256];
+extern const uint64_t quill_iq2xs_grid[512];
+extern const uint64_t quill_iq2s_grid[1024];
+extern const uint32_t quill_iq3xxs_grid[256];
+extern const uint32_t quill_iq3s_grid[512];
+extern const uint64_t quill_iq1s_grid[2048];
+
+/* The 8 sign bits of a group from its 7 stored ones: the 8th makes their count even. */
+static inline uint8_t quill_iq_signs(uint32_t seven) {
+    return (uint8_t)(seven | (uint32_t)(__builtin_parity(seven) << 7));
+}
+
+/* The E8M0 exponent e as the float 2^(e - 128): half the block scale, because the fp4 values
+ * are kept doubled. e = 0 and 1 give subnormals; 255 (E8M0's NaN) gives 2^127, as the
+ * reference's decoder does. */
+static inline float quill_e8m0_half_to_float(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* Sub-block j (0..7) of a q4_K / q5_K super-block: 6-bit scale and min. The first four keep both
  * in the low 6 bits of bytes 0..7; the last four borrow the top 2 bits of those bytes. */
@@ -149,5 +234,20 @@ static inline float quill_bfloat_to_float(uint16_t h) {
     memcpy(&f, &bits, sizeof f);
     return f;
 }
+
+/* The dequantizers of the low-bit types (types_lowbit.c), rows of n elements. */
+void quill_to_float_q1_0(const void *src, float *y, int64_t n);
+void quill_to_float_q2_0(const void *src, float *y, int64_t n);
+void quill_to_float_mxfp4(const void *src, float *y, int64_t n);
+void quill_to_float_nvfp4(const void *src, float *y, int64_t n);
+void quill_to_float_tq1_0(const void *src, float *y, int64_t n);
+void quill_to_float_tq2_0(const void *src, float *y, int64_t n);
+void quill_to_float_iq2_xxs(const void *src, float *y, int64_t n);
+void quill_to_float_iq2_xs(const void *src, float *y, int64_t n);
+void quill_to_float_iq2_s(const void *src, float *y, int64_t n);
+void quill_to_float_iq3_xxs(const void *src, float *y, int64_t n);
+void quill_to_float_iq3_s(const void *src, float *y, int64_t n);
+void quill_to_float_iq1_s(const void *src, float *y, int64_t n);
+void quill_to_float_iq1_m(const void *src, float *y, int64_t n);
 
 #endif
