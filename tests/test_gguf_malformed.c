@@ -534,7 +534,7 @@ static const malformed_case CASES[] = {
      "offset 24: dimensions of tensor 'w' overflow (dimension 2 is 1099511627776)"},
     {"tensor_size_overflow.gguf.bad", m_tensor_size_overflow, F, "offset 24: size of tensor 'w' overflows"},
     {"tensor_type_unknown.gguf.bad", m_tensor_type_unknown, F, "offset 24: unknown tensor type id 4 in tensor 'w'"},
-    {"tensor_type_past_table.gguf.bad", m_tensor_type_past_table, F, "offset 24: unknown tensor type id 40 in tensor 'w'"},
+    {"tensor_type_past_table.gguf.bad", m_tensor_type_past_table, F, "offset 24: unknown tensor type id 43 in tensor 'w'"},
     {"tensor_type_max.gguf.bad", m_tensor_type_max, F, "offset 24: unknown tensor type id 4294967295 in tensor 'w'"},
     {"tensor_row_q4_0.gguf.bad", m_tensor_row_q4_0, F,
      "offset 24: tensor 'w' of type q4_0 has rows of 33 elements, not a multiple of the block size 32"},
