@@ -113,8 +113,8 @@ int cmd_quantize(int argc, char **argv) {
         return cli_fail("quantize: expected IN.gguf OUT.gguf TYPE");
     }
     quill_quantize_params params = {0};
-    if (!quill_ftype_from_name(pos[2], &params.ftype))
-        return cli_fail("quantize: unknown type '%s'; choose one of: %s", pos[2], quill_ftype_names());
+    quill_error perr;
+    if (quill_ftype_parse(pos[2], &params.ftype, &perr) != QUILL_OK) return cli_fail("%s", perr.message);
     if (same_file(pos[0], pos[1]))
         return cli_fail("quantize: the output %s is the input file; choose another name", pos[1]);
     if (!force && access(pos[1], F_OK) == 0)

@@ -17,7 +17,7 @@ extern "C" {
 /* ---------------------------------------------------------------- rows */
 
 /* True when quill_quantize_rows can produce `type`: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
- * q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs. */
+ * q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, q1_0, q2_0, tq1_0, tq2_0, mxfp4. */
 QUILL_API bool quill_can_quantize(uint32_t type);
 
 /* Quantizes `n_rows` rows of `n_per_row` floats (contiguous) into `dst`, which receives
@@ -50,11 +50,20 @@ typedef enum quill_ftype {
     QUILL_FTYPE_MOSTLY_IQ4_NL = 25,
     QUILL_FTYPE_MOSTLY_IQ4_XS = 30,
     QUILL_FTYPE_MOSTLY_BF16 = 32,
+    QUILL_FTYPE_MOSTLY_TQ1_0 = 36,
+    QUILL_FTYPE_MOSTLY_TQ2_0 = 37,
+    QUILL_FTYPE_MOSTLY_MXFP4_MOE = 38, /* experts (3-D tensors) in mxfp4, the other matrices in q8_0 */
+    QUILL_FTYPE_MOSTLY_Q1_0 = 40,
+    QUILL_FTYPE_MOSTLY_Q2_0 = 41,
 } quill_ftype;
 
 /* "q4_k_m" (case-insensitive; also "Q4_K_M", "q6_k", "f16", ...) to a file type; false when quill
  * cannot produce that mix. */
 QUILL_API bool quill_ftype_from_name(const char *name, quill_ftype *out);
+/* The same with a message: QUILL_E_UNSUPPORTED for the reference's types that need an importance
+ * matrix (iq2_xxs, iq1_s, ..., which the message names as the reason), QUILL_E_ARG for a name that
+ * is no file type. */
+QUILL_API quill_status quill_ftype_parse(const char *name, quill_ftype *out, quill_error *err);
 /* "q4_k_m" or NULL for a value quill cannot produce. */
 QUILL_API const char *quill_ftype_name(quill_ftype ftype);
 /* The type most tensors of the mix get (q4_K for q4_k_m, f16 for f16). */

@@ -8,6 +8,7 @@
  * 1.5 * 2^23 does in single precision. */
 #include "base/error.h"
 #include "quill_quantize.h"
+#include "tensor/quantize_internal.h"
 #include "tensor/types_internal.h"
 
 #include <float.h>
@@ -713,6 +714,11 @@ static quant_fn quant_for(uint32_t type) {
     case QUILL_TYPE_Q6_K: return quant_q6_K;
     case QUILL_TYPE_IQ4_NL: return quant_iq4_nl;
     case QUILL_TYPE_IQ4_XS: return quant_iq4_xs;
+    case QUILL_TYPE_Q1_0: return quill_quant_q1_0;
+    case QUILL_TYPE_Q2_0: return quill_quant_q2_0;
+    case QUILL_TYPE_MXFP4: return quill_quant_mxfp4;
+    case QUILL_TYPE_TQ1_0: return quill_quant_tq1_0;
+    case QUILL_TYPE_TQ2_0: return quill_quant_tq2_0;
     default: return NULL;
     }
 }
@@ -761,7 +767,17 @@ static const ftype_info ftypes[] = {
     {"q6_k", QUILL_FTYPE_MOSTLY_Q6_K, QUILL_TYPE_Q6_K},
     {"iq4_nl", QUILL_FTYPE_MOSTLY_IQ4_NL, QUILL_TYPE_IQ4_NL},
     {"iq4_xs", QUILL_FTYPE_MOSTLY_IQ4_XS, QUILL_TYPE_IQ4_XS},
+    {"tq1_0", QUILL_FTYPE_MOSTLY_TQ1_0, QUILL_TYPE_TQ1_0},
+    {"tq2_0", QUILL_FTYPE_MOSTLY_TQ2_0, QUILL_TYPE_TQ2_0},
+    {"mxfp4_moe", QUILL_FTYPE_MOSTLY_MXFP4_MOE, QUILL_TYPE_MXFP4},
+    {"q1_0", QUILL_FTYPE_MOSTLY_Q1_0, QUILL_TYPE_Q1_0},
+    {"q2_0", QUILL_FTYPE_MOSTLY_Q2_0, QUILL_TYPE_Q2_0},
 };
+
+/* The reference's file types whose blocks it only makes with an importance matrix (or, for
+ * iq3_xs, whose mix puts some tensors in such a type): quill computes none, so it refuses them. */
+static const char *const imatrix_ftypes[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq1_s",
+                                             "iq1_m",   "iq3_xxs", "iq3_xs", "q2_k_s"};
 #define N_FTYPES (sizeof ftypes / sizeof ftypes[0])
 
 /* The reference quantizer's shorthands: a bare k-quant means its _m mix. */
@@ -791,6 +807,22 @@ bool quill_ftype_from_name(const char *name, quill_ftype *out) {
     return false;
 }
 
+quill_status quill_ftype_parse(const char *name, quill_ftype *out, quill_error *err) {
+    if (quill_ftype_from_name(name, out)) return QUILL_OK;
+    char lower[16];
+    size_t n = strlen(name);
+    for (size_t i = 0; i <= n && n < sizeof lower; i++)
+        lower[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+    for (size_t i = 0; n < sizeof lower && i < sizeof imatrix_ftypes / sizeof imatrix_ftypes[0]; i++)
+        if (!strcmp(lower, imatrix_ftypes[i]))
+            return quill_fail(err, QUILL_E_UNSUPPORTED,
+                              "quantize: %s needs an importance matrix (the reference's llama-imatrix output, "
+                              "passed with --imatrix), which quill does not compute; quantize to it with the "
+                              "reference's tools, or choose a type that needs none: %s",
+                              lower, quill_ftype_names());
+    return quill_fail(err, QUILL_E_ARG, "quantize: unknown type '%.32s'; choose one of: %s", name, quill_ftype_names());
+}
+
 const char *quill_ftype_name(quill_ftype ftype) {
     const ftype_info *f = ftype_lookup(ftype);
     return f ? f->name : NULL;
@@ -803,7 +835,7 @@ uint32_t quill_ftype_base_type(quill_ftype ftype) {
 
 const char *quill_ftype_names(void) {
     return "q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs "
-           "f16 bf16 f32 (q3_k, q4_k, q5_k = the _m mixes)";
+           "tq1_0 tq2_0 q1_0 q2_0 mxfp4_moe f16 bf16 f32 (q3_k, q4_k, q5_k = the _m mixes)";
 }
 
 /* ---------------------------------------------------------------- per-tensor types */
@@ -877,6 +909,9 @@ static uint32_t fit_rows(const quill_gguf_tensor *t, uint32_t type, bool *fallba
     case QUILL_TYPE_Q2_K:
     case QUILL_TYPE_Q3_K:
     case QUILL_TYPE_IQ4_XS: type = QUILL_TYPE_IQ4_NL; break;
+    case QUILL_TYPE_Q2_0:
+    case QUILL_TYPE_TQ1_0:
+    case QUILL_TYPE_TQ2_0: type = QUILL_TYPE_Q4_0; break;
     case QUILL_TYPE_Q4_K: type = QUILL_TYPE_Q5_0; break;
     case QUILL_TYPE_Q5_K: type = QUILL_TYPE_Q5_1; break;
     case QUILL_TYPE_Q6_K: type = QUILL_TYPE_Q8_0; break;
@@ -895,10 +930,14 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
     *fallback = false;
 
     if (!strcmp(name, "output.weight") || (!s->has_output && !strcmp(name, "token_embd.weight"))) {
-        if (t->ne[0] % block_size_of(type) != 0) type = QUILL_TYPE_Q8_0;
+        if (f == QUILL_FTYPE_MOSTLY_MXFP4_MOE || t->ne[0] % block_size_of(type) != 0) type = QUILL_TYPE_Q8_0;
         else if (type != QUILL_TYPE_Q8_0) type = QUILL_TYPE_Q6_K;
+    } else if (f == QUILL_FTYPE_MOSTLY_MXFP4_MOE) {
+        /* experts (3-D) in mxfp4, every other matrix in q8_0 */
+        type = t->ne[2] > 1 ? QUILL_TYPE_MXFP4 : QUILL_TYPE_Q8_0;
     } else if (!strcmp(name, "token_embd.weight")) {
-        /* the base type (special cases exist only for the 1- and 2-bit mixes) */
+        if (f == QUILL_FTYPE_MOSTLY_TQ1_0 || f == QUILL_FTYPE_MOSTLY_TQ2_0 || f == QUILL_FTYPE_MOSTLY_Q2_0)
+            type = QUILL_TYPE_Q4_K;
     } else if (contains(name, "attn_v.weight")) {
         if (f == QUILL_FTYPE_MOSTLY_Q2_K) type = s->n_gqa >= 4 ? QUILL_TYPE_Q4_K : QUILL_TYPE_Q3_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_M) type = s->i_attention_wv < 2 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K;
