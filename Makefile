@@ -53,8 +53,10 @@ ifneq ($(findstring x86_64,$(TARGET_ARCH_NAME)),)
 $(BUILD)/src/kernels/kernels_avx2.o:       CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx512.o:     CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
-$(BUILD)/src/kernels/kernels_avx512_exact.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi \
-                                             -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16 -mfma -mf16c
+VNNI_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c
+$(BUILD)/src/kernels/kernels_vnni.o:      CFLAGS += $(VNNI_FLAGS)
+$(BUILD)/src/kernels/kernels_vnni_pack.o: CFLAGS += $(VNNI_FLAGS)
+$(BUILD)/src/kernels/kernels_amx.o:       CFLAGS += $(VNNI_FLAGS) -mamx-tile -mamx-int8 -mamx-bf16
 endif
 
 .PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross install uninstall examples

@@ -1,4 +1,4 @@
-/* The exact integer products of the amx and vnni sets (kernels_avx512_exact.c) and of the avx2 and
+/* The exact integer products of the amx and vnni sets (exact_avx512.h, kernels_vnni*.c, kernels_amx.c) and of the avx2 and
  * avx512 sets (kernels_avx2_exact.c): bit for bit equal to their scalar model (exact_scalar.c),
  * within the error bound of their activation codes of a double product, and bitwise batch and
  * thread invariant. Each set's checks report a skip on CPUs without it (the scalar model's own

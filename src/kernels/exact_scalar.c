@@ -1,5 +1,5 @@
 /* The exact integer products in plain C: the definition of the bits that the AMX, VNNI and AVX2
- * kernels (kernels_avx512_exact.c, kernels_avx2_exact.c) reproduce.
+ * kernels (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, kernels_avx2_exact.c) reproduce.
  *
  * The arithmetic, for weight row r and token t:
  *   - activations: each block of 32 x is scaled to integers, a = round(x · A / max|x|), with scale

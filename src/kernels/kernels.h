@@ -7,7 +7,8 @@
  * The others replace it for q4_0/q4_1/q5_0/q5_1/q8_0/q4_K/q5_K/q6_K with whole-matrix products on
  * integer activation codes (bf16 precision) and exact integer sums, which exact_scalar.c defines
  * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
- * amx on AVX-512 VNNI and the tile unit (kernels_avx512_exact.c). Either way each (row, token)
+ * amx on AVX-512 VNNI and the tile unit (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, with
+ * exact_avx512.h). The per-type lists come from tensor/type_list.h. Either way each (row, token)
  * result runs the same arithmetic whatever the batch size or thread count, which is what makes
  * results batch- and thread-invariant. */
 #ifndef QUILL_KERNELS_H
@@ -92,7 +93,7 @@ typedef struct quill_kernels {
     /* Optional load-time layout. Decoding streams every weight once per token, and the file's
      * row-major blocks make a tile of 16 rows 16 strided streams with its scales scattered among
      * the codes; a set may instead read a copy made once, at load, in the order its loops consume
-     * it (kernels_avx512_exact.c describes the vnni set's). For a type with pack_bytes() > 0 the
+     * it (kernels_vnni_pack.c describes the vnni set's). For a type with pack_bytes() > 0 the
      * model packs each weight matrix and multiplies it with matmul_packed[type], whose results are
      * those of matmul[type] on the original rows, bit for bit. */
     const char *packed_layout; /* NULL: none; weights packed for one set serve any set of this name */

@@ -421,7 +421,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     const int64_t n_windows = j->cols / width;
     /* Eight rows read a little at a time defeat the hardware prefetchers: each window prefetches its
      * share of the tile two ahead, one contiguous range, in address order and a few lines at a time
-     * (as kernels_avx512_exact.c's decoding loop, where this was measured essential). Addresses past the
+     * (as the vnni set's decoding loop, exact_avx512.h, where this was measured essential). Addresses past the
      * matrix are harmless: prefetches do not fault. */
     const size_t tile_bytes = TR * j->row_bytes, tile_lines = (tile_bytes + 63) / 64;
     const size_t pf_lines = (tile_lines + (size_t)n_windows - 1) / (size_t)n_windows;
@@ -492,33 +492,21 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
     }
 }
 
-#define EXACT_MATMUL(sfx, type)                                                                      \
+/* Each exact type of the type list: its tile task and matmul, the type a constant inside. */
+#define EXACT_MATMUL(sfx, ID)                                                                        \
     static void tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                         \
         (void)thread;                                                                                \
-        tiles_impl(job, t0, t1, type);                                                               \
+        tiles_impl(job, t0, t1, QUILL_TYPE_##ID);                                                    \
     }                                                                                                \
     static void matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
                              quill_pool *pool, void *scratch) {                                      \
-        exact_matmul(type, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);                   \
+        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);        \
     }
-EXACT_MATMUL(q4_0, QUILL_TYPE_Q4_0)
-EXACT_MATMUL(q4_1, QUILL_TYPE_Q4_1)
-EXACT_MATMUL(q5_0, QUILL_TYPE_Q5_0)
-EXACT_MATMUL(q5_1, QUILL_TYPE_Q5_1)
-EXACT_MATMUL(q8_0, QUILL_TYPE_Q8_0)
-EXACT_MATMUL(q4_K, QUILL_TYPE_Q4_K)
-EXACT_MATMUL(q5_K, QUILL_TYPE_Q5_K)
-EXACT_MATMUL(q6_K, QUILL_TYPE_Q6_K)
+QUILL_EXACT_TYPES(EXACT_MATMUL)
 
+#define INSTALL_MATMUL(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_##sfx;
 void quill_kernels_install_avx2_exact(quill_kernels *k) {
-    k->matmul[QUILL_TYPE_Q4_0] = matmul_q4_0;
-    k->matmul[QUILL_TYPE_Q4_1] = matmul_q4_1;
-    k->matmul[QUILL_TYPE_Q5_0] = matmul_q5_0;
-    k->matmul[QUILL_TYPE_Q5_1] = matmul_q5_1;
-    k->matmul[QUILL_TYPE_Q8_0] = matmul_q8_0;
-    k->matmul[QUILL_TYPE_Q4_K] = matmul_q4_K;
-    k->matmul[QUILL_TYPE_Q5_K] = matmul_q5_K;
-    k->matmul[QUILL_TYPE_Q6_K] = matmul_q6_K;
+    QUILL_EXACT_TYPES(INSTALL_MATMUL)
     k->matmul_scratch = exact_scratch;
 }
 #endif

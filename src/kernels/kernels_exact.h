@@ -26,9 +26,11 @@ typedef enum {
     EXACT_SCALE_Q6_K, /* 16 signed 8-bit scales, then d, at the end of the block */
 } exact_scale_layout;
 
-/* What the exact integer products need to know of one weight type. A type with block_elems 0 has
- * no exact product. Read with a constant type (every kernel is instantiated per type), each field
- * is a constant the compiler folds into the unpacking loops, as a call to quill_row_size is not. */
+/* What the exact integer products need to know of one weight type: its row in the type list
+ * (tensor/type_list.h) with exact = 1, whose EXACT(...) facts fill the fields after the block's
+ * size. A type with slot_width 0 has no exact product. Read with a constant type (every kernel is
+ * instantiated per type), each field is a constant the compiler folds into the unpacking loops,
+ * as a call to quill_row_size is not. */
 typedef struct {
     int block_elems;   /* elements per block: 32, or 256 for the k-quants */
     int block_bytes;
@@ -48,21 +50,22 @@ typedef struct {
  *   q8_0: 32 · 128 · 4064 = 16,646,144; q5_1, q5_K: 32 · 31 · 16256 = 16,125,952;
  *   q5_0: 32 · 16 · 32512 = 16,646,144; q6_K: 16 · 32 · 32512, the same;
  *   q4_0, q4_1, q4_K: at most 32 · 15 · 32512 = 15,605,760. */
-static const exact_type exact_types[QUILL_TYPE_COUNT] = {
-    [QUILL_TYPE_Q4_0] = {32, sizeof(block_q4_0), 32, 8, QMAX, false, EXACT_SCALE_D, offsetof(block_q4_0, qs), 0},
-    [QUILL_TYPE_Q4_1] = {32, sizeof(block_q4_1), 32, 0, QMAX, true, EXACT_SCALE_D_M, offsetof(block_q4_1, qs), 0},
-    [QUILL_TYPE_Q5_0] = {32, sizeof(block_q5_0), 32, 16, QMAX, false, EXACT_SCALE_D, offsetof(block_q5_0, qs),
-                         offsetof(block_q5_0, qh)},
-    [QUILL_TYPE_Q5_1] = {32, sizeof(block_q5_1), 32, 0, 127 * 128, true, EXACT_SCALE_D_M, offsetof(block_q5_1, qs),
-                         offsetof(block_q5_1, qh)},
-    [QUILL_TYPE_Q8_0] = {32, sizeof(block_q8_0), 32, 128, 127 * 32, false, EXACT_SCALE_D, 0, 0},
-    [QUILL_TYPE_Q4_K] = {256, sizeof(block_q4_K), 32, 0, QMAX, true, EXACT_SCALE_K4, 0, 0},
-    [QUILL_TYPE_Q5_K] = {256, sizeof(block_q5_K), 32, 0, 127 * 128, true, EXACT_SCALE_K4, 0, 0},
-    [QUILL_TYPE_Q6_K] = {256, sizeof(block_q6_K), 16, 32, QMAX, false, EXACT_SCALE_Q6_K, 0, 0},
-};
+#define EXACT(slot, bias, amax, min, layout, qs_at, qh_at)                                                 \
+    .slot_width = slot, .code_bias = bias, .act_max = amax, .has_min = min, .scales = layout, .qs = qs_at, \
+    .qh = qh_at
+#define EXACT_ROW(ctx, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)                                  \
+    QUILL_IF(exact, [QUILL_TYPE_##ID] = {.block_elems = block, .block_bytes = (int)(bytes), facts}, )
+static const exact_type exact_types[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(EXACT_ROW, )};
+#undef EXACT_ROW
+#undef EXACT
 
+/* Every exact type's instantiation of a kernel: QUILL_EXACT_TYPES(M) expands M(sfx, ID) once per
+ * row of the type list with exact = 1, so that the kernel files' per-type functions and install
+ * tables follow the list. */
+#define QUILL_EXACT_TYPE_ROW_(M, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts) QUILL_IF(exact, M(sfx, ID))
+#define QUILL_EXACT_TYPES(M) QUILL_TYPE_LIST(QUILL_EXACT_TYPE_ROW_, M)
 /* Whether a type has exact products (the facts below are only defined for those). */
-static inline bool exact_supported(uint32_t type) { return type < QUILL_TYPE_COUNT && exact_types[type].block_elems; }
+static inline bool exact_supported(uint32_t type) { return type < QUILL_TYPE_COUNT && exact_types[type].slot_width; }
 
 /* Short names for the facts, as the kernels read them. */
 static inline int slot_width(uint32_t type) { return exact_types[type].slot_width; }

@@ -4,6 +4,18 @@
 #define QUILL_KERNELS_SIMD_H
 
 #include "kernels/kernels.h"
+#include "tensor/type_list.h"
+
+/* A type's vector kernels, as its row in the type list says (vector = 1: dequant_<sfx>; 2: and
+ * vec_dot_<sfx>). */
+#define QUILL_INSTALL_VECTOR_ROW_(k, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)    \
+    QUILL_INSTALL_DEQUANT_##vector(k, ID, sfx) QUILL_INSTALL_VEC_DOT_##vector(k, ID, sfx)
+#define QUILL_INSTALL_DEQUANT_0(k, ID, sfx)
+#define QUILL_INSTALL_DEQUANT_1(k, ID, sfx) (k)->dequant[QUILL_TYPE_##ID] = dequant_##sfx;
+#define QUILL_INSTALL_DEQUANT_2(k, ID, sfx) (k)->dequant[QUILL_TYPE_##ID] = dequant_##sfx;
+#define QUILL_INSTALL_VEC_DOT_0(k, ID, sfx)
+#define QUILL_INSTALL_VEC_DOT_1(k, ID, sfx)
+#define QUILL_INSTALL_VEC_DOT_2(k, ID, sfx) (k)->vec_dot[QUILL_TYPE_##ID] = vec_dot_##sfx;
 
 #define QUILL_INSTALL_SIMD(k, sfx)                                                                   \
     do {                                                                                             \
@@ -12,24 +24,7 @@
         (k)->dot_columns = dot_columns_##sfx;                                                        \
         (k)->softmax = softmax_##sfx;                                                                \
         (k)->swiglu = swiglu_##sfx;                                                                  \
-        (k)->dequant[QUILL_TYPE_F16] = dequant_f16;                                                  \
-        (k)->dequant[QUILL_TYPE_BF16] = dequant_bf16;                                                \
-        (k)->dequant[QUILL_TYPE_Q4_0] = dequant_q4_0;                                                \
-        (k)->dequant[QUILL_TYPE_Q4_1] = dequant_q4_1;                                                \
-        (k)->dequant[QUILL_TYPE_Q5_0] = dequant_q5_0;                                                \
-        (k)->dequant[QUILL_TYPE_Q5_1] = dequant_q5_1;                                                \
-        (k)->dequant[QUILL_TYPE_Q8_0] = dequant_q8_0;                                                \
-        (k)->dequant[QUILL_TYPE_Q2_K] = dequant_q2_K;                                                \
-        (k)->dequant[QUILL_TYPE_Q3_K] = dequant_q3_K;                                                \
-        (k)->dequant[QUILL_TYPE_Q4_K] = dequant_q4_K;                                                \
-        (k)->dequant[QUILL_TYPE_Q5_K] = dequant_q5_K;                                                \
-        (k)->dequant[QUILL_TYPE_Q6_K] = dequant_q6_K;                                                \
-        (k)->dequant[QUILL_TYPE_IQ4_NL] = dequant_iq4_nl;                                            \
-        (k)->dequant[QUILL_TYPE_IQ4_XS] = dequant_iq4_xs;                                            \
-        (k)->vec_dot[QUILL_TYPE_Q4_0] = vec_dot_q4_0;                                                \
-        (k)->vec_dot[QUILL_TYPE_Q8_0] = vec_dot_q8_0;                                                \
-        (k)->vec_dot[QUILL_TYPE_Q4_K] = vec_dot_q4_K;                                                \
-        (k)->vec_dot[QUILL_TYPE_Q6_K] = vec_dot_q6_K;                                                \
+        QUILL_TYPE_LIST(QUILL_INSTALL_VECTOR_ROW_, k)                                               \
     } while (0)
 
 /* dot_columns' loop over a KV head's query heads, for nv vectors of columns from column p: heads

@@ -8,7 +8,6 @@
  * 1.5 * 2^23 does in single precision. */
 #include "base/error.h"
 #include "quill_quantize.h"
-#include "tensor/quantize_internal.h"
 #include "tensor/types_internal.h"
 
 #include <float.h>
@@ -52,7 +51,7 @@ static inline float half_round_trip(quill_half h) { return quill_half_to_float(h
 
 /* ---------------------------------------------------------------- 32-element block types */
 
-static void quant_q4_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q4_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK4_0, dst += sizeof(block_q4_0)) {
         /* the element of largest magnitude maps to -8 exactly, its sign kept */
         float amax = 0.0f, max = 0.0f;
@@ -75,7 +74,7 @@ static void quant_q4_0(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q4_1(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q4_1(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK4_1, dst += sizeof(block_q4_1)) {
         float min = FLT_MAX, max = -FLT_MAX;
         for (int j = 0; j < QK4_1; j++) {
@@ -96,7 +95,7 @@ static void quant_q4_1(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q5_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q5_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK5_0, dst += sizeof(block_q5_0)) {
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK5_0; j++) {
@@ -122,7 +121,7 @@ static void quant_q5_0(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q5_1(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q5_1(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK5_1, dst += sizeof(block_q5_1)) {
         float min = FLT_MAX, max = -FLT_MAX;
         for (int j = 0; j < QK5_1; j++) {
@@ -147,7 +146,7 @@ static void quant_q5_1(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q8_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q8_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK8_0, dst += sizeof(block_q8_0)) {
         float amax = 0.0f;
         for (int j = 0; j < QK8_0; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
@@ -341,7 +340,7 @@ static void pack_2bit(const uint8_t *L, uint8_t *qs) {
             qs[j / 4 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
 }
 
-static void quant_q2_K(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q2_K(const float *x, uint8_t *dst, int64_t nb) {
     uint8_t L[QK_K], Laux[16];
     float weights[16], mins[QK_K / 16], scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q2_K)) {
@@ -381,7 +380,7 @@ static void quant_q2_K(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q3_K(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q3_K(const float *x, uint8_t *dst, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q3_K)) {
@@ -485,7 +484,7 @@ static void affine_k_blocks(const float *x, int nmax, float rmin, int nstep, uin
     }
 }
 
-static void quant_q4_K(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q4_K(const float *x, uint8_t *dst, int64_t nb) {
     uint8_t L[QK_K];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q4_K)) {
         block_q4_K b;
@@ -497,7 +496,7 @@ static void quant_q4_K(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q5_K(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q5_K(const float *x, uint8_t *dst, int64_t nb) {
     uint8_t L[QK_K];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q5_K)) {
         block_q5_K b;
@@ -522,7 +521,7 @@ static void quant_q5_K(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_q6_K(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q6_K(const float *x, uint8_t *dst, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q6_K)) {
@@ -630,7 +629,7 @@ static void pack_iq4(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
-static void quant_iq4_nl(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_iq4_nl(const float *x, uint8_t *dst, int64_t nb) {
     const int8_t *values = quill_kvalues_iq4nl;
     uint8_t L[32];
     for (int64_t i = 0; i < nb; i++, x += QK4_NL, dst += sizeof(block_iq4_nl)) {
@@ -644,7 +643,7 @@ static void quant_iq4_nl(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void quant_iq4_xs(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_iq4_xs(const float *x, uint8_t *dst, int64_t nb) {
     const int8_t *values = quill_kvalues_iq4nl;
     uint8_t L[32];
     float scales[QK_K / 32];
@@ -683,45 +682,26 @@ static void quant_iq4_xs(const float *x, uint8_t *dst, int64_t nb) {
 
 typedef void (*quant_fn)(const float *x, uint8_t *dst, int64_t n_blocks);
 
-static void quant_f32(const float *x, uint8_t *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
-static void quant_f16(const float *x, uint8_t *dst, int64_t n) {
+void quill_from_float_f32(const float *x, uint8_t *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+void quill_from_float_f16(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const uint16_t h = quill_f32_to_f16(x[i]);
         memcpy(dst + 2 * i, &h, 2);
     }
 }
-static void quant_bf16(const float *x, uint8_t *dst, int64_t n) {
+void quill_from_float_bf16(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const uint16_t h = quill_f32_to_bf16(x[i]);
         memcpy(dst + 2 * i, &h, 2);
     }
 }
 
-static quant_fn quant_for(uint32_t type) {
-    switch (type) {
-    case QUILL_TYPE_F32: return quant_f32;
-    case QUILL_TYPE_F16: return quant_f16;
-    case QUILL_TYPE_BF16: return quant_bf16;
-    case QUILL_TYPE_Q4_0: return quant_q4_0;
-    case QUILL_TYPE_Q4_1: return quant_q4_1;
-    case QUILL_TYPE_Q5_0: return quant_q5_0;
-    case QUILL_TYPE_Q5_1: return quant_q5_1;
-    case QUILL_TYPE_Q8_0: return quant_q8_0;
-    case QUILL_TYPE_Q2_K: return quant_q2_K;
-    case QUILL_TYPE_Q3_K: return quant_q3_K;
-    case QUILL_TYPE_Q4_K: return quant_q4_K;
-    case QUILL_TYPE_Q5_K: return quant_q5_K;
-    case QUILL_TYPE_Q6_K: return quant_q6_K;
-    case QUILL_TYPE_IQ4_NL: return quant_iq4_nl;
-    case QUILL_TYPE_IQ4_XS: return quant_iq4_xs;
-    case QUILL_TYPE_Q1_0: return quill_quant_q1_0;
-    case QUILL_TYPE_Q2_0: return quill_quant_q2_0;
-    case QUILL_TYPE_MXFP4: return quill_quant_mxfp4;
-    case QUILL_TYPE_TQ1_0: return quill_quant_tq1_0;
-    case QUILL_TYPE_TQ2_0: return quill_quant_tq2_0;
-    default: return NULL;
-    }
-}
+#define QUANT_ROW(ctx, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)                                  \
+    QUILL_IF(quantizes, [QUILL_TYPE_##ID] = quill_from_float_##sfx, )
+static const quant_fn quant_fns[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(QUANT_ROW, )};
+#undef QUANT_ROW
+
+static quant_fn quant_for(uint32_t type) { return type < QUILL_TYPE_COUNT ? quant_fns[type] : NULL; }
 
 bool quill_can_quantize(uint32_t type) { return quant_for(type) != NULL; }
 

@@ -2,7 +2,6 @@
  * mxfp4, tq1_0 and tq2_0. Each makes the reference's choices with the reference's float
  * operations, in its order, so that the same F32 rows give the same bytes (tests compare whole
  * files with the reference quantizer's). */
-#include "tensor/quantize_internal.h"
 #include "tensor/types_internal.h"
 
 #include <math.h>
@@ -16,7 +15,7 @@
 #endif
 
 /* q1_0: d is the mean magnitude of the block; one bit per weight, set for x >= 0. */
-void quill_quant_q1_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q1_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK1_0, dst += sizeof(block_q1_0)) {
         block_q1_0 b;
         float sum_abs = 0.0f;
@@ -30,7 +29,7 @@ void quill_quant_q1_0(const float *x, uint8_t *dst, int64_t nb) {
 }
 
 /* q2_0: d is the block's largest magnitude; codes round(x / d) + 1, clamped to 0..3. */
-void quill_quant_q2_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_q2_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK2_0, dst += sizeof(block_q2_0)) {
         block_q2_0 b;
         float amax = 0.0f;
@@ -61,7 +60,7 @@ static uint8_t nearest_fp4(float x, float d) {
 
 /* mxfp4: the shared exponent puts the block's largest magnitude among the top fp4 levels
  * (floor(log2 amax) - 2, biased by 127), then each weight takes its nearest level. */
-void quill_quant_mxfp4(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_mxfp4(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK_MXFP4, dst += sizeof(block_mxfp4)) {
         block_mxfp4 b;
         float amax = 0.0f;
@@ -88,7 +87,7 @@ static uint8_t pack_trits(const float *x, int n, int stride, float id, bool shif
     return (uint8_t)((q * 256 + (243 - 1)) / 243);
 }
 
-void quill_quant_tq1_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_tq1_0(const float *x, uint8_t *dst, int64_t nb) {
     enum { QS = sizeof(((block_tq1_0 *)0)->qs), QH = sizeof(((block_tq1_0 *)0)->qh) };
     for (int64_t i = 0; i < nb; i++, dst += sizeof(block_tq1_0)) {
         block_tq1_0 b;
@@ -108,7 +107,7 @@ void quill_quant_tq1_0(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
-void quill_quant_tq2_0(const float *x, uint8_t *dst, int64_t nb) {
+void quill_from_float_tq2_0(const float *x, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, dst += sizeof(block_tq2_0)) {
         block_tq2_0 b;
         float amax = 0.0f;

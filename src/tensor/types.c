@@ -73,11 +73,11 @@ uint16_t quill_f32_to_bf16(float f) {
 
 /* ---------------------------------------------------------------- dequantizers */
 
-static void to_float_f32(const void *src, float *y, int64_t n) {
+void quill_to_float_f32(const void *src, float *y, int64_t n) {
     memcpy(y, src, (size_t)n * sizeof(float));
 }
 
-static void to_float_f16(const void *src, float *y, int64_t n) {
+void quill_to_float_f16(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
@@ -86,7 +86,7 @@ static void to_float_f16(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_bf16(const void *src, float *y, int64_t n) {
+void quill_to_float_bf16(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
@@ -98,7 +98,7 @@ static void to_float_bf16(const void *src, float *y, int64_t n) {
 /* The blocks inside a mapped file are not necessarily aligned for their struct, so each block is
  * copied into a local before its half fields are read. */
 
-static void to_float_q4_0(const void *src, float *y, int64_t n) {
+void quill_to_float_q4_0(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK4_0; i++, p += sizeof(block_q4_0), y += QK4_0) {
         block_q4_0 b;
@@ -113,7 +113,7 @@ static void to_float_q4_0(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q4_1(const void *src, float *y, int64_t n) {
+void quill_to_float_q4_1(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK4_1; i++, p += sizeof(block_q4_1), y += QK4_1) {
         block_q4_1 b;
@@ -129,7 +129,7 @@ static void to_float_q4_1(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q5_0(const void *src, float *y, int64_t n) {
+void quill_to_float_q5_0(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK5_0; i++, p += sizeof(block_q5_0), y += QK5_0) {
         block_q5_0 b;
@@ -149,7 +149,7 @@ static void to_float_q5_0(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q5_1(const void *src, float *y, int64_t n) {
+void quill_to_float_q5_1(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK5_1; i++, p += sizeof(block_q5_1), y += QK5_1) {
         block_q5_1 b;
@@ -169,7 +169,7 @@ static void to_float_q5_1(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q8_0(const void *src, float *y, int64_t n) {
+void quill_to_float_q8_0(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK8_0; i++, p += sizeof(block_q8_0), y += QK8_0) {
         block_q8_0 b;
@@ -179,7 +179,7 @@ static void to_float_q8_0(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q2_K(const void *src, float *y, int64_t n) {
+void quill_to_float_q2_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q2_K)) {
         block_q2_K b;
@@ -203,7 +203,7 @@ static void to_float_q2_K(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q3_K(const void *src, float *y, int64_t n) {
+void quill_to_float_q3_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q3_K)) {
         block_q3_K b;
@@ -230,7 +230,7 @@ static void to_float_q3_K(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q4_K(const void *src, float *y, int64_t n) {
+void quill_to_float_q4_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q4_K)) {
         block_q4_K b;
@@ -250,7 +250,7 @@ static void to_float_q4_K(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q5_K(const void *src, float *y, int64_t n) {
+void quill_to_float_q5_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q5_K)) {
         block_q5_K b;
@@ -273,7 +273,7 @@ static void to_float_q5_K(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_q6_K(const void *src, float *y, int64_t n) {
+void quill_to_float_q6_K(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_q6_K)) {
         block_q6_K b;
@@ -297,7 +297,7 @@ static void to_float_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_iq4_nl(const void *src, float *y, int64_t n) {
+void quill_to_float_iq4_nl(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK4_NL; i++, p += sizeof(block_iq4_nl), y += QK4_NL) {
         block_iq4_nl b;
@@ -310,7 +310,7 @@ static void to_float_iq4_nl(const void *src, float *y, int64_t n) {
     }
 }
 
-static void to_float_iq4_xs(const void *src, float *y, int64_t n) {
+void quill_to_float_iq4_xs(const void *src, float *y, int64_t n) {
     const uint8_t *p = src;
     for (int64_t i = 0; i < n / QK_K; i++, p += sizeof(block_iq4_xs)) {
         block_iq4_xs b;
@@ -330,48 +330,12 @@ static void to_float_iq4_xs(const void *src, float *y, int64_t n) {
 
 /* ---------------------------------------------------------------- the table */
 
-/* One row per ggml type id. Sizes are listed for every type a file may hold, decodable or not,
- * because the GGUF reader validates tensor sizes with them. Ids left out (4, 5: the removed
- * q4_2/q4_3; 31-33, 36-38: removed repacked layouts) stay zeroed and read as unknown. New
- * per-type columns (kernels) go into quill_type_traits and are filled here by designated
- * initialiser, so rows that lack them stay NULL. */
-static const quill_type_traits type_table[QUILL_TYPE_COUNT] = {
-    [QUILL_TYPE_F32]     = {"f32", 1, 4, to_float_f32},
-    [QUILL_TYPE_F16]     = {"f16", 1, 2, to_float_f16},
-    [QUILL_TYPE_Q4_0]    = {"q4_0", QK4_0, sizeof(block_q4_0), to_float_q4_0},
-    [QUILL_TYPE_Q4_1]    = {"q4_1", QK4_1, sizeof(block_q4_1), to_float_q4_1},
-    [QUILL_TYPE_Q5_0]    = {"q5_0", QK5_0, sizeof(block_q5_0), to_float_q5_0},
-    [QUILL_TYPE_Q5_1]    = {"q5_1", QK5_1, sizeof(block_q5_1), to_float_q5_1},
-    [QUILL_TYPE_Q8_0]    = {"q8_0", QK8_0, sizeof(block_q8_0), to_float_q8_0},
-    [QUILL_TYPE_Q8_1]    = {"q8_1", QK8_1, sizeof(block_q8_1), NULL},
-    [QUILL_TYPE_Q2_K]    = {"q2_K", QK_K, sizeof(block_q2_K), to_float_q2_K},
-    [QUILL_TYPE_Q3_K]    = {"q3_K", QK_K, sizeof(block_q3_K), to_float_q3_K},
-    [QUILL_TYPE_Q4_K]    = {"q4_K", QK_K, sizeof(block_q4_K), to_float_q4_K},
-    [QUILL_TYPE_Q5_K]    = {"q5_K", QK_K, sizeof(block_q5_K), to_float_q5_K},
-    [QUILL_TYPE_Q6_K]    = {"q6_K", QK_K, sizeof(block_q6_K), to_float_q6_K},
-    [QUILL_TYPE_Q8_K]    = {"q8_K", QK_K, sizeof(block_q8_K), NULL},
-    [QUILL_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, sizeof(block_iq2_xxs), quill_to_float_iq2_xxs},
-    [QUILL_TYPE_IQ2_XS]  = {"iq2_xs", QK_K, sizeof(block_iq2_xs), quill_to_float_iq2_xs},
-    [QUILL_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, sizeof(block_iq3_xxs), quill_to_float_iq3_xxs},
-    [QUILL_TYPE_IQ1_S]   = {"iq1_s", QK_K, sizeof(block_iq1_s), quill_to_float_iq1_s},
-    [QUILL_TYPE_IQ4_NL]  = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), to_float_iq4_nl},
-    [QUILL_TYPE_IQ3_S]   = {"iq3_s", QK_K, sizeof(block_iq3_s), quill_to_float_iq3_s},
-    [QUILL_TYPE_IQ2_S]   = {"iq2_s", QK_K, sizeof(block_iq2_s), quill_to_float_iq2_s},
-    [QUILL_TYPE_IQ4_XS]  = {"iq4_xs", QK_K, sizeof(block_iq4_xs), to_float_iq4_xs},
-    [QUILL_TYPE_I8]      = {"i8", 1, 1, NULL},
-    [QUILL_TYPE_I16]     = {"i16", 1, 2, NULL},
-    [QUILL_TYPE_I32]     = {"i32", 1, 4, NULL},
-    [QUILL_TYPE_I64]     = {"i64", 1, 8, NULL},
-    [QUILL_TYPE_F64]     = {"f64", 1, 8, NULL},
-    [QUILL_TYPE_IQ1_M]   = {"iq1_m", QK_K, sizeof(block_iq1_m), quill_to_float_iq1_m},
-    [QUILL_TYPE_BF16]    = {"bf16", 1, 2, to_float_bf16},
-    [QUILL_TYPE_TQ1_0]   = {"tq1_0", QK_K, sizeof(block_tq1_0), quill_to_float_tq1_0},
-    [QUILL_TYPE_TQ2_0]   = {"tq2_0", QK_K, sizeof(block_tq2_0), quill_to_float_tq2_0},
-    [QUILL_TYPE_MXFP4]   = {"mxfp4", QK_MXFP4, sizeof(block_mxfp4), quill_to_float_mxfp4},
-    [QUILL_TYPE_NVFP4]   = {"nvfp4", QK_NVFP4, sizeof(block_nvfp4), quill_to_float_nvfp4},
-    [QUILL_TYPE_Q1_0]    = {"q1_0", QK1_0, sizeof(block_q1_0), quill_to_float_q1_0},
-    [QUILL_TYPE_Q2_0]    = {"q2_0", QK2_0, sizeof(block_q2_0), quill_to_float_q2_0},
-};
+/* The table, generated from the type list (type_list.h): rows that do not decode get no
+ * to_float. */
+#define TRAITS_ROW(ctx, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)                                 \
+    [QUILL_TYPE_##ID] = {#sfx, block, bytes, QUILL_PICK(decodes, quill_to_float_##sfx, NULL)},
+static const quill_type_traits type_table[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(TRAITS_ROW, )};
+#undef TRAITS_ROW
 
 const quill_type_traits *quill_type_traits_of(uint32_t type) {
     if (type >= QUILL_TYPE_COUNT || !type_table[type].name) return NULL;

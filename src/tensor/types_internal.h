@@ -6,6 +6,7 @@
 #define QUILL_TYPES_INTERNAL_H
 
 #include "quill.h"
+#include "tensor/type_list.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -235,19 +236,13 @@ static inline float quill_bfloat_to_float(uint16_t h) {
     return f;
 }
 
-/* The dequantizers of the low-bit types (types_lowbit.c), rows of n elements. */
-void quill_to_float_q1_0(const void *src, float *y, int64_t n);
-void quill_to_float_q2_0(const void *src, float *y, int64_t n);
-void quill_to_float_mxfp4(const void *src, float *y, int64_t n);
-void quill_to_float_nvfp4(const void *src, float *y, int64_t n);
-void quill_to_float_tq1_0(const void *src, float *y, int64_t n);
-void quill_to_float_tq2_0(const void *src, float *y, int64_t n);
-void quill_to_float_iq2_xxs(const void *src, float *y, int64_t n);
-void quill_to_float_iq2_xs(const void *src, float *y, int64_t n);
-void quill_to_float_iq2_s(const void *src, float *y, int64_t n);
-void quill_to_float_iq3_xxs(const void *src, float *y, int64_t n);
-void quill_to_float_iq3_s(const void *src, float *y, int64_t n);
-void quill_to_float_iq1_s(const void *src, float *y, int64_t n);
-void quill_to_float_iq1_m(const void *src, float *y, int64_t n);
+/* Every type's functions, declared from the type list: quill_to_float_<sfx> decodes n elements
+ * (whole blocks) of a row, quill_from_float_<sfx> writes n_blocks blocks (types.c, types_lowbit.c,
+ * quantize.c, quantize_lowbit.c define them). Only the rows whose flags say so define them. */
+#define QUILL_DECLARE_TYPE_FNS(ctx, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)                   \
+    void quill_to_float_##sfx(const void *src, float *y, int64_t n);                                     \
+    void quill_from_float_##sfx(const float *x, uint8_t *dst, int64_t n_blocks);
+QUILL_TYPE_LIST(QUILL_DECLARE_TYPE_FNS, )
+#undef QUILL_DECLARE_TYPE_FNS
 
 #endif

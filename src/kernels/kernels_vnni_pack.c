@@ -1,0 +1,539 @@
+/* The vnni set's load-time layout: packing a matrix once into the order its loops read it, and
+ * the decoding and batch loops over the packed copy (exact_avx512.h describes the sets). */
+#include "kernels/exact_avx512.h"
+
+#if defined(__x86_64__)
+
+/* ---------------------------------------------------------------- the load-time layout
+ *
+ * q4_0, q8_0 and q4_K matrices are copied once, at load, into the order the vnni loops read them
+ * (the reference implementation likewise repacks q4_0 and q4_K into interleaved rows on x86). From
+ * the file's rows a tile of 16 rows is 16 strided streams, each read 18 or 34 bytes at a time,
+ * with the scales among the codes: the decoding loop spent most of its time waiting on those
+ * loads (bench/README.md), and it gathered the scales and shuffled every 16 bytes of 4 rows into
+ * place. Packed, each tile (q4_0: each group of 4 tiles) is one contiguous range read front to
+ * back, so a thread's share of a matrix is one stream, and the codes are already in the vpdpbusd
+ * operand layout that words16 and the gemm's unpacking built at every use: per 4 columns, the 16
+ * rows' 4 code bytes, row r in 32-bit lane r. Nothing of the arithmetic changes (the same integer
+ * sums, the same f32 steps in the same order), so results are those of the unpacked loops bit for
+ * bit.
+ *   q8_0: per chunk of 256 columns (CW, 8 blocks; fewer in a last chunk), the chunk's scales
+ *         first, per block of 32 columns the 16 rows' d (f16), padded to 64 bytes; then per block
+ *         8 registers of unsigned codes q + 128, register i holding columns 4i..4i+3.
+ *   q4_0: per chunk, the same scales; then per block 4 registers of the file's nibble bytes
+ *         4i..4i+3 of each row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
+ *         (All the tile's scales before all its codes made two streams of a tile, which the
+ *         hardware prefetcher followed at about half the rate of one: bench/README.md.)
+ *         Tiles go in groups of 4 (PACK_GROUP; the last group holds what is left), interleaved
+ *         chunk by chunk: the group's chunk is its n tiles' scales, one after the other, then per
+ *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
+ *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
+ *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
+ *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
+ *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
+ *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
+ *   q5_K: as q4_K, and after each window half's 4 nibble registers one register of their fifth
+ *         bits: byte j of a row's lane holds, for register i, the low nibble's bit at bit 2i and
+ *         the high nibble's at bit 2i + 1.
+ *   q6_K: per super-block, 5 registers for kquant_scales (the 16 signed scales as 4 words, then
+ *         d in the high half of a word), then per 16-column sub-block s 3 registers: the low 4
+ *         bits of u = q + 32 of columns 16s + 0..3 (low nibbles) and 16s + 8..11 (high), of
+ *         16s + 4..7 and 16s + 12..15, then the top 2 bits of all 16 (column 16s + 4g + j: bits
+ *         2g, 2g + 1 of byte j).
+ * The same bytes as the file's rows (a q6_K scale word more per super-block), plus the scales'
+ * padding and the last tile's missing rows. */
+
+static bool packed_type(uint32_t type) {
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
+           type == QUILL_TYPE_Q6_K;
+}
+
+/* Bytes of a chunk's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
+static inline size_t chunk_scale_bytes(int64_t blocks) { return ((size_t)blocks * 32 + 63) & ~(size_t)63; }
+
+/* Code registers per 32-column block (q4_0, q8_0). */
+static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
+
+/* Bytes of a packed chunk of `blocks` blocks (q4_0, q8_0), and where the chunk of column k0 begins. */
+static inline size_t packed_chunk_bytes(uint32_t type, int64_t blocks) {
+    return chunk_scale_bytes(blocks) + (size_t)blocks * (size_t)packed_regs(type) * 64;
+}
+static inline size_t packed_chunk_at(uint32_t type, int64_t k0) {
+    return (size_t)(k0 / CW) * packed_chunk_bytes(type, CW / 32);
+}
+
+/* Registers of a packed k-quant super-block; in q4_K and q5_K, where window c's half h begins. */
+static inline int kblock_regs(uint32_t type) {
+    return type == QUILL_TYPE_Q4_K ? 4 + 32 : type == QUILL_TYPE_Q5_K ? 4 + 40 : 5 + 48;
+}
+static inline int half_window_reg(uint32_t type, int c, int h) {
+    return 4 + (2 * c + h) * (type == QUILL_TYPE_Q5_K ? 5 : 4);
+}
+
+static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
+    if (is_kquant(type)) return (size_t)(cols / 256) * (size_t)kblock_regs(type) * 64;
+    return packed_chunk_at(type, cols) + (cols % CW ? packed_chunk_bytes(type, cols % CW / 32) : 0);
+}
+
+/* Tiles per group in the layout of q4_0 and q8_0 (see above). */
+#define PACK_GROUP 4
+static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 ? PACK_GROUP : 1; }
+
+/* Where tile `tile` (of `tiles`) of a packed q4_0 or q8_0 matrix keeps its chunk from column k0:
+ * the group's chunk, at byte `chunk`, holds n tiles, this one the i-th. */
+typedef struct {
+    size_t chunk;
+    int n, i;
+} packed_place;
+static inline packed_place place_chunk(uint32_t type, int64_t tiles, size_t tile_bytes, int64_t tile, int64_t k0) {
+    const int g = pack_group(type);
+    const int64_t first = tile / g * g;
+    const int n = tiles - first < g ? (int)(tiles - first) : g;
+    return (packed_place){(size_t)first * tile_bytes + (size_t)n * packed_chunk_at(type, k0), n, (int)(tile - first)};
+}
+/* In that chunk (of `blocks` blocks), the byte where the tile's scales begin, and its block b's codes. */
+static inline size_t place_scales(packed_place p, int64_t blocks) {
+    return p.chunk + (size_t)p.i * chunk_scale_bytes(blocks);
+}
+static inline size_t place_codes(uint32_t type, packed_place p, int64_t blocks, int64_t b) {
+    return p.chunk + (size_t)p.n * chunk_scale_bytes(blocks) +
+           ((size_t)p.n * (size_t)b + (size_t)p.i) * (size_t)packed_regs(type) * 64;
+}
+
+size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
+    if (!packed_type(type) || rows <= 0 || cols <= 0 || cols % block_elems(type)) return 0;
+    return (size_t)((rows + TR - 1) / TR) * packed_tile_bytes(type, cols);
+}
+
+/* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
+static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *bytes, uint8_t flip) {
+    uint32_t v;
+    memcpy(&v, bytes, 4);
+    v ^= flip * 0x01010101u;
+    memcpy(dst + reg * 64 + (size_t)r * 4, &v, 4);
+}
+
+void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
+                     int64_t tile0, int64_t tile1) {
+    const size_t tb = packed_tile_bytes(type, cols);
+    const int64_t nb = cols / 32, tiles = (rows + TR - 1) / TR;
+    for (int64_t tile = tile0; tile < tile1; tile++) {
+        uint8_t *t = (uint8_t *)dst + (size_t)tile * tb;
+        if (is_kquant(type)) {
+            memset(t, 0, tb);
+        } else { /* the tile's pieces of its group: its scales and its registers of each block */
+            for (int64_t k0 = 0; k0 < cols; k0 += CW) {
+                const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
+                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                memset((uint8_t *)dst + place_scales(pl, blocks), 0, chunk_scale_bytes(blocks));
+                for (int64_t b = 0; b < blocks; b++)
+                    memset((uint8_t *)dst + place_codes(type, pl, blocks, b), 0, (size_t)packed_regs(type) * 64);
+            }
+        }
+        for (int r = 0; r < TR && tile * TR + r < rows; r++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)(tile * TR + r) * row_bytes;
+            if (type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K) {
+                for (int64_t sb = 0; sb < cols / 256; sb++) {
+                    const uint8_t *b = row + (size_t)sb * block_bytes(type);
+                    const uint8_t *qs = b + (type == QUILL_TYPE_Q4_K ? offsetof(block_q4_K, qs) : offsetof(block_q5_K, qs));
+                    uint8_t *d = t + (size_t)sb * (size_t)kblock_regs(type) * 64;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, b + 4 * i, 0);
+                    for (int c = 0; c < 4; c++)
+                        for (int h = 0; h < 2; h++) {
+                            const size_t reg = (size_t)half_window_reg(type, c, h);
+                            for (int i = 0; i < 4; i++) put_word(d, reg + (size_t)i, r, qs + 32 * c + 16 * h + 4 * i, 0);
+                            if (type != QUILL_TYPE_Q5_K) continue;
+                            const uint8_t *qh = ((const block_q5_K *)b)->qh;
+                            uint8_t fifth[4] = {0};
+                            for (int j = 0; j < 4; j++)
+                                for (int i = 0; i < 4; i++) {
+                                    const int l = 16 * h + 4 * i + j; /* the element of sub-blocks 2c and 2c + 1 */
+                                    fifth[j] |= (uint8_t)(((qh[l] >> (2 * c)) & 1) << (2 * i));
+                                    fifth[j] |= (uint8_t)(((qh[l] >> (2 * c + 1)) & 1) << (2 * i + 1));
+                                }
+                            put_word(d, reg + 4, r, fifth, 0);
+                        }
+                }
+                continue;
+            }
+            if (type == QUILL_TYPE_Q6_K) {
+                for (int64_t sb = 0; sb < cols / 256; sb++) {
+                    const block_q6_K *b = (const block_q6_K *)row + sb;
+                    uint8_t *d = t + (size_t)sb * (size_t)kblock_regs(type) * 64;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, (const uint8_t *)b->scales + 4 * i, 0);
+                    const uint8_t dword[4] = {0, 0, ((const uint8_t *)&b->d)[0], ((const uint8_t *)&b->d)[1]};
+                    put_word(d, 4, r, dword, 0);
+                    uint8_t u[256]; /* q + 32, as the file's dequantizer takes them apart */
+                    for (int half = 0; half < 2; half++)
+                        for (int l = 0; l < 32; l++) {
+                            const uint8_t *ql = b->ql + 64 * half, qh = b->qh[32 * half + l];
+                            u[128 * half + l] = (uint8_t)((ql[l] & 0xF) | ((qh & 3) << 4));
+                            u[128 * half + l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4));
+                            u[128 * half + l + 64] = (uint8_t)((ql[l] >> 4) | (((qh >> 4) & 3) << 4));
+                            u[128 * half + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4));
+                        }
+                    for (int sl = 0; sl < 16; sl++) {
+                        const uint8_t *v = u + 16 * sl;
+                        uint8_t n0[4], n1[4], top[4];
+                        for (int j = 0; j < 4; j++) {
+                            n0[j] = (uint8_t)((v[j] & 0xF) | (v[8 + j] & 0xF) << 4);
+                            n1[j] = (uint8_t)((v[4 + j] & 0xF) | (v[12 + j] & 0xF) << 4);
+                            top[j] = (uint8_t)((v[j] >> 4) | (v[4 + j] >> 4) << 2 | (v[8 + j] >> 4) << 4 | (v[12 + j] >> 4) << 6);
+                        }
+                        put_word(d, (size_t)(5 + 3 * sl), r, n0, 0);
+                        put_word(d, (size_t)(5 + 3 * sl + 1), r, n1, 0);
+                        put_word(d, (size_t)(5 + 3 * sl + 2), r, top, 0);
+                    }
+                }
+                continue;
+            }
+            for (int64_t blk = 0; blk < nb; blk++) {
+                const uint8_t *b = row + (size_t)blk * block_bytes(type);
+                const int64_t k0 = blk * 32 / CW * CW, in_chunk = blk % (CW / 32);
+                const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
+                const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, blocks, in_chunk);
+                memcpy((uint8_t *)dst + place_scales(pl, blocks) + (size_t)in_chunk * 32 + (size_t)r * 2, b, 2); /* d */
+                if (type == QUILL_TYPE_Q8_0)
+                    for (int i = 0; i < 8; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
+                else
+                    for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q4_0, qs) + 4 * i, 0);
+            }
+        }
+    }
+}
+
+/* Bytes ahead of the reading position that the decoding loop prefetches: where one core reads
+ * 32 GB/s (this machine kind on 2026-11-25), some 4 KiB must be in flight to cover memory's latency.
+ * Measured side by side, one and two threads, against 1 KiB: q4_0 +16 % at 8 KiB (+2 % over
+ * 4 KiB), q4_K +6 %, q5_K +7 %; q6_K +14 % at 4 KiB but -13 % at 8 KiB, q8_0 +2 % at 4 KiB.
+ * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) q4_0 read in groups of 4
+ * tiles (2026-11-26): 4 KiB non-temporal and nothing further, below. */
+static inline size_t packed_ahead(uint32_t type) {
+    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 ? 4096 : 8192;
+}
+/* q4_0 and q8_0 prefetch their lines near as non-temporal (2 threads +1.4 % and +2.5 % against
+ * T0, one thread even), and into L2 further ahead, PACKED_FAR: a core's misses to L1 are few (its
+ * fill buffers), the line requests L2 keeps in flight many more, and the non-temporal lines do not
+ * pass through L2 for its own prefetchers to follow. Shared machines' memory latency grows with the
+ * other tenants' load until the near prefetches alone no longer cover it. Against the near
+ * prefetch alone, `bench/ab.sh` tg128 (10 and 8 alternating rounds; A/A control 1.008x): q4_0
+ * +4.1-5.4 % with 2 threads (8-10 rounds of 10 faster), +14 % with one; q8_0 +4.5 % with 2, 1 thread
+ * 0.98x and 1.045x in two runs. The k-quants, whose near prefetch goes through L2, measured slower
+ * with it: q4_K_M 0.93x, q6_K 0.89x (and 0.96x, 0.90x with a non-temporal near prefetch besides);
+ * 64 KiB ahead, or into L2 instead of the near prefetch, was slower for every type.
+ * q4_0 read in groups of 4 tiles (q4_0_group) no longer gains from the L2 prefetch: its lines
+ * non-temporal 4 KiB ahead and nothing else, against 8 KiB + L2 16 KiB, tg128 2 threads 1.08x
+ * (7 of 8 rounds) with T0 4 KiB and 1.02x more non-temporal (7 of 8), one thread 1.07x and
+ * 0.99x; non-temporal 2 KiB and 6 KiB ahead 0.98x and 0.995x against 4 KiB. */
+#define PACKED_FAR 16384
+static inline __attribute__((always_inline)) void prefetch_ahead(uint32_t type, const __m512i *at) {
+    if (type == QUILL_TYPE_Q4_0) {
+        _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
+    } else if (type == QUILL_TYPE_Q8_0) {
+        _mm_prefetch((const char *)at + PACKED_FAR, _MM_HINT_T1);
+        _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
+    } else {
+        _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_T0);
+    }
+}
+
+/* The f32 step of one slot, as decode_impl takes it. */
+static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m512 acc, __m512i ch, __m512i cl,
+                                                             const planes *P, int64_t slot_k, int64_t blk, __m512 sc,
+                                                             const float *m) {
+    const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ch, 8), cl), _mm512_set1_epi32(P->bias_sum[slot_k]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc);
+    if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(m), _mm512_set1_ps(P->sf[blk]), acc);
+    return acc;
+}
+
+/* q4_0's decoding of one group of n (1..PACK_GROUP) tiles: each activation word broadcast serves
+ * the n tiles. One tile at a time, a block's 16 broadcasts and 4 code loads (8 as gcc compiled
+ * them) outnumbered its 16 vpdpbusd on a machine that issues two vector loads and two vpdpbusd
+ * per cycle: 17-19 cycles per tile and block where the products take 8. Grouped, tg128 1.06x
+ * with one thread, 1.00-1.01x with two (bench/README.md, seventeenth session). */
+static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j, int64_t group, const int n) {
+    const uint32_t type = QUILL_TYPE_Q4_0;
+    const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
+    const planes *P = j->P;
+    const __m512i z = _mm512_setzero_si512();
+    __m512 acc[PACK_GROUP];
+#pragma GCC unroll 4
+    for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+        const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+        const size_t scale_bytes = chunk_scale_bytes(blocks);
+        const uint8_t *chunk = base + (size_t)n * packed_chunk_at(type, k0);
+        /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
+        for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64) prefetch_ahead(type, (const __m512i *)(chunk + at));
+        /* the chunk's scales first, all of them, so that the group is read front to back (a scale
+         * per block, between the blocks' codes, went back to the chunk's front each time: tg
+         * 1.034x with 2 threads, 1.054x with one) */
+        _Alignas(64) float sbuf[PACK_GROUP][CW / 32][TR];
+#pragma GCC unroll 4
+        for (int t = 0; t < n; t++)
+            for (int64_t b = 0; b < blocks; b++)
+                _mm512_store_ps(sbuf[t][b],
+                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + t * scale_bytes + b * 32))));
+        const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
+        for (int64_t b = 0; b < blocks; b++) {
+            const int64_t blk = k0 / 32 + b;
+            const int8_t *h = P->h + blk * 32, *l = P->l + blk * 32;
+            const __m512i *v = codes + 4 * n * b;
+#pragma GCC unroll 16
+            for (int i = 0; i < 4 * n; i++) prefetch_ahead(type, v + i);
+            __m512i lo_h[PACK_GROUP], hi_h[PACK_GROUP], lo_l[PACK_GROUP], hi_l[PACK_GROUP];
+#pragma GCC unroll 4
+            for (int t = 0; t < n; t++) lo_h[t] = hi_h[t] = lo_l[t] = hi_l[t] = z;
+            /* the block's activation words by 4 loads and 16 shuffles instead of 16 broadcast
+             * loads: in cache 0.95x, but from memory one core read 0.95 of a plain read's speed
+             * against 0.89 (medians; fewer loads beside the codes' and the prefetches, which
+             * share the core's load pipes); tg128 1.02-1.10x with 1 and 2 threads. q8_0 and q6_K
+             * gained nothing from the same (bench/README.md, eighteenth session). */
+            const __m512i h_lo4 = quad_of(h), h_hi4 = quad_of(h + 16), l_lo4 = quad_of(l), l_hi4 = quad_of(l + 16);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m512i h_lo = dword_of(h_lo4, i), h_hi = dword_of(h_hi4, i);
+                const __m512i l_lo = dword_of(l_lo4, i), l_hi = dword_of(l_hi4, i);
+#pragma GCC unroll 4
+                for (int t = 0; t < n; t++) {
+                    __m512i lo, hi;
+                    nibble_codes(v + 4 * t, NULL, i, &lo, &hi);
+                    lo_h[t] = _mm512_dpbusd_epi32(lo_h[t], lo, h_lo);
+                    hi_h[t] = _mm512_dpbusd_epi32(hi_h[t], hi, h_hi);
+                    lo_l[t] = _mm512_dpbusd_epi32(lo_l[t], lo, l_lo);
+                    hi_l[t] = _mm512_dpbusd_epi32(hi_l[t], hi, l_hi);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < n; t++)
+                acc[t] = slot_step(type, acc[t], _mm512_add_epi32(lo_h[t], hi_h[t]), _mm512_add_epi32(lo_l[t], hi_l[t]), P,
+                                   blk, blk, _mm512_load_ps(sbuf[t][b]), NULL);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < n; t++) {
+        const int64_t r0 = (group * PACK_GROUP + t) * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, acc[t]);
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
+    }
+}
+
+/* Tiles [t0, t1) of the matrix; for q4_0 groups [t0, t1) instead (q4_0_group). */
+static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                                     uint32_t type) {
+    if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
+    if (type == QUILL_TYPE_Q4_0) {
+        const int64_t tiles = (j->rows + TR - 1) / TR;
+        for (int64_t g = t0; g < t1; g++) {
+            const int64_t left = tiles - g * PACK_GROUP;
+            if (left >= 4) q4_0_group(j, g, 4);
+            else if (left == 3) q4_0_group(j, g, 3);
+            else if (left == 2) q4_0_group(j, g, 2);
+            else q4_0_group(j, g, 1);
+        }
+        return;
+    }
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    const planes *P = j->P;
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const uint8_t *base = j->w + (size_t)tile * tb;
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        __m512 acc = _mm512_setzero_ps();
+        if (type == QUILL_TYPE_Q6_K) {
+            for (int64_t sb = 0; sb < j->cols / 256; sb++) {
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
+                const __m512i z = _mm512_setzero_si512();
+                __m512i hw[5];
+                for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
+                _Alignas(64) float s[16][TR];
+                kquant_scales(type, hw, s, NULL);
+                for (int sl = 0; sl < 16; sl++) {
+                    const __m512i *sv = v + 5 + 3 * sl;
+                    for (int i = 0; i < 3; i++) prefetch_ahead(type, sv + i);
+                    const int64_t k = sb * 256 + 16 * sl;
+                    __m512i g[4], h[2] = {z, z}, l[2] = {z, z};
+                    q6_codes(sv, g);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        h[q & 1] = _mm512_dpbusd_epi32(h[q & 1], g[q], bcast4(P->h + k + 4 * q));
+                        l[q & 1] = _mm512_dpbusd_epi32(l[q & 1], g[q], bcast4(P->l + k + 4 * q));
+                    }
+                    acc = slot_step(type, acc, _mm512_add_epi32(h[0], h[1]), _mm512_add_epi32(l[0], l[1]), P, k / 16,
+                                    k / 32, _mm512_load_ps(s[sl]), NULL);
+                }
+            }
+        } else if (is_kquant(type)) {
+            for (int64_t sb = 0; sb < j->cols / 256; sb++) {
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
+                const __m512i z = _mm512_setzero_si512();
+                __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                 _mm512_load_si512(v + 3), z};
+                _Alignas(64) float s[8][TR], m[8][TR];
+                kquant_scales(type, hw, s, m);
+                for (int c = 0; c < 4; c++) {
+                    const __m512i *cv = v + half_window_reg(type, c, 0), *cv1 = v + half_window_reg(type, c, 1);
+                    for (int i = 0; i < kblock_regs(type) / 4 - 1; i++)
+                        prefetch_ahead(type, cv + i);
+                    const int64_t k = sb * 256 + 64 * c;
+                    const bool q5 = type == QUILL_TYPE_Q5_K;
+                    __m512i lo_h = z, hi_h = z, lo_l = z, hi_l = z;
+                    nibble_sums(cv, q5 ? cv + 4 : NULL, P, k, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    nibble_sums(cv1, q5 ? cv1 + 4 : NULL, P, k + 16, 32, &lo_h, &hi_h, &lo_l, &hi_l);
+                    acc = slot_step(type, acc, lo_h, lo_l, P, k / 32, k / 32, _mm512_load_ps(s[2 * c]), m[2 * c]);
+                    acc = slot_step(type, acc, hi_h, hi_l, P, k / 32 + 1, k / 32 + 1, _mm512_load_ps(s[2 * c + 1]),
+                                    m[2 * c + 1]);
+                }
+            }
+        } else {
+            const int regs = packed_regs(type);
+            for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+                const int64_t chunk_blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+                const uint8_t *chunk = base + packed_chunk_at(type, k0);
+                const __m512i *codes = (const __m512i *)(chunk + chunk_scale_bytes(chunk_blocks));
+                /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
+                for (size_t at = 0; at < chunk_scale_bytes(chunk_blocks); at += 64)
+                    prefetch_ahead(type, (const __m512i *)(chunk + at));
+                /* (a scale per block: all the chunk's scales first, as q4_0 takes them, measured
+                 * 0.94-0.98x for q8_0's twice as many codes per scale) */
+                for (int64_t b = 0; b < chunk_blocks; b++) {
+                    const int64_t blk = k0 / 32 + b;
+                    const __m512i *v = codes + b * regs;
+                    for (int i = 0; i < regs; i++) prefetch_ahead(type, v + i);
+                    const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + b * 32)));
+                    const __m512i z = _mm512_setzero_si512();
+                    /* two chains per plane, so that each vpdpbusd waits on one two back */
+                    __m512i h[2] = {z, z}, l[2] = {z, z};
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) {
+                        const __m512i w = _mm512_load_si512(v + i);
+                        h[i & 1] = dpbusd_bcast(h[i & 1], w, P->h + blk * 32 + 4 * i);
+                        l[i & 1] = dpbusd_bcast(l[i & 1], w, P->l + blk * 32 + 4 * i);
+                    }
+                    acc = slot_step(type, acc, _mm512_add_epi32(h[0], h[1]), _mm512_add_epi32(l[0], l[1]), P, blk, blk,
+                                    sc, NULL);
+                }
+            }
+        }
+        _Alignas(64) float out[TR];
+        _mm512_store_ps(out, acc);
+        for (int r = 0; r < nr; r++) j->y[r0 + r] = out[r];
+    }
+}
+
+/* In asm: gcc drops a loop of nothing but _mm_prefetch (no side effects, so dead code). */
+static inline void prefetch_bytes(const uint8_t *p, size_t n) {
+    for (size_t at = 0; at < n; at += 64) __asm__ volatile("prefetcht0 %0" : : "m"(p[at]));
+}
+
+/* Prefetches the bytes of packed tile `tile` that the chunk from column k0 reads. */
+static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, const decode_job *j, size_t tile_bytes,
+                                                                 int64_t tile, int64_t k0) {
+    const int64_t tiles = (j->rows + TR - 1) / TR;
+    if (tile >= tiles) return;
+    if (is_kquant(type)) {
+        prefetch_bytes(j->w + (size_t)tile * tile_bytes + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64,
+                       (size_t)kblock_regs(type) * 64);
+        return;
+    }
+    const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
+    const packed_place pl = place_chunk(type, tiles, tile_bytes, tile, k0);
+    prefetch_bytes(j->w + place_scales(pl, blocks), chunk_scale_bytes(blocks));
+    for (int64_t b = 0; b < blocks; b++)
+        prefetch_bytes(j->w + place_codes(type, pl, blocks, b), (size_t)packed_regs(type) * 64);
+}
+
+/* The batch loop over packed tiles: each chunk's codes go to wbuf by masks and shifts (q8_0's are
+ * already wbuf: no copy), its scales by one conversion per block. */
+static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                                   uint32_t type) {
+    if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    _Alignas(64) float tile_acc[VNNI_TOKENS + TBW][TR];
+    /* q4_0's groups interleave their tiles chunk by chunk: with few tokens (batched decoding) the
+     * loop takes a group's tiles chunk by chunk as well, so that it reads the group front to back
+     * once; tile by tile it went through each group four times, a quarter of it each time (4
+     * sequences 0.93x). Many tokens need one tile's sums at a time (tile_acc). */
+    const bool by_group = pack_group(type) > 1 && j->n_tok <= TBW;
+    _Alignas(64) float group_acc[PACK_GROUP][2 * TBW][TR];
+    const int64_t tiles = (j->rows + TR - 1) / TR;
+    for (int64_t first = t0; first < t1;) {
+        int64_t past = first + 1;
+        if (by_group) {
+            past = (first / PACK_GROUP + 1) * PACK_GROUP;
+            if (past > t1) past = t1;
+        }
+        for (int64_t tile = first; tile < past; tile++)
+            memset(by_group ? group_acc[tile - first] : tile_acc, 0, (size_t)(j->n_tok + TBW) * sizeof tile_acc[0]);
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            for (int64_t tile = first; tile < past; tile++) {
+                const uint8_t *base = j->w + (size_t)tile * tb;
+                float(*accbuf)[TR] = by_group ? group_acc[tile - first] : tile_acc;
+                const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+                const __m512i *w = wbuf;
+                if (type == QUILL_TYPE_Q6_K) {
+                    const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                    __m512i hw[5];
+                    for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
+                    kquant_scales(type, hw, sbuf, NULL);
+                    for (int sl = 0; sl < 16; sl++) q6_codes(v + 5 + 3 * sl, wbuf + 4 * sl);
+                } else if (is_kquant(type)) {
+                    const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                    __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                     _mm512_load_si512(v + 3), _mm512_setzero_si512()};
+                    kquant_scales(type, hw, sbuf, mbuf);
+                    /* window c: slot 2c's columns (the low nibbles) are wbuf[16c..16c+7], 2c + 1's next */
+                    for (int c = 0; c < 4; c++)
+                        for (int h = 0; h < 2; h++) {
+                            const __m512i *hv = v + half_window_reg(type, c, h);
+                            for (int i = 0; i < 4; i++)
+                                nibble_codes(hv, type == QUILL_TYPE_Q5_K ? hv + 4 : NULL, i, &wbuf[16 * c + 4 * h + i],
+                                             &wbuf[16 * c + 8 + 4 * h + i]);
+                        }
+                } else {
+                    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                    const uint16_t *scales = (const uint16_t *)(j->w + place_scales(pl, cw / 32));
+                    for (int b = 0; b < cw / 32; b++)
+                        _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
+                    if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
+                        w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
+                    } else {
+                        for (int b = 0; b < cw / 32; b++) {
+                            const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
+                            for (int i = 0; i < 4; i++) nibble_codes(v, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                        }
+                    }
+                }
+                /* the next chunk's bytes meanwhile: its loads came cold from memory and stalled the
+                 * unpacking above (a tenth of a one-thread prompt's samples in this function) */
+                if (k0 + CW < j->cols) prefetch_chunk(type, j, tb, tile, k0 + CW);
+                else prefetch_chunk(type, j, tb, tile + 1, 0);
+                gemm_chunk_any(j, type, k0, cw, w, wbuf16, sbuf, mbuf, accbuf);
+            }
+        }
+        for (int64_t tile = first; tile < past; tile++) {
+            const float(*accbuf)[TR] = by_group ? group_acc[tile - first] : tile_acc;
+            const int64_t r0 = tile * TR;
+            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+            const __mmask16 mask = (__mmask16)((1u << nr) - 1);
+            for (int t = 0; t < j->n_tok; t++)
+                _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, mask, _mm512_load_ps(accbuf[t]));
+        }
+        first = past;
+    }
+}
+
+TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
+TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
+
+size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
+int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
+quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) { return decode_packed_fn(type); }
+quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) { return gemm_packed_fn(type); }
+#endif
