@@ -17,7 +17,7 @@ extern "C" {
 /* ---------------------------------------------------------------- rows */
 
 /* True when quill_quantize_rows can produce `type`: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
- * q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, q1_0, q2_0, tq1_0, tq2_0, mxfp4. */
+ * q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, iq3_s, q1_0, q2_0, tq1_0, tq2_0, mxfp4. */
 QUILL_API bool quill_can_quantize(uint32_t type);
 
 /* Quantizes `n_rows` rows of `n_per_row` floats (contiguous) into `dst`, which receives
@@ -48,6 +48,8 @@ typedef enum quill_ftype {
     QUILL_FTYPE_MOSTLY_Q5_K_M = 17,
     QUILL_FTYPE_MOSTLY_Q6_K = 18,
     QUILL_FTYPE_MOSTLY_IQ4_NL = 25,
+    QUILL_FTYPE_MOSTLY_IQ3_S = 26,
+    QUILL_FTYPE_MOSTLY_IQ3_M = 27,    /* iq3_s with attn_v, attn_output and early ffn_down in q4_K */
     QUILL_FTYPE_MOSTLY_IQ4_XS = 30,
     QUILL_FTYPE_MOSTLY_BF16 = 32,
     QUILL_FTYPE_MOSTLY_TQ1_0 = 36,

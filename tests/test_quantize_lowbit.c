@@ -5,6 +5,9 @@
 
 #include "quill.h"
 #include "quill_quantize.h"
+#include "tensor/types_internal.h"
+
+static bool quill_iq3s_ready_for_tests(void) { return quill_iq3s_ready(); }
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,14 +15,14 @@
 
 /* Quantizes `in` with quill and with the reference's llama-quantize to `ftype` and compares the
  * two files byte for byte. */
-static void check_against_reference(const char *shared, const char *in, const char *ftype) {
+static void check_against_reference_opts(const char *shared, const char *in, const char *ftype, bool pure) {
     char ref[512], ours[512], cmd[2048], upper[32];
     size_t n = strlen(ftype);
     for (size_t i = 0; i <= n && i < sizeof upper; i++)
         upper[i] = (char)(ftype[i] >= 'a' && ftype[i] <= 'z' ? ftype[i] - 'a' + 'A' : ftype[i]);
     snprintf(ref, sizeof ref, "%s/ref-%s.gguf", tmp_dir(), ftype);
     snprintf(ours, sizeof ours, "%s/quill-%s.gguf", tmp_dir(), ftype);
-    snprintf(cmd, sizeof cmd, "%s/ref/bin/llama-quantize %s %s %s 2", shared, in, ref, upper);
+    snprintf(cmd, sizeof cmd, "%s/ref/bin/llama-quantize %s %s %s %s 2", shared, pure ? "--pure" : "", in, ref, upper);
     char *out = NULL;
     int rc = run_cmd(cmd, &out, true);
     if (rc != 0) {
@@ -28,7 +31,7 @@ static void check_against_reference(const char *shared, const char *in, const ch
         return;
     }
     free(out);
-    quill_quantize_params p = {.n_threads = 2};
+    quill_quantize_params p = {.n_threads = 2, .pure = pure};
     quill_error err = {0};
     if (quill_ftype_parse(ftype, &p.ftype, &err) != QUILL_OK || quill_quantize_file(in, ours, &p, &err) != QUILL_OK) {
         test_fail(__FILE__, __LINE__, "%s: %s", ftype, err.message);
@@ -47,13 +50,73 @@ static void check_against_reference(const char *shared, const char *in, const ch
     free(b);
 }
 
+static void check_against_reference(const char *shared, const char *in, const char *ftype) {
+    check_against_reference_opts(shared, in, ftype, false);
+}
+
 TEST(quantize_lowbit_files_identical_to_reference) {
     REQUIRE_SHARED(shared);
     char *in = path_join(shared, "models/synth-k-f32.gguf");
     /* tq1_0, tq2_0, q2_0: token_embd in q4_K, output in q6_K; q1_0 everywhere but output;
      * mxfp4_moe without experts: every matrix q8_0 */
-    static const char *const ftypes[] = {"tq1_0", "tq2_0", "q1_0", "q2_0", "mxfp4_moe"};
+    static const char *const ftypes[] = {"tq1_0", "tq2_0", "q1_0", "q2_0", "mxfp4_moe", "iq3_s", "iq3_m"};
     for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++) check_against_reference(shared, in, ftypes[i]);
+    free(in);
+}
+
+/* iq3_s, every matrix (--pure), on weights with all-zero sub-blocks (which the reference skips
+ * without advancing its code and sign pointers), tiny and huge blocks, and exact lattice points. */
+TEST(quantize_lowbit_iq3_s_edge_blocks_identical_to_reference) {
+    REQUIRE_SHARED(shared);
+    CHECK(quill_iq3s_ready_for_tests(), "iq3_s neighbour lists did not fit");
+    char *src = path_join(shared, "models/synth-k-f32.gguf");
+    char *in = path_join(tmp_dir(), "iq3s-edges-f32.gguf");
+    quill_gguf *g = NULL;
+    quill_error err = {0};
+    quill_status st = quill_gguf_open(src, &g, &err);
+    free(src);
+    if (st != QUILL_OK) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        free(in);
+        return;
+    }
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        quill_gguf_writer_add_value(w, kv->key, &kv->value);
+    }
+    float *edited = NULL;
+    uint64_t rng = 77;
+    for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (strcmp(t->name, "blk.0.attn_q.weight")) {
+            quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+            continue;
+        }
+        edited = malloc((size_t)t->n_elements * sizeof *edited);
+        if (!edited) abort();
+        memcpy(edited, t->data, (size_t)t->n_elements * sizeof *edited);
+        for (int64_t r = 0; r < t->ne[1]; r++) {
+            float *row = edited + r * t->ne[0];
+            const int kind = (int)(r % 6);
+            for (int64_t c = 0; c < t->ne[0]; c++) {
+                const int sub = (int)(c / 32);
+                if (kind == 0 && (sub == 1 || sub == 2 || sub == 7)) row[c] = 0;  /* zero sub-blocks */
+                if (kind == 1 && sub < 7) row[c] = 0;                              /* all but the last */
+                if (kind == 2) row[c] *= 1e-6f;                                    /* tiny */
+                if (kind == 3) row[c] *= 1e6f;                                     /* huge */
+                if (kind == 4) row[c] = (float)(2 * (int)(test_rand(&rng) % 8) + 1) * (c % 3 ? 1.f : -1.f);
+            }
+        }
+        quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, edited);
+    }
+    st = quill_gguf_writer_write(w, in, &err);
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    free(edited);
+    if (st != QUILL_OK) test_fail(__FILE__, __LINE__, "%s", err.message);
+    else check_against_reference_opts(shared, in, "iq3_s", true);
+    remove(in);
     free(in);
 }
 
@@ -134,7 +197,7 @@ TEST(quantize_lowbit_mxfp4_experts_identical_to_reference) {
 TEST(quantize_lowbit_round_trip) {
     static const struct { uint32_t type; double bound; } cases[] = {
         {QUILL_TYPE_Q1_0, 0.75}, {QUILL_TYPE_Q2_0, 0.6}, {QUILL_TYPE_MXFP4, 0.2},
-        {QUILL_TYPE_TQ1_0, 0.6}, {QUILL_TYPE_TQ2_0, 0.6},
+        {QUILL_TYPE_TQ1_0, 0.6}, {QUILL_TYPE_TQ2_0, 0.6}, {QUILL_TYPE_IQ3_S, 0.25},
     };
     enum { N = 1024 };
     float x[N], y[N];
@@ -162,7 +225,7 @@ TEST(quantize_lowbit_round_trip) {
 TEST(quantize_lowbit_imatrix_types_refused) {
     quill_ftype f;
     quill_error err = {0};
-    static const char *const needs[] = {"iq2_xxs", "IQ2_XS", "iq2_s", "iq2_m", "iq1_s", "iq1_m", "iq3_xxs", "q2_k_s"};
+    static const char *const needs[] = {"iq2_xxs", "IQ2_XS", "iq2_s", "iq2_m", "iq1_s", "iq1_m", "iq3_xxs", "iq3_xs", "q2_k_s"};
     for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++) {
         CHECK(quill_ftype_parse(needs[i], &f, &err) == QUILL_E_UNSUPPORTED, "%s", needs[i]);
         CHECK_STR_CONTAINS(err.message, "importance matrix");

@@ -752,6 +752,8 @@ static const ftype_info ftypes[] = {
     {"mxfp4_moe", QUILL_FTYPE_MOSTLY_MXFP4_MOE, QUILL_TYPE_MXFP4},
     {"q1_0", QUILL_FTYPE_MOSTLY_Q1_0, QUILL_TYPE_Q1_0},
     {"q2_0", QUILL_FTYPE_MOSTLY_Q2_0, QUILL_TYPE_Q2_0},
+    {"iq3_s", QUILL_FTYPE_MOSTLY_IQ3_S, QUILL_TYPE_IQ3_S},
+    {"iq3_m", QUILL_FTYPE_MOSTLY_IQ3_M, QUILL_TYPE_IQ3_S},
 };
 
 /* The reference's file types whose blocks it only makes with an importance matrix (or, for
@@ -815,7 +817,7 @@ uint32_t quill_ftype_base_type(quill_ftype ftype) {
 
 const char *quill_ftype_names(void) {
     return "q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs "
-           "tq1_0 tq2_0 q1_0 q2_0 mxfp4_moe f16 bf16 f32 (q3_k, q4_k, q5_k = the _m mixes)";
+           "tq1_0 tq2_0 q1_0 q2_0 iq3_s iq3_m mxfp4_moe f16 bf16 f32 (q3_k, q4_k, q5_k = the _m mixes)";
 }
 
 /* ---------------------------------------------------------------- per-tensor types */
@@ -888,6 +890,7 @@ static uint32_t fit_rows(const quill_gguf_tensor *t, uint32_t type, bool *fallba
     switch (type) {
     case QUILL_TYPE_Q2_K:
     case QUILL_TYPE_Q3_K:
+    case QUILL_TYPE_IQ3_S:
     case QUILL_TYPE_IQ4_XS: type = QUILL_TYPE_IQ4_NL; break;
     case QUILL_TYPE_Q2_0:
     case QUILL_TYPE_TQ1_0:
@@ -922,6 +925,8 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
         if (f == QUILL_FTYPE_MOSTLY_Q2_K) type = s->n_gqa >= 4 ? QUILL_TYPE_Q4_K : QUILL_TYPE_Q3_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_M) type = s->i_attention_wv < 2 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_L) type = QUILL_TYPE_Q5_K;
+        else if (f == QUILL_FTYPE_MOSTLY_IQ3_S && s->n_gqa >= 4) type = QUILL_TYPE_Q4_K;
+        else if (f == QUILL_FTYPE_MOSTLY_IQ3_M) type = QUILL_TYPE_Q4_K;
         else if ((f == QUILL_FTYPE_MOSTLY_IQ4_NL || f == QUILL_FTYPE_MOSTLY_IQ4_XS) && s->n_gqa >= 4)
             type = QUILL_TYPE_Q5_K;
         else if ((f == QUILL_FTYPE_MOSTLY_Q4_K_M || f == QUILL_FTYPE_MOSTLY_Q5_K_M) &&
@@ -940,6 +945,8 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
         const int il = layer_of(s, s->i_ffn_down, name), nl = s->n_layer;
         if (f == QUILL_FTYPE_MOSTLY_Q2_K) type = QUILL_TYPE_Q3_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_M) type = il < nl / 16 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K;
+        else if (f == QUILL_FTYPE_MOSTLY_IQ3_M && (il < nl / 8 || (s->n_expert == 8 && use_more_bits(il, nl))))
+            type = QUILL_TYPE_Q4_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_L) type = QUILL_TYPE_Q5_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q4_K_M) {
             if (use_more_bits(il, nl)) type = QUILL_TYPE_Q6_K;
@@ -952,15 +959,17 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
         if (s->n_expert == 8) {
             if (f == QUILL_FTYPE_MOSTLY_Q2_K || f == QUILL_FTYPE_MOSTLY_Q3_K_S || f == QUILL_FTYPE_MOSTLY_Q3_K_M ||
                 f == QUILL_FTYPE_MOSTLY_IQ4_NL || f == QUILL_FTYPE_MOSTLY_Q4_K_S || f == QUILL_FTYPE_MOSTLY_Q4_K_M ||
-                f == QUILL_FTYPE_MOSTLY_IQ4_XS)
+                f == QUILL_FTYPE_MOSTLY_IQ4_XS || f == QUILL_FTYPE_MOSTLY_IQ3_S || f == QUILL_FTYPE_MOSTLY_IQ3_M)
                 type = QUILL_TYPE_Q5_K;
         } else {
             if (f == QUILL_FTYPE_MOSTLY_Q2_K) type = QUILL_TYPE_Q3_K;
             else if (f == QUILL_FTYPE_MOSTLY_Q3_K_M) type = QUILL_TYPE_Q4_K;
             else if (f == QUILL_FTYPE_MOSTLY_Q3_K_L) type = QUILL_TYPE_Q5_K;
+            else if (f == QUILL_FTYPE_MOSTLY_IQ3_M) type = QUILL_TYPE_Q4_K;
         }
     } else if (contains(name, "attn_qkv.weight")) {
-        if (f == QUILL_FTYPE_MOSTLY_Q3_K_M || f == QUILL_FTYPE_MOSTLY_Q3_K_L) type = QUILL_TYPE_Q4_K;
+        if (f == QUILL_FTYPE_MOSTLY_Q3_K_M || f == QUILL_FTYPE_MOSTLY_Q3_K_L || f == QUILL_FTYPE_MOSTLY_IQ3_M)
+            type = QUILL_TYPE_Q4_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q4_K_M) type = QUILL_TYPE_Q5_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q5_K_M) type = QUILL_TYPE_Q6_K;
     } else if (contains(name, "ffn_gate")) {

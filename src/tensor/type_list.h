@@ -45,7 +45,7 @@
     X(ctx, IQ3_XXS, iq3_xxs, QK_K, sizeof(block_iq3_xxs), 1, 0, 0, 0, NO_EXACT)                                    \
     X(ctx, IQ1_S, iq1_s, QK_K, sizeof(block_iq1_s), 1, 0, 0, 0, NO_EXACT)                                          \
     X(ctx, IQ4_NL, iq4_nl, QK4_NL, sizeof(block_iq4_nl), 1, 1, 1, 0, NO_EXACT)                                     \
-    X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 0, 0, 0, NO_EXACT)                                          \
+    X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 1, 0, 0, NO_EXACT)                                          \
     X(ctx, IQ2_S, iq2_s, QK_K, sizeof(block_iq2_s), 1, 0, 0, 0, NO_EXACT)                                          \
     X(ctx, IQ4_XS, iq4_xs, QK_K, sizeof(block_iq4_xs), 1, 1, 1, 0, NO_EXACT)                                       \
     X(ctx, I8, i8, 1, 1, 0, 0, 0, 0, NO_EXACT)                                                                     \

@@ -245,4 +245,7 @@ static inline float quill_bfloat_to_float(uint16_t h) {
 QUILL_TYPE_LIST(QUILL_DECLARE_TYPE_FNS, )
 #undef QUILL_DECLARE_TYPE_FNS
 
+/* Builds iq3_s's lattice neighbour lists once (quantize_lowbit.c); false if they did not fit. */
+bool quill_iq3s_ready(void);
+
 #endif
