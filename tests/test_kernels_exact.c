@@ -19,8 +19,13 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static uint32_t rnd(void) { return test_rand(&rng_state); }
 static float rndf(void) { return test_randf(&rng_state); }
 
-static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_1, QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1,
-                                     QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q6_K};
+/* The types with exact products: the specialised kernels' eight, then the low-bit types of the
+ * unpacking kernels (exact_unpacked.h). */
+static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0,   QUILL_TYPE_Q4_1,    QUILL_TYPE_Q5_0,   QUILL_TYPE_Q5_1,
+                                     QUILL_TYPE_Q8_0,   QUILL_TYPE_Q4_K,    QUILL_TYPE_Q5_K,   QUILL_TYPE_Q6_K,
+                                     QUILL_TYPE_MXFP4,  QUILL_TYPE_TQ2_0,   QUILL_TYPE_TQ1_0,  QUILL_TYPE_Q1_0,
+                                     QUILL_TYPE_Q2_0,   QUILL_TYPE_IQ2_XXS, QUILL_TYPE_IQ2_XS, QUILL_TYPE_IQ2_S,
+                                     QUILL_TYPE_IQ3_XXS, QUILL_TYPE_IQ3_S,  QUILL_TYPE_IQ1_S,  QUILL_TYPE_IQ1_M};
 #define N_TYPES (sizeof amx_types / sizeof amx_types[0])
 
 /* Random valid rows: random bytes, then a finite moderate half scale (and min) in every block. */
@@ -38,6 +43,15 @@ static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t 
         case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        case QUILL_TYPE_Q1_0: case QUILL_TYPE_Q2_0: case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS:
+        case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: case QUILL_TYPE_IQ3_S: case QUILL_TYPE_IQ1_S:
+            memcpy(blk, &h1, 2);
+            break;
+        case QUILL_TYPE_TQ1_0: case QUILL_TYPE_TQ2_0: memcpy(blk + tr->type_size - 2, &h1, 2); break;
+        case QUILL_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rnd() % 8); break;
+        case QUILL_TYPE_IQ1_M: /* the half's nibbles top the four scale words */
+            for (int q = 0; q < 4; q++) blk[48 + 2 * q + 1] = (uint8_t)((blk[48 + 2 * q + 1] & 0xF) | ((h1 >> (4 * q)) & 0xF) << 4);
+            break;
         default: break;
         }
     }
@@ -51,8 +65,12 @@ static float *random_acts(int n_tok, int64_t cols) {
     return x;
 }
 
-/* Not a multiple of the kernels' 256-column chunks for the 32-blocks: a short last chunk. */
-static int64_t cols_for(uint32_t type) { return quill_type_traits_of(type)->block_size == 256 ? 768 : 352; }
+/* Not a multiple of the kernels' 256-column chunks for the 32-blocks: a short last chunk; for the
+ * unpacking kernels more than their UNPACK_COLS (2048) columns, the last chunk short. */
+static int64_t cols_for(uint32_t type) {
+    if (exact_unpacked(type)) return 2304;
+    return quill_type_traits_of(type)->block_size == 256 ? 768 : 352;
+}
 
 /* The named set, or NULL and a skip when this CPU lacks it. */
 static const quill_kernels *set_or_skip(const char *isa) {
@@ -105,7 +123,13 @@ static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w,
 
 /* The largest activation code per type, as kernels_exact.h documents it: slot · max|q| · cap < 2^24. */
 static int act_cap(uint32_t type) {
-    return type == QUILL_TYPE_Q8_0 ? 4064 : type == QUILL_TYPE_Q5_1 || type == QUILL_TYPE_Q5_K ? 16256 : 32512;
+    switch (type) {
+    case QUILL_TYPE_Q8_0: return 4064;
+    case QUILL_TYPE_Q5_1: case QUILL_TYPE_Q5_K: return 16256;
+    /* lattice magnitudes up to 43 (iq2) and 62 (iq3_xxs): 32 · 62 · 8128 < 2^24 */
+    case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS: case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: return 8128;
+    default: return 32512;
+    }
 }
 
 static bool has_8_significant_bits(int v) {

@@ -29,26 +29,34 @@ static const lowbit_type lowbit_types[] = {
 };
 #define N_LOWBIT (sizeof lowbit_types / sizeof lowbit_types[0])
 
-/* A finite half of either sign between 2^(min_exp - 15) and 2^(min_exp - 5), with a random
+/* A finite half of either sign with a biased exponent in [min_exp, min_exp + span) and a random
  * mantissa. */
-static uint16_t random_scale(uint64_t *rng, uint32_t min_exp) {
+static uint16_t random_scale(uint64_t *rng, uint32_t min_exp, uint32_t span) {
     const uint32_t r = test_rand(rng);
-    const uint32_t exp = min_exp + r % 11;
+    const uint32_t exp = min_exp + r % span;
     return (uint16_t)((r >> 8 & 1) << 15 | exp << 10 | (r >> 9 & 0x3FF));
 }
 
-/* Random bytes are valid blocks of these types once their scales are made finite: with min_exp
- * 6, between 2^-9 and 2, or smaller for a model's weights. */
-static void fill_blocks(const lowbit_type *lt, uint8_t *p, int64_t n_blocks, uint64_t *rng, uint32_t min_exp) {
+/* Random bytes are valid blocks of these types once their scales are made finite: half scales
+ * with biased exponents in [min_exp, min_exp + span) (6 and 11: between 2^-9 and 2), the E8M0
+ * exponent 128 + min_exp - 15 + [0, span), and for a model (span < 11) UE4M3 exponents
+ * min_exp - 8 + [0, 4) (clamped). */
+static void fill_blocks(const lowbit_type *lt, uint8_t *p, int64_t n_blocks, uint64_t *rng, uint32_t min_exp,
+                        uint32_t span) {
     const size_t size = quill_type_traits_of(lt->type)->type_size;
     for (int64_t b = 0; b < n_blocks; b++, p += size) {
         for (size_t i = 0; i < size; i++) p[i] = (uint8_t)test_rand(rng);
-        uint16_t h = random_scale(rng, min_exp);
+        uint16_t h = random_scale(rng, min_exp, span);
         switch (lt->scale) {
         case SCALE_HALF_FIRST: memcpy(p, &h, 2); break;
         case SCALE_HALF_LAST: memcpy(p + size - 2, &h, 2); break;
-        case SCALE_E8M0: p[0] = (uint8_t)(100 + min_exp + test_rand(rng) % 40); break;
-        case SCALE_ANY: break;
+        case SCALE_E8M0: p[0] = (uint8_t)(128 + min_exp - 15 + test_rand(rng) % span); break;
+        case SCALE_ANY: /* nvfp4's four UE4M3 scales: any byte is valid, a model's are moderate */
+            for (int k = 0; span < 11 && k < 4; k++) {
+                const int e = (int)min_exp - 8 + (int)(test_rand(rng) % 4);
+                p[k] = (uint8_t)((e < 1 ? 1 : e > 14 ? 14 : e) << 3 | (test_rand(rng) & 7));
+            }
+            break;
         case SCALE_IQ1_M: {
             /* the half's four nibbles are the top nibbles of the four scale words */
             uint8_t *sc = p + offsetof(block_iq1_m, scales);
@@ -107,7 +115,7 @@ TEST(types_lowbit_dequant_matches_reference) {
             const int64_t n_blocks = ne[0] * ne[1] * ne[2] / tr->block_size;
             blocks[t][v] = malloc((size_t)n_blocks * tr->type_size);
             if (!blocks[t][v]) abort();
-            fill_blocks(&lowbit_types[t], blocks[t][v], n_blocks, &rng, 6);
+            fill_blocks(&lowbit_types[t], blocks[t][v], n_blocks, &rng, 6, 11);
             snprintf(names[t][v], sizeof names[t][v], "%s.%d", tr->name, v);
             ok = quill_gguf_writer_add_tensor(w, names[t][v], lowbit_types[t].type, n_dims, ne, blocks[t][v]) == QUILL_OK;
         }
@@ -223,7 +231,7 @@ TEST(types_lowbit_unaligned) {
     for (size_t t = 0; t < N_LOWBIT; t++) {
         const quill_type_traits *tr = quill_type_traits_of(lowbit_types[t].type);
         uint8_t aligned[2 * 256] __attribute__((aligned(16))), odd[2 * 256 + 1];
-        fill_blocks(&lowbit_types[t], aligned, 2, &rng, 6);
+        fill_blocks(&lowbit_types[t], aligned, 2, &rng, 6, 11);
         memcpy(odd + 1, aligned, 2 * tr->type_size);
         float a[512], b[512];
         CHECK(quill_dequantize(lowbit_types[t].type, aligned, a, 2 * tr->block_size, NULL) == QUILL_OK);
@@ -267,11 +275,21 @@ TEST(types_lowbit_model_runs) {
         next = (next + 1) % N_LOWBIT;
         const quill_type_traits *tr = quill_type_traits_of(lt->type);
         const int64_t n_blocks = t->n_elements / tr->block_size;
-        /* weights of a few hundredths: grids reach 43 and scales 15.5/4, so the i-quants' d is smaller */
-        const uint32_t min_exp = tr->block_size == 256 && lt->scale == SCALE_HALF_FIRST ? 0 : 4;
+        /* weights of a few hundredths (an n_embd of 256 wants about 1/16): each type's scale
+         * exponent for that, from its largest codes and sub-block scales */
+        uint32_t exp;
+        switch (lt->type) {
+        case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS: case QUILL_TYPE_IQ2_S: exp = 4; break;
+        case QUILL_TYPE_IQ3_XXS: case QUILL_TYPE_IQ3_S: exp = 3; break;
+        case QUILL_TYPE_IQ1_S: case QUILL_TYPE_IQ1_M: exp = 7; break;
+        case QUILL_TYPE_MXFP4: exp = 8; break;
+        case QUILL_TYPE_Q2_0: exp = 9; break;
+        case QUILL_TYPE_NVFP4: exp = 10; break;
+        default: exp = 10; break;
+        }
         data[n_data] = malloc((size_t)n_blocks * tr->type_size);
         if (!data[n_data]) abort();
-        fill_blocks(lt, data[n_data], n_blocks, &rng, min_exp);
+        fill_blocks(lt, data[n_data], n_blocks, &rng, exp - 1, 2);
         quill_gguf_writer_add_tensor(w, t->name, lt->type, t->n_dims, t->ne, data[n_data]);
         n_data++;
     }

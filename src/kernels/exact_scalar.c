@@ -7,8 +7,10 @@
  *     act_max(type), 32512 for most types). So every code is exactly a bf16 value, with an error
  *     relative to x like bf16 rounding for the large elements and much smaller for the small ones:
  *     ~5x closer to the f32 values than the reference's 8-bit activations;
- *   - weights: each sub-block (32 weights; 16 for q6_K) enters as its integer codes (q - 8 for
- *     q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the others), unpacked from the mapping;
+ *   - weights: each sub-block (32 weights; 16 for q6_K, iq2_xs, iq2_s, iq1_m) enters as its
+ *     integer codes (q - 8 for q4_0, q - 16 for q5_0, q - 32 for q6_K, q for the k-quants and
+ *     q8_0; for the low-bit types the codes and scales exact_unpack.c defines), unpacked from the
+ *     mapping;
  *   - per sub-block the integer C = Σ q·a, which A keeps below 2^24: exact in f32, whatever the
  *     order of the adds;
  *   - then in f32, sub-block after sub-block: acc = fma(C, s·da, acc), with s the sub-block's
@@ -61,6 +63,7 @@ static void row_scales(uint32_t type, const uint8_t *row, int n, float *s, float
             s[i] = quill_half_to_float(kb->d) * (float)kb->scales[k % 256 / 16];
             break;
         }
+        case EXACT_SCALE_UNPACKED: break; /* their unpacker gives the scales */
         }
     }
 }
@@ -129,8 +132,12 @@ bool quill_exact_matmul_model(uint32_t type, const void *w, size_t row_bytes, in
         }
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *row = (const uint8_t *)w + r * row_bytes;
-            row_codes(type, row, cols, q);
-            row_scales(type, row, (int)(cols / kb), s, m);
+            if (exact_unpacked(type)) {
+                quill_exact_unpack_for(type)(row, cols, q, s);
+            } else {
+                row_codes(type, row, cols, q);
+                row_scales(type, row, (int)(cols / kb), s, m);
+            }
             float acc = 0;
             for (int64_t i = 0; i < cols / kb; i++) {
                 int32_t c = 0;

@@ -8,7 +8,9 @@
  * integer activation codes (bf16 precision) and exact integer sums, which exact_scalar.c defines
  * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
  * amx on AVX-512 VNNI and the tile unit (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, with
- * exact_avx512.h). The per-type lists come from tensor/type_list.h. Either way each (row, token)
+ * exact_avx512.h); the low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) by the
+ * unpacking kernels of exact_unpacked.h on AVX2 and AVX-512. The per-type lists come from
+ * tensor/type_list.h. Either way each (row, token)
  * result runs the same arithmetic whatever the batch size or thread count, which is what makes
  * results batch- and thread-invariant. */
 #ifndef QUILL_KERNELS_H

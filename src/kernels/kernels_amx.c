@@ -327,8 +327,9 @@ TYPED_TASKS(tiles, TILES_TASK, TILES_CASE)
 /* ---------------------------------------------------------------- the matmul entry point */
 
 static size_t amx_scratch(int64_t cols, int n_tok) {
-    size_t a = acts_bytes(cols, n_tok), p = planes_bytes(cols);
-    return a > p ? a : p;
+    size_t a = acts_bytes(cols, n_tok), p = planes_bytes(cols), u = unpacked_scratch(cols, n_tok);
+    a = a > p ? a : p;
+    return a > u ? a : u; /* the low-bit types keep the avx512 set's unpacking kernels */
 }
 
 static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,

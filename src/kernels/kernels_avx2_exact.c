@@ -13,6 +13,7 @@
  * of that row and token only: batch- and thread-invariant, and equal to the AMX / VNNI sets'. */
 #include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
+#include "kernels/exact_unpacked.h"
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
@@ -467,8 +468,25 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 /* ---------------------------------------------------------------- entry points */
 
 static size_t exact_scratch(int64_t cols, int n_tok) {
-    return (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * planes_bytes(cols);
+    const size_t planes = (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * planes_bytes(cols);
+    const size_t unpacked = unpacked_scratch(cols, n_tok);
+    return planes > unpacked ? planes : unpacked;
 }
+
+/* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
+
+static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
+    __m256i acc = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)),
+                                    _mm256_loadu_si256((const __m256i *)a));
+    if (width == 32)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))),
+                                                      _mm256_loadu_si256((const __m256i *)(a + 16))));
+    return hsum_epi32(acc);
+}
+QUILL_UNPACKED_ROWS_(avx2)
+#define UNPACKED_MATMUL(tsfx, ID) QUILL_UNPACKED_MATMUL_(avx2, ID)
+#define INSTALL_UNPACKED(tsfx, ID) k->matmul[QUILL_TYPE_##ID] = unpacked_matmul_avx2_##ID;
+QUILL_UNPACKED_EXACT_TYPES(UNPACKED_MATMUL)
 
 static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *m, int n_mats, int64_t cols,
                          const float *x, int n_tok, quill_pool *pool, void *scratch) {
@@ -507,6 +525,7 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 #define INSTALL_MATMUL(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_##sfx;
 void quill_kernels_install_avx2_exact(quill_kernels *k) {
     QUILL_EXACT_TYPES(INSTALL_MATMUL)
+    QUILL_UNPACKED_EXACT_TYPES(INSTALL_UNPACKED)
     k->matmul_scratch = exact_scratch;
 }
 #endif

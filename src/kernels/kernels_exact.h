@@ -24,6 +24,7 @@ typedef enum {
     EXACT_SCALE_D_M,  /* d, then the block minimum (q4_1, q5_1) */
     EXACT_SCALE_K4,   /* d, dmin, then 12 bytes of 6-bit scales and minimums (q4_K, q5_K) */
     EXACT_SCALE_Q6_K, /* 16 signed 8-bit scales, then d, at the end of the block */
+    EXACT_SCALE_UNPACKED, /* the type's quill_exact_unpack_<sfx> gives codes and scales (exact = 2) */
 } exact_scale_layout;
 
 /* What the exact integer products need to know of one weight type: its row in the type list
@@ -53,8 +54,11 @@ typedef struct {
 #define EXACT(slot, bias, amax, min, layout, qs_at, qh_at)                                                 \
     .slot_width = slot, .code_bias = bias, .act_max = amax, .has_min = min, .scales = layout, .qs = qs_at, \
     .qh = qh_at
+#define EXACT_ANY_0(...)
+#define EXACT_ANY_1(...) __VA_ARGS__
+#define EXACT_ANY_2(...) __VA_ARGS__
 #define EXACT_ROW(ctx, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)                                  \
-    QUILL_IF(exact, [QUILL_TYPE_##ID] = {.block_elems = block, .block_bytes = (int)(bytes), facts}, )
+    EXACT_ANY_##exact([QUILL_TYPE_##ID] = {.block_elems = block, .block_bytes = (int)(bytes), facts}, )
 static const exact_type exact_types[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(EXACT_ROW, )};
 #undef EXACT_ROW
 #undef EXACT
@@ -62,8 +66,44 @@ static const exact_type exact_types[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(EXACT_R
 /* Every exact type's instantiation of a kernel: QUILL_EXACT_TYPES(M) expands M(sfx, ID) once per
  * row of the type list with exact = 1, so that the kernel files' per-type functions and install
  * tables follow the list. */
-#define QUILL_EXACT_TYPE_ROW_(M, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts) QUILL_IF(exact, M(sfx, ID))
+#define QUILL_EXACT_KERNELS_0(...)
+#define QUILL_EXACT_KERNELS_1(...) __VA_ARGS__
+#define QUILL_EXACT_KERNELS_2(...)
+#define QUILL_EXACT_TYPE_ROW_(M, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)               \
+    QUILL_EXACT_KERNELS_##exact(M(sfx, ID))
 #define QUILL_EXACT_TYPES(M) QUILL_TYPE_LIST(QUILL_EXACT_TYPE_ROW_, M)
+
+/* The same for the rows with exact = 2, which the unpacking kernels serve: UNPACKED(M) expands
+ * M(sfx, ID) for each. */
+#define QUILL_UNPACKED_0(...)
+#define QUILL_UNPACKED_1(...)
+#define QUILL_UNPACKED_2(...) __VA_ARGS__
+#define QUILL_UNPACKED_TYPE_ROW_(M, ID, sfx, block, bytes, decodes, quantizes, vector, exact, facts)            \
+    QUILL_UNPACKED_##exact(M(sfx, ID))
+#define QUILL_UNPACKED_EXACT_TYPES(M) QUILL_TYPE_LIST(QUILL_UNPACKED_TYPE_ROW_, M)
+
+/* The unpacking kernels' view of a row (exact = 2): the signed integer codes q of columns
+ * [0, n) (n whole blocks, from the block at `row`) and the scale of each slot of slot_width
+ * columns, such that the weight is s·q; the exact products then sum Σq·a per slot exactly and add
+ * fma(C, s·da, acc) slot after slot, as exact_scalar.c defines. */
+typedef void (*quill_exact_unpack_fn)(const uint8_t *row, int64_t n, int8_t *q, float *s);
+#define QUILL_DECLARE_UNPACK_(sfx, ID) void quill_exact_unpack_##sfx(const uint8_t *row, int64_t n, int8_t *q, float *s);
+QUILL_UNPACKED_EXACT_TYPES(QUILL_DECLARE_UNPACK_)
+#undef QUILL_DECLARE_UNPACK_
+/* The unpacker of a type, or NULL (exact_unpack.c). */
+quill_exact_unpack_fn quill_exact_unpack_for(uint32_t type);
+static inline bool exact_unpacked(uint32_t type) {
+    return type < QUILL_TYPE_COUNT && exact_types[type].scales == EXACT_SCALE_UNPACKED && exact_types[type].slot_width;
+}
+
+/* Columns an unpacking kernel unpacks at a time (a multiple of every block size), and tokens per
+ * pass over a matrix: its scratch holds a pass's activation codes. */
+#define UNPACK_COLS 2048
+#define UNPACK_TOKENS 64
+static inline size_t unpacked_scratch(int64_t cols, int n_tok) {
+    const size_t pass = (size_t)(n_tok < UNPACK_TOKENS ? n_tok : UNPACK_TOKENS);
+    return pass * ((size_t)cols * sizeof(int16_t) + (size_t)(cols / 32) * sizeof(float)) + 64;
+}
 /* Whether a type has exact products (the facts below are only defined for those). */
 static inline bool exact_supported(uint32_t type) { return type < QUILL_TYPE_COUNT && exact_types[type].slot_width; }
 

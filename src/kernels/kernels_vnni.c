@@ -2,6 +2,7 @@
  * file's rows or from the load-time layout (kernels_vnni_pack.c); exact_avx512.h describes the
  * sets. */
 #include "kernels/exact_avx512.h"
+#include "kernels/exact_unpacked.h"
 
 #if defined(__x86_64__)
 
@@ -83,8 +84,25 @@ static size_t word_acts_bytes(int64_t cols, int n_tok) {
 
 static size_t vnni_scratch(int64_t cols, int n_tok) {
     const int pass = n_tok < VNNI_TOKENS ? n_tok : VNNI_TOKENS;
-    return (size_t)pass * planes_bytes(cols) + (pass >= WORD_TOKENS ? word_acts_bytes(cols, pass) : 0);
+    const size_t planes = (size_t)pass * planes_bytes(cols) + (pass >= WORD_TOKENS ? word_acts_bytes(cols, pass) : 0);
+    const size_t unpacked = unpacked_scratch(cols, n_tok);
+    return planes > unpacked ? planes : unpacked;
 }
+
+/* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
+
+static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
+    if (width == 32)
+        return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)q)),
+                                                         _mm512_loadu_si512(a)));
+    const __m256i p = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)),
+                                        _mm256_loadu_si256((const __m256i *)a));
+    return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(p));
+}
+QUILL_UNPACKED_ROWS_(vnni)
+#define UNPACKED_MATMUL(tsfx, ID) QUILL_UNPACKED_MATMUL_(vnni, ID)
+#define INSTALL_UNPACKED(tsfx, ID) k->matmul[QUILL_TYPE_##ID] = unpacked_matmul_vnni_##ID;
+QUILL_UNPACKED_EXACT_TYPES(UNPACKED_MATMUL)
 
 static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, int n_mats, int64_t cols,
                              const float *x, int n_tok, quill_pool *pool, void *scratch) {
@@ -154,6 +172,7 @@ MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
 void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_scratch = vnni_scratch;
     QUILL_EXACT_TYPES(INSTALL_VNNI)
+    QUILL_UNPACKED_EXACT_TYPES(INSTALL_UNPACKED)
     k->packed_layout = "vnni16";
     k->pack_bytes = quill_vnni_pack_bytes;
     k->pack = quill_vnni_pack;

@@ -10,7 +10,10 @@
  *   ID        the quill_type name after QUILL_TYPE_ (the ggml id lives in quill.h's enum)
  *   sfx       ggml's name of the type ("q4_K"), and the suffix of its functions
  *   block     elements per block; bytes: bytes per block (the GGUF reader sizes tensors with them)
- *   decodes, quantizes, exact: 1 or 0 (literal tokens: they select code with QUILL_IF)
+ *   decodes, quantizes: 1 or 0 (literal tokens: they select code with QUILL_IF)
+ *   exact     0: no exact products; 1: exact products by the sets' specialised kernels (each exact
+ *             kernel file unpacks the type itself); 2: exact products by the unpacking kernels
+ *             (kernels_exact.h), from quill_exact_unpack_<sfx> (exact_unpack.c)
  *   vector    what the avx2 and avx512 files define for it: 0 nothing, 1 dequant_<sfx> (a vector
  *             dequantizer, bit-identical to to_float), 2 that and vec_dot_<sfx> (kernels_simd.h)
  *   facts     for exact types EXACT(slot_width, code_bias, act_max, has_min, scales, qs, qh), as
@@ -40,27 +43,39 @@
     X(ctx, Q5_K, q5_K, QK_K, sizeof(block_q5_K), 1, 1, 1, 1, EXACT(32, 0, 127 * 128, true, EXACT_SCALE_K4, 0, 0))  \
     X(ctx, Q6_K, q6_K, QK_K, sizeof(block_q6_K), 1, 1, 2, 1, EXACT(16, 32, QMAX, false, EXACT_SCALE_Q6_K, 0, 0))   \
     X(ctx, Q8_K, q8_K, QK_K, sizeof(block_q8_K), 0, 0, 0, 0, NO_EXACT)                                             \
-    X(ctx, IQ2_XXS, iq2_xxs, QK_K, sizeof(block_iq2_xxs), 1, 0, 0, 0, NO_EXACT)                                    \
-    X(ctx, IQ2_XS, iq2_xs, QK_K, sizeof(block_iq2_xs), 1, 0, 0, 0, NO_EXACT)                                       \
-    X(ctx, IQ3_XXS, iq3_xxs, QK_K, sizeof(block_iq3_xxs), 1, 0, 0, 0, NO_EXACT)                                    \
-    X(ctx, IQ1_S, iq1_s, QK_K, sizeof(block_iq1_s), 1, 0, 0, 0, NO_EXACT)                                          \
+    X(ctx, IQ2_XXS, iq2_xxs, QK_K, sizeof(block_iq2_xxs), 1, 0, 0, 2,                                              \
+      EXACT(32, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+    X(ctx, IQ2_XS, iq2_xs, QK_K, sizeof(block_iq2_xs), 1, 0, 0, 2,                                                 \
+      EXACT(16, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+    X(ctx, IQ3_XXS, iq3_xxs, QK_K, sizeof(block_iq3_xxs), 1, 0, 0, 2,                                              \
+      EXACT(32, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+    X(ctx, IQ1_S, iq1_s, QK_K, sizeof(block_iq1_s), 1, 0, 0, 2,                                                    \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, IQ4_NL, iq4_nl, QK4_NL, sizeof(block_iq4_nl), 1, 1, 1, 0, NO_EXACT)                                     \
-    X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 1, 0, 0, NO_EXACT)                                          \
-    X(ctx, IQ2_S, iq2_s, QK_K, sizeof(block_iq2_s), 1, 0, 0, 0, NO_EXACT)                                          \
+    X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 1, 0, 2,                                                    \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+    X(ctx, IQ2_S, iq2_s, QK_K, sizeof(block_iq2_s), 1, 0, 0, 2,                                                    \
+      EXACT(16, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
     X(ctx, IQ4_XS, iq4_xs, QK_K, sizeof(block_iq4_xs), 1, 1, 1, 0, NO_EXACT)                                       \
     X(ctx, I8, i8, 1, 1, 0, 0, 0, 0, NO_EXACT)                                                                     \
     X(ctx, I16, i16, 1, 2, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, I32, i32, 1, 4, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, I64, i64, 1, 8, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, F64, f64, 1, 8, 0, 0, 0, 0, NO_EXACT)                                                                   \
-    X(ctx, IQ1_M, iq1_m, QK_K, sizeof(block_iq1_m), 1, 0, 0, 0, NO_EXACT)                                          \
+    X(ctx, IQ1_M, iq1_m, QK_K, sizeof(block_iq1_m), 1, 0, 0, 2,                                                    \
+      EXACT(16, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, BF16, bf16, 1, 2, 1, 1, 1, 0, NO_EXACT)                                                                 \
-    X(ctx, TQ1_0, tq1_0, QK_K, sizeof(block_tq1_0), 1, 1, 0, 0, NO_EXACT)                                          \
-    X(ctx, TQ2_0, tq2_0, QK_K, sizeof(block_tq2_0), 1, 1, 0, 0, NO_EXACT)                                          \
-    X(ctx, MXFP4, mxfp4, QK_MXFP4, sizeof(block_mxfp4), 1, 1, 0, 0, NO_EXACT)                                      \
+    X(ctx, TQ1_0, tq1_0, QK_K, sizeof(block_tq1_0), 1, 1, 0, 2,                                                    \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+    X(ctx, TQ2_0, tq2_0, QK_K, sizeof(block_tq2_0), 1, 1, 0, 2,                                                    \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+    X(ctx, MXFP4, mxfp4, QK_MXFP4, sizeof(block_mxfp4), 1, 1, 0, 2,                                                \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, NVFP4, nvfp4, QK_NVFP4, sizeof(block_nvfp4), 1, 0, 0, 0, NO_EXACT)                                      \
-    X(ctx, Q1_0, q1_0, QK1_0, sizeof(block_q1_0), 1, 1, 0, 0, NO_EXACT)                                            \
-    X(ctx, Q2_0, q2_0, QK2_0, sizeof(block_q2_0), 1, 1, 0, 0, NO_EXACT)
+    X(ctx, Q1_0, q1_0, QK1_0, sizeof(block_q1_0), 1, 1, 0, 2,                                                      \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+    X(ctx, Q2_0, q2_0, QK2_0, sizeof(block_q2_0), 1, 1, 0, 2,                                                      \
+      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))
 
 /* QUILL_IF(flag, code...): the code when flag is the token 1, nothing when it is 0. */
 #define QUILL_IF(flag, ...) QUILL_IF_##flag(__VA_ARGS__)
