@@ -308,3 +308,45 @@ TEST(types_lowbit_model_runs) {
     CHECK_STR_CONTAINS(out, "ok:");
     free(out);
 }
+
+/* The GGUF fuzzer's seed of these types (fuzz/seeds/lowbit.gguf.seed): two rows of random valid
+ * blocks of each, built here and compared with the committed file (QUILL_REGEN_MALFORMED=1
+ * rewrites it; run from the repository root). */
+TEST(types_lowbit_fuzz_seed) {
+    uint64_t rng = 4242;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    CHECK(w != NULL);
+    quill_gguf_writer_add_str(w, "general.architecture", "llama", 5);
+    void *blocks[N_LOWBIT] = {0};
+    bool ok = true;
+    for (size_t t = 0; t < N_LOWBIT && ok; t++) {
+        const quill_type_traits *tr = quill_type_traits_of(lowbit_types[t].type);
+        const int64_t ne[2] = {tr->block_size, 2};
+        blocks[t] = malloc(2 * tr->type_size);
+        if (!blocks[t]) abort();
+        fill_blocks(&lowbit_types[t], blocks[t], 2, &rng, 6, 11);
+        char name[32];
+        snprintf(name, sizeof name, "w.%s", tr->name);
+        ok = quill_gguf_writer_add_tensor(w, name, lowbit_types[t].type, 2, ne, blocks[t]) == QUILL_OK;
+    }
+    char *path = path_join(tmp_dir(), "lowbit.gguf.seed");
+    quill_error err = {0};
+    ok = ok && quill_gguf_writer_write(w, path, &err) == QUILL_OK;
+    quill_gguf_writer_free(w);
+    for (size_t t = 0; t < N_LOWBIT; t++) free(blocks[t]);
+    size_t n = 0, have_n = 0;
+    void *built = ok ? read_file(path, &n) : NULL;
+    free(path);
+    CHECK(built && n <= 6000, "building the seed: %s (%zu bytes)", err.message, n);
+    const char *regen = getenv("QUILL_REGEN_MALFORMED");
+    if (regen && !strcmp(regen, "1")) {
+        FILE *f = fopen("fuzz/seeds/lowbit.gguf.seed", "wb");
+        CHECK(f && fwrite(built, 1, n, f) == n && fclose(f) == 0, "writing fuzz/seeds/lowbit.gguf.seed");
+    }
+    void *have = read_file("fuzz/seeds/lowbit.gguf.seed", &have_n);
+    const bool same = have && have_n == n && !memcmp(have, built, n);
+    free(have);
+    free(built);
+    CHECK(same, "fuzz/seeds/lowbit.gguf.seed differs from its builder (run from the repository root; regenerate "
+                "with QUILL_REGEN_MALFORMED=1)");
+}
