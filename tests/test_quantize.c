@@ -468,8 +468,9 @@ TEST(quantize_mix_rules_70b_gqa_and_tied) {
 }
 
 TEST(quantize_mix_fallback_for_short_rows) {
-    /* rows of 64: k-quants fall back to 32-blocks (q3_K -> iq4_nl, q4_K -> q5_0, q5_K -> q5_1,
-     * q6_K -> q8_0); the output matrix takes q8_0 */
+    /* rows of 64: k-quants fall back to 32-blocks (q2_K, q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1,
+     * q6_K -> q8_0; tests/test_quantize_lowbit.c compares a whole file with the reference's); the
+     * output matrix takes q8_0 */
     char *path = write_shape_model("shape64.gguf", 2, 4, 4, 64, 64, true);
     quill_gguf *g;
     quill_error err;
@@ -484,21 +485,22 @@ TEST(quantize_mix_fallback_for_short_rows) {
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_Q4_K_M, "output.weight") == QUILL_TYPE_Q8_0);
     CHECK(planned(g, QUILL_FTYPE_MOSTLY_Q4_K_M, "token_embd.weight") == QUILL_TYPE_Q5_0);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_K_M, 1, "attn_v") == QUILL_TYPE_Q8_0); /* q6_K layer */
-    CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_S, 0, "attn_q") == QUILL_TYPE_IQ4_NL);
+    CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q3_K_S, 0, "attn_q") == QUILL_TYPE_Q4_0);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q5_K_S, 0, "attn_q") == QUILL_TYPE_Q5_1);
-    CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, 0, "attn_q") == QUILL_TYPE_IQ4_NL);
+    CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q2_K, 0, "attn_q") == QUILL_TYPE_Q4_0);
+    CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_IQ4_XS, 0, "attn_q") == QUILL_TYPE_IQ4_NL);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q6_K, 0, "attn_q") == QUILL_TYPE_Q8_0);
     CHECK(layer_type(g, QUILL_FTYPE_MOSTLY_Q4_0, 0, "attn_q") == QUILL_TYPE_Q4_0);
     quill_quant_choice pure[32];
     CHECK(quill_quantize_plan(g, QUILL_FTYPE_MOSTLY_Q4_K_M, true, pure, &err) == QUILL_OK, "%s", err.message);
     CHECK(pure[0].type == QUILL_TYPE_Q5_0 && pure[0].fallback); /* output.weight: q4_K -> q5_0 */
-    /* and the file quantizes (iq4_nl included) */
+    /* and the file quantizes */
     char *out = tmp_path("shape64-q3ks.gguf");
     quill_quantize_params p = {.ftype = QUILL_FTYPE_MOSTLY_Q3_K_S};
     CHECK(quill_quantize_file(path, out, &p, &err) == QUILL_OK, "%s", err.message);
     quill_gguf *o;
     CHECK(quill_gguf_open(out, &o, &err) == QUILL_OK, "%s", err.message);
-    CHECK(quill_gguf_find_tensor(o, "blk.1.ffn_up.weight")->type == QUILL_TYPE_IQ4_NL);
+    CHECK(quill_gguf_find_tensor(o, "blk.1.ffn_up.weight")->type == QUILL_TYPE_Q4_0);
     quill_gguf_close(o);
     remove(out);
     free(out);

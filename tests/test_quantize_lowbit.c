@@ -242,3 +242,22 @@ TEST(quantize_lowbit_imatrix_types_refused) {
     CHECK_STR_CONTAINS(out, "iq2_xxs needs an importance matrix");
     free(out);
 }
+
+/* Rows of 64, which no 256-block type splits: each mix's fallbacks (q2_K, q3_K -> q4_0, q4_K ->
+ * q5_0, q5_K -> q5_1, q6_K -> q8_0, iq3_s / iq4_xs -> iq4_nl, the ternary types -> q4_0) as this
+ * reference makes them, whole files byte for byte. */
+TEST(quantize_lowbit_fallbacks_identical_to_reference) {
+    REQUIRE_SHARED(shared);
+    char *in = path_join(tmp_dir(), "rows64-f16.gguf"), cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 64 --layers 2 --heads 2 --kv-heads 2 --ff 128 --vocab %s/tokenizer/ggml-vocab-llama-spm.gguf "
+             "-o %s",
+             quill_bin(), shared, in);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    static const char *const ftypes[] = {"q3_k_m", "q2_k", "iq4_xs", "tq2_0", "iq3_m"};
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++) check_against_reference(shared, in, ftypes[i]);
+    remove(in);
+    free(in);
+}

@@ -2,7 +2,7 @@
  * magnitudes, one byte each, lowest address first (iq1's bytes are signed: -1, 0 or 1). A block
  * stores indices into these tables; the values are the format's, extracted once from the
  * reference implementation's tables by a script and checked element by element by the
- * dequantization tests against the reference's own decoder (tests/test_types_iq.c). */
+ * dequantization tests against the reference's own decoder (tests/test_types_lowbit.c). */
 #include "tensor/types_internal.h"
 
 const uint64_t quill_iq2xxs_grid[256] = {

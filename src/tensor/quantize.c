@@ -888,10 +888,10 @@ static uint32_t fit_rows(const quill_gguf_tensor *t, uint32_t type, bool *fallba
     if (t->ne[0] % block_size_of(type) == 0) return type;
     *fallback = true;
     switch (type) {
-    case QUILL_TYPE_Q2_K:
-    case QUILL_TYPE_Q3_K:
     case QUILL_TYPE_IQ3_S:
     case QUILL_TYPE_IQ4_XS: type = QUILL_TYPE_IQ4_NL; break;
+    case QUILL_TYPE_Q2_K: /* this reference's choice; early-2025 versions took iq4_nl */
+    case QUILL_TYPE_Q3_K:
     case QUILL_TYPE_Q2_0:
     case QUILL_TYPE_TQ1_0:
     case QUILL_TYPE_TQ2_0: type = QUILL_TYPE_Q4_0; break;
