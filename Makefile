@@ -162,7 +162,7 @@ FUZZ_TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SUPPORT := $(addprefix $(FUZZ_BUILD)/,cli/options.o cli/util.o server/request.o server/translate.o server/util.o)
 FUZZ_SECONDS ?= 4
 ifeq ($(BUILD),$(FUZZ_BUILD))
-$(filter-out $(BUILD)/src/kernels/kernels_avx%.o,$(LIB_OBJ)) $(FUZZ_SUPPORT): CFLAGS += $(FUZZ_SAN)
+$(filter-out $(BUILD)/src/kernels/kernels_avx%.o $(BUILD)/src/kernels/kernels_vnni%.o $(BUILD)/src/kernels/kernels_amx.o,$(LIB_OBJ)) $(FUZZ_SUPPORT): CFLAGS += $(FUZZ_SAN)
 endif
 .PHONY: fuzz-targets fuzz-smoke
 fuzz:
