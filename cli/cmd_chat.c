@@ -620,6 +620,12 @@ int cmd_chat(int argc, char **argv) {
         gp.n_stop = o.n_stop;
         gp.text_start = false;
         gp.should_stop = stop_requested;
+        /* As the reference's chat does: each reply starts from a fresh sampler (a grammar at its
+         * start, an empty penalty window) whose window then holds the whole conversation; the
+         * generator adds the part it evaluates, the reused part is added here. */
+        gp.penalize_prompt = true;
+        quill_sampler_reset(smp);
+        for (size_t i = 0; i < keep; i++) quill_sampler_accept_prompt(smp, full[i]);
         quill_generate_result res;
         s = quill_generate(ctx, smp, full + keep, n_full - keep, &gp, on_token, &rep, &res, &err);
         free(full);

@@ -247,10 +247,37 @@ typedef struct quill_sampler quill_sampler;
 QUILL_API quill_status quill_sampler_new(const quill_sampler_params *p, int32_t n_vocab, quill_sampler **out,
                                          quill_error *err);
 QUILL_API void quill_sampler_free(quill_sampler *s);
-/* Records a token (prompt or generated) for the repetition penalty window. */
+/* Records a generated token: every stage sees it (the penalty window, a grammar's state). */
 QUILL_API void quill_sampler_accept(quill_sampler *s, int32_t token);
-/* Picks the next token from logits (which it may modify). */
+/* Records a prompt token: only the penalty window sees it (a grammar constrains what is generated). */
+QUILL_API void quill_sampler_accept_prompt(quill_sampler *s, int32_t token);
+/* Every stage back to its state after construction (empty penalty window, a grammar at its start);
+ * the random stream goes on, so that a new turn of a conversation does not repeat the draws. */
+QUILL_API void quill_sampler_reset(quill_sampler *s);
+/* Picks the next token from logits (which it may modify). -1 when a restricting stage failed
+ * (quill_sampler_error says why: e.g. a grammar that no token can continue) or s/logits is NULL. */
 QUILL_API int32_t quill_sampler_sample(quill_sampler *s, float *logits);
+/* Why the last quill_sampler_sample() returned -1, or NULL. */
+QUILL_API const char *quill_sampler_error(const quill_sampler *s);
+
+/* A restricting stage of the sampler's chain (a grammar, a ban list): it runs after the penalties,
+ * before the selection stages, on the whole vocabulary. */
+typedef struct quill_sampler_stage {
+    const char *name;
+    /* Sets the logits of the tokens it excludes to -INFINITY. False on a failure, with *err set
+     * (the draw then returns -1). */
+    bool (*apply)(void *state, float *logits, int32_t n_vocab, quill_error *err);
+    /* Optional: whether `token` survives apply. With it the sampler checks the token it drew
+     * before restricting the whole vocabulary. */
+    bool (*allows)(void *state, int32_t token);
+    void (*accept)(void *state, int32_t token);     /* a generated token (optional) */
+    void (*reset)(void *state);                     /* optional */
+    void (*free)(void *state);                      /* called by quill_sampler_free (optional) */
+    void *state;
+} quill_sampler_stage;
+/* Adds a restricting stage (after those added before); the sampler owns it from then on, also on
+ * failure when `free` is given. */
+QUILL_API quill_status quill_sampler_add_stage(quill_sampler *s, const quill_sampler_stage *stage, quill_error *err);
 
 /* ---------------------------------------------------------------- generation */
 
@@ -308,6 +335,51 @@ typedef struct quill_generate_result {
     bool cancelled;         /* the callback returned false or should_stop said so */
     double prompt_ms, generation_ms;
 } quill_generate_result;
+
+/* ---------------------------------------------------------------- the generator: the loop one step at a time */
+
+/* The generation loop's decisions for one sequence, driven one token at a time by a caller that
+ * owns the evaluation (quill_generate() below; the server's scheduler, which evaluates many
+ * sequences in one batch): drawing with the sampler, end of generation, stop strings, the length
+ * limit, a full context, and text that is only released once it is final (whole UTF-8
+ * characters, no beginning of a stop string).
+ *
+ * Order of one step, as the reference's server and CLI do it: draw; the sampler accepts the token
+ * (also an end-of-generation token, so that a grammar sees the end); an end-of-generation token
+ * ends it (not counted, not shown, finish "stop"); otherwise the token's text is added and
+ * scanned for stop strings (finish "stop"), then the length limit and the context are checked
+ * (finish "length"). The prompt enters the penalty window (never a grammar) when
+ * p->penalize_prompt is set, as the reference always does; the CLI and the server set it. */
+typedef struct quill_generator quill_generator;
+
+typedef struct quill_generator_event {
+    int32_t token;          /* the token drawn */
+    bool eog;               /* it is an end-of-generation token: not shown and not to be evaluated */
+    const char *text;       /* text that became final with this token (valid until the next call) */
+    size_t len;
+    bool done;              /* generation is over (quill_generator_result says why); otherwise
+                             * `token` is evaluated next and its logits given to the next step */
+    const char *tail;       /* when done: what was still held back and is now final */
+    size_t tail_len;
+} quill_generator_event;
+
+/* A generator for one sequence. `sampler` is borrowed when given, else one is made from
+ * p->sampling and owned; p->stop strings are copied. */
+QUILL_API quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *sampler,
+                                           const quill_generate_params *p, quill_generator **out, quill_error *err);
+QUILL_API void quill_generator_free(quill_generator *g);
+QUILL_API quill_sampler *quill_generator_sampler(quill_generator *g);
+/* Starts a generation that continues `prompt` (the tokens evaluated before the first step; they
+ * enter the penalty window when p->penalize_prompt). Counts, held text and the detokenizer start
+ * over; the sampler is not reset (see quill_sampler_reset). */
+QUILL_API void quill_generator_begin(quill_generator *g, const int32_t *prompt, size_t n_prompt);
+/* One step from the logits after the last evaluated token (the sampler may modify them). `room`:
+ * the context can take the drawn token (false ends the generation after it, finish "length").
+ * After `done`, call quill_generator_begin() before stepping again. */
+QUILL_API quill_status quill_generator_step(quill_generator *g, float *logits, bool room, quill_generator_event *out,
+                                            quill_error *err);
+/* finish, n_generated, stop_string and context_full so far (timings and n_prompt are the caller's). */
+QUILL_API const quill_generate_result *quill_generator_result(const quill_generator *g);
 
 /* Evaluates `prompt` at the context's next positions (after what it already holds), then samples,
  * detokenizes and streams tokens to `fn` until a stop condition. `sampler` may be NULL: one is made

@@ -9,7 +9,13 @@
  *
  * A request's answer does not depend on what else runs: each token's arithmetic is independent
  * of the batch (quill_decode), a reused prefix holds the bits the same tokens produce anew, and
- * each request samples with its own sampler. */
+ * each request samples with its own sampler.
+ *
+ * The decisions after each token (end of generation, stop strings, max_tokens, a full context,
+ * text released only once final) are the library's generator (quill_generator_step), the same
+ * loop `quill run` and `quill chat` use: the engine only batches the evaluations. As the
+ * reference's server does, the prompt enters the penalty window and the sampler accepts a token
+ * before the end-of-generation check. */
 #include "server.h"
 #include "base/error.h"
 
@@ -26,8 +32,7 @@ typedef struct slot {
     int n_cache;
     bool generating;            /* the prompt is read; `pending` is evaluated next */
     int32_t pending;
-    quill_sampler *smp;
-    quill_detokenizer dt;
+    quill_generator *gen;       /* the library's loop, driven one step per batch */
     double last_used;
 } slot;
 
@@ -110,41 +115,19 @@ static bool text_append(job *j, const char *bytes, size_t n) {
     return true;
 }
 
-/* After new text: cuts it at the first stop string (true when one was found), or marks ready
- * everything no stop string can still begin in (the library's rule, quill_stop_scan). Nothing
- * before the ready mark can begin one, so only text[ready..] is scanned. */
-static bool check_stop(job *j) {
-    if (j->ready == j->text_len) return false;   /* nothing new (and maybe no text at all yet) */
-    size_t release;
-    long at = quill_stop_scan(j->text + j->ready, j->text_len - j->ready, (const char *const *)j->stop,
-                              (size_t)j->n_stop, &release);
-    if (at >= 0) {
-        j->text_len = j->ready + (size_t)at;
-        j->text[j->text_len] = 0;
-    }
-    j->ready += release;
-    return at >= 0;
-}
-
 /* ---------------------------------------------------------------- slots (engine thread, under the mutex) */
 
 static void slot_finish(scheduler *s, slot *sl, const char *reason, int error_status, const char *error) {
     job *j = sl->job;
     if (!j) return;
-    if (!error_status && !j->cancelled) {
-        char tail[64];
-        size_t n = quill_detokenizer_flush(&sl->dt, tail, sizeof tail);
-        if (n && text_append(j, tail, n) && check_stop(j)) reason = "stop";
-        j->ready = j->text_len;
-    }
     j->finish_reason = reason;
     j->error_status = error_status;
     if (error) snprintf(j->error, sizeof j->error, "%s", error);
     j->done = true;
     j->t_end = now_ms();
     pthread_cond_broadcast(&j->changed);
-    quill_sampler_free(sl->smp);
-    sl->smp = NULL;
+    quill_generator_free(sl->gen);
+    sl->gen = NULL;
     sl->job = NULL;
     sl->generating = false;
     sl->last_used = now_ms();
@@ -198,13 +181,18 @@ static bool slot_assign(scheduler *s, job *j) {
     j->t_start = now_ms();
     s->st.prompt_tokens += (unsigned long long)j->n_prompt;
     s->st.cached_tokens += (unsigned long long)keep;
-    if (quill_sampler_new(&j->sp, s->n_vocab, &best->smp, &err)) {
-        slot_finish(s, best, NULL, 400, err.message);
+    quill_generate_params gp = quill_generate_defaults();
+    gp.sampling = j->sp;
+    gp.n_predict = j->max_tokens > 0 ? (int)j->max_tokens : -1;
+    gp.stop = (const char *const *)j->stop;
+    gp.n_stop = (size_t)j->n_stop;
+    gp.penalize_prompt = true;
+    gp.text_start = false;   /* the reply continues the prompt: its leading space is real */
+    if (quill_generator_new(s->tok, NULL, &gp, &best->gen, &err)) {
+        slot_finish(s, best, NULL, err.status == QUILL_E_NOMEM ? 500 : 400, err.message);
         return true;
     }
-    for (int i = 0; i < j->n_prompt; i++) quill_sampler_accept(best->smp, j->prompt[i]);
-    /* the reply continues the prompt: its leading space is real */
-    quill_detokenizer_init(&best->dt, s->tok, false, false);
+    quill_generator_begin(best->gen, j->prompt, (size_t)j->n_prompt);
     return true;
 }
 
@@ -235,22 +223,25 @@ static void fill_logprobs(const float *raw, int n_vocab, int top, int32_t chosen
     for (int k = 0; k < ti->n_top; k++) ti->top_logprob[k] = (float)(ti->top_logprob[k] - lse);
 }
 
-/* A slot's logits after its prompt or its last token: sample, stream, and decide whether it goes on. */
+/* A slot's logits after its prompt or its last token: one step of its generator, then the text
+ * it released goes to the job (all of it final: the generator holds back what is not). */
 static void slot_next(scheduler *s, slot *sl, float *logits) {
     job *j = sl->job;
     if (j->n_generated == 0) j->t_first = now_ms();
     if (j->ignore_eos)
         for (int i = 0; i < s->n_eog; i++) logits[s->eog[i]] = -INFINITY;
     if (j->want_logprobs) memcpy(s->raw, logits, (size_t)s->n_vocab * sizeof *logits);
-    int32_t tok = quill_sampler_sample(sl->smp, logits);
-    quill_sampler_accept(sl->smp, tok);
-    if (quill_tokenizer_is_eog(s->tok, tok)) {
-        slot_finish(s, sl, "stop", 0, NULL);
+    quill_generator_event ev;
+    quill_error err;
+    if (quill_generator_step(sl->gen, logits, sl->n_cache < s->p.n_ctx, &ev, &err)) {
+        slot_finish(s, sl, NULL, err.status == QUILL_E_NOMEM ? 500 : 400, err.message);
         return;
     }
-    j->n_generated++;
-    s->st.generated_tokens++;
-    if (j->want_logprobs) {
+    if (!ev.eog) {
+        j->n_generated++;
+        s->st.generated_tokens++;
+    }
+    if (!ev.eog && j->want_logprobs) {
         if (j->n_tokens == j->tokens_cap) {
             size_t cap = j->tokens_cap ? j->tokens_cap * 2 : 64;
             token_info *t = realloc(j->tokens, cap * sizeof *t);
@@ -261,21 +252,18 @@ static void slot_next(scheduler *s, slot *sl, float *logits) {
             j->tokens = t;
             j->tokens_cap = cap;
         }
-        fill_logprobs(s->raw, s->n_vocab, j->top_logprobs, tok, &j->tokens[j->n_tokens++]);
+        fill_logprobs(s->raw, s->n_vocab, j->top_logprobs, ev.token, &j->tokens[j->n_tokens++]);
     }
-    char piece[512];
-    size_t n = quill_detokenizer_push(&sl->dt, tok, piece, sizeof piece);
-    if (n && !text_append(j, piece, n)) {
+    if ((ev.len && !text_append(j, ev.text, ev.len)) || (ev.tail_len && !text_append(j, ev.tail, ev.tail_len))) {
         slot_finish(s, sl, NULL, 500, "out of memory");
         return;
     }
-    bool stopped = check_stop(j);
+    j->ready = j->text_len;
     pthread_cond_broadcast(&j->changed);
-    if (stopped) slot_finish(s, sl, "stop", 0, NULL);
-    else if (j->max_tokens > 0 && j->n_generated >= j->max_tokens) slot_finish(s, sl, "length", 0, NULL);
-    else if (sl->n_cache >= s->p.n_ctx) slot_finish(s, sl, "length", 0, NULL);   /* no room for the token */
-    else {
-        sl->pending = tok;
+    if (ev.done) {
+        slot_finish(s, sl, quill_finish_name(quill_generator_result(sl->gen)->finish), 0, NULL);
+    } else {
+        sl->pending = ev.token;
         sl->generating = true;
     }
 }
@@ -450,7 +438,7 @@ void scheduler_free(scheduler *s) {
     if (s->slots)
         for (int i = 0; i < s->p.n_slots; i++) {
             free(s->slots[i].cache);
-            quill_sampler_free(s->slots[i].smp);
+            quill_generator_free(s->slots[i].gen);
         }
     free(s->slots);
     free(s->queue);

@@ -78,6 +78,164 @@ long quill_stop_scan(const char *text, size_t len, const char *const *stop, size
     return best;
 }
 
+/* ---------------------------------------------------------------- the generator */
+
+struct quill_generator {
+    const quill_tokenizer *tok;
+    quill_sampler *sampler, *own;
+    int n_predict;
+    bool penalize_prompt, text_start;
+    char **stop;
+    size_t n_stop;
+    quill_detokenizer dt;
+    held_text held;         /* produced, not yet final */
+    held_text out;          /* released by the current step */
+    quill_generate_result res;
+    bool done;
+};
+
+quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *sampler, const quill_generate_params *params,
+                                 quill_generator **out, quill_error *err) {
+    if (!out) return quill_fail(err, QUILL_E_ARG, "generator: `out` must not be NULL");
+    *out = NULL;
+    if (!tok) return quill_fail(err, QUILL_E_ARG, "generator: no tokenizer given");
+    quill_generate_params p = params ? *params : quill_generate_defaults();
+    if (p.n_stop && !p.stop) return quill_fail(err, QUILL_E_ARG, "generator: %zu stop strings but no array", p.n_stop);
+    quill_generator *g = calloc(1, sizeof *g);
+    if (!g) return quill_fail(err, QUILL_E_NOMEM, "generator: out of memory");
+    g->tok = tok;
+    g->n_predict = p.n_predict;
+    g->penalize_prompt = p.penalize_prompt;
+    g->text_start = p.text_start;
+    if (p.n_stop && !(g->stop = calloc(p.n_stop, sizeof *g->stop))) goto oom;
+    for (size_t i = 0; i < p.n_stop; i++) {
+        if (!p.stop[i]) continue;
+        if (!(g->stop[i] = strdup(p.stop[i]))) goto oom;
+        g->n_stop = i + 1;
+    }
+    g->n_stop = p.n_stop;
+    if (!sampler) {
+        quill_status st = quill_sampler_new(&p.sampling, quill_tokenizer_n_vocab(tok), &g->own, err);
+        if (st) {
+            quill_generator_free(g);
+            return st;
+        }
+        sampler = g->own;
+    }
+    g->sampler = sampler;
+    quill_generator_begin(g, NULL, 0);
+    *out = g;
+    return QUILL_OK;
+oom:
+    quill_generator_free(g);
+    return quill_fail(err, QUILL_E_NOMEM, "generator: out of memory for the stop strings");
+}
+
+void quill_generator_free(quill_generator *g) {
+    if (!g) return;
+    for (size_t i = 0; g->stop && i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    free(g->held.buf);
+    free(g->out.buf);
+    quill_sampler_free(g->own);
+    free(g);
+}
+
+quill_sampler *quill_generator_sampler(quill_generator *g) { return g ? g->sampler : NULL; }
+
+const quill_generate_result *quill_generator_result(const quill_generator *g) { return g ? &g->res : NULL; }
+
+void quill_generator_begin(quill_generator *g, const int32_t *prompt, size_t n_prompt) {
+    if (!g) return;
+    memset(&g->res, 0, sizeof g->res);
+    g->res.finish = QUILL_FINISH_STOP;
+    g->held.len = g->out.len = 0;
+    g->done = false;
+    quill_detokenizer_init(&g->dt, g->tok, false, g->text_start);
+    if (g->penalize_prompt && prompt)
+        for (size_t i = 0; i < n_prompt; i++) quill_sampler_accept_prompt(g->sampler, prompt[i]);
+}
+
+/* Moves the first n held bytes to the step's output. */
+static bool release(quill_generator *g, size_t n) {
+    if (n && !held_append(&g->out, g->held.buf, n)) return false;
+    memmove(g->held.buf, g->held.buf + n, g->held.len - n);
+    g->held.len -= n;
+    return true;
+}
+
+/* The end: what the detokenizer and the stop-string check still hold becomes final (cut at a stop
+ * string that only the last bytes complete). */
+static bool release_all(quill_generator *g) {
+    char piece[64];
+    size_t len = quill_detokenizer_flush(&g->dt, piece, sizeof piece);
+    if (len && !held_append(&g->held, piece, len)) return false;
+    long at = g->held.len ? quill_stop_scan(g->held.buf, g->held.len, (const char *const *)g->stop, g->n_stop, NULL) : -1;
+    if (at >= 0) {
+        g->held.len = (size_t)at;
+        g->res.stop_string = true;
+        g->res.finish = QUILL_FINISH_STOP;
+    }
+    return release(g, g->held.len);
+}
+
+quill_status quill_generator_step(quill_generator *g, float *logits, bool room, quill_generator_event *out,
+                                  quill_error *err) {
+    if (!g || !logits || !out) return quill_fail(err, QUILL_E_ARG, "generator step: no generator, logits or output");
+    memset(out, 0, sizeof *out);
+    out->token = -1;
+    if (g->done) return quill_fail(err, QUILL_E_ARG, "generator step: the generation is over; begin a new one first");
+    g->out.len = 0;
+    int32_t next = quill_sampler_sample(g->sampler, logits);
+    if (next < 0) {
+        const char *why = quill_sampler_error(g->sampler);
+        return quill_fail(err, QUILL_E_ARG, "generation: %s", why ? why : "the sampler chose no token");
+    }
+    out->token = next;
+    quill_sampler_accept(g->sampler, next);
+    bool oom = false;
+    size_t text_len = 0;
+    if (quill_tokenizer_is_eog(g->tok, next)) {
+        out->eog = g->done = true;
+        g->res.finish = QUILL_FINISH_STOP;
+    } else {
+        g->res.n_generated++;
+        char piece[512];
+        size_t len = quill_detokenizer_push(&g->dt, next, piece, sizeof piece);
+        oom = !held_append(&g->held, piece, len);
+        size_t n = 0;
+        long at = oom ? -1 : quill_stop_scan(g->held.buf, g->held.len, (const char *const *)g->stop, g->n_stop, &n);
+        if (at >= 0) {
+            g->held.len = (size_t)at;
+            g->res.stop_string = g->done = true;
+            g->res.finish = QUILL_FINISH_STOP;
+            n = g->held.len;
+        }
+        oom = oom || !release(g, n);
+        text_len = g->out.len;
+        if (!g->done && g->n_predict >= 0 && g->res.n_generated >= g->n_predict) {
+            g->done = true;
+            g->res.finish = QUILL_FINISH_LENGTH;
+        } else if (!g->done && !room) {
+            g->done = g->res.context_full = true;
+            g->res.finish = QUILL_FINISH_LENGTH;
+        }
+    }
+    if (g->done && !g->res.stop_string) oom = oom || !release_all(g);
+    if (oom) {
+        g->done = true;
+        return quill_fail(err, QUILL_E_NOMEM, "generation: out of memory for the generated text");
+    }
+    out->done = g->done;
+    out->text = g->out.buf;
+    out->len = text_len;
+    out->tail = g->out.buf ? g->out.buf + text_len : NULL;
+    out->tail_len = g->out.len - text_len;
+    return QUILL_OK;
+}
+
+/* ---------------------------------------------------------------- the convenience loop */
+
 typedef struct {
     quill_generate_fn fn;
     void *user;
@@ -100,26 +258,20 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
         return quill_fail(err, QUILL_E_ARG, "generate: the prompt is empty (nothing to evaluate)");
     quill_generate_params p = params ? *params : quill_generate_defaults();
     const int32_t n_vocab = (int32_t)c->hp->n_vocab;
-    const quill_tokenizer *tok = quill_model_tokenizer(c->model);
     if (n_prompt > (size_t)(quill_context_n_ctx(c) - quill_context_pos(c)))
         return quill_fail(err, QUILL_E_CONTEXT,
                           "the prompt has %zu tokens but the context has room for %d more (%d of %d used); use a "
                           "larger context (-c) or a shorter prompt",
                           n_prompt, quill_context_n_ctx(c) - quill_context_pos(c), quill_context_pos(c), quill_context_n_ctx(c));
 
-    quill_sampler *own = NULL;
-    if (!sampler) {
-        quill_status s = quill_sampler_new(&p.sampling, n_vocab, &own, err);
-        if (s) return s;
-        sampler = own;
-    }
+    quill_generator *g = NULL;
+    quill_status st = quill_generator_new(quill_model_tokenizer(c->model), sampler, &p, &g, err);
+    if (st) return st;
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    held_text held = {0};
     if (!logits) {
-        quill_sampler_free(own);
+        quill_generator_free(g);
         return quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for %d logits", (int)n_vocab);
     }
-    quill_status st = QUILL_OK;
     sink k = {fn, user, false};
 
     /* The prompt, in micro-batch pieces when the caller may want to stop it (the same arithmetic
@@ -143,79 +295,38 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
     if (p.prompt_trace) quill_context_set_trace(c, saved_trace, saved_trace_user);
     res->prompt_ms = now_ms() - t0;
     if (st || k.cancelled) goto done;
-    if (p.penalize_prompt)
-        for (size_t i = 0; i < n_prompt; i++) quill_sampler_accept(sampler, prompt[i]);
+    quill_generator_begin(g, prompt, n_prompt);
     const float *last = p.prompt_logits ? p.prompt_logits + (n_prompt - 1) * (size_t)n_vocab : logits;
     if (last != logits) memcpy(logits, last, (size_t)n_vocab * sizeof *logits); /* the sampler modifies it */
 
-    quill_detokenizer dt;
-    quill_detokenizer_init(&dt, tok, false, p.text_start);
     double t1 = now_ms();
-    char piece[512];
-    bool stopped = false;
-    while (p.n_predict < 0 || res->n_generated < p.n_predict) {
+    bool over = p.n_predict == 0;
+    while (!over) {
         if (p.should_stop && p.should_stop(p.should_stop_user)) {
             k.cancelled = true;
             break;
         }
-        int32_t next = quill_sampler_sample(sampler, logits);
-        if (quill_tokenizer_is_eog(tok, next)) {
-            stopped = true;
-            break;
-        }
-        res->n_generated++;
-        quill_sampler_accept(sampler, next);
-        size_t len = quill_detokenizer_push(&dt, next, piece, sizeof piece);
-        if (p.n_stop == 0) {
-            deliver(&k, next, piece, len);
-        } else {
-            if (!held_append(&held, piece, len)) {
-                st = quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the generated text");
-                break;
-            }
-            size_t n;
-            long at = quill_stop_scan(held.buf, held.len, p.stop, p.n_stop, &n);
-            if (at >= 0) {
-                held.len = (size_t)at;
-                res->stop_string = stopped = true;
-                deliver(&k, next, held.buf, held.len);
-                held.len = 0;
-                break;
-            }
-            deliver(&k, next, held.buf, n);
-            memmove(held.buf, held.buf + n, held.len - n);
-            held.len -= n;
-        }
+        quill_generator_event s;
+        st = quill_generator_step(g, logits, quill_context_pos(c) < quill_context_n_ctx(c), &s, err);
+        if (st) break;
+        if (!s.eog) deliver(&k, s.token, s.text, s.len);
         if (k.cancelled) break;
-        if (p.n_predict >= 0 && res->n_generated >= p.n_predict) break;
-        if (quill_context_pos(c) >= quill_context_n_ctx(c)) {
-            res->context_full = true;
-            break;
-        }
-        st = quill_eval(c, &next, 1, logits, false, err);
+        over = s.done;
+        if (over && s.tail_len) deliver(&k, -1, s.tail, s.tail_len);
+        if (!over) st = quill_eval(c, &s.token, 1, logits, false, err);
         if (st) break;
     }
-    if (!st && !k.cancelled && !res->stop_string) {
-        /* What the detokenizer and the stop-string check still hold is text the caller gets. */
-        size_t len = quill_detokenizer_flush(&dt, piece, sizeof piece);
-        if (len && !held_append(&held, piece, len)) {
-            st = quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the generated text");
-        } else {
-            long at = held.len ? quill_stop_scan(held.buf, held.len, p.stop, p.n_stop, NULL) : -1;
-            if (at >= 0) {
-                held.len = (size_t)at;
-                res->stop_string = stopped = true;
-            }
-            if (held.len) deliver(&k, -1, held.buf, held.len);
-        }
-    }
     res->generation_ms = now_ms() - t1;
-    if (!stopped && !k.cancelled && !st) res->finish = QUILL_FINISH_LENGTH;
+    const quill_generate_result *r = quill_generator_result(g);
+    res->n_generated = r->n_generated;
+    res->stop_string = r->stop_string;
+    res->context_full = r->context_full;
+    res->finish = p.n_predict == 0 ? QUILL_FINISH_LENGTH : r->finish;
+    if (k.cancelled || st) res->finish = QUILL_FINISH_STOP;
 done:
     res->cancelled = k.cancelled;
-    free(held.buf);
     free(logits);
-    quill_sampler_free(own);
+    quill_generator_free(g);
     return st;
 }
 

@@ -1,17 +1,27 @@
 /* Token sampler: the llama.cpp "common sampler" chain, deterministic and allocation-free per call.
  *
- * Chain, in order (each stage is skipped when its parameter has the "off" value):
- *   1. penalties over the last `repeat_last_n` accepted tokens: every distinct token in the window
- *      is penalised once by `repeat_penalty`, a positive logit divided by it, a zero or negative
- *      one multiplied by it, then lowered by `frequency_penalty` times its count in the window plus
- *      `presence_penalty` (OpenAI's penalties, in the order and window llama.cpp applies them);
- *   2. top-k: the k best tokens;
- *   3. top-p: the shortest prefix of the candidates, sorted by descending logit, whose softmax
+ * The sampler is a list of stages, each with apply / accept / reset, run in order on every draw
+ * until one chooses the token (each stage passes its input on unchanged when its parameter has
+ * the "off" value):
+ *   1. penalties over the last `repeat_last_n` accepted tokens (prompt and generated): every
+ *      distinct token in the window is penalised once by `repeat_penalty`, a positive logit
+ *      divided by it, a zero or negative one multiplied by it, then lowered by `frequency_penalty`
+ *      times its count in the window plus `presence_penalty` (OpenAI's penalties, in the order and
+ *      window llama.cpp applies them);
+ *   2. the caller's restricting stages (quill_sampler_add_stage: a grammar), which set the logits
+ *      of the tokens they exclude to -inf and accept only generated tokens;
+ *   3. the frame: NaN -> -inf, maximum, argmax; greedy chooses here;
+ *   4. top-k: the k best tokens;
+ *   5. top-p: the shortest prefix of the candidates, sorted by descending logit, whose softmax
  *      probability (over the candidates top-k left) reaches `top_p`; at least one token is kept;
- *   4. min-p: drops tokens with p < min_p * p_max (tested as logit < max_logit + log(min_p), which
+ *   6. min-p: drops tokens with p < min_p * p_max (tested as logit < max_logit + log(min_p), which
  *      is the same condition and needs no normalisation);
- *   5. temperature: logits divided by `temperature`;
- *   6. a draw from the softmax of what is left, with the sampler's own RNG.
+ *   7. dist: temperature (logits divided by `temperature`) and a draw from the softmax of what is
+ *      left, with the sampler's own RNG; min-p's threshold and the temperature are applied in this
+ *      one pass over the candidates.
+ * When every restricting stage can judge a single token (`allows`), the chain first runs without
+ * them and keeps the token if they all allow it, as the reference does with grammars; only a
+ * refused token costs the restriction of the whole vocabulary and a second draw.
  *
  * Greedy: temperature 0 returns the argmax of the logits after the repetition penalty (with the
  * default repeat_penalty 1 that is the argmax of the raw logits); top-k, top-p and min-p never
@@ -62,10 +72,39 @@ typedef struct cand {
     int32_t id;
 } cand;
 
+/* What the stages pass along: the logits, then the candidates the selection stages keep, and the
+ * token once one is chosen. */
+typedef struct candidates {
+    float *logits;         /* n_vocab, modified in place by the logit stages */
+    const cand *list;      /* the candidates list[0..len), or the whole vocabulary in id order when NULL */
+    size_t len;
+    float lmax, lmin;      /* over the sanitized logits */
+    int32_t best;          /* the argmax (lowest id among equals) */
+    double u;              /* this draw's uniform number */
+    float min_logit;       /* min-p's threshold (-inf: off) */
+    int32_t selected;      /* >= 0 once a stage has chosen the token: the chain stops there */
+} candidates;
+
+/* A stage of the chain. `apply` transforms the candidates (and may choose the token); `accept`
+ * sees every token the sampler is told about (`generated` false for prompt tokens); `reset`
+ * returns to the state after construction (the RNG stream excepted: see quill_sampler_reset). */
+typedef struct stage {
+    const char *name;
+    bool (*apply)(quill_sampler *s, struct stage *st, candidates *c);
+    void (*accept)(quill_sampler *s, struct stage *st, int32_t token, bool generated);
+    void (*reset)(quill_sampler *s, struct stage *st);
+    quill_sampler_stage user;   /* a caller's restricting stage (a grammar): the callbacks it brings */
+} stage;
+
+enum { MAX_STAGES = 16 };
+
 struct quill_sampler {
     quill_sampler_params p;
     int32_t n_vocab;
     uint64_t rng[4];
+    stage stages[MAX_STAGES];
+    int n_stages;
+    int n_user;             /* caller's stages, which sit right after the penalties */
     /* repetition window: a ring of the last repeat_last_n accepted tokens */
     int32_t *recent;
     int n_recent, recent_head;
@@ -73,10 +112,13 @@ struct quill_sampler {
     cand *cand;            /* n_vocab + 1: heap / candidate list (+1: a slot for discarded writes) */
     float *weight;         /* n_vocab: softmax weights of the final draw */
     uint16_t *bucket;      /* n_vocab: each token's bucket */
+    float *saved;          /* n_vocab: the logits before the chain, for a draw again after a
+                            * restricting stage refused the first one (allocated with the first such stage) */
     /* bucket selection (top-p without top-k, large top-k) */
     uint32_t bucket_count[N_BUCKETS];
     double bucket_mass[N_BUCKETS];
     size_t bucket_pos[N_BUCKETS];
+    quill_error stage_error;    /* why a restricting stage failed (quill_sampler_sample returned -1) */
 };
 
 quill_sampler_params quill_sampler_defaults(void) {
@@ -295,6 +337,15 @@ quill_status quill_sampler_params_set(quill_sampler_params *p, const char *name,
     return QUILL_OK;
 }
 
+static bool penalties_apply(quill_sampler *s, stage *st, candidates *c);
+static void penalties_accept(quill_sampler *s, stage *st, int32_t token, bool generated);
+static void penalties_reset(quill_sampler *s, stage *st);
+static bool frame_apply(quill_sampler *s, stage *st, candidates *c);
+static bool top_k_apply(quill_sampler *s, stage *st, candidates *c);
+static bool top_p_apply(quill_sampler *s, stage *st, candidates *c);
+static bool min_p_apply(quill_sampler *s, stage *st, candidates *c);
+static bool dist_apply(quill_sampler *s, stage *st, candidates *c);
+
 quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_vocab, quill_sampler **out,
                                quill_error *err) {
     if (!out) return quill_fail(err, QUILL_E_ARG, "quill_sampler_new: `out` must not be NULL");
@@ -327,6 +378,14 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
         return quill_fail(err, QUILL_E_NOMEM, "sampler: out of memory allocating scratch for %d tokens",
                           (int)n_vocab);
     }
+    /* The chain. Every stage is present and passes its candidates on unchanged when its parameter
+     * has the "off" value; a caller's restricting stages go in after the penalties. */
+    s->stages[s->n_stages++] = (stage){"penalties", penalties_apply, penalties_accept, penalties_reset, {0}};
+    s->stages[s->n_stages++] = (stage){"logits", frame_apply, NULL, NULL, {0}};
+    s->stages[s->n_stages++] = (stage){"top_k", top_k_apply, NULL, NULL, {0}};
+    s->stages[s->n_stages++] = (stage){"top_p", top_p_apply, NULL, NULL, {0}};
+    s->stages[s->n_stages++] = (stage){"min_p", min_p_apply, NULL, NULL, {0}};
+    s->stages[s->n_stages++] = (stage){"dist", dist_apply, NULL, NULL, {0}};
 
     uint64_t x = p.seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
@@ -336,20 +395,85 @@ quill_status quill_sampler_new(const quill_sampler_params *params, int32_t n_voc
 
 void quill_sampler_free(quill_sampler *s) {
     if (!s) return;
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stages[i].user.free) s->stages[i].user.free(s->stages[i].user.state);
     free(s->recent);
     free(s->count);
     free(s->cand);
     free(s->weight);
     free(s->bucket);
+    free(s->saved);
     free(s);
 }
 
-void quill_sampler_accept(quill_sampler *s, int32_t token) {
-    if (!s || !s->recent || token < 0 || token >= s->n_vocab) return;
+static bool user_apply(quill_sampler *s, stage *st, candidates *c) {
+    return st->user.apply(st->user.state, c->logits, s->n_vocab, &s->stage_error);
+}
+
+static void user_accept(quill_sampler *s, stage *st, int32_t token, bool generated) {
+    (void)s;
+    if (generated && st->user.accept) st->user.accept(st->user.state, token);
+}
+
+static void user_reset(quill_sampler *s, stage *st) {
+    (void)s;
+    if (st->user.reset) st->user.reset(st->user.state);
+}
+
+quill_status quill_sampler_add_stage(quill_sampler *s, const quill_sampler_stage *user, quill_error *err) {
+    if (!user) return quill_fail(err, QUILL_E_ARG, "sampler: no stage given");
+    quill_status st = QUILL_OK;
+    if (!s || !user->apply)
+        st = quill_fail(err, QUILL_E_ARG, "sampler: a stage needs a sampler and an apply function");
+    else if (s->n_stages == MAX_STAGES)
+        st = quill_fail(err, QUILL_E_ARG, "sampler: too many stages (at most %d)", MAX_STAGES);
+    else if (!s->saved && !(s->saved = malloc((size_t)s->n_vocab * sizeof *s->saved)))
+        st = quill_fail(err, QUILL_E_NOMEM, "sampler: out of memory for a stage over %d tokens", (int)s->n_vocab);
+    if (st) {
+        if (user->free) user->free(user->state);
+        return st;
+    }
+    const int at = 1 + s->n_user;   /* after the penalties and the stages added before */
+    memmove(s->stages + at + 1, s->stages + at, (size_t)(s->n_stages - at) * sizeof *s->stages);
+    s->stages[at] = (stage){user->name ? user->name : "stage", user_apply, user_accept, user_reset, *user};
+    s->n_stages++;
+    s->n_user++;
+    return QUILL_OK;
+}
+
+static void accept_token(quill_sampler *s, int32_t token, bool generated) {
+    if (!s) return;
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stages[i].accept) s->stages[i].accept(s, &s->stages[i], token, generated);
+}
+
+void quill_sampler_accept(quill_sampler *s, int32_t token) { accept_token(s, token, true); }
+void quill_sampler_accept_prompt(quill_sampler *s, int32_t token) { accept_token(s, token, false); }
+
+void quill_sampler_reset(quill_sampler *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stages[i].reset) s->stages[i].reset(s, &s->stages[i]);
+}
+
+const char *quill_sampler_error(const quill_sampler *s) {
+    return s && s->stage_error.message[0] ? s->stage_error.message : NULL;
+}
+
+/* ---------------------------------------------------------------- penalties */
+
+static void penalties_accept(quill_sampler *s, stage *st, int32_t token, bool generated) {
+    (void)st, (void)generated;
+    if (!s->recent || token < 0 || token >= s->n_vocab) return;
     int cap = s->p.repeat_last_n;
     s->recent[s->recent_head] = token;
     s->recent_head = s->recent_head + 1 == cap ? 0 : s->recent_head + 1;
     if (s->n_recent < cap) s->n_recent++;
+}
+
+static void penalties_reset(quill_sampler *s, stage *st) {
+    (void)st;
+    s->n_recent = s->recent_head = 0;
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -365,6 +489,12 @@ static void apply_penalties(quill_sampler *s, float *logits) {
         logits[t] = l - ((float)s->count[t] * freq + presence);
         s->count[t] = 0;
     }
+}
+
+static bool penalties_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    if (s->n_recent > 0) apply_penalties(s, c->logits);
+    return true;
 }
 
 /* Keeps the k best of all tokens in s->cand[0..k), sorted best first when `sorted` (otherwise in
@@ -527,14 +657,15 @@ static size_t select_by_buckets(quill_sampler *s, const float *logits, float lma
     return before + take_best(edge, n_edge, k - before, 0.0, 0.0, lmax);   /* == k */
 }
 
-int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
-    if (!s || !logits) return -1;
+/* The frame of every draw: NaN becomes -inf, the maximum, minimum and argmax; greedy (temperature
+ * 0) chooses here, and otherwise this draw's uniform number is taken, so that every draw at a
+ * positive temperature consumes exactly one, whatever the later stages do. */
+static bool frame_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    float *logits = c->logits;
     const size_t n = (size_t)s->n_vocab;
-
-    if (s->n_recent > 0) apply_penalties(s, logits);
-
-    /* NaN -> -inf, the maximum and minimum (eight independent lanes, which compilers turn into
-     * vector max/min), then the argmax as the first position of the maximum. */
+    /* eight independent lanes, which compilers turn into vector max/min; the argmax is then the
+     * first position of the maximum */
     enum { LANES = 8 };
     float mx[LANES], mn[LANES];
     for (int j = 0; j < LANES; j++) mx[j] = -INFINITY, mn[j] = INFINITY;
@@ -562,62 +693,121 @@ int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
     }
     size_t best = 0;
     while (logits[best] != lmax) best++;   /* found: lmax is one of the (sanitized) logits */
-    if (s->p.temperature == 0.0f) return (int32_t)best;
-
-    const double u = rng_uniform(s->rng);
-    /* Only one token can be chosen: all -inf, a +inf, top-k 1, or a single-token vocabulary. */
-    if (s->p.top_k == 1 || isinf(lmax) || n == 1) return (int32_t)best;
-
-    /* The candidates: list[0..len), or the whole vocabulary in id order when list is NULL. */
-    const bool top_p = s->p.top_p < 1.0f;
-    const cand *list = NULL;
-    size_t len = n;
-    if (s->p.top_k > 0 && (size_t)s->p.top_k < n) {
-        /* top-k, sorted best first when top-p follows */
-        len = (size_t)s->p.top_k;
-        if (len <= HEAP_MAX_K) select_top_k_heap(s, logits, len, top_p);
-        else select_by_buckets(s, logits, lmax, lmin, len, false, top_p);
-        list = s->cand;
-        if (top_p) {
-            double z = 0.0;
-            for (size_t j = 0; j < len; j++) z += expf(list[j].logit - lmax);
-            const double target = (double)s->p.top_p * z;
-            double cum = 0.0;
-            for (size_t j = 0; j < len; j++) {
-                cum += expf(list[j].logit - lmax);
-                if (cum >= target) {
-                    len = j + 1;
-                    break;
-                }
-            }
-        }
-    } else if (top_p) {
-        len = select_by_buckets(s, logits, lmax, lmin, 0, true, false);
-        list = s->cand;
+    c->lmax = lmax;
+    c->lmin = lmin;
+    c->best = (int32_t)best;
+    if (s->p.temperature == 0.0f) {
+        c->selected = c->best;
+        return true;
     }
+    c->u = rng_uniform(s->rng);
+    /* Only one token can be chosen: all -inf, a +inf, top-k 1, or a single-token vocabulary. */
+    if (s->p.top_k == 1 || isinf(lmax) || n == 1) c->selected = c->best;
+    return true;
+}
 
-    /* min-p: logit >= lmax + log(min_p), the same as p >= min_p * p_max; the best always passes */
-    const float min_logit = s->p.min_p > 0.0f ? lmax + logf(s->p.min_p) : -INFINITY;
+/* top-k: the k best, sorted best first when top-p follows (it takes a prefix of them). */
+static bool top_k_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    const size_t n = (size_t)s->n_vocab;
+    if (!(s->p.top_k > 0 && (size_t)s->p.top_k < n)) return true;
+    const bool top_p = s->p.top_p < 1.0f;
+    size_t len = (size_t)s->p.top_k;
+    if (len <= HEAP_MAX_K) select_top_k_heap(s, c->logits, len, top_p);
+    else select_by_buckets(s, c->logits, c->lmax, c->lmin, len, false, top_p);
+    c->list = s->cand;
+    c->len = len;
+    return true;
+}
 
-    /* temperature, softmax weights and the draw */
-    const float temp = s->p.temperature;
+/* top-p: the shortest prefix of the sorted candidates whose probability reaches top_p, or, when
+ * top-k left the whole vocabulary, the nucleus found by buckets. */
+static bool top_p_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    if (!(s->p.top_p < 1.0f)) return true;
+    if (!c->list) {
+        c->len = select_by_buckets(s, c->logits, c->lmax, c->lmin, 0, true, false);
+        c->list = s->cand;
+        return true;
+    }
+    double z = 0.0;
+    for (size_t j = 0; j < c->len; j++) z += expf(c->list[j].logit - c->lmax);
+    const double target = (double)s->p.top_p * z;
+    double cum = 0.0;
+    for (size_t j = 0; j < c->len; j++) {
+        cum += expf(c->list[j].logit - c->lmax);
+        if (cum >= target) {
+            c->len = j + 1;
+            break;
+        }
+    }
+    return true;
+}
+
+/* min-p: logit >= lmax + log(min_p), the same as p >= min_p * p_max; the best always passes. The
+ * threshold is applied in the draw's pass over the candidates. */
+static bool min_p_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    c->min_logit = s->p.min_p > 0.0f ? c->lmax + logf(s->p.min_p) : -INFINITY;
+    return true;
+}
+
+/* Temperature, the softmax weights and the draw, in one pass over the candidates. */
+static bool dist_apply(quill_sampler *s, stage *st, candidates *c) {
+    (void)st;
+    const float temp = s->p.temperature, lmax = c->lmax, min_logit = c->min_logit;
+    const cand *list = c->list;
     float *w = s->weight;
     double sum = 0.0;
-    for (size_t j = 0; j < len; j++) {
-        float l = list ? list[j].logit : logits[j];
+    for (size_t j = 0; j < c->len; j++) {
+        float l = list ? list[j].logit : c->logits[j];
         w[j] = l >= min_logit ? expf((l - lmax) / temp) : 0.0f;
         sum += w[j];
     }
     /* sum >= 1: the best token has weight expf(0) = 1 */
-    const double r = u * sum;
+    const double r = c->u * sum;
     double cum = 0.0;
     size_t pick = 0;
-    for (size_t j = 0; j < len; j++) {
+    for (size_t j = 0; j < c->len; j++) {
         if (w[j] <= 0.0f) continue;
         cum += w[j];
         pick = j;
         if (cum > r) break;
     }
     /* if rounding leaves cum <= r at the end, the last token with a positive weight is taken */
-    return list ? list[pick].id : (int32_t)pick;
+    c->selected = list ? list[pick].id : (int32_t)pick;
+    return true;
+}
+
+/* Runs the chain until a stage chooses; `with_user` false leaves the caller's stages out. */
+static int32_t run_chain(quill_sampler *s, float *logits, bool with_user) {
+    candidates c = {.logits = logits, .len = (size_t)s->n_vocab, .min_logit = -INFINITY, .selected = -1};
+    for (int i = 0; i < s->n_stages && c.selected < 0; i++) {
+        stage *st = &s->stages[i];
+        if (!with_user && st->user.apply) continue;
+        if (!st->apply(s, st, &c)) return -1;
+    }
+    return c.selected;
+}
+
+int32_t quill_sampler_sample(quill_sampler *s, float *logits) {
+    if (!s || !logits) return -1;
+    s->stage_error.message[0] = 0;
+    /* With restricting stages that can judge one token, the reference's order: draw without them,
+     * keep the token when they all allow it, otherwise restore the logits, restrict the whole
+     * vocabulary and draw again. Most tokens of a model that follows its grammar pass the check,
+     * which costs far less than restricting every token. */
+    bool check_first = s->n_user > 0;
+    for (int i = 0; i < s->n_stages && check_first; i++)
+        if (s->stages[i].user.apply && !s->stages[i].user.allows) check_first = false;
+    if (check_first) {
+        memcpy(s->saved, logits, (size_t)s->n_vocab * sizeof *logits);
+        int32_t t = run_chain(s, logits, false);
+        bool allowed = t >= 0;
+        for (int i = 0; i < s->n_stages && allowed; i++)
+            if (s->stages[i].user.allows) allowed = s->stages[i].user.allows(s->stages[i].user.state, t);
+        if (allowed) return t;
+        memcpy(logits, s->saved, (size_t)s->n_vocab * sizeof *logits);
+    }
+    return run_chain(s, logits, true);
 }
