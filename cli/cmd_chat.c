@@ -405,6 +405,8 @@ int cmd_chat(int argc, char **argv) {
     char *override = NULL, *tmpl = NULL, *system = NULL, *rendered = NULL;
     quill_context *ctx = NULL;
     quill_sampler *smp = NULL;
+    quill_grammar *grammar = NULL;
+    quill_grammar_vocab *grammar_vocab = NULL;
     conversation conv = {0};
     token_list cached = {0}, last_prompt = {0};
     reply rep = {.cached = &cached};
@@ -435,6 +437,13 @@ int cmd_chat(int argc, char **argv) {
     quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads};
     if (quill_context_new(m, &cp, &ctx, &err) || quill_sampler_new(&o.sp, quill_tokenizer_n_vocab(tok), &smp, &err)) {
         cli_fail("%s", err.message);
+        goto done;
+    }
+    /* every reply follows the grammar: the sampler's stage starts over with each turn */
+    if (o.grammar && (quill_grammar_parse(tok, o.grammar, strlen(o.grammar), NULL, &grammar, &err) ||
+                      quill_grammar_vocab_new(tok, &grammar_vocab, &err) ||
+                      quill_sampler_add_grammar(smp, grammar, grammar_vocab, &err))) {
+        cli_fail("%s: %s", o.grammar_from, err.message);
         goto done;
     }
     if (o.system && !(system = strdup(o.system))) { cli_fail("out of memory"); goto done; }
@@ -667,6 +676,8 @@ done:
     free(tmpl);
     free(system);
     quill_sampler_free(smp);
+    quill_grammar_free(grammar);
+    quill_grammar_vocab_free(grammar_vocab);
     quill_context_free(ctx);
     quill_model_free(m);
     cli_opts_free(&o);

@@ -113,6 +113,8 @@ int cmd_run(int argc, char **argv) {
     quill_context *c = NULL;
     float *logits = NULL;
     quill_trace_recorder *tf = NULL;
+    quill_grammar *grammar = NULL;
+    quill_grammar_vocab *grammar_vocab = NULL;
     run_output out = {.json = o.json};
     rc = 1;
     if (prompt_tokens(&o, m, &prompt, &n_prompt)) goto done;
@@ -149,6 +151,15 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         gp.prompt_logits = logits;
+    }
+    if (o.grammar) {
+        if (quill_grammar_parse(tok, o.grammar, strlen(o.grammar), NULL, &grammar, &err) ||
+            quill_grammar_vocab_new(tok, &grammar_vocab, &err)) {
+            cli_fail("%s: %s", o.grammar_from, err.message);
+            goto done;
+        }
+        gp.grammar = grammar;
+        gp.grammar_vocab = grammar_vocab;
     }
     if (o.trace_path) {
         if (!(tf = quill_trace_recorder_new())) { cli_fail("out of memory"); goto done; }
@@ -205,6 +216,8 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 done:
     quill_trace_recorder_free(tf);
+    quill_grammar_free(grammar);
+    quill_grammar_vocab_free(grammar_vocab);
     free(out.text);
     free(out.gen);
     free(logits);

@@ -11,7 +11,7 @@ enum opt_id {
     O_HELP, O_MODEL, O_PROMPT, O_FILE, O_TOKENS, O_N_PREDICT, O_CTX, O_THREADS, O_TEMP, O_TOP_K, O_TOP_P,
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
     O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
-    O_MLOCK, O_NO_MMAP, O_HIDE_REASONING,
+    O_MLOCK, O_NO_MMAP, O_HIDE_REASONING, O_GRAMMAR, O_GRAMMAR_FILE, O_JSON_SCHEMA, O_JSON_SCHEMA_FILE,
 };
 
 #define GEN (CLI_RUN | CLI_CHAT)
@@ -42,6 +42,10 @@ static const option options[] = {
     {O_SEED, "-s", "--seed", "S", NULL, GEN, "random seed (default and -1: random, shown with --verbose/--json)"},
     {O_STOP, "-r", "--reverse-prompt", "TEXT", "--stop", GEN,
      "stop when the text contains TEXT (not printed; may be repeated)"},
+    {O_GRAMMAR, NULL, "--grammar", "GBNF", NULL, GEN, "constrain the output to a GBNF grammar (llama.cpp's format)"},
+    {O_GRAMMAR_FILE, NULL, "--grammar-file", "FILE", NULL, GEN, "the same, from a .gbnf file"},
+    {O_JSON_SCHEMA, "-j", "--json-schema", "SCHEMA", NULL, GEN, "constrain the output to JSON matching a JSON Schema"},
+    {O_JSON_SCHEMA_FILE, "-jf", "--json-schema-file", "FILE", NULL, GEN, "the same, from a file"},
     {O_NO_BOS, NULL, "--no-bos", NULL, NULL, CLI_RUN | CLI_TOKENIZE, "do not add the BOS token"},
     {O_SPECIAL, NULL, "--special", NULL, NULL, CLI_RUN | CLI_TOKENIZE,
      "parse special-token text such as </s> in the prompt"},
@@ -191,6 +195,8 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
     quill_error err;
     long ngl = -1;
     bool seed_random = true;
+    const char *grammar_value = NULL;
+    enum opt_id grammar_kind = O_HELP;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         const option *opt = find_option(a, &v);
@@ -259,6 +265,14 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
         case O_VERBOSE: o->verbose = true; break;
         case O_HIDE_REASONING: o->hide_reasoning = true; break;
         case O_NO_DISPLAY_PROMPT: o->no_display_prompt = true; break;
+        case O_GRAMMAR: case O_GRAMMAR_FILE: case O_JSON_SCHEMA: case O_JSON_SCHEMA_FILE:
+            if (grammar_value)
+                return cli_fail("%s: give one of --grammar, --grammar-file, --json-schema and --json-schema-file",
+                                cmd);
+            grammar_value = v;
+            grammar_kind = opt->id;
+            o->grammar_from = name;
+            break;
         case O_MLOCK: case O_NO_MMAP: case O_HELP: break;
         }
     }
@@ -283,6 +297,21 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
         return cli_fail("out of memory");
     }
     if (o->prompt && (!o->prompt_arg || !strcmp(o->prompt_arg, "-"))) drop_final_newline(o->prompt);
+    if (grammar_value) {
+        /* the text now; a GBNF grammar is parsed once the vocabulary is loaded (<|token|> needs it) */
+        bool from_file = grammar_kind == O_GRAMMAR_FILE || grammar_kind == O_JSON_SCHEMA_FILE;
+        char *text = from_file ? cli_read_file(grammar_value, NULL) : strdup(grammar_value);
+        if (!text)
+            return from_file ? cli_fail("%s %s: cannot read it: %s", o->grammar_from, grammar_value, strerror(errno))
+                             : cli_fail("out of memory");
+        if (grammar_kind == O_JSON_SCHEMA || grammar_kind == O_JSON_SCHEMA_FILE) {
+            quill_status st = quill_json_schema_to_grammar(text, strlen(text), &o->grammar, &err);
+            free(text);
+            if (st) return cli_fail("%s: %s", o->grammar_from, err.message);
+        } else {
+            o->grammar = text;
+        }
+    }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (diag && o->n_threads > 0 && cpus > 0 && o->n_threads > cpus)
         fprintf(diag, "quill: warning: -t %ld is more threads than the %ld online CPUs; the extra threads "
@@ -295,4 +324,6 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
 void cli_opts_free(cli_opts *o) {
     free(o->prompt);
     o->prompt = NULL;
+    free(o->grammar);
+    o->grammar = NULL;
 }

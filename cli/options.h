@@ -26,6 +26,10 @@ typedef struct cli_opts {
     size_t n_stop;
     bool no_bos, special, reference, json, chat, verbose, no_display_prompt;
     bool hide_reasoning;        /* chat: the reply's reasoning is not shown */
+    /* Constrained decoding: the GBNF text from --grammar, --grammar-file or (converted) --json-schema
+     * / --json-schema-file, malloc'd; grammar_from names the option it came from, for messages. */
+    char *grammar;
+    const char *grammar_from;
 } cli_opts;
 
 /* Parses argv (argv[0] is the command name). Returns 0 on success, -1 when --help was printed

@@ -279,6 +279,66 @@ typedef struct quill_sampler_stage {
  * failure when `free` is given. */
 QUILL_API quill_status quill_sampler_add_stage(quill_sampler *s, const quill_sampler_stage *stage, quill_error *err);
 
+/* ---------------------------------------------------------------- grammars (constrained decoding) */
+
+/* A grammar in the reference's GBNF format (the .gbnf files of llama.cpp's grammars directory work as they are):
+ * `name ::= ...` rules, "literals", [classes], [^negated], ., ( ) groups, |, *, +, ?, {m}, {m,},
+ * {m,n}, # comments, <[id]> / !<[id]> tokens by id and <|text|> tokens by text (these need
+ * `tok`; it may be NULL otherwise). Parsed once; immutable, so one grammar may serve many
+ * matchers at once. Errors name the line and column and what was expected; undefined rules,
+ * left recursion and a missing root are refused. `root`: the rule to start from (NULL: "root"). */
+typedef struct quill_grammar quill_grammar;
+QUILL_API quill_status quill_grammar_parse(const quill_tokenizer *tok, const char *text, size_t len, const char *root,
+                                           quill_grammar **out, quill_error *err);
+QUILL_API void quill_grammar_free(quill_grammar *g);
+QUILL_API size_t quill_grammar_n_rules(const quill_grammar *g);
+/* Whether the whole of text[0..len) is a sentence of the grammar. */
+QUILL_API bool quill_grammar_accepts(const quill_grammar *g, const char *text, size_t len);
+
+/* The vocabulary's token texts indexed for matching (a trie): built once per model and shared
+ * by every matcher (read-only). */
+typedef struct quill_grammar_vocab quill_grammar_vocab;
+QUILL_API quill_status quill_grammar_vocab_new(const quill_tokenizer *tok, quill_grammar_vocab **out, quill_error *err);
+QUILL_API void quill_grammar_vocab_free(quill_grammar_vocab *v);
+
+/* Where a text stands in a grammar. `v` may be NULL for text-only use (no tokens, no masks).
+ * The grammar and vocabulary must outlive it. */
+typedef struct quill_grammar_matcher quill_grammar_matcher;
+QUILL_API quill_status quill_grammar_matcher_new(const quill_grammar *g, const quill_grammar_vocab *v,
+                                                 quill_grammar_matcher **out, quill_error *err);
+QUILL_API void quill_grammar_matcher_free(quill_grammar_matcher *m);
+QUILL_API void quill_grammar_matcher_reset(quill_grammar_matcher *m);
+/* Advance by text or by a token; false (state unchanged) when the grammar does not allow it. An
+ * end-of-generation token is allowed when the text is complete. */
+QUILL_API bool quill_grammar_matcher_accept_text(quill_grammar_matcher *m, const char *text, size_t len);
+QUILL_API bool quill_grammar_matcher_accept_token(quill_grammar_matcher *m, int32_t token);
+QUILL_API bool quill_grammar_matcher_allows(quill_grammar_matcher *m, int32_t token);
+/* The text so far is a complete sentence (the grammar allows it to end here). */
+QUILL_API bool quill_grammar_matcher_can_end(const quill_grammar_matcher *m);
+/* Nothing can follow: no text, no end (or the matcher ran out of memory). */
+QUILL_API bool quill_grammar_matcher_is_dead(const quill_grammar_matcher *m);
+/* The tokens allowed next, as bits (token t: bits[t / 64] >> (t % 64) & 1; (n_vocab + 63) / 64
+ * words): by walking the vocabulary's trie, cached per state. _plain feeds every token's text
+ * on its own: the simple version the tests compare with. */
+QUILL_API quill_status quill_grammar_matcher_mask(quill_grammar_matcher *m, uint64_t *bits, quill_error *err);
+QUILL_API quill_status quill_grammar_matcher_mask_plain(quill_grammar_matcher *m, uint64_t *bits, quill_error *err);
+
+/* Adds a grammar stage to a sampler: only tokens the grammar allows can be drawn, end of
+ * generation only once the text is complete. `g` and `v` must outlive the sampler. The sampler
+ * accepts generated tokens into it; quill_sampler_reset() starts it over. */
+QUILL_API quill_status quill_sampler_add_grammar(quill_sampler *s, const quill_grammar *g, const quill_grammar_vocab *v,
+                                                 quill_error *err);
+
+/* A JSON Schema as a GBNF grammar (rule "root") whose sentences are the JSON texts the schema
+ * accepts, in the reference's layout (json-schema-to-grammar): types (also lists of types),
+ * properties, required, additionalProperties (absent: no other keys), enum, const, items,
+ * prefixItems, minItems, maxItems, minLength, maxLength, anyOf, oneOf, $ref to #/$defs/... or
+ * #/definitions/..., and the string formats date, time, date-time and uuid; titles,
+ * descriptions and other annotations are ignored. Any other keyword is refused (QUILL_E_UNSUPPORTED)
+ * with a message that names it and where it is; malformed JSON is QUILL_E_FORMAT. *gbnf is
+ * malloc'd. */
+QUILL_API quill_status quill_json_schema_to_grammar(const char *schema, size_t len, char **gbnf, quill_error *err);
+
 /* ---------------------------------------------------------------- generation */
 
 /* Why generation ended. */
@@ -298,6 +358,11 @@ typedef struct quill_generate_params {
     size_t n_stop;
     /* The prompt's tokens enter the repetition-penalty window (as the reference does). */
     bool penalize_prompt;
+    /* Optional: a grammar the generated text must follow, with the model's vocabulary index
+     * (both must outlive the generation). Added as a stage to the sampler the generator makes;
+     * with a sampler of the caller's, add it there (quill_sampler_add_grammar) instead. */
+    const quill_grammar *grammar;
+    const quill_grammar_vocab *grammar_vocab;
     /* The generated text is the start of the text (no prompt before it): the tokenizer's leading
      * space is removed. False for a continuation. */
     bool text_start;

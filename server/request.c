@@ -1,7 +1,9 @@
 /* A /v1/chat/completions or /v1/completions body to generation parameters. Every known field is
  * checked for type and range and named in the error when wrong (OpenAI's behaviour); unknown
  * fields are ignored, as OpenAI's clients send fields newer than any server. llama-server's
- * extensions keep its names: top_k, min_p, repeat_penalty, repeat_last_n, ignore_eos. */
+ * extensions keep its names: top_k, min_p, repeat_penalty, repeat_last_n, ignore_eos, grammar,
+ * json_schema. Structured outputs (response_format) become a GBNF grammar here, so that a schema
+ * the converter cannot honour is a 400 naming the keyword before anything runs. */
 #include "server.h"
 
 #include <math.h>
@@ -170,6 +172,79 @@ static bool parse_stop(const cJSON *root, gen_request *r, api_error *e) {
     return true;
 }
 
+/* A JSON Schema (a cJSON value) as GBNF in r->grammar. */
+static bool schema_grammar(const cJSON *schema, const char *param, gen_request *r, api_error *e) {
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return api_fail(e, 400, param, "the JSON schema in '%s' must be an object", param);
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return api_fail(e, 500, NULL, "out of memory");
+    quill_error err;
+    quill_status st = quill_json_schema_to_grammar(text, strlen(text), &r->grammar, &err);
+    free(text);
+    if (st) return api_fail(e, st == QUILL_E_NOMEM ? 500 : 400, param, "%s: %s", param, err.message);
+    r->grammar_param = param;
+    return true;
+}
+
+/* grammar (GBNF text), response_format ({"type": "text" | "json_object" | "json_schema"}) and
+ * llama-server's json_schema: at most one of them constrains the output. */
+static bool parse_constraints(const cJSON *root, gen_request *r, api_error *e) {
+    const cJSON *grammar = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
+    if (grammar && cJSON_IsNull(grammar)) grammar = NULL;
+    if (format && cJSON_IsNull(format)) format = NULL;
+    if (schema && cJSON_IsNull(schema)) schema = NULL;
+    const char *type = NULL;
+    if (format) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(format, "type");
+        if (!cJSON_IsObject(format) || !cJSON_IsString(t))
+            return api_fail(e, 400, "response_format", "'response_format' must be an object with a string 'type'");
+        type = t->valuestring;
+        if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return api_fail(e, 400, "response_format",
+                            "'response_format.type' is '%.64s'; it must be text, json_object or json_schema", type);
+        if (!strcmp(type, "text")) format = NULL;
+    }
+    if ((grammar != NULL) + (format != NULL) + (schema != NULL) > 1)
+        return api_fail(e, 400, grammar ? "grammar" : "response_format",
+                        "give one of 'grammar', 'response_format' and 'json_schema', not several");
+    if (grammar) {
+        if (!cJSON_IsString(grammar)) return api_fail(e, 400, "grammar", "'grammar' must be a string (GBNF)");
+        if (!*grammar->valuestring) return true;   /* "" constrains nothing, as in llama-server */
+        if (!(r->grammar = dup_str(grammar->valuestring))) return api_fail(e, 500, NULL, "out of memory");
+        r->grammar_param = "grammar";
+        return true;
+    }
+    if (schema) return schema_grammar(schema, "json_schema", r, e);
+    if (!format) return true;
+    if (!strcmp(type, "json_object")) {
+        /* any JSON object, or the schema llama-server lets json_object carry */
+        const cJSON *inner = cJSON_GetObjectItemCaseSensitive(format, "schema");
+        if (inner && !cJSON_IsNull(inner)) return schema_grammar(inner, "response_format", r, e);
+        cJSON *object = cJSON_CreateObject();
+        bool ok = object && cJSON_AddStringToObject(object, "type", "object") &&
+                  schema_grammar(object, "response_format", r, e);
+        if (!object) ok = api_fail(e, 500, NULL, "out of memory");
+        cJSON_Delete(object);
+        return ok;
+    }
+    const cJSON *wrapper = cJSON_GetObjectItemCaseSensitive(format, "json_schema");
+    if (!cJSON_IsObject(wrapper))
+        return api_fail(e, 400, "response_format",
+                        "'response_format' of type json_schema needs a 'json_schema' object ({\"name\": ..., "
+                        "\"schema\": {...}})");
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(wrapper, "schema");
+    if (!inner || cJSON_IsNull(inner)) {
+        /* no schema: any JSON value, as the reference reads it */
+        cJSON *any = cJSON_CreateObject();
+        bool ok = any ? schema_grammar(any, "response_format", r, e) : api_fail(e, 500, NULL, "out of memory");
+        cJSON_Delete(any);
+        return ok;
+    }
+    return schema_grammar(inner, "response_format", r, e);
+}
+
 static bool parse_fields(const cJSON *root, request_kind kind, const request_limits *lim, gen_request *r,
                          api_error *e) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -225,6 +300,10 @@ static bool parse_fields(const cJSON *root, request_kind kind, const request_lim
     }
     if (!get_bool(root, "ignore_eos", &r->ignore_eos, e)) return false;
     if (!parse_stop(root, r, e)) return false;
+    if (!parse_constraints(root, r, e)) return false;
+    if (r->grammar && r->ignore_eos)
+        return api_fail(e, 400, "ignore_eos", "'ignore_eos' cannot be combined with a grammar or response_format: "
+                                              "the grammar decides where the text ends");
 
     if (!get_bool(root, "stream", &r->stream, e)) return false;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
@@ -292,5 +371,6 @@ void request_free(gen_request *r) {
     free(r->prompt);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

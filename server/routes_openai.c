@@ -276,6 +276,16 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         j->want_logprobs = q->logprobs;
         j->top_logprobs = q->top_logprobs;
         j->ignore_eos = q->ignore_eos;
+        if (q->grammar) {
+            /* parsed with the model's vocabulary (<|token|> names); each choice owns its copy */
+            st = quill_grammar_parse(s->tok, q->grammar, strlen(q->grammar), NULL, &j->grammar, &err);
+            if (st) {
+                api_fail(err_out, st == QUILL_E_NOMEM ? 500 : 400, q->grammar_param, "%s", err.message);
+                cancel_all(g);
+                gen_free(g);
+                return NULL;
+            }
+        }
         if (!scheduler_submit(s->sched, j, &e)) {
             *err_out = e;
             cancel_all(g);

@@ -45,6 +45,7 @@ struct scheduler {
     slot *slots;
     int32_t *eog;               /* end-of-generation ids, masked for ignore_eos */
     int n_eog;
+    quill_grammar_vocab *grammar_vocab;   /* shared by every request's grammar */
 
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -82,6 +83,7 @@ static void job_free(job *j) {
     free(j->prompt);
     free(j->text);
     free(j->tokens);
+    quill_grammar_free(j->grammar);
     free(j);
 }
 
@@ -188,6 +190,8 @@ static bool slot_assign(scheduler *s, job *j) {
     gp.n_stop = (size_t)j->n_stop;
     gp.penalize_prompt = true;
     gp.text_start = false;   /* the reply continues the prompt: its leading space is real */
+    gp.grammar = j->grammar;
+    gp.grammar_vocab = s->grammar_vocab;
     if (quill_generator_new(s->tok, NULL, &gp, &best->gen, &err)) {
         slot_finish(s, best, NULL, err.status == QUILL_E_NOMEM ? 500 : 400, err.message);
         return true;
@@ -389,6 +393,10 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
         return st;
     }
     s->p.n_ctx = quill_context_n_ctx(s->ctx);
+    if ((st = quill_grammar_vocab_new(s->tok, &s->grammar_vocab, err))) {
+        scheduler_free(s);
+        return st;
+    }
     const size_t nb = (size_t)p->n_batch + (size_t)p->n_slots + 8;
     s->slots = calloc((size_t)p->n_slots, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);
@@ -450,6 +458,7 @@ void scheduler_free(scheduler *s) {
     free(s->logits);
     free(s->raw);
     free(s->eog);
+    quill_grammar_vocab_free(s->grammar_vocab);
     quill_context_free(s->ctx);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);

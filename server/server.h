@@ -80,6 +80,10 @@ typedef struct gen_request {
     int n;                          /* choices (0 or 1: one) */
     bool logprobs;
     int top_logprobs;
+    /* Constrained decoding: GBNF text from 'grammar', or converted from 'response_format' (a
+     * json_schema or json_object) or llama-server's 'json_schema'; grammar_param names the field. */
+    char *grammar;
+    const char *grammar_param;
 } gen_request;
 
 /* Parses and checks a /v1/chat/completions or /v1/completions body. Unknown fields are ignored;
@@ -112,6 +116,7 @@ typedef struct job {
     int n_stop;
     bool want_logprobs, ignore_eos;
     int top_logprobs;
+    quill_grammar *grammar;     /* owned; NULL: unconstrained */
     double t_submit;
 
     /* guarded by the scheduler's mutex */

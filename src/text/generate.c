@@ -101,6 +101,11 @@ quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *samp
     if (!tok) return quill_fail(err, QUILL_E_ARG, "generator: no tokenizer given");
     quill_generate_params p = params ? *params : quill_generate_defaults();
     if (p.n_stop && !p.stop) return quill_fail(err, QUILL_E_ARG, "generator: %zu stop strings but no array", p.n_stop);
+    if (p.grammar && sampler)
+        return quill_fail(err, QUILL_E_ARG, "generator: a grammar in the parameters goes into the sampler the "
+                                            "generator makes; add it to your own with quill_sampler_add_grammar()");
+    if (p.grammar && !p.grammar_vocab)
+        return quill_fail(err, QUILL_E_ARG, "generator: a grammar needs the vocabulary index (quill_grammar_vocab_new)");
     quill_generator *g = calloc(1, sizeof *g);
     if (!g) return quill_fail(err, QUILL_E_NOMEM, "generator: out of memory");
     g->tok = tok;
@@ -116,6 +121,7 @@ quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *samp
     g->n_stop = p.n_stop;
     if (!sampler) {
         quill_status st = quill_sampler_new(&p.sampling, quill_tokenizer_n_vocab(tok), &g->own, err);
+        if (!st && p.grammar) st = quill_sampler_add_grammar(g->own, p.grammar, p.grammar_vocab, err);
         if (st) {
             quill_generator_free(g);
             return st;
