@@ -628,6 +628,8 @@ int cmd_chat(int argc, char **argv) {
         gp.stop = o.stop;
         gp.n_stop = o.n_stop;
         gp.text_start = false;
+        /* harmony's channel marks are special tokens: the reply's parse needs them in the text */
+        gp.render_special = rep.split && rep.syntax.tools == TOOL_SYNTAX_GPT_OSS;
         gp.should_stop = stop_requested;
         /* As the reference's chat does: each reply starts from a fresh sampler (a grammar at its
          * start, an empty penalty window) whose window then holds the whole conversation; the

@@ -366,6 +366,10 @@ typedef struct quill_generate_params {
     /* The generated text is the start of the text (no prompt before it): the tokenizer's leading
      * space is removed. False for a continuation. */
     bool text_start;
+    /* Special tokens are written into the text (gpt-oss's <|channel|> ..., DeepSeek's and
+     * Mistral's tool-call marks) for a front end that reads the reply's structure from them;
+     * end-of-generation tokens never are. */
+    bool render_special;
     /* Optional: receives n_prompt x n_vocab floats, the logits of every prompt position. */
     float *prompt_logits;
     /* Optional: traces the prompt's evaluation only (see quill_context_set_trace). */

@@ -77,6 +77,7 @@ struct chat_tools {
     tool_choice choice;
     bool parallel;
     char **names;
+    char **params;              /* each tool's parameters schema as JSON text, or NULL */
     size_t n_names;
     char *forced_name;          /* tool_choice naming a function */
     char id_base[24];
@@ -89,8 +90,12 @@ struct chat_tools {
 
 void chat_tools_free(chat_tools *t) {
     if (!t) return;
-    for (size_t i = 0; i < t->n_names; i++) free(t->names[i]);
+    for (size_t i = 0; i < t->n_names; i++) {
+        free(t->names[i]);
+        if (t->params) free(t->params[i]);
+    }
     free(t->names);
+    free(t->params);
     free(t->forced_name);
     free(t->args_sent);
     free(t);
@@ -114,10 +119,13 @@ chat_tools *chat_tools_clone(const chat_tools *t, int choice) {
     snprintf(base, sizeof base, "%.14s-%d", t->id_base, choice);
     memcpy(c->id_base, base, sizeof base);
     bool ok = !t->forced_name || (c->forced_name = dup_str(t->forced_name));
-    if (ok && t->n_names && !(c->names = calloc(t->n_names, sizeof *c->names))) ok = false;
+    if (ok && t->n_names && (!(c->names = calloc(t->n_names, sizeof *c->names)) ||
+                             !(c->params = calloc(t->n_names, sizeof *c->params))))
+        ok = false;
     for (size_t i = 0; ok && i < t->n_names; i++) {
         if (!(c->names[i] = dup_str(t->names[i]))) ok = false;
         else c->n_names = i + 1;
+        if (ok && t->params[i] && !(c->params[i] = dup_str(t->params[i]))) ok = false;
     }
     if (!ok) {
         chat_tools_free(c);
@@ -133,7 +141,8 @@ static bool parse_tools(const cJSON *root, chat_tools *t, api_error *e) {
     size_t n = (size_t)cJSON_GetArraySize(tools), i = 0;
     if (n > 512) return api_fail(e, 400, "tools", "'tools' holds %zu tools; at most 512 are accepted", n);
     t->names = calloc(n ? n : 1, sizeof *t->names);
-    if (!t->names) return api_fail(e, 500, NULL, "out of memory");
+    t->params = calloc(n ? n : 1, sizeof *t->params);
+    if (!t->names || !t->params) return api_fail(e, 500, NULL, "out of memory");
     const cJSON *tool;
     cJSON_ArrayForEach(tool, tools) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
@@ -155,7 +164,10 @@ static bool parse_tools(const cJSON *root, chat_tools *t, api_error *e) {
             if (!strcmp(t->names[k], name->valuestring))
                 return api_fail(e, 400, "tools", "tools[%zu]: the name '%.64s' is given twice", i, name->valuestring);
         if (!(t->names[i] = dup_str(name->valuestring))) return api_fail(e, 500, NULL, "out of memory");
-        t->n_names = ++i;
+        t->n_names = i + 1;
+        if (cJSON_IsObject(params) && !(t->params[i] = cJSON_PrintUnformatted(params)))
+            return api_fail(e, 500, NULL, "out of memory");
+        i++;
     }
     return true;
 }
@@ -417,17 +429,35 @@ bool chat_tools_prepare(server *s, const char *body, size_t len, const char *id,
 
 tool_choice chat_tools_choice(const chat_tools *t) { return t->choice; }
 
-bool chat_tools_grammar(const chat_tools *t, char **grammar, api_error *e) {
+bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, api_error *e) {
     *grammar = NULL;
     if (t->choice != TOOL_CHOICE_REQUIRED && t->choice != TOOL_CHOICE_NAMED) return true;
-    const char *one[1] = {t->forced_name};
-    quill_error err;
-    quill_status st = t->choice == TOOL_CHOICE_NAMED
-                          ? tool_call_grammar(&t->syntax, one, 1, false, t->opt.thinking_open, grammar, &err)
-                          : tool_call_grammar(&t->syntax, (const char *const *)t->names, t->n_names, t->parallel,
-                                              t->opt.thinking_open, grammar, &err);
-    if (st) return api_fail(e, 500, NULL, "%s", err.message);
-    return true;
+    /* the tools that may be called, each with its arguments' schema as a grammar */
+    size_t n = 0;
+    const char **names = calloc(t->n_names, sizeof *names);
+    char **args = calloc(t->n_names, sizeof *args);
+    bool ok = names && args;
+    if (!ok) api_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; ok && i < t->n_names; i++) {
+        if (t->choice == TOOL_CHOICE_NAMED && strcmp(t->names[i], t->forced_name)) continue;
+        names[n] = t->names[i];
+        quill_error err;
+        quill_status st = t->params[i] ? quill_json_schema_to_grammar(t->params[i], strlen(t->params[i]), &args[n], &err)
+                                       : QUILL_OK;
+        if (st) ok = api_fail(e, st == QUILL_E_NOMEM ? 500 : 400, "tools", "tools[%zu].function.parameters: %s", i, err.message);
+        n++;
+    }
+    if (ok) {
+        quill_error err;
+        quill_status st = tool_call_grammar(&t->syntax, tok, names, (const char *const *)args, n,
+                                            t->choice == TOOL_CHOICE_REQUIRED && t->parallel, t->opt.thinking_open, grammar,
+                                            &err);
+        if (st) ok = api_fail(e, 500, NULL, "%s", err.message);
+    }
+    for (size_t i = 0; args && i < n; i++) free(args[i]);
+    free(args);
+    free(names);
+    return ok;
 }
 
 bool chat_tools_render_special(const chat_tools *t) {

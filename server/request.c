@@ -263,9 +263,8 @@ static bool parse_fields(const cJSON *root, request_kind kind, const request_lim
     if (present) r->max_tokens = (long)d;
     if (!get_number(root, "max_completion_tokens", 1, max_tok, true, &d, &present, e)) return false;
     if (present) r->max_tokens = (long)d;
-    if (!get_number(root, "n", 1, 1e9, true, &d, &present, e)) return false;
-    if (present && d != 1)
-        return api_fail(e, 400, "n", "'n' is %g; this server returns one choice per request (n = 1)", d);
+    if (!get_number(root, "n", 1, 16, true, &d, &present, e)) return false;
+    r->n = present ? (int)d : 1;
 
     quill_sampler_params *sp = &r->sp;
     *sp = quill_sampler_defaults();

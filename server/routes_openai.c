@@ -249,6 +249,27 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         gen_free(g);
         return NULL;
     }
+    /* a required or named tool_choice: the reply is a call by construction (the syntax's grammar) */
+    const char *grammar = q->grammar, *grammar_param = q->grammar_param;
+    char *tool_grammar = NULL;
+    if (g->ch[0].tools && !chat_tools_grammar(g->ch[0].tools, s->tok, &tool_grammar, err_out)) {
+        free(ids);
+        gen_free(g);
+        return NULL;
+    }
+    if (tool_grammar) {
+        if (grammar || q->ignore_eos) {
+            free(tool_grammar);
+            free(ids);
+            api_fail(err_out, 400, "tool_choice",
+                     "a required or named 'tool_choice' constrains the reply itself: it cannot be combined with '%s'",
+                     grammar ? (grammar_param ? grammar_param : "grammar") : "ignore_eos");
+            gen_free(g);
+            return NULL;
+        }
+        grammar = tool_grammar;
+        grammar_param = "tool_choice";
+    }
     /* no seed: a different draw each time, as OpenAI does; with one, choice i draws from seed + i */
     uint64_t seed = q->sp.seed;
     if (!q->seed_given) {
@@ -276,11 +297,13 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         j->want_logprobs = q->logprobs;
         j->top_logprobs = q->top_logprobs;
         j->ignore_eos = q->ignore_eos;
-        if (q->grammar) {
-            /* parsed with the model's vocabulary (<|token|> names); each choice owns its copy */
-            st = quill_grammar_parse(s->tok, q->grammar, strlen(q->grammar), NULL, &j->grammar, &err);
+        j->render_special = g->ch[i].tools && chat_tools_render_special(g->ch[i].tools);
+        if (grammar) {
+            /* parsed with the model's vocabulary (<|token|> names), once per choice (a job owns its grammar) */
+            st = quill_grammar_parse(s->tok, grammar, strlen(grammar), NULL, &j->grammar, &err);
             if (st) {
-                api_fail(err_out, st == QUILL_E_NOMEM ? 500 : 400, q->grammar_param, "%s", err.message);
+                api_fail(err_out, st == QUILL_E_NOMEM ? 500 : 400, grammar_param, "%s", err.message);
+                free(tool_grammar);
                 cancel_all(g);
                 gen_free(g);
                 return NULL;
@@ -288,11 +311,13 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         }
         if (!scheduler_submit(s->sched, j, &e)) {
             *err_out = e;
+            free(tool_grammar);
             cancel_all(g);
             gen_free(g);
             return NULL;
         }
     }
+    free(tool_grammar);
     return g;
 }
 

@@ -190,6 +190,7 @@ static bool slot_assign(scheduler *s, job *j) {
     gp.n_stop = (size_t)j->n_stop;
     gp.penalize_prompt = true;
     gp.text_start = false;   /* the reply continues the prompt: its leading space is real */
+    gp.render_special = j->render_special;
     gp.grammar = j->grammar;
     gp.grammar_vocab = s->grammar_vocab;
     if (quill_generator_new(s->tok, NULL, &gp, &best->gen, &err)) {

@@ -115,6 +115,7 @@ typedef struct job {
     char **stop;                /* borrowed from the request, which outlives the job's use of it */
     int n_stop;
     bool want_logprobs, ignore_eos;
+    bool render_special;        /* special tokens go into the text (the reply's parse needs them) */
     int top_logprobs;
     quill_grammar *grammar;     /* owned; NULL: unconstrained */
     double t_submit;
@@ -256,7 +257,7 @@ void chat_tools_free(chat_tools *t);
 chat_tools *chat_tools_clone(const chat_tools *t, int choice);
 tool_choice chat_tools_choice(const chat_tools *t);
 /* The GBNF a required or named call must follow (*grammar NULL for auto and none). */
-bool chat_tools_grammar(const chat_tools *t, char **grammar, api_error *e);
+bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, api_error *e);
 /* Whether the reply's special tokens must be kept in its text for the parse. */
 bool chat_tools_render_special(const chat_tools *t);
 /* Fills a reply's message: content (null beside calls), reasoning_content, tool_calls; a

@@ -233,7 +233,7 @@ TEST(server_bad_requests) {
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": 7}", "between 0 and 2", "temperature", 400},
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 2.5}", "integer", "max_tokens", 400},
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 0}", "between", "max_tokens", 400},
-        {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 2}", "one choice", "n", 400},
+        {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 17}", "between 1 and 16", "n", 400},
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": 1}", "true or false", "stream", 400},
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [1]}", "strings", "stop", 400},
         {C, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", "needs 'logprobs'", "top_logprobs", 400},

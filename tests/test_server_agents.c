@@ -109,6 +109,19 @@ TEST(server_agents_official_clients) {
               fabs(at(emb, "norms.0")->valuedouble - 1) < 1e-5 && fabs(at(emb, "norms.1")->valuedouble - 1) < 1e-5 &&
               cJSON_IsTrue(at(emb, "same_as_float")) && cJSON_IsTrue(at(emb, "differ")),
           "embeddings.create: %s", out);
+    /* forced calls: by construction, with arguments valid against the schema (ajv) */
+    const cJSON *req = at(o, "chat_required");
+    CHECK(is(req, "finish_reason", "tool_calls") && is(req, "name", "get_weather") && cJSON_IsTrue(at(req, "valid")) &&
+              cJSON_IsTrue(at(req, "stream_same")) && is(req, "stream_finish", "tool_calls"),
+          "tool_choice required: %s", out);
+    CHECK(cJSON_IsNumber(at(o, "chat_n.count")) && at(o, "chat_n.count")->valueint == 2 && cJSON_IsTrue(at(o, "chat_n.differ")),
+          "n: 2: %s", out);
+    CHECK(is(o, "messages_tool_use.stop_reason", "tool_use") && is(o, "messages_tool_use.name", "get_weather") &&
+              cJSON_IsTrue(at(o, "messages_tool_use.valid")),
+          "messages with tool_choice any: %s", out);
+    CHECK(is(o, "responses_call.status", "completed") && is(o, "responses_call.name", "get_weather") &&
+              cJSON_IsTrue(at(o, "responses_call.valid")),
+          "responses with tool_choice required: %s", out);
     cJSON_Delete(o);
     free(out);
     CHECK_EQ_INT(stop, 0);

@@ -210,3 +210,184 @@ TEST(server_tools_bad_fields) {
     cJSON_Delete(o);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
+
+/* Joins a stream's delta.tool_calls by index into "name(arguments)|..." (malloc'd). */
+static char *sse_calls(const char *body, char **finish) {
+    char names[4][64] = {{0}}, *args[4] = {0};
+    int n = 0;
+    *finish = NULL;
+    for (const char *p = strstr(body, "data: {"); p; p = strstr(p + 1, "data: {")) {
+        const char *end = strstr(p, "\n\n");
+        char *one = strndup(p + 6, end ? (size_t)(end - p - 6) : strlen(p + 6));
+        cJSON *o = cJSON_Parse(one);
+        free(one);
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), *d;
+        const char *fr = str_of(c, "finish_reason", NULL);
+        if (fr) *finish = strdup(fr);
+        cJSON_ArrayForEach(d, cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "tool_calls")) {
+            int i = cJSON_GetObjectItem(d, "index")->valueint;
+            if (i < 0 || i > 3) continue;
+            if (i >= n) n = i + 1;
+            const char *name = str_of(cJSON_GetObjectItem(d, "function"), "name", NULL);
+            const char *piece = str_of(cJSON_GetObjectItem(d, "function"), "arguments", NULL);
+            if (name) snprintf(names[i], sizeof names[i], "%s", name);
+            if (piece) {
+                size_t have = args[i] ? strlen(args[i]) : 0;
+                args[i] = realloc(args[i], have + strlen(piece) + 1);
+                memcpy(args[i] + have, piece, strlen(piece) + 1);
+            }
+        }
+        cJSON_Delete(o);
+    }
+    size_t cap = 64;
+    for (int i = 0; i < n; i++) cap += strlen(names[i]) + (args[i] ? strlen(args[i]) : 0) + 4;
+    char *out = calloc(1, cap);
+    for (int i = 0; i < n; i++) {
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s(%s)", i ? "|" : "", names[i], args[i] ? args[i] : "");
+        free(args[i]);
+    }
+    return out;
+}
+
+/* tool_choice "required" and a named function: a random-weight model's reply is a call by
+ * construction (the syntax's grammar, arguments by the tool's schema), whole and streamed alike. */
+TEST(server_tools_required_and_named_calls) {
+    REQUIRE_SHARED(shared);
+    char model[600];
+    CHECK(synth_model(shared, "qwen3", "qwen3", model, sizeof model));
+    test_server s;
+    CHECK(server_start(&s, model, "-np 2 -c 4096 -t 1"));
+    static const char tools[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"city\":{\"type\":\"string\",\"enum\":[\"Paris\",\"Rome\"]}},\"required\":[\"city\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"zone\":{\"type\":\"string\",\"enum\":[\"UTC\",\"CET\"]}},\"required\":[\"zone\"]}}}]";
+    const char *choices[] = {"\"required\"", "{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}"};
+    for (int k = 0; k < 2; k++) {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": %s, \"tool_choice\": %s, "
+                 "\"parallel_tool_calls\": false, \"max_tokens\": 300, \"temperature\": 0%%s}",
+                 tools, choices[k]);
+        char whole[2100], streamed[2100];
+        snprintf(whole, sizeof whole, body, "");
+        snprintf(streamed, sizeof streamed, body, ", \"stream\": true");
+        int status;
+        cJSON *o = post_json(s.port, whole, &status);
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+        const cJSON *calls = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "tool_calls");
+        const cJSON *call = cJSON_GetArrayItem(calls, 0);
+        const char *name = str_of(cJSON_GetObjectItem(call, "function"), "name", NULL);
+        const char *args = str_of(cJSON_GetObjectItem(call, "function"), "arguments", NULL);
+        cJSON *parsed = args ? cJSON_Parse(args) : NULL;
+        const char *arg = k == 0 ? str_of(parsed, "city", NULL) : str_of(parsed, "zone", NULL);
+        CHECK(status == 200 && cJSON_GetArraySize(calls) == 1 && name && args && arg &&
+                  !strncmp(str_of(call, "id", NULL) ? str_of(call, "id", NULL) : "", "call_", 5) &&
+                  !strcmp(str_of(c, "finish_reason", NULL), "tool_calls") &&
+                  cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "content")),
+              "tool_choice %s: %d %s", choices[k], status, cJSON_PrintUnformatted(o));
+        CHECK(k == 0 || !strcmp(name, "get_time"), "the named function was not called: %s", name);
+        char expect[1024];
+        snprintf(expect, sizeof expect, "%s(%s)", name, args);
+        cJSON_Delete(parsed);
+        cJSON_Delete(o);
+        http_resp r;
+        CHECK(http_post(s.port, "/v1/chat/completions", streamed, &r) && r.status == 200, "stream");
+        char *finish = NULL, *joined = sse_calls(r.body, &finish);
+        CHECK(!strcmp(joined, expect) && finish && !strcmp(finish, "tool_calls"), "streamed [%s] (%s), whole [%s]", joined,
+              finish ? finish : "-", expect);
+        free(joined);
+        free(finish);
+        http_resp_free(&r);
+    }
+    /* a tool_choice that forces a call cannot take another grammar */
+    int status;
+    char bad[1024];
+    snprintf(bad, sizeof bad,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": %s, \"tool_choice\": \"required\", "
+             "\"response_format\": {\"type\": \"json_object\"}}",
+             tools);
+    cJSON *o = post_json(s.port, bad, &status);
+    CHECK(status == 400 && !strcmp(str_of(cJSON_GetObjectItem(o, "error"), "param", NULL), "tool_choice"), "%d", status);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
+
+/* n choices: each its own draw (seed + i), whole and streamed alike; usage counts them all. */
+TEST(server_n_choices) {
+    REQUIRE_SHARED(shared);
+    char *model = path_join(shared, "models/stories260K.gguf");
+    test_server s;
+    bool started = server_start(&s, model, "-np 3 -c 1024 -t 1");
+    free(model);
+    CHECK(started);
+    const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 12, \"temperature\": 1, \"seed\": 7, \"n\": 3%s}";
+    char whole[256], streamed[256];
+    snprintf(whole, sizeof whole, body, "");
+    snprintf(streamed, sizeof streamed, body, ", \"stream\": true");
+    http_resp r;
+    CHECK(http_post(s.port, "/v1/completions", whole, &r) && r.status == 200, "n=3: %s", r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    http_resp_free(&r);
+    const cJSON *choices = cJSON_GetObjectItem(o, "choices");
+    CHECK(cJSON_GetArraySize(choices) == 3, "choices");
+    const char *t0 = str_of(cJSON_GetArrayItem(choices, 0), "text", NULL), *t1 = str_of(cJSON_GetArrayItem(choices, 1), "text", NULL);
+    CHECK(t0 && t1 && strcmp(t0, t1), "two choices drew the same text: %s", t0);
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "completion_tokens")->valueint == 36, "usage");
+    CHECK(http_post(s.port, "/v1/completions", streamed, &r) && r.status == 200, "stream");
+    /* the stream's text for each index equals the whole reply's choice */
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "\"index\":%d", i);
+        size_t cap = strlen(r.body) + 1, n = 0;
+        char *text = calloc(1, cap);
+        for (const char *p = strstr(r.body, "data: {"); p; p = strstr(p + 1, "data: {")) {
+            const char *end = strstr(p, "\n\n");
+            char *one = strndup(p + 6, end ? (size_t)(end - p - 6) : strlen(p + 6));
+            cJSON *e = cJSON_Parse(one);
+            free(one);
+            const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(e, "choices"), 0);
+            const char *piece = str_of(c, "text", NULL);
+            if (c && cJSON_GetObjectItem(c, "index")->valueint == i && piece) {
+                memcpy(text + n, piece, strlen(piece));
+                n += strlen(piece);
+            }
+            cJSON_Delete(e);
+        }
+        const char *expected = str_of(cJSON_GetArrayItem(choices, i), "text", NULL);
+        CHECK(!strcmp(text, expected), "choice %d streamed [%s], whole [%s]", i, text, expected);
+        free(text);
+    }
+    http_resp_free(&r);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
+
+/* gpt-oss's harmony format: with the template and vocabulary of gpt-oss, a forced call is written
+ * in the commentary channel (special tokens in the grammar and in the reply's text) and comes back
+ * as a tool call. */
+TEST(server_tools_harmony_call) {
+    REQUIRE_SHARED(shared);
+    char model[600];
+    CHECK(synth_model(shared, "qwen3", "gpt-oss", model, sizeof model));
+    test_server s;
+    CHECK(server_start(&s, model, "-np 1 -c 4096 -t 1"));
+    const char *body =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": [{\"type\": \"function\", "
+        "\"function\": {\"name\": \"get_weather\", \"description\": \"Weather\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\", \"enum\": [\"Paris\", \"Rome\"]}}, \"required\": [\"city\"]}}}], "
+        "\"tool_choice\": \"required\", \"max_tokens\": 200, \"temperature\": 0}";
+    int status;
+    cJSON *o = post_json(s.port, body, &status);
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    const cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "tool_calls"), 0);
+    const char *args = str_of(cJSON_GetObjectItem(call, "function"), "arguments", NULL);
+    cJSON *parsed = args ? cJSON_Parse(args) : NULL;
+    const char *city = str_of(parsed, "city", NULL);
+    CHECK(status == 200 && city && (!strcmp(city, "Paris") || !strcmp(city, "Rome")) &&
+              !strcmp(str_of(c, "finish_reason", NULL), "tool_calls"),
+          "harmony call: %d %s", status, o ? cJSON_PrintUnformatted(o) : "");
+    cJSON_Delete(parsed);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}

@@ -273,15 +273,62 @@ TEST(tool_calls_grammar_text) {
     chat_syntax syn = {TOOL_SYNTAX_HERMES, true};
     char *g = NULL;
     quill_error err;
-    CHECK(tool_call_grammar(&syn, names, 2, true, true, &g, &err) == QUILL_OK, "%s", err.message);
+    CHECK(tool_call_grammar(&syn, NULL, names, NULL, 2, true, true, &g, &err) == QUILL_OK, "%s", err.message);
     CHECK_STR_CONTAINS(g, "root ::= \"</think>\\n\\n\" call ( \"\\n\" call )*");
-    CHECK_STR_CONTAINS(g, "name ::= \"\\\"get_weather\\\"\" | \"\\\"say \\\\\\\"hi\\\\\\\"\\\"\"");
-    CHECK_STR_CONTAINS(g, "call ::= \"<tool_call>\\n{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\\n</tool_call>\"");
+    CHECK_STR_CONTAINS(g, "fn-1 ::= \"\\\"say \\\\\\\"hi\\\\\\\"\\\"\" \", \\\"arguments\\\": \" args\n");
+    CHECK_STR_CONTAINS(g, "call ::= \"<tool_call>\\n{\\\"name\\\": \" fn \"}\\n</tool_call>\"");
     free(g);
     chat_syntax oss = {TOOL_SYNTAX_GPT_OSS, false};
-    CHECK(tool_call_grammar(&oss, names, 1, true, false, &g, &err) == QUILL_OK, "%s", err.message);
+    CHECK(tool_call_grammar(&oss, NULL, names, NULL, 1, true, false, &g, &err) == QUILL_OK, "%s", err.message);
     CHECK_STR_CONTAINS(g, "root ::= call\n");
-    CHECK_STR_CONTAINS(g, "name ::= \"get_weather\"\n");
+    CHECK_STR_CONTAINS(g, "fn ::= fn-0\nfn-0 ::= \"get_weather\"");
     free(g);
-    CHECK_EQ_INT(tool_call_grammar(&oss, names, 0, false, false, &g, &err), QUILL_E_ARG);
+    CHECK_EQ_INT(tool_call_grammar(&oss, NULL, names, NULL, 0, false, false, &g, &err), QUILL_E_ARG);
+}
+
+/* Every syntax's grammar is valid GBNF for the grammar engine, and accepts what the real templates
+ * write for a call (where the template's form is the one the grammar asks for). */
+TEST(tool_calls_grammars_parse_and_accept_template_replies) {
+    REQUIRE_SHARED(shared);
+    const char *names[] = {"get_weather", "other"};
+    /* get_weather's arguments by its schema (as the grammar engine converts it), other's any object */
+    char *schema = NULL;
+    quill_error serr;
+    const char *city = "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}";
+    CHECK(quill_json_schema_to_grammar(city, strlen(city), &schema, &serr) == QUILL_OK, "%s", serr.message);
+    const char *args[] = {schema, NULL};
+    static const struct { tool_syntax syntax; const char *template_rel, *end_mark; } cases[] = {
+        {TOOL_SYNTAX_HERMES, "chat/Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"},
+        {TOOL_SYNTAX_LLAMA3, "chat/meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>"},
+        {TOOL_SYNTAX_MISTRAL, "chat/mistralai-Mistral-Nemo-Instruct-2407.jinja", "</s>"},
+        {TOOL_SYNTAX_GENERIC, NULL, NULL},
+        {TOOL_SYNTAX_GPT_OSS, NULL, NULL},
+        {TOOL_SYNTAX_DEEPSEEK_V3, NULL, NULL},
+        {TOOL_SYNTAX_QWEN3_CODER, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chat_syntax syn = {cases[i].syntax, false};
+        char *text = NULL;
+        quill_error err;
+        CHECK(tool_call_grammar(&syn, NULL, names, args, 2, true, false, &text, &err) == QUILL_OK, "%s", err.message);
+        quill_grammar *g = NULL;
+        CHECK(quill_grammar_parse(NULL, text, strlen(text), NULL, &g, &err) == QUILL_OK, "%s: %s\n%s",
+              tool_syntax_name(cases[i].syntax), err.message, text);
+        if (cases[i].template_rel) {
+            char *reply = template_reply(shared, cases[i].template_rel, false, false, cases[i].end_mark);
+            CHECK(reply && quill_grammar_accepts(g, reply, strlen(reply)), "%s: the grammar refuses [%s]",
+                  tool_syntax_name(cases[i].syntax), reply ? reply : "(none)");
+            free(reply);
+        }
+        const char *generic = "{\"tool_calls\": [{\"name\": \"other\", \"arguments\": {\"a\": [1, 2.5, \"x\"]}}]}";
+        if (cases[i].syntax == TOOL_SYNTAX_GENERIC)
+            CHECK(quill_grammar_accepts(g, generic, strlen(generic)), "generic: refuses %s", generic);
+        /* the schema holds: get_weather without its city is refused */
+        const char *no_city = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+        if (cases[i].syntax == TOOL_SYNTAX_HERMES)
+            CHECK(!quill_grammar_accepts(g, no_city, strlen(no_city)), "hermes: accepts a call without its required city");
+        quill_grammar_free(g);
+        free(text);
+    }
+    free(schema);
 }

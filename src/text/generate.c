@@ -84,7 +84,7 @@ struct quill_generator {
     const quill_tokenizer *tok;
     quill_sampler *sampler, *own;
     int n_predict;
-    bool penalize_prompt, text_start;
+    bool penalize_prompt, text_start, render_special;
     char **stop;
     size_t n_stop;
     quill_detokenizer dt;
@@ -112,6 +112,7 @@ quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *samp
     g->n_predict = p.n_predict;
     g->penalize_prompt = p.penalize_prompt;
     g->text_start = p.text_start;
+    g->render_special = p.render_special;
     if (p.n_stop && !(g->stop = calloc(p.n_stop, sizeof *g->stop))) goto oom;
     for (size_t i = 0; i < p.n_stop; i++) {
         if (!p.stop[i]) continue;
@@ -157,7 +158,7 @@ void quill_generator_begin(quill_generator *g, const int32_t *prompt, size_t n_p
     g->res.finish = QUILL_FINISH_STOP;
     g->held.len = g->out.len = 0;
     g->done = false;
-    quill_detokenizer_init(&g->dt, g->tok, false, g->text_start);
+    quill_detokenizer_init(&g->dt, g->tok, g->render_special, g->text_start);
     if (g->penalize_prompt && prompt)
         for (size_t i = 0; i < n_prompt; i++) quill_sampler_accept_prompt(g->sampler, prompt[i]);
 }

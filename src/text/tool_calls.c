@@ -901,63 +901,163 @@ static const char json_rules[] =
     "number ::= \"-\"? ( [0-9] | [1-9] [0-9]{1,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
     "ws ::= [ ]?\n";
 
-quill_status tool_call_grammar(const chat_syntax *syn, const char *const *names, size_t n_names, bool parallel,
-                               bool thinking_open, char **out, quill_error *err) {
+/* A mark of the syntax as a grammar element: the special token it is in the vocabulary (`<[id]>`;
+ * special tokens have no text a literal could match), else a literal. */
+static void gbnf_mark(sbuf *b, const quill_tokenizer *tok, const char *mark) {
+    if (tok) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char text[8];
+        if (quill_tokenize(tok, mark, strlen(mark), false, true, &ids, &n, NULL) == QUILL_OK && n == 1 &&
+            quill_token_to_bytes(tok, ids[0], false, text, sizeof text) == 0) {
+            sb_printf(b, " <[%d]> ", ids[0]);
+            free(ids);
+            return;
+        }
+        free(ids);
+    }
+    sb_puts(b, " \"");
+    gbnf_literal(b, mark);
+    sb_puts(b, "\" ");
+}
+
+/* A GBNF text with every rule name prefixed (so that several grammars live in one): identifiers
+ * outside literals, classes, repetition counts and token elements. */
+static void gbnf_prefixed(sbuf *b, const char *g, const char *prefix) {
+    for (const char *p = g; *p;) {
+        char c = *p;
+        if (c == '"' || c == '[') {
+            char close = c == '"' ? '"' : ']';
+            const char *q = p + 1;
+            while (*q && *q != close) q += (*q == '\\' && q[1]) ? 2 : 1;
+            if (*q) q++;
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else if (c == '{' || c == '<') {
+            const char *q = strchr(p, c == '{' ? '}' : '>');
+            q = q ? q + 1 : p + strlen(p);
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else if (c == '#') {
+            const char *q = strchr(p, '\n');
+            p = q ? q : p + strlen(p);
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
+            const char *q = p;
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '_') q++;
+            sb_puts(b, prefix);
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else {
+            sb_put(b, p, 1);
+            p++;
+        }
+    }
+    if (b->n && b->p[b->n - 1] != '\n') sb_put(b, "\n", 1);
+}
+
+quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *tok, const char *const *names,
+                               const char *const *args_gbnf, size_t n_names, bool parallel, bool thinking_open,
+                               char **out, quill_error *err) {
     *out = NULL;
     if (!names || n_names == 0) return quill_fail(err, QUILL_E_ARG, "a tool-call grammar needs at least one tool name");
-    sbuf b = {0};
-    /* name: each tool's name as the syntax writes it (inside a JSON string, or bare) */
+    sbuf b = {0}, sep = {0}, after = {0};
+    /* fn: one alternative per tool, its name then its arguments (their own schema's rules, or any object) */
     bool json_name = syn->tools == TOOL_SYNTAX_HERMES || syn->tools == TOOL_SYNTAX_LLAMA3 ||
                      syn->tools == TOOL_SYNTAX_MISTRAL || syn->tools == TOOL_SYNTAX_GENERIC;
-    sb_puts(&b, "name ::= ");
+    switch (syn->tools) {
+    case TOOL_SYNTAX_LLAMA3: sb_puts(&sep, " \", \\\"parameters\\\": \" "); break;
+    case TOOL_SYNTAX_GPT_OSS:
+        sb_puts(&sep, " \" \"");
+        gbnf_mark(&sep, tok, "<|constrain|>");
+        sb_puts(&sep, "\"json\"");
+        gbnf_mark(&sep, tok, "<|message|>");
+        break;
+    case TOOL_SYNTAX_DEEPSEEK_V3:
+        sb_puts(&sep, " \"\\n```json\\n\" ");
+        sb_puts(&after, " \"\\n```\"");
+        break;
+    case TOOL_SYNTAX_QWEN3_CODER: sb_puts(&sep, " \">\\n\" "); break;
+    default: sb_puts(&sep, " \", \\\"arguments\\\": \" "); break;
+    }
+    sb_puts(&b, "fn ::= ");
+    for (size_t i = 0; i < n_names; i++) sb_printf(&b, "%sfn-%zu", i ? " | " : "", i);
+    sb_puts(&b, "\n");
     for (size_t i = 0; i < n_names; i++) {
         sbuf q = {0};
         if (json_name) json_quote(&q, names[i], strlen(names[i]), false);
         else sb_puts(&q, names[i]);
-        sb_puts(&b, i ? " | \"" : "\"");
+        sb_printf(&b, "fn-%zu ::= \"", i);
         if (q.p) gbnf_literal(&b, q.p);
-        sb_puts(&b, "\"");
         free(q.p);
+        sb_puts(&b, "\"");
+        if (sep.p) sb_puts(&b, sep.p);
+        if (syn->tools == TOOL_SYNTAX_QWEN3_CODER) sb_puts(&b, "param*");
+        else if (args_gbnf && args_gbnf[i]) sb_printf(&b, "a%zu-root", i);
+        else sb_puts(&b, "args");
+        if (after.p) sb_puts(&b, after.p);
+        sb_puts(&b, "\n");
+        if (args_gbnf && args_gbnf[i] && syn->tools != TOOL_SYNTAX_QWEN3_CODER) {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "a%zu-", i);
+            gbnf_prefixed(&b, args_gbnf[i], prefix);
+        }
     }
-    sb_puts(&b, "\n");
-    const char *sep = "\"\\n\"", *open = "", *close = "";
+    if (sep.nomem || after.nomem) b.nomem = true;
+    free(sep.p);
+    free(after.p);
+    const char *call_sep = "\"\\n\"";
+    sbuf open = {0}, close = {0};
     switch (syn->tools) {
     case TOOL_SYNTAX_HERMES:
-        sb_puts(&b, "call ::= \"<tool_call>\\n{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\\n</tool_call>\"\n");
+        sb_puts(&b, "call ::= \"<tool_call>\\n{\\\"name\\\": \" fn \"}\\n</tool_call>\"\n");
         break;
     case TOOL_SYNTAX_QWEN3_CODER:
-        sb_puts(&b, "call ::= \"<tool_call>\\n<function=\" name \">\\n\" param* \"</function>\\n</tool_call>\"\n"
+        sb_puts(&b, "call ::= \"<tool_call>\\n<function=\" fn \"</function>\\n</tool_call>\"\n"
                     "param ::= \"<parameter=\" [a-zA-Z0-9_]{1,64} \">\\n\" [^<]{0,256} \"\\n</parameter>\\n\"\n");
         break;
     case TOOL_SYNTAX_LLAMA3:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"parameters\\\": \" args \"}\"\n");
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
         parallel = false;   /* Llama 3.1 writes one call per turn */
         break;
     case TOOL_SYNTAX_MISTRAL:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}\"\n");
-        open = "\"[TOOL_CALLS][\" ";
-        close = " \"]\"";
-        sep = "\", \"";
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}\"\n");
+        gbnf_mark(&open, tok, "[TOOL_CALLS]");
+        sb_puts(&open, "\"[\" ");
+        sb_puts(&close, " \"]\"");
+        call_sep = "\", \"";
         break;
     case TOOL_SYNTAX_GPT_OSS:
-        sb_puts(&b, "call ::= \"<|channel|>commentary to=functions.\" name \" <|constrain|>json<|message|>\" args\n");
+        sb_puts(&b, "call ::=");
+        gbnf_mark(&b, tok, "<|channel|>");
+        sb_puts(&b, "\"commentary to=functions.\" fn\n");
         parallel = false;   /* a call ends the turn (<|call|>) */
         break;
     case TOOL_SYNTAX_DEEPSEEK_V3:
-        sb_puts(&b, "call ::= \"" DS_CALL_BEGIN "function" DS_SEP "\" name \"\\n```json\\n\" args \"\\n```" DS_CALL_END "\"\n");
-        open = "\"" DS_CALLS_BEGIN "\" ";
-        close = " \"" DS_CALLS_END "\"";
+        sb_puts(&b, "call ::=");
+        gbnf_mark(&b, tok, DS_CALL_BEGIN);
+        sb_puts(&b, "\"function\"");
+        gbnf_mark(&b, tok, DS_SEP);
+        sb_puts(&b, "fn");
+        gbnf_mark(&b, tok, DS_CALL_END);
+        sb_puts(&b, "\n");
+        gbnf_mark(&open, tok, DS_CALLS_BEGIN);
+        gbnf_mark(&close, tok, DS_CALLS_END);
         break;
     case TOOL_SYNTAX_GENERIC:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" name \", \\\"arguments\\\": \" args \"}\"\n");
-        open = "\"{\\\"tool_calls\\\": [\" ";
-        close = " \"]}\"";
-        sep = "\", \"";
+        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
+        sb_puts(&open, "\"{\\\"tool_calls\\\": [\" ");
+        sb_puts(&close, " \"]}\"");
+        call_sep = "\", \"";
         break;
     }
+    const char *sep_text = call_sep;
     sb_puts(&b, "root ::= ");
     if (syn->think_tags && thinking_open) sb_puts(&b, "\"</think>\\n\\n\" ");
-    sb_printf(&b, "%scall%s%s%s%s\n", open, parallel ? " ( " : "", parallel ? sep : "", parallel ? " call )*" : "", close);
+    sb_printf(&b, "%scall%s%s%s%s\n", open.p ? open.p : "", parallel ? " ( " : "", parallel ? sep_text : "",
+              parallel ? " call )*" : "", close.p ? close.p : "");
+    if (open.nomem || close.nomem) b.nomem = true;
+    free(open.p);
+    free(close.p);
     sb_puts(&b, json_rules);
     char *text = sb_take(&b);
     if (b.nomem || !text) {

@@ -22,6 +22,7 @@
 #define QUILL_TOOL_CALLS_H
 
 #include "quill.h"
+#include "quill_model.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -74,11 +75,15 @@ quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options 
 void chat_parse_free(chat_parse *p);
 
 /* A GBNF grammar (the reference's format) whose sentences are replies made of tool calls in the
- * syntax: one call, or with `parallel` one or more, to one of `names` (n_names >= 1); the arguments
- * are any JSON object. With `think_tags` and `thinking_open`, the reply first closes its reasoning.
+ * syntax: one call, or with `parallel` one or more, to one of `names` (n_names >= 1); a call's
+ * arguments follow args_gbnf[i] (a GBNF grammar with a `root` rule, e.g. the tool's JSON Schema
+ * converted; its rules are renamed apart) or, where that is NULL (or args_gbnf is), any JSON object. With `think_tags` and `thinking_open`, the reply first closes its reasoning.
+ * Marks that are special tokens of `tok` (harmony's <|channel|>, DeepSeek's, Mistral's
+ * [TOOL_CALLS]) are written as those tokens (`<[id]>`); `tok` may be NULL (every mark a literal).
  * malloc'd. */
-quill_status tool_call_grammar(const chat_syntax *syn, const char *const *names, size_t n_names, bool parallel,
-                               bool thinking_open, char **out, quill_error *err);
+quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *tok, const char *const *names,
+                               const char *const *args_gbnf, size_t n_names, bool parallel, bool thinking_open,
+                               char **out, quill_error *err);
 
 /* JSON helpers for the pieces of a reply (strict RFC 8259). The length of the JSON value at
  * s[0..n) after leading whitespace, counting the whitespace, or 0 when it is not a whole value;

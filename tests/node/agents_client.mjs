@@ -4,6 +4,7 @@
 // threw; tests/test_server_agents.c checks it. Every call runs even when an earlier one fails.
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
+import Ajv from "ajv";
 
 const [base, apiKey] = process.argv.slice(2);
 const openai = new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0, timeout: 60000 });
@@ -145,6 +146,61 @@ await attempt("embeddings", async () => {
   return { count: r.data.length, dims: r.data[0].embedding.length, norms: r.data.map((d) => norm(d.embedding)),
            same_as_float: r.data[0].embedding.every((x, i) => Math.abs(x - f.data[0].embedding[i]) < 1e-6),
            differ: r.data[0].embedding.some((x, i) => x !== r.data[1].embedding[i]), usage: r.usage };
+});
+
+// tool_choice "required": a call by construction, its arguments valid against the tool's schema
+// (checked with ajv), whole and streamed
+const cityTool = {
+  type: "function",
+  function: {
+    name: "get_weather", description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"] } }, required: ["city"],
+                  additionalProperties: false },
+  },
+};
+const validate = new Ajv().compile(cityTool.function.parameters);
+await attempt("chat_required", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "Weather in Paris?" }], tools: [cityTool],
+                tool_choice: "required", parallel_tool_calls: false, max_tokens: 300, temperature: 0 };
+  const r = await openai.chat.completions.create(req);
+  const c = r.choices[0], call = c.message.tool_calls?.[0];
+  const stream = await openai.chat.completions.create({ ...req, stream: true });
+  let name = "", args = "", finish = null;
+  for await (const chunk of stream) {
+    const ch = chunk.choices[0];
+    if (!ch) continue;
+    for (const d of ch.delta.tool_calls ?? []) {
+      if (d.function?.name) name += d.function.name;
+      if (d.function?.arguments) args += d.function.arguments;
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  return { finish_reason: c.finish_reason, name: call?.function.name ?? null, valid: call ? validate(JSON.parse(call.function.arguments)) : false,
+           stream_same: name === call?.function.name && args === call?.function.arguments, stream_finish: finish };
+});
+
+// n: 2 choices in one request
+await attempt("chat_n", async () => {
+  const r = await openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Hi" }], n: 2, max_tokens: 6, temperature: 1, seed: 3 });
+  return { count: r.choices.length, indexes: r.choices.map((c) => c.index), differ: r.choices[0].message.content !== r.choices[1].message.content };
+});
+
+// Anthropic's tool_choice "any": a tool_use block, and Responses' "required": a function_call item
+await attempt("messages_tool_use", async () => {
+  const r = await anthropic.messages.create({
+    model: "m", max_tokens: 300, temperature: 0, messages: [{ role: "user", content: "Weather in Paris?" }],
+    tools: [{ name: "get_weather", input_schema: cityTool.function.parameters }], tool_choice: { type: "any", disable_parallel_tool_use: true },
+  });
+  const block = r.content.find((b) => b.type === "tool_use");
+  return { stop_reason: r.stop_reason, name: block?.name ?? null, valid: block ? validate(block.input) : false };
+});
+await attempt("responses_call", async () => {
+  const r = await openai.responses.create({
+    model: "m", input: "Weather in Paris?", max_output_tokens: 300, temperature: 0, tool_choice: "required", parallel_tool_calls: false,
+    tools: [{ type: "function", name: "get_weather", parameters: cityTool.function.parameters }],
+  });
+  const item = r.output.find((o) => o.type === "function_call");
+  return { status: r.status, name: item?.name ?? null, valid: item ? validate(JSON.parse(item.arguments)) : false };
 });
 
 console.log(JSON.stringify(out));
