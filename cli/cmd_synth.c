@@ -234,6 +234,7 @@ typedef struct {
     int64_t state, k_heads, v_heads, kernel, interval, n_rot, mtp;
     int32_t sections[4];
     bool grouped;           /* Qwen3-Next: ssm_ba, no rope sections */
+    bool fused_qkvz;        /* Qwen3-Next's older files: one ssm_in for q, k, v and z */
     int64_t n_expert, ff_exp, ff_shexp; /* the MoE variants' experts (0: a dense FFN) */
 } synth_hybrid;
 
@@ -244,7 +245,7 @@ static bool synth_is_hybrid(const synth_arch *a) {
 
 static synth_hybrid synth_hybrid_sizes(const synth_preset *hp, int64_t head_dim, long mtp) {
     synth_hybrid h = {head_dim / 2 > 2 ? head_dim / 2 : 2, hp->n_head_kv, hp->n_head, 4, 4, head_dim / 4 / 2 * 2, mtp,
-                      {0, 0, 0, 0}, false, 0, 0, 0};
+                      {0, 0, 0, 0}, false, false, 0, 0, 0};
     if (h.n_rot < 2) h.n_rot = 2;
     const int32_t pairs = (int32_t)(h.n_rot / 2);
     h.sections[0] = (pairs + 2) / 3;
@@ -281,8 +282,12 @@ static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const 
     synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
     synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_attention_norm.weight", l);
     if (recurrent) {
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * key_dim + value_dim, "blk.%d.attn_qkv.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, value_dim, "blk.%d.attn_gate.weight", l);
+        if (h->fused_qkvz) {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * key_dim + 2 * value_dim, "blk.%d.ssm_in.weight", l);
+        } else {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * key_dim + value_dim, "blk.%d.attn_qkv.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, value_dim, "blk.%d.attn_gate.weight", l);
+        }
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(h->kernel), h->kernel, 2 * key_dim + value_dim,
                   "blk.%d.ssm_conv1d.weight", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 1.0f, h->v_heads, 0, "blk.%d.ssm_dt.bias", l);
@@ -336,7 +341,7 @@ static int synth_usage(FILE *f) {
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
             "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
             "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--mtp N]\n"
-            "                   [--seed S]\n"
+            "                   [--ssm-in] [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
@@ -347,7 +352,8 @@ static int synth_usage(FILE *f) {
             "  gpt-oss (32 experts, 4 used, --expert-ff wide, biases, attention sinks, window 128 on\n"
             "  every other layer, YaRN), qwen35 (Gated DeltaNet layers, every fourth a gated attention\n"
             "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
-            "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE), smollm3 (every\n"
+            "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE; --ssm-in: the older\n"
+            "  files' fused ssm_in instead of attn_qkv and attn_gate), smollm3 (every\n"
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
             "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
             "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
@@ -367,7 +373,7 @@ int cmd_synth(int argc, char **argv) {
     synth_preset hp = {NULL, 0, 0, 0, 0, 0, 0};
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
-    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
+    long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, ssm_in = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -434,6 +440,8 @@ int cmd_synth(int argc, char **argv) {
                       cli_parse_double(comma + 1, 0.01, 1e6, &final_cap);
             if (comma) *comma = ',';
             if (!ok) return cli_fail("synth: --softcap needs ATTN,FINAL (two numbers from 0.01 to 1e6)");
+        } else if (!strcmp(a, "--ssm-in")) {
+            ssm_in = 1;
         } else if (!strcmp(a, "--mtp")) {
             if (++i >= argc || !cli_parse_long(argv[i], 0, 16, &mtp))
                 return cli_fail("synth: --mtp needs a number of MTP blocks from 0 to 16 (qwen35)");
@@ -494,6 +502,8 @@ int cmd_synth(int argc, char **argv) {
                                                                     : hp.n_ff / n_used;
     if (n_expert && ff_exp < 1) return cli_fail("synth: --ff is narrower than the experts used");
     hybrid.grouped = !strcmp(arch->arch, "qwen3next");
+    if (ssm_in && !hybrid.grouped) return cli_fail("synth: --ssm-in (the older fused q/k/v/z matrix) is for qwen3next");
+    hybrid.fused_qkvz = ssm_in;
     hybrid.n_expert = n_expert;
     hybrid.ff_exp = ff_exp;
     hybrid.ff_shexp = hp.n_ff;

@@ -27,6 +27,9 @@ static const hybrid_case cases[] = {
                   "--expert-ff 64 --seed 7 --mtp 1"},
     {"qwen3next", "--arch qwen3next --layers 4 --embd 64 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 "
                   "--expert-ff 64 --seed 7 --mtp 1"},
+    /* the older Qwen3-Next files: one ssm_in for q, k, v and z */
+    {"qwen3next-ssm-in", "--arch qwen3next --layers 4 --embd 64 --heads 4 --kv-heads 2 --ff 128 --experts 8 "
+                         "--experts-used 2 --expert-ff 64 --seed 7 --ssm-in"},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 /* longer than a micro-batch (QUILL_UBATCH), so that the state crosses one */
@@ -188,9 +191,9 @@ TEST(hybrid_logits_match_the_reference_and_float64) {
             ref_vs_exact = max_rel_error(r.logits, exact, n);
             ours = rms_rel_error(fast_q, exact_q, n);
             theirs = rms_rel_error(rq.logits, exact_q, n);
-            printf("    %-9s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g\n",
+            printf("    %-16s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g\n",
                    name, vs_ref, vs_exact, ref_vs_exact);
-            printf("    %-9s q8_0 rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", name, ours, theirs,
+            printf("    %-16s q8_0 rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", name, ours, theirs,
                    theirs / ours);
         }
         free(fast); free(exact); free(fast_q); free(exact_q); free(r.logits); free(rq.logits);
@@ -241,7 +244,7 @@ static void greedy_case(const char *shared, size_t which) {
         st = quill_eval(s.c, &best, 1, logits, false, &err);
         last = logits;
     }
-    printf("    %-9s %d of %d greedy tokens equal\n", cases[which].name, steps, r.n_greedy);
+    printf("    %-16s %d of %d greedy tokens equal\n", cases[which].name, steps, r.n_greedy);
     free(logits);
     free(r.logits);
     close_session(&s);
@@ -280,7 +283,7 @@ static void traces_case(const char *shared, size_t which) {
         if (d[k].rel > worst) worst = d[k].rel;
         for (int i = 0; i < 4; i++) has[i] |= !strcmp(d[k].name, wanted[i]);
     }
-    printf("    %-9s %zu tensors compared, worst rel %.3g\n", cases[which].name, nd, worst);
+    printf("    %-16s %zu tensors compared, worst rel %.3g\n", cases[which].name, nd, worst);
     const char *first = bad >= 0 ? d[bad].name : "";
     free(d);
     for (int i = 0; i < 4; i++) CHECK(has[i], "%s is not among the %zu tensors in common", wanted[i], nd);
@@ -339,6 +342,20 @@ static void invariance_case(const char *shared, size_t which) {
     free(base);
     for (int i = 0; i < 4; i++) free(other[i]);
     for (int i = 0; i < 4; i++) CHECK(same[i], "%s: %s differs from one batch on 2 threads", cases[which].name, what[i]);
+    /* Q8_0: one thread and two, and the weights in the file's layout (QUILL_REPACK=0, read when a
+     * model is first packed) against the kernel set's copy */
+    float *q_two = eval_logits(f.q8, false, 2, &nv), *q_one = eval_logits(f.q8, false, 1, &nv);
+    setenv("QUILL_REPACK", "0", 1);
+    float *q_file = eval_logits(f.q8, false, 2, &nv);
+    unsetenv("QUILL_REPACK");
+    const size_t bytes = (size_t)N_PROMPT * (size_t)nv * sizeof(float);
+    const bool same_threads = q_two && q_one && !memcmp(q_two, q_one, bytes);
+    const bool same_layout = q_two && q_file && !memcmp(q_two, q_file, bytes);
+    free(q_two);
+    free(q_one);
+    free(q_file);
+    CHECK(same_threads, "%s q8_0: 1 and 2 threads differ", cases[which].name);
+    CHECK(same_layout, "%s q8_0: the packed copy and the file's layout differ", cases[which].name);
 }
 
 TEST(hybrid_threads_and_batching_are_bitwise_invariant) {

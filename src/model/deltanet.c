@@ -1,7 +1,8 @@
 /* Gated DeltaNet layers (Qwen 3.5, as the reference's qwen35 graph computes them), in the fast pass
  * and in the float64 pass, and the output gate of the hybrids' full-attention layers.
  *
- *   mixed = h·W_qkv (q, k, v channels), z = h·W_gate, b = h·W_beta, a = h·W_alpha
+ *   mixed = h·W_qkv (q, k, v channels), z = h·W_gate, b = h·W_beta, a = h·W_alpha (Qwen3-Next's
+ *   older files: q, k, v and z from one ssm_in, per key head; b and a from one ssm_ba)
  *   mixed = silu(causal depthwise conv of `kernel` taps over the sequence's last inputs)
  *   q, k = l2norm per key head (eps: the RMS norm's); β = σ(b); g = softplus(a + dt) · A
  *   per value head h (key head h mod key heads), state S [k][v]:
@@ -142,8 +143,13 @@ quill_status quill_hybrid_bind_layer(quill_model *m, int64_t l, quill_error *err
     char name[96];
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
     quill_status s;
-    if ((s = quill_model_bind(m, NAME("attn_qkv.weight"), d, 2 * key_dim + value_dim, &L->ssm_in, err)) ||
-        (s = quill_model_bind(m, NAME("attn_gate.weight"), d, value_dim, &L->ssm_gate, err)) ||
+    /* Qwen3-Next's older files: ssm_in holds per key head its q, k, v and z rows (ssm_gate stays
+     * unbound) */
+    const bool fused = m->arch->ssm_grouped && !quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight")) &&
+                       quill_gguf_find_tensor(m->gguf, NAME("ssm_in.weight"));
+    if ((fused && (s = quill_model_bind(m, NAME("ssm_in.weight"), d, 2 * key_dim + 2 * value_dim, &L->ssm_in, err))) ||
+        (!fused && (s = quill_model_bind(m, NAME("attn_qkv.weight"), d, 2 * key_dim + value_dim, &L->ssm_in, err))) ||
+        (!fused && (s = quill_model_bind(m, NAME("attn_gate.weight"), d, value_dim, &L->ssm_gate, err))) ||
         /* Qwen3-Next: beta and alpha in one matrix, per key head its value heads' betas, then their alphas */
         (s = m->arch->ssm_grouped
                  ? quill_model_bind(m, NAME("ssm_ba.weight"), d, 2 * ap->ssm_v_heads, &L->ssm_beta, err)
@@ -245,6 +251,22 @@ static void l2_norm(float *x, int64_t n, float eps) {
     const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
     for (int64_t i = 0; i < n; i++) x[i] *= scale;
 }
+
+/* Splits one token's fused ssm_in row (per key head: q, k, then its value heads' v, then their z)
+ * into the conv channels (all q, all k, all v) and z. */
+#define SPLIT_QKVZ(T)                                                                                          \
+    static void split_qkvz_##T(const quill_arch_params *ap, const T *row, T *mixed, T *z) {                 \
+        const int64_t S = ap->ssm_state, r = ap->ssm_v_heads / ap->ssm_k_heads, key_dim = S * ap->ssm_k_heads; \
+        for (int64_t kh = 0; kh < ap->ssm_k_heads; kh++) {                                                   \
+            const T *g = row + kh * (2 * S + 2 * S * r);                                                     \
+            memcpy(mixed + kh * S, g, (size_t)S * sizeof(T));                                                \
+            memcpy(mixed + key_dim + kh * S, g + S, (size_t)S * sizeof(T));                                  \
+            memcpy(mixed + 2 * key_dim + kh * S * r, g + 2 * S, (size_t)(S * r) * sizeof(T));                \
+            memcpy(z + kh * S * r, g + 2 * S + S * r, (size_t)(S * r) * sizeof(T));                          \
+        }                                                                                                    \
+    }
+SPLIT_QKVZ(float)
+SPLIT_QKVZ(double)
 
 /* ---------------------------------------------------------------- fast pass */
 
@@ -353,8 +375,17 @@ void quill_deltanet_fast(quill_context *c, const quill_layer *L, int layer, int 
     const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, value_dim = S * H;
     quill_recurrent *r = c->rec;
     /* (ssm_ba's rows fill beta's and alpha's scratch, which follow each other) */
-    quill_matmuls(c, (const quill_weight *[]){&L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha},
-                  (float *[]){r->mixed, r->z, r->beta, r->alpha}, L->ssm_alpha.data ? 4 : 3, c->xb, n_tok);
+    if (L->ssm_gate.data) {
+        quill_matmuls(c, (const quill_weight *[]){&L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha},
+                      (float *[]){r->mixed, r->z, r->beta, r->alpha}, L->ssm_alpha.data ? 4 : 3, c->xb, n_tok);
+    } else {
+        quill_matmuls(c, (const quill_weight *[]){&L->ssm_in, &L->ssm_beta}, (float *[]){r->qkvz, r->beta}, 2, c->xb,
+                      n_tok);
+        quill_trace(c, "linear_attn_mixed_qkvz", layer, r->qkvz, 2, L->ssm_in.rows, n_tok, 1);
+        for (int t = 0; t < n_tok; t++)
+            split_qkvz_float(ap, r->qkvz + (size_t)t * L->ssm_in.rows, r->mixed + (size_t)t * ap->ssm_conv_dim,
+                             r->z + (size_t)t * value_dim);
+    }
     quill_trace(c, "linear_attn_qkv_mixed", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
     quill_trace(c, "z", layer, r->z, 2, value_dim, n_tok, 1);
     dn_job j = {c, L, layer, n_tok};
@@ -395,17 +426,23 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
     const int64_t key_dim = S * ap->ssm_k_heads, value_dim = S * H, d = c->hp->n_embd;
     const double eps = c->hp->rms_eps;
     int64_t widest = conv_dim > d ? conv_dim : d;
-    double *mixed = malloc((size_t)conv_dim * sizeof *mixed), *z = malloc((size_t)value_dim * sizeof *z);
+    double *mixed = malloc((size_t)(conv_dim + value_dim) * sizeof *mixed), *z = malloc((size_t)value_dim * sizeof *z);
+    double *qkvz = malloc((size_t)(conv_dim + value_dim) * sizeof *qkvz);
     double *b = malloc((size_t)(2 * H) * sizeof *b), *a = malloc((size_t)H * sizeof *a);
     double *o = malloc((size_t)value_dim * sizeof *o), *delta = malloc((size_t)S * sizeof *delta);
     float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
     quill_status s = QUILL_OK;
-    if (!mixed || !z || !b || !a || !o || !delta || !row || !tmp) {
+    if (!mixed || !z || !qkvz || !b || !a || !o || !delta || !row || !tmp) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         goto done;
     }
-    quill_ref_matvec(&L->ssm_in, in, mixed, row);
-    quill_ref_matvec(&L->ssm_gate, in, z, row);
+    if (L->ssm_gate.data) {
+        quill_ref_matvec(&L->ssm_in, in, mixed, row);
+        quill_ref_matvec(&L->ssm_gate, in, z, row);
+    } else {
+        quill_ref_matvec(&L->ssm_in, in, qkvz, row);
+        split_qkvz_double(ap, qkvz, mixed, z);
+    }
     quill_ref_matvec(&L->ssm_beta, in, b, row);
     if (L->ssm_alpha.data) quill_ref_matvec(&L->ssm_alpha, in, a, row);
     quill_ref_trace(c, "linear_attn_qkv_mixed", layer, mixed, conv_dim, 2, conv_dim, 1, tmp);
@@ -471,6 +508,6 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
     quill_ref_matvec(&L->ssm_out, z, out, row);
     quill_ref_trace(c, "linear_attn_out", layer, out, d, 2, d, 1, tmp);
 done:
-    free(mixed); free(z); free(b); free(a); free(o); free(delta); free(row); free(tmp);
+    free(mixed); free(z); free(qkvz); free(b); free(a); free(o); free(delta); free(row); free(tmp);
     return s;
 }

@@ -36,6 +36,7 @@ struct quill_recurrent {
     /* fast path's scratch, per micro-batch */
     float *mixed, *z, *beta, *alpha, *out; /* [ub][conv channels], [ub][value dim], [ub][v heads] x2, [ub][value dim] */
     float *qfull, *gate;        /* gated attention: [ub][2 q_dim], [ub][q_dim] */
+    float *qkvz;                /* Qwen3-Next's fused ssm_in: [ub][conv channels + value dim] */
     size_t bytes;               /* all of the above, for the memory estimate */
 };
 
