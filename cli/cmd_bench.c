@@ -531,7 +531,8 @@ int cmd_bench(int argc, char **argv) {
     const int32_t n_vocab = quill_tokenizer_n_vocab(tok);
     const int n_ctx = (int)depth + (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
     const uint64_t file_bytes = quill_gguf_file_size(g);
-    const uint64_t kv_bytes = 2ull * (uint64_t)hp->n_layer * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
+    /* (the layers with a KV cache: a hybrid's DeltaNet layers have none) */
+    const uint64_t kv_bytes = 2ull * (uint64_t)m->ap.n_layer_kv * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
                               sizeof(float);
     /* the hybrids' recurrent state and its checkpoints (0 for the others) */
     const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);

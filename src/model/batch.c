@@ -140,7 +140,7 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
     const int64_t kpos = quill_key_positions(c->n_ctx);
     /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
     const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;
-    for (int64_t l = 0; l < hp->n_layer; l++) {
+    for (int64_t l = 0; l < c->model->ap.n_layer_kv; l++) { /* (l: the KV cache's layer index) */
         const size_t s_cache = (size_t)l * c->n_seq + (size_t)src, d_cache = (size_t)l * c->n_seq + (size_t)dst;
         for (int64_t h = 0; h < n_kv; h++) {
             memcpy(c->k_cache + (d_cache * kpos * kv_dim + (size_t)h * hd * kpos),

@@ -167,9 +167,10 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long
                                                                           : m->ap.rope_factors;
     const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
-    const size_t cache = (size_t)hp->n_layer * (size_t)n_seq * (size_t)n_ctx * (size_t)kv_dim;
+    /* (the layers with a KV cache: a hybrid's DeltaNet layers keep a recurrent state instead) */
+    const size_t cache = (size_t)m->ap.n_layer_kv * (size_t)n_seq * (size_t)n_ctx * (size_t)kv_dim;
     const size_t key_cache =
-        (size_t)hp->n_layer * (size_t)n_seq * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
+        (size_t)m->ap.n_layer_kv * (size_t)n_seq * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
@@ -183,7 +184,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
               (c->run_start = malloc(((size_t)c->ubatch + 1) * sizeof(int)));
     /* the KV cache's bytes in double first: an absurd context (2^24 positions x 4096 sequences of
      * a deep model) would wrap the byte counts around */
-    const double kv_bytes = 2.0 * (double)hp->n_layer * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *
+    const double kv_bytes = 2.0 * (double)m->ap.n_layer_kv * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *
                             (double)(c->reference ? sizeof(double) : sizeof(float));
     const bool fits = kv_bytes < (double)(SIZE_MAX / 4);
     const size_t bytes = fits ? lay_out_buffers(c, NULL, cache, key_cache, widest) : 0;

@@ -336,7 +336,7 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
         const int64_t kvh = item / n_runs, run = item % n_runs, h0 = kvh * group;
         const int64_t t0 = c->run_start[run];
         const int nt = c->run_start[run + 1] - (int)t0, p0 = c->ub_pos[t0];
-        const size_t cache = (size_t)j->layer * c->n_seq + (size_t)c->ub_seq[t0];
+        const size_t cache = (size_t)L->kv_index * c->n_seq + (size_t)c->ub_seq[t0];
         const float *kc = c->k_cache + cache * kpos * kv_dim;   /* [kv head][block][dim][pos] */
         const float *vc = c->v_cache + cache * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
         const int last_keys = p0 + nt; /* the run's last token sees the most */
@@ -440,7 +440,7 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const int64_t kpos = quill_key_positions(c->n_ctx);
     for (int64_t t = t0; t < t1; t++) {
         const int pos = c->ub_pos[t];
-        const size_t cache = (size_t)j->layer * c->n_seq + (size_t)c->ub_seq[t];
+        const size_t cache = (size_t)L->kv_index * c->n_seq + (size_t)c->ub_seq[t];
         float *kt = c->k_cache + cache * kpos * kv_dim;
         /* values head-major: one head's values are one contiguous stream for the hardware
          * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum

@@ -552,6 +552,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
+        if (!L->recurrent) L->kv_index = (int)m->ap.n_layer_kv++;
         if (L->recurrent) {
             if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {

@@ -149,7 +149,8 @@ typedef struct {
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
     bool no_rope;                  /* q and k are not rotated (nope_interval) */
-    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention */
+    int kv_index;                  /* its place in the KV cache, among the layers that have one */
+    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention: no KV cache */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
     float *ssm_conv;               /* [conv channels][kernel] */
@@ -183,6 +184,7 @@ typedef struct {
     /* hybrid architectures (deltanet.c): the DeltaNet layers' sizes, from the ssm.* keys */
     int64_t ssm_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv_dim;
     int64_t n_layer_mtp;           /* nextn_predict_layers: MTP blocks after the main stack, loaded, not run */
+    int64_t n_layer_kv;            /* the layers with a KV cache (all but the DeltaNet layers) */
     int rope_sections[4];          /* rope.dimension_sections (rope_sections architectures) */
 } quill_arch_params;
 

@@ -159,7 +159,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 }
                 quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
                 quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
-                double *kc = c->ref_k + (size_t)l * c->n_ctx * kv_dim, *vc = c->ref_v + (size_t)l * c->n_ctx * kv_dim;
+                double *kc = c->ref_k + (size_t)L->kv_index * c->n_ctx * kv_dim;
+                double *vc = c->ref_v + (size_t)L->kv_index * c->n_ctx * kv_dim;
                 memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
                 memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
                 const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
