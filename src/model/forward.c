@@ -116,7 +116,7 @@ void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *
  * prefetches the first bytes of its part there. Prefetched, the next start finds its first lines
  * in L2 instead of waiting for memory, and the idle thread reads memory in gaps where it read
  * none: q4_0 tg 1.018x with 2 threads, q8_0 1.015x, q6_k 1.020x (with the change beside it in
- * kernels_avx512_exact.c; alternating in one process). */
+ * kernels_vnni.c; alternating in one process). */
 void quill_announce(const quill_context *c, const quill_weight *const *w, int n, int n_tok) {
     if (n_tok > WARM_TOKENS) return;
     quill_matrix m[QUILL_MATMUL_MAX_MATS];

@@ -182,8 +182,9 @@ static quill_status bind_tensor(quill_model *m, const char *name, int64_t cols, 
     const quill_type_traits *tr = quill_type_traits_of(t->type);
     if (!tr || !tr->to_float)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: unsupported tensor type %s in tensor '%s' (quill decodes f32, f16, bf16, "
-                          "q4_0, q4_1, q5_0, q5_1, q8_0, q2_K..q6_K, iq4_nl, iq4_xs)",
+                          "%s: unsupported tensor type %s in tensor '%s': it is not a weight type quill decodes "
+                          "(the float, legacy, k-quant, iq, ternary and fp4 types are); "
+                          "re-quantize the file from its f16/f32 source",
                           quill_gguf_path(g), quill_type_name(t->type), name);
     w->name = t->name;
     w->type = t->type;
