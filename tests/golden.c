@@ -143,3 +143,38 @@ double max_rel_error(const float *a, const float *b, size_t n) {
     }
     return mb > 0 ? me / mb : me;
 }
+
+bool refdump_load(const char *prefix, int n_prompt, refdump_out *r) {
+    char path[600];
+    size_t size;
+    snprintf(path, sizeof path, "%s.json", prefix);
+    char *text = read_file(path, &size);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    memset(r, 0, sizeof *r);
+    const cJSON *nv = j ? cJSON_GetObjectItem(j, "n_vocab") : NULL;
+    if (!nv) {
+        cJSON_Delete(j);
+        test_fail(__FILE__, __LINE__, "%s is missing or malformed", path);
+        return false;
+    }
+    r->n_vocab = (int64_t)nv->valuedouble;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_tokens")) {
+        if (r->n_greedy < REFDUMP_MAX_GEN) r->greedy[r->n_greedy++] = (int32_t)it->valuedouble;
+    }
+    int k = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_margin")) {
+        if (k < REFDUMP_MAX_GEN) r->margin[k++] = it->valuedouble;
+    }
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s.logits.f32", prefix);
+    r->logits = read_file(path, &size);
+    if (!r->logits || size != (size_t)n_prompt * (size_t)r->n_vocab * sizeof(float)) {
+        test_fail(__FILE__, __LINE__, "%s has %zu bytes", path, r->logits ? size : 0);
+        free(r->logits);
+        r->logits = NULL;
+        return false;
+    }
+    return true;
+}

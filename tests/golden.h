@@ -35,4 +35,17 @@ double rms_rel_error(const float *a, const float *b, size_t n);
 /* max |a - b| / max |b|. */
 double max_rel_error(const float *a, const float *b, size_t n);
 
+/* refdump's OUTPREFIX.json and OUTPREFIX.logits.f32 for a prompt of n_prompt tokens: its logits
+ * [n_prompt][n_vocab] and the first REFDUMP_MAX_GEN greedy tokens with their margins. A missing or
+ * malformed file records a test failure and returns false; free logits. */
+#define REFDUMP_MAX_GEN 16
+typedef struct {
+    float *logits;
+    int64_t n_vocab;
+    int32_t greedy[REFDUMP_MAX_GEN];
+    double margin[REFDUMP_MAX_GEN];
+    int n_greedy;
+} refdump_out;
+bool refdump_load(const char *prefix, int n_prompt, refdump_out *r);
+
 #endif

@@ -6,7 +6,6 @@
 #include "gguf_build.h"
 #include "test.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,46 +116,9 @@ static void remove_cases(void) {
     }
 }
 
-/* refdump's OUTPREFIX.json and OUTPREFIX.logits.f32 */
-typedef struct {
-    float *logits;
-    int64_t n_vocab;
-    int32_t greedy[N_GEN];
-    double margin[N_GEN];
-    int n_greedy;
-} ref_out;
+typedef refdump_out ref_out;
 
-static bool load_ref(const char *prefix, ref_out *r) {
-    char path[600];
-    size_t size;
-    snprintf(path, sizeof path, "%s.json", prefix);
-    char *text = read_file(path, &size);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    memset(r, 0, sizeof *r);
-    const cJSON *nv = j ? cJSON_GetObjectItem(j, "n_vocab") : NULL;
-    if (!nv) {
-        cJSON_Delete(j);
-        test_fail(__FILE__, __LINE__, "%s is missing or malformed", path);
-        return false;
-    }
-    r->n_vocab = (int64_t)nv->valuedouble;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_tokens")) if (r->n_greedy < N_GEN) r->greedy[r->n_greedy++] =
-        (int32_t)it->valuedouble;
-    int k = 0;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_margin")) if (k < N_GEN) r->margin[k++] = it->valuedouble;
-    cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s.logits.f32", prefix);
-    r->logits = read_file(path, &size);
-    if (!r->logits || size != (size_t)N_PROMPT * (size_t)r->n_vocab * sizeof(float)) {
-        test_fail(__FILE__, __LINE__, "%s has %zu bytes", path, r->logits ? size : 0);
-        free(r->logits);
-        r->logits = NULL;
-        return false;
-    }
-    return true;
-}
+static bool load_ref(const char *prefix, ref_out *r) { return refdump_load(prefix, N_PROMPT, r); }
 
 /* All prompt logits of `model` on the fast path (reference = false) or the float64 one; NULL
  * after recording a failure. */

@@ -6,7 +6,6 @@
 #include "golden.h"
 #include "test.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,45 +91,9 @@ static void remove_family(const family_case *fc) {
         }
 }
 
-typedef struct {
-    float *logits;
-    int64_t n_vocab;
-    int32_t greedy[N_GEN];
-    double margin[N_GEN];
-    int n_greedy;
-} ref_out;
+typedef refdump_out ref_out;
 
-static bool load_ref(const char *prefix, ref_out *r) {
-    char path[600];
-    size_t size;
-    snprintf(path, sizeof path, "%s.json", prefix);
-    char *text = read_file(path, &size);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    memset(r, 0, sizeof *r);
-    const cJSON *nv = j ? cJSON_GetObjectItem(j, "n_vocab") : NULL;
-    if (!nv) {
-        cJSON_Delete(j);
-        test_fail(__FILE__, __LINE__, "%s is missing or malformed", path);
-        return false;
-    }
-    r->n_vocab = (int64_t)nv->valuedouble;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_tokens")) if (r->n_greedy < N_GEN) r->greedy[r->n_greedy++] =
-        (int32_t)it->valuedouble;
-    int k = 0;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy_margin")) if (k < N_GEN) r->margin[k++] = it->valuedouble;
-    cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s.logits.f32", prefix);
-    r->logits = read_file(path, &size);
-    if (!r->logits || size != (size_t)N_PROMPT * (size_t)r->n_vocab * sizeof(float)) {
-        test_fail(__FILE__, __LINE__, "%s has %zu bytes", path, r->logits ? size : 0);
-        free(r->logits);
-        r->logits = NULL;
-        return false;
-    }
-    return true;
-}
+static bool load_ref(const char *prefix, ref_out *r) { return refdump_load(prefix, N_PROMPT, r); }
 
 /* The prompt's logits on the fast path or the float64 one, then (fast path, greedy != NULL) up to
  * N_GEN greedy steps that follow the reference's tokens while they agree: how many agreed, and
