@@ -213,8 +213,9 @@ TEST(moe_bad_files_are_refused_by_name) {
     remove(bad);
 }
 
-/* Q8_0 files (the reference's quantizer) of the two MoE families: quill's logits at least 2x closer
- * to float64 truth on the same weights (its --reference path) than the reference implementation's. */
+/* Q8_0 files (the reference's quantizer) of the MoE families, and gpt-oss as its files ship
+ * (MXFP4_MOE: experts in mxfp4, the rest q8_0): quill's logits at least 2x closer to float64 truth
+ * on the same weights (its --reference path) than the reference implementation's. */
 static float *all_logits(const char *model, bool reference, int64_t nv, const int32_t *tok, int n) {
     quill_model *m;
     quill_context *c;
@@ -235,29 +236,32 @@ static float *all_logits(const char *model, bool reference, int64_t nv, const in
     return l;
 }
 
-TEST(moe_q8_0_closer_to_truth_than_the_reference) {
+TEST(moe_q8_0_and_mxfp4_closer_to_truth_than_the_reference) {
     REQUIRE_SHARED(shared);
     const char *synth[] = {
         "--arch qwen3moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --experts 8 --experts-used 2 "
         "--expert-ff 128 --seed 5",
         "--arch llama-moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --seed 5",
         "--arch gpt-oss --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --window 5 "
-        "--seed 5"};
-    const char *names[] = {"qwen3moe", "llama-moe", "gpt-oss"};
+        "--seed 5",
+        "--arch gpt-oss --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 128 --experts 8 --experts-used 2 --window 5 "
+        "--seed 6"};
+    const char *names[] = {"qwen3moe", "llama-moe", "gpt-oss", "gpt-oss"};
+    const char *ftypes[] = {"Q8_0", "Q8_0", "Q8_0", "MXFP4_MOE"};
     const int32_t tok[] = {1, 20, 300, 45, 67, 89, 100, 200, 311, 400, 12, 13, 14, 15, 16, 17};
     const int n = (int)(sizeof tok / sizeof tok[0]);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         char f32[512], q8[512], ref[512], cmd[4096], *out = NULL;
         snprintf(f32, sizeof f32, "%s/moe-q8-%d-f32.gguf", tmp_dir(), k);
         snprintf(q8, sizeof q8, "%s/moe-q8-%d.gguf", tmp_dir(), k);
         snprintf(ref, sizeof ref, "%s/moe-q8-%d.ref", tmp_dir(), k);
         snprintf(cmd, sizeof cmd,
                  "(export OMP_WAIT_POLICY=PASSIVE; %s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s && "
-                 "%s/ref/bin/llama-quantize %s %s Q8_0 && %s/ref/bin/refdump %s %s 0 - - 0 --tokens "
+                 "%s/ref/bin/llama-quantize %s %s %s && %s/ref/bin/refdump %s %s 0 - - 0 --tokens "
                  "1,20,300,45,67,89,100,200,311,400,12,13,14,15,16,17)",
-                 quill_bin(), synth[k], shared, f32, shared, f32, q8, shared, q8, ref);
+                 quill_bin(), synth[k], shared, f32, shared, f32, q8, ftypes[k], shared, q8, ref);
         int rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "making the Q8_0 case failed (exit %d): %.2000s", rc, out);
+        CHECK(rc == 0, "making the %s case failed (exit %d): %.2000s", ftypes[k], rc, out);
         free(out);
         char path[600];
         size_t size = 0;
@@ -269,8 +273,8 @@ TEST(moe_q8_0_closer_to_truth_than_the_reference) {
         if (theirs && ours && exact && nv == 512) {
             const size_t count = (size_t)n * (size_t)nv;
             const double e_ours = rms_rel_error(ours, exact, count), e_theirs = rms_rel_error(theirs, exact, count);
-            printf("    %-9s q8_0 rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n",
-                   names[k], e_ours, e_theirs, e_theirs / e_ours);
+            printf("    %-9s %-9s rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", names[k],
+                   ftypes[k], e_ours, e_theirs, e_theirs / e_ours);
             CHECK(2 * e_ours <= e_theirs, "quill %.3g is not 2x closer to truth than the reference's %.3g", e_ours,
                   e_theirs);
         }
