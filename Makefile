@@ -155,12 +155,12 @@ cross:
 # parser, compiled again by clang into build-fuzz/ with coverage and sanitizers, so a target never
 # lists the sources it reaches. The SIMD kernel files are left uninstrumented: no parser runs in
 # them, and clang needs minutes per file to instrument their intrinsics. `make fuzz-smoke` builds
-# the targets and runs each for FUZZ_SECONDS (the suite does, through fuzz/smoke.sh).
+# the targets and runs each for FUZZ_RUNS inputs from a fixed seed (the suite does, through fuzz/smoke.sh).
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SUPPORT := $(addprefix $(FUZZ_BUILD)/,cli/options.o cli/util.o server/request.o server/translate.o server/util.o)
-FUZZ_SECONDS ?= 4
+FUZZ_RUNS ?= 100000
 ifeq ($(BUILD),$(FUZZ_BUILD))
 $(filter-out $(BUILD)/src/kernels/kernels_avx%.o $(BUILD)/src/kernels/kernels_vnni%.o $(BUILD)/src/kernels/kernels_amx.o,$(LIB_OBJ)) $(FUZZ_SUPPORT): CFLAGS += $(FUZZ_SAN)
 endif
@@ -171,7 +171,7 @@ fuzz-targets: $(FUZZ_TARGETS)
 $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SUPPORT) $(FUZZ_BUILD)/libquill.a
 	$(CC) $(CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer $(WERROR_FLAG) -I. -Icli -o $@ $^ -lcjson $(LDLIBS)
 fuzz-smoke: fuzz
-	FUZZ_SECONDS=$(FUZZ_SECONDS) ./fuzz/smoke.sh
+	FUZZ_RUNS=$(FUZZ_RUNS) ./fuzz/smoke.sh
 
 -include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
 

@@ -186,7 +186,17 @@ static void drop_final_newline(char *s) {
     if (n && s[n - 1] == '\r') s[--n] = 0;
 }
 
+static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, FILE *diag);
+
+/* A failure frees whatever the parse had already allocated (the prompt read before a grammar that
+ * does not compile, say): the caller frees the options only after a success. */
 int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *diag) {
+    const int rc = parse_options(argc, argv, command, o, diag);
+    if (rc) cli_opts_free(o);
+    return rc;
+}
+
+static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, FILE *diag) {
     memset(o, 0, sizeof *o);
     o->command = command;
     o->n_predict = command == CLI_CHAT ? 512 : 128;
