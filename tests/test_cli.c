@@ -25,6 +25,17 @@ static int quill(char **out, const char *fmt, ...) {
     return run_cmd(cmd, out, strstr(args, "2>/dev/null") == NULL);
 }
 
+/* A parse that fails after the prompt was read (here a JSON schema that does not compile) frees
+ * the prompt: under the sanitizers a leak would change the exit status and print a report. */
+TEST(cli_failed_parse_frees_the_prompt) {
+    char *out = NULL;
+    int rc = quill(&out, "run -m /nonexistent.gguf -p hello -j '{\"type\": 5}'");
+    CHECK(rc == 1, "exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "--json-schema");
+    CHECK(!strstr(out, "Sanitizer"), "%s", out);
+    free(out);
+}
+
 /* A bad --tokens list is an error message and exit 1; it used to be freed twice (SIGABRT). */
 TEST(cli_run_bad_token_lists_fail_cleanly) {
     REQUIRE_SHARED(shared);
