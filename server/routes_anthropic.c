@@ -100,36 +100,16 @@ static int reply_message(http_request *r, gen *g) {
 typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT, BLOCK_TOOL } block_kind;
 
 typedef struct astream {
-    server *srv;
+    sse_stream base;        /* first: the stream's functions receive it */
     gen *g;
-    struct MHD_Connection *conn;
-    int phase;              /* 0 start, 1 blocks, 2 end, 3 finished */
+    bool started;           /* message_start is written */
     block_kind block;
     int index;              /* of the open block; -1 before the first */
     int tool_index;         /* the OpenAI index of the call the open tool block holds */
-    bool parsed_final, had_calls;
-    size_t text_seen, tokens_seen;
-    char *out;
-    size_t out_len, out_pos, out_cap;
+    reply_reader reply;
 } astream;
 
-static void event(astream *a, const char *name, cJSON *data) {
-    char *text = cJSON_PrintUnformatted(data);
-    cJSON_Delete(data);
-    if (!text) return;
-    size_t need = a->out_len + strlen(name) + strlen(text) + 32;
-    if (need > a->out_cap) {
-        char *grown = realloc(a->out, need * 2);
-        if (!grown) {
-            free(text);
-            return;
-        }
-        a->out = grown;
-        a->out_cap = need * 2;
-    }
-    a->out_len += (size_t)sprintf(a->out + a->out_len, "event: %s\ndata: %s\n\n", name, text);
-    free(text);
-}
+static void event(astream *a, const char *name, cJSON *data) { sse_json(&a->base, name, data); }
 
 static cJSON *typed(const char *type) {
     cJSON *o = cJSON_CreateObject();
@@ -205,11 +185,12 @@ static void translate_delta(astream *a, const cJSON *delta) {
 }
 
 /* The events the job's progress allows, under the scheduler's mutex. */
-static bool produce(astream *a) {
+static bool produce(sse_stream *s) {
+    astream *a = (astream *)s;
     job *j = gen_job(a->g);
-    if (a->phase == 0) {
+    if (!a->started) {
         cJSON *o = typed("message_start");
-        cJSON *m = message_shell(a->srv, gen_id(a->g), gen_req(a->g)->model);
+        cJSON *m = message_shell(s->srv, gen_id(a->g), gen_req(a->g)->model);
         cJSON_AddArrayToObject(m, "content");
         cJSON_AddNullToObject(m, "stop_reason");
         cJSON_AddNullToObject(m, "stop_sequence");
@@ -218,80 +199,49 @@ static bool produce(astream *a) {
         cJSON_AddNumberToObject(u, "output_tokens", 0);
         cJSON_AddItemToObject(o, "message", m);
         event(a, "message_start", o);
-        a->phase = 1;
+        a->started = true;
         return true;
     }
-    if (a->phase == 1) {
-        if (j->error_status) {
-            cJSON *o = typed("error"), *e = cJSON_AddObjectToObject(o, "error");
-            cJSON_AddStringToObject(e, "type", j->error_status >= 500 ? "api_error" : "invalid_request_error");
-            cJSON_AddStringToObject(e, "message", j->error);
-            event(a, "error", o);
-            a->phase = 3;
-            return true;
-        }
-        bool produced = false;
-        if (j->ready > a->text_seen || (j->done && !a->parsed_final)) {
-            bool final = j->done && j->ready == j->text_len;
-            cJSON *delta = cJSON_CreateObject();
-            if (chat_tools_delta(gen_tools(a->g), j->text, j->ready, final, delta, &a->had_calls)) {
-                translate_delta(a, delta);
-                produced = true;
-            }
-            cJSON_Delete(delta);
-            a->text_seen = j->ready;
-            a->parsed_final = final;
-        }
-        if (j->done && a->parsed_final) {
-            close_block(a);
-            const char *finish = a->had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason;
-            cJSON *o = typed("message_delta"), *d = cJSON_AddObjectToObject(o, "delta");
-            cJSON_AddStringToObject(d, "stop_reason", stop_reason(finish));
-            cJSON_AddNullToObject(d, "stop_sequence");
-            cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "usage"), "output_tokens", j->n_generated);
-            event(a, "message_delta", o);
-            event(a, "message_stop", typed("message_stop"));
-            a->phase = 3;
-            produced = true;
-        }
-        return produced;
+    if (j->error_status) {
+        cJSON *o = typed("error"), *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "type", j->error_status >= 500 ? "api_error" : "invalid_request_error");
+        cJSON_AddStringToObject(e, "message", j->error);
+        event(a, "error", o);
+        s->finished = true;
+        return true;
     }
-    return false;
+    bool produced = false;
+    cJSON *delta = reply_reader_next(&a->reply, a->g);
+    if (delta) {
+        translate_delta(a, delta);
+        cJSON_Delete(delta);
+        produced = true;
+    }
+    if (j->done && a->reply.parsed_final) {
+        close_block(a);
+        const char *finish = a->reply.had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason;
+        cJSON *o = typed("message_delta"), *d = cJSON_AddObjectToObject(o, "delta");
+        cJSON_AddStringToObject(d, "stop_reason", stop_reason(finish));
+        cJSON_AddNullToObject(d, "stop_sequence");
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "usage"), "output_tokens", j->n_generated);
+        event(a, "message_delta", o);
+        event(a, "message_stop", typed("message_stop"));
+        s->finished = true;
+        produced = true;
+    }
+    return produced;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    astream *a = cls;
-    server *s = a->srv;
-    for (;;) {
-        if (a->out_pos < a->out_len) {
-            size_t n = a->out_len - a->out_pos < max ? a->out_len - a->out_pos : max;
-            memcpy(buf, a->out + a->out_pos, n);
-            a->out_pos += n;
-            return (ssize_t)n;
-        }
-        a->out_len = a->out_pos = 0;
-        if (a->phase == 3) return MHD_CONTENT_READER_END_OF_STREAM;
-        scheduler_lock(s->sched);
-        bool produced = produce(a);
-        if (!produced) {
-            scheduler_wait(s->sched, gen_job(a->g), 200);
-            produced = produce(a);
-        }
-        scheduler_unlock(s->sched);
-        if (!produced && http_client_gone(a->conn)) {
-            scheduler_cancel(s->sched, gen_job(a->g));
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-    }
+static job *waiting(sse_stream *s, int *ms) {
+    (void)ms;
+    return gen_job(((astream *)s)->g);
 }
 
-static void stream_free(void *cls) {
-    astream *a = cls;
-    scheduler_cancel(a->srv->sched, gen_job(a->g));
-    gen_free(a->g);
-    free(a->out);
-    free(a);
+static void cancel(sse_stream *s) { scheduler_cancel(s->srv->sched, gen_job(((astream *)s)->g)); }
+
+static void destroy(sse_stream *s) {
+    gen_free(((astream *)s)->g);
+    free(s);
 }
 
 int route_messages(http_request *r) {
@@ -304,16 +254,13 @@ int route_messages(http_request *r) {
     if (!g) return reply_error(r, &e);
     if (!stream) return reply_message(r, g);
     astream *a = calloc(1, sizeof *a);
-    struct MHD_Response *resp = a ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, a, stream_free) : NULL;
-    if (!resp) {
+    if (!a) {
         scheduler_cancel(r->srv->sched, gen_job(g));
         gen_free(g);
-        free(a);
         return MHD_NO;
     }
-    a->srv = r->srv;
+    a->base = (sse_stream){.produce = produce, .waiting = waiting, .cancel = cancel, .destroy = destroy};
     a->g = g;
-    a->conn = r->conn;
     a->index = -1;
-    return reply_stream(r, resp);
+    return sse_reply(r, &a->base);
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE, PHASE_END } stream_phase;
+typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE } stream_phase;
 
 enum { MAX_CHOICES = 16 };
 
@@ -23,6 +23,7 @@ typedef struct choice {
 
 /* One generation request from parsing to the last byte sent. */
 struct gen {
+    sse_stream base;            /* first: a streamed reply's functions receive it */
     server *srv;
     struct MHD_Connection *conn;
     gen_request req;
@@ -30,10 +31,7 @@ struct gen {
     choice ch[MAX_CHOICES];
     char id[48];
     long long created;
-    /* streaming */
-    stream_phase phase;
-    char *out;
-    size_t out_len, out_pos, out_cap;
+    stream_phase phase;         /* of a streamed reply */
 };
 
 void gen_free(gen *g) {
@@ -43,7 +41,6 @@ void gen_free(gen *g) {
         chat_tools_free(g->ch[i].tools);
     }
     request_free(&g->req);
-    free(g->out);
     free(g);
 }
 
@@ -411,27 +408,7 @@ static int reply_whole(http_request *r, gen *g) {
 
 /* ---------------------------------------------------------------- streams */
 
-static bool out_event(gen *g, cJSON *o) {
-    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    if (!text) return false;
-    size_t n = strlen(text), need = g->out_len + n + 8;
-    if (need > g->out_cap) {
-        char *grown = realloc(g->out, need * 2);
-        if (!grown) {
-            free(text);
-            return false;
-        }
-        g->out = grown;
-        g->out_cap = need * 2;
-    }
-    memcpy(g->out + g->out_len, "data: ", 6);
-    memcpy(g->out + g->out_len + 6, text, n);
-    memcpy(g->out + g->out_len + 6 + n, "\n\n", 2);
-    g->out_len += n + 8;
-    free(text);
-    return true;
-}
+static void out_event(gen *g, cJSON *o) { sse_json(&g->base, NULL, o); }
 
 static cJSON *chunk(gen *g, int index, cJSON **choice) {
     const bool chat = g->req.kind == REQ_CHAT;
@@ -508,7 +485,8 @@ static bool produce_choice(gen *g, int index) {
 }
 
 /* The events the request's progress allows, under the scheduler's mutex. False: nothing new. */
-static bool produce(gen *g) {
+static bool produce(sse_stream *s) {
+    gen *g = (gen *)s;
     const bool chat = g->req.kind == REQ_CHAT;
     cJSON *c;
     if (g->phase == PHASE_ROLE) {
@@ -533,7 +511,7 @@ static bool produce(gen *g) {
             cJSON_AddStringToObject(e, "type", j->error_status >= 500 ? "server_error" : "invalid_request_error");
             cJSON_AddNumberToObject(e, "code", j->error_status);
             out_event(g, o);
-            g->phase = PHASE_END;
+            s->finished = true;
             return true;
         }
         bool produced = false, all_finished = true;
@@ -553,70 +531,32 @@ static bool produce(gen *g) {
         return true;
     }
     if (g->phase == PHASE_DONE) {
-        static const char done[] = "data: [DONE]\n\n";
-        if (g->out_len + sizeof done > g->out_cap) {
-            char *grown = realloc(g->out, g->out_len + sizeof done);
-            if (!grown) return false;
-            g->out = grown;
-            g->out_cap = g->out_len + sizeof done;
-        }
-        memcpy(g->out + g->out_len, done, sizeof done - 1);
-        g->out_len += sizeof done - 1;
-        g->phase = PHASE_END;
+        sse_write(s, NULL, "[DONE]");
+        s->finished = true;
         return true;
     }
     return false;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    gen *g = cls;
-    server *s = g->srv;
-    for (;;) {
-        if (g->out_pos < g->out_len) {
-            size_t n = g->out_len - g->out_pos < max ? g->out_len - g->out_pos : max;
-            memcpy(buf, g->out + g->out_pos, n);
-            g->out_pos += n;
-            return (ssize_t)n;
-        }
-        g->out_len = g->out_pos = 0;
-        if (g->phase == PHASE_END) return MHD_CONTENT_READER_END_OF_STREAM;
-        scheduler_lock(s->sched);
-        bool produced = produce(g);
-        if (!produced) {
-            /* a job that is still going (with several, look again soon: each has its own signal) */
-            int waiting = 0;
-            while (waiting < g->n - 1 && g->ch[waiting].job->done) waiting++;
-            scheduler_wait(s->sched, g->ch[waiting].job, g->n > 1 ? 20 : 200);
-            produced = produce(g);
-        }
-        scheduler_unlock(s->sched);
-        if (!produced && http_client_gone(g->conn)) {
-            cancel_all(g);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-    }
+/* A job that is still going (with several, look again soon: each has its own signal). */
+static job *waiting(sse_stream *s, int *ms) {
+    gen *g = (gen *)s;
+    int i = 0;
+    while (i < g->n - 1 && g->ch[i].job->done) i++;
+    if (g->n > 1) *ms = 20;
+    return g->ch[i].job;
 }
 
-/* Called by libmicrohttpd when the stream ends, finished or cut (the client went away). */
-static void stream_free(void *cls) {
-    gen *g = cls;
-    cancel_all(g);
-    gen_free(g);
-}
+static void cancel(sse_stream *s) { cancel_all((gen *)s); }
+static void destroy(sse_stream *s) { gen_free((gen *)s); }
 
 static int route_generate(http_request *r, request_kind kind) {
     int ret = MHD_NO;
     gen *g = gen_start(r, kind, &ret);
     if (!g) return ret;
     if (!g->req.stream) return reply_whole(r, g);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
-    if (!resp) {
-        cancel_all(g);
-        gen_free(g);
-        return MHD_NO;
-    }
-    return reply_stream(r, resp);
+    g->base = (sse_stream){.produce = produce, .waiting = waiting, .cancel = cancel, .destroy = destroy};
+    return sse_reply(r, &g->base);
 }
 
 int route_chat_completions(http_request *r) { return route_generate(r, REQ_CHAT); }

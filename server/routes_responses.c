@@ -218,11 +218,10 @@ static int reply_response(http_request *r, gen *g, responses_req *q) {
 typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_kind;
 
 typedef struct rstream {
-    server *srv;
+    sse_stream base;            /* first: the stream's functions receive it */
     gen *g;
     responses_req q;
-    struct MHD_Connection *conn;
-    int phase;                  /* 0 created, 1 items, 2 finished */
+    bool started;               /* response.created is written */
     int seq;
     int output_index;           /* of the open item, -1 before the first */
     item_kind open;
@@ -230,30 +229,13 @@ typedef struct rstream {
     char *acc;                  /* the open item's text so far (for its .done events) */
     size_t acc_len;
     char item_id[64], call_id[40], call_name[300];
-    bool parsed_final, had_calls;
-    size_t text_seen;
-    char *out;
-    size_t out_len, out_pos, out_cap;
+    reply_reader reply;
 } rstream;
 
 static void emit(rstream *a, const char *type, cJSON *o) {
     cJSON_AddStringToObject(o, "type", type);
     cJSON_AddNumberToObject(o, "sequence_number", a->seq++);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) return;
-    size_t need = a->out_len + strlen(type) + strlen(text) + 32;
-    if (need > a->out_cap) {
-        char *grown = realloc(a->out, need * 2);
-        if (!grown) {
-            free(text);
-            return;
-        }
-        a->out = grown;
-        a->out_cap = need * 2;
-    }
-    a->out_len += (size_t)sprintf(a->out + a->out_len, "event: %s\ndata: %s\n\n", type, text);
-    free(text);
+    sse_json(&a->base, type, o);
 }
 
 static void acc_add(rstream *a, const char *piece) {
@@ -377,89 +359,62 @@ static void translate_delta(rstream *a, const cJSON *delta) {
     }
 }
 
-static bool produce(rstream *a) {
+static bool produce(sse_stream *s) {
+    rstream *a = (rstream *)s;
     job *j = gen_job(a->g);
-    if (a->phase == 0) {
+    if (!a->started) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "response", response_shell(a->srv, a->g, &a->q, "in_progress"));
+        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->g, &a->q, "in_progress"));
         emit(a, "response.created", o);
         o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "response", response_shell(a->srv, a->g, &a->q, "in_progress"));
+        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->g, &a->q, "in_progress"));
         emit(a, "response.in_progress", o);
-        a->phase = 1;
+        a->started = true;
         return true;
     }
-    if (a->phase != 1) return false;
     if (j->error_status) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "code", j->error_status >= 500 ? "server_error" : "invalid_request");
         cJSON_AddStringToObject(o, "message", j->error);
         cJSON_AddNullToObject(o, "param");
         emit(a, "error", o);
-        a->phase = 2;
+        s->finished = true;
         return true;
     }
     bool produced = false;
-    if (j->ready > a->text_seen || (j->done && !a->parsed_final)) {
-        bool final = j->done && j->ready == j->text_len;
-        cJSON *delta = cJSON_CreateObject();
-        if (chat_tools_delta(gen_tools(a->g), j->text, j->ready, final, delta, &a->had_calls)) {
-            translate_delta(a, delta);
-            produced = true;
-        }
+    cJSON *delta = reply_reader_next(&a->reply, a->g);
+    if (delta) {
+        translate_delta(a, delta);
         cJSON_Delete(delta);
-        a->text_seen = j->ready;
-        a->parsed_final = final;
+        produced = true;
     }
-    if (j->done && a->parsed_final) {
+    if (j->done && a->reply.parsed_final) {
         close_item(a);
-        cJSON *r = response_shell(a->srv, a->g, &a->q, "completed");
-        finish_response(a->srv, a->g, &a->q, r);
+        cJSON *r = response_shell(s->srv, a->g, &a->q, "completed");
+        finish_response(s->srv, a->g, &a->q, r);
         const cJSON *status = cJSON_GetObjectItemCaseSensitive(r, "status");
         bool incomplete = cJSON_IsString(status) && !strcmp(status->valuestring, "incomplete");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "response", r);
         emit(a, incomplete ? "response.incomplete" : "response.completed", o);
-        a->phase = 2;
+        s->finished = true;
         produced = true;
     }
     return produced;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    rstream *a = cls;
-    server *s = a->srv;
-    for (;;) {
-        if (a->out_pos < a->out_len) {
-            size_t n = a->out_len - a->out_pos < max ? a->out_len - a->out_pos : max;
-            memcpy(buf, a->out + a->out_pos, n);
-            a->out_pos += n;
-            return (ssize_t)n;
-        }
-        a->out_len = a->out_pos = 0;
-        if (a->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
-        scheduler_lock(s->sched);
-        bool produced = produce(a);
-        if (!produced) {
-            scheduler_wait(s->sched, gen_job(a->g), 200);
-            produced = produce(a);
-        }
-        scheduler_unlock(s->sched);
-        if (!produced && http_client_gone(a->conn)) {
-            scheduler_cancel(s->sched, gen_job(a->g));
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-    }
+static job *waiting(sse_stream *s, int *ms) {
+    (void)ms;
+    return gen_job(((rstream *)s)->g);
 }
 
-static void stream_free(void *cls) {
-    rstream *a = cls;
-    scheduler_cancel(a->srv->sched, gen_job(a->g));
+static void cancel(sse_stream *s) { scheduler_cancel(s->srv->sched, gen_job(((rstream *)s)->g)); }
+
+static void destroy(sse_stream *s) {
+    rstream *a = (rstream *)s;
     gen_free(a->g);
     responses_req_free(&a->q);
     free(a->acc);
-    free(a->out);
     free(a);
 }
 
@@ -474,18 +429,15 @@ int route_responses(http_request *r) {
     }
     if (!q.stream) return reply_response(r, g, &q);
     rstream *a = calloc(1, sizeof *a);
-    struct MHD_Response *resp = a ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, a, stream_free) : NULL;
-    if (!resp) {
+    if (!a) {
         scheduler_cancel(r->srv->sched, gen_job(g));
         gen_free(g);
         responses_req_free(&q);
-        free(a);
         return MHD_NO;
     }
-    a->srv = r->srv;
+    a->base = (sse_stream){.produce = produce, .waiting = waiting, .cancel = cancel, .destroy = destroy};
     a->g = g;
     a->q = q;
-    a->conn = r->conn;
     a->output_index = -1;
-    return reply_stream(r, resp);
+    return sse_reply(r, &a->base);
 }

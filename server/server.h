@@ -9,6 +9,7 @@
  *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
  *   routes_responses.c  /v1/responses (OpenAI's Responses API, likewise)
  *   routes_embeddings.c /v1/embeddings (pooled final hidden states, quill_embed)
+ *   sse.c            the byte side of every streamed reply: buffering, waiting, clients that leave
  *   translate.c      Anthropic and Responses bodies to chat bodies (fuzzed)
  *   chat_tools.c     tools, tool_choice and reasoning: the conversation as the template wants it,
  *                    the reply read back into content, reasoning_content and tool_calls
@@ -317,6 +318,44 @@ job *gen_job(gen *g);
 chat_tools *gen_tools(gen *g);
 const char *gen_id(const gen *g);
 const gen_request *gen_req(const gen *g);
+
+/* ---------------------------------------------------------------- streamed replies (sse.c) */
+
+/* A Server-Sent Events reply fed by generation jobs. A route embeds it as the first member of its
+ * own stream state, sets the four functions and calls sse_reply(); sse.c owns the bytes and the
+ * waiting, the route only decides which events the jobs' progress allows. */
+typedef struct sse_stream sse_stream;
+struct sse_stream {
+    /* Under the scheduler's lock: writes the events the jobs' progress allows (sse_json), sets
+     * `finished` after the last one; true when it wrote anything. */
+    bool (*produce)(sse_stream *s);
+    /* The job to wait for when produce wrote nothing, and how long at most (*ms, 200 preset). */
+    job *(*waiting)(sse_stream *s, int *ms);
+    void (*cancel)(sse_stream *s);      /* stops the jobs (the client left, or the stream ended) */
+    void (*destroy)(sse_stream *s);     /* frees the route's state, after cancel */
+    server *srv;
+    struct MHD_Connection *conn;
+    bool finished;          /* the last event is written */
+    bool broken;            /* an event could not be buffered: the stream ends with an error */
+    char *out;
+    size_t out_len, out_pos, out_cap;
+};
+/* One event: "event: NAME" (when name is not NULL) and "data: DATA". */
+void sse_write(sse_stream *s, const char *name, const char *data);
+/* The same with a JSON value as the data (consumed). */
+void sse_json(sse_stream *s, const char *name, cJSON *data);
+/* Queues the stream as the reply; on failure it is cancelled and destroyed. */
+int sse_reply(http_request *r, sse_stream *s);
+
+/* Reads a chat job's reply as it grows, as OpenAI deltas (content, reasoning_content, tool_calls),
+ * for the routes that translate those into their own events. */
+typedef struct reply_reader {
+    size_t text_seen;
+    bool parsed_final;      /* the whole reply has been read (the job is done) */
+    bool had_calls;         /* it held tool calls */
+} reply_reader;
+/* The delta the reply's new text makes (the caller deletes it), or NULL when it adds nothing. */
+cJSON *reply_reader_next(reply_reader *rr, gen *g);
 
 struct MHD_Daemon *http_start(server *s, quill_error *err);
 int http_port(struct MHD_Daemon *d);
