@@ -1,6 +1,7 @@
 /* Chat-template engine, values: the arena, byte buffers, UTF-8, value lifetime and constructors, truth, equality,
  * Python number formatting, and JSON input (messages and tools). */
 #include "jinja/jinja_internal.h"
+#include "base/utf8.h"
 
 void jj_jfail_v(J *j, quill_status st, int line, int col, const char *what, const char *fmt,
                     va_list ap) {
@@ -144,19 +145,7 @@ void jj_bfree(jbuf *b) {
 
 size_t jj_u8enc(uint32_t cp, char *o) {
     if (cp >= CP_BAD) { o[0] = (char)(cp - CP_BAD); return 1; }
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return utf8_encode(cp, o);
 }
 
 size_t jj_u8len(const char *s, size_t n) {
@@ -738,17 +727,6 @@ static void json_ws(jsonr *r) {
     while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')) r->p++;
 }
 
-static int json_hex4(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
 static bool json_string(jsonr *r, jv *out) {
     r->p++; /* the opening quote */
     jbuf b = {0};
@@ -770,11 +748,11 @@ static bool json_string(jsonr *r, jv *out) {
             continue;
         }
         if (e != 'u' || r->end - r->p < 6) { jj_bfree(&b); return json_err(r, "bad escape in a string"); }
-        int cp = json_hex4(r->p + 2);
+        int cp = hex4_value(r->p + 2);
         r->p += 6;
         if (cp < 0) { jj_bfree(&b); return json_err(r, "bad \\u escape"); }
         if (cp >= 0xD800 && cp <= 0xDBFF && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
-            int lo = json_hex4(r->p + 2);
+            int lo = hex4_value(r->p + 2);
             if (lo >= 0xDC00 && lo <= 0xDFFF) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 r->p += 6;

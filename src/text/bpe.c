@@ -21,6 +21,7 @@
  *   of its own. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "text/vocab.h"
+#include "base/utf8.h"
 
 #include <pcre2.h>
 #include <stdio.h>
@@ -316,26 +317,6 @@ static int char_byte(uint32_t c) {
     return -1;
 }
 
-static size_t put_utf8(uint32_t c, char *dst) {
-    if (c < 0x80) { dst[0] = (char)c; return 1; }
-    if (c < 0x800) {
-        dst[0] = (char)(0xC0 | (c >> 6));
-        dst[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        dst[0] = (char)(0xE0 | (c >> 12));
-        dst[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        dst[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    dst[0] = (char)(0xF0 | (c >> 18));
-    dst[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    dst[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    dst[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* One character the reference's way: overlong forms and surrogates pass; a byte that starts no
  * complete sequence is U+FFFD and consumes one byte. Values past U+10FFFF (which make the
  * reference throw) are treated as undecodable too. */
@@ -376,7 +357,7 @@ size_t bpe_decode_text(const char *s, size_t n, char *dst) {
         }
         /* The reference names a character outside the mapping by its bytes, then the whole text. */
         char u[4];
-        size_t un = put_utf8(c, u);
+        size_t un = utf8_encode(c, u);
         memcpy(dst + j, "[UNK_BYTE_0x", 12);
         j += 12;
         for (size_t k = 0; k < un; k++) j += (size_t)sprintf(dst + j, "%02x", (unsigned char)u[k]);
@@ -605,8 +586,8 @@ static quill_status build_subject(const bpe_model *b, split_state *st, const cha
         st->sub_off[st->n] = j;
         st->cp[st->n++] = c;
         if (is_space_above_ascii(c)) st->sub[j++] = 0x0B;
-        else if (c >= 0xD800 && c <= 0xDFFF) j += put_utf8(0xE000, st->sub + j);   /* same class: none */
-        else j += put_utf8(c, st->sub + j);
+        else if (c >= 0xD800 && c <= 0xDFFF) j += utf8_encode(0xE000, st->sub + j);   /* same class: none */
+        else j += utf8_encode(c, st->sub + j);
     }
     st->sub_off[st->n] = j;
     st->sub_char = malloc((j + 1) * sizeof *st->sub_char);
@@ -835,8 +816,8 @@ quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len
         size_t wn = 0;
         for (size_t k = start; k < start + st.pieces[p]; k++) {
             char u[4];
-            size_t un = put_utf8(st.cp[k], u);
-            for (size_t q = 0; q < un; q++) wn += put_utf8(byte_char((unsigned char)u[q]), word + wn);
+            size_t un = utf8_encode(st.cp[k], u);
+            for (size_t q = 0; q < un; q++) wn += utf8_encode(byte_char((unsigned char)u[q]), word + wn);
         }
         ok = bpe_word(t, &scratch, word, wn, out);
         start += st.pieces[p];

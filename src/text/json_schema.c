@@ -9,6 +9,8 @@
  * asked to exclude. The JSON reader is a small one of its own (the library needs no JSON
  * library); its input has been checked for depth by the caller or is bounded here. */
 #include "base/error.h"
+#include "base/utf8.h"
+#include "base/strbuf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -62,29 +64,6 @@ static void jfree(jv *v) {
     free(v->key_lens);
 }
 
-static bool put_utf8(char *out, size_t *n, uint32_t cp) {
-    if (cp < 0x80) out[(*n)++] = (char)cp;
-    else if (cp < 0x800) out[(*n)++] = (char)(0xC0 | cp >> 6), out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    else if (cp < 0x10000)
-        out[(*n)++] = (char)(0xE0 | cp >> 12), out[(*n)++] = (char)(0x80 | (cp >> 6 & 0x3F)),
-        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    else
-        out[(*n)++] = (char)(0xF0 | cp >> 18), out[(*n)++] = (char)(0x80 | (cp >> 12 & 0x3F)),
-        out[(*n)++] = (char)(0x80 | (cp >> 6 & 0x3F)), out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    return true;
-}
-
-static int hex4(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
 /* The length of the valid UTF-8 character at s (strict: no overlong forms, surrogates or values
  * past U+10FFFF), or 0. */
 static size_t utf8_char(const char *s, const char *end) {
@@ -134,19 +113,19 @@ static bool jstring(jreader *r, char **out, size_t *out_len) {
         case 'r': buf[n++] = '\r'; break;
         case 't': buf[n++] = '\t'; break;
         case 'u': {
-            int v = q + 4 <= r->p ? hex4(q) : -1;
+            int v = q + 4 <= r->p ? hex4_value(q) : -1;
             if (v < 0) { free(buf); return jfail(r, "a bad \\u escape"); }
             q += 4;
             uint32_t cp = (uint32_t)v;
             if (cp >= 0xD800 && cp < 0xDC00 && q + 6 <= r->p && q[0] == '\\' && q[1] == 'u') {
-                int lo = hex4(q + 2);
+                int lo = hex4_value(q + 2);
                 if (lo >= 0xDC00 && lo < 0xE000) {
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (uint32_t)(lo - 0xDC00);
                     q += 6;
                 }
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
-            put_utf8(buf, &n, cp);   /* at most 4 bytes for 6 to 12 of input */
+            n += utf8_encode(cp, buf + n);   /* at most 4 bytes for 6 to 12 of input */
             break;
         }
         default: free(buf); return jfail(r, "an unknown escape in a string");
@@ -267,103 +246,54 @@ static const jv *jget(const jv *o, const char *key) {
 
 /* ---------------------------------------------------------------- output */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *g = realloc(b->buf, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->buf = g;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = 0;
-}
-
-#define sb_lit(b, s) sb_put((b), (s), sizeof(s) - 1)
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-
 /* Bytes as the inside of a GBNF "literal". */
-static void sb_gbnf_literal(sbuf *b, const char *s, size_t n) {
+static void sb_gbnf_literal(strbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            sb_put(b, e, 2);
-        } else if (c == '\n') sb_lit(b, "\\n");
-        else if (c == '\r') sb_lit(b, "\\r");
-        else if (c == '\t') sb_lit(b, "\\t");
-        else if (c < 0x20 || c == 0x7F) sb_printf(b, "\\x%02X", c);
-        else sb_put(b, (const char *)&c, 1);
+            strbuf_put(b, e, 2);
+        } else if (c == '\n') strbuf_lit(b, "\\n");
+        else if (c == '\r') strbuf_lit(b, "\\r");
+        else if (c == '\t') strbuf_lit(b, "\\t");
+        else if (c < 0x20 || c == 0x7F) strbuf_printf(b, "\\x%02X", c);
+        else strbuf_put(b, (const char *)&c, 1);
     }
 }
 
 /* A JSON value written compactly (the one spelling a const or enum member accepts). */
-static void sb_json(sbuf *b, const jv *v) {
+static void sb_json(strbuf *b, const jv *v) {
     switch (v->t) {
-    case J_NULL: sb_lit(b, "null"); break;
-    case J_BOOL: v->b ? sb_lit(b, "true") : sb_lit(b, "false"); break;
-    case J_NUM: sb_put(b, v->s, v->len); break;
+    case J_NULL: strbuf_lit(b, "null"); break;
+    case J_BOOL: v->b ? strbuf_lit(b, "true") : strbuf_lit(b, "false"); break;
+    case J_NUM: strbuf_put(b, v->s, v->len); break;
     case J_STR:
-        sb_lit(b, "\"");
+        strbuf_lit(b, "\"");
         for (size_t i = 0; i < v->len; i++) {
             unsigned char c = (unsigned char)v->s[i];
-            if (c == '"') sb_lit(b, "\\\"");
-            else if (c == '\\') sb_lit(b, "\\\\");
-            else if (c == '\n') sb_lit(b, "\\n");
-            else if (c == '\r') sb_lit(b, "\\r");
-            else if (c == '\t') sb_lit(b, "\\t");
-            else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-            else sb_put(b, (const char *)&c, 1);
+            if (c == '"') strbuf_lit(b, "\\\"");
+            else if (c == '\\') strbuf_lit(b, "\\\\");
+            else if (c == '\n') strbuf_lit(b, "\\n");
+            else if (c == '\r') strbuf_lit(b, "\\r");
+            else if (c == '\t') strbuf_lit(b, "\\t");
+            else if (c < 0x20) strbuf_printf(b, "\\u%04x", c);
+            else strbuf_put(b, (const char *)&c, 1);
         }
-        sb_lit(b, "\"");
+        strbuf_lit(b, "\"");
         break;
     case J_ARR:
     case J_OBJ:
-        sb_put(b, v->t == J_ARR ? "[" : "{", 1);
+        strbuf_put(b, v->t == J_ARR ? "[" : "{", 1);
         for (size_t i = 0; i < v->n; i++) {
-            if (i) sb_lit(b, ",");
+            if (i) strbuf_lit(b, ",");
             if (v->t == J_OBJ) {
                 jv key = {.t = J_STR, .s = v->keys[i], .len = v->key_lens[i]};
                 sb_json(b, &key);
-                sb_lit(b, ":");
+                strbuf_lit(b, ":");
             }
             sb_json(b, &v->items[i]);
         }
-        sb_put(b, v->t == J_ARR ? "]" : "}", 1);
+        strbuf_put(b, v->t == J_ARR ? "]" : "}", 1);
         break;
     }
 }
@@ -408,7 +338,7 @@ static const struct {
 
 typedef struct {
     const jv *root;
-    sbuf out;
+    strbuf out;
     bool used[P_COUNT];
     int next_id;
     /* $ref targets already given a rule: their paths and rule names */
@@ -492,19 +422,19 @@ static bool get_count(conv *c, const jv *schema, const char *key, const char *pa
 }
 
 /* "x{min,max}" for a repetition count (max < 0: unbounded). */
-static void sb_repeat(sbuf *b, long min, long max) {
-    if (min == 0 && max < 0) sb_lit(b, "*");
-    else if (min == 1 && max < 0) sb_lit(b, "+");
-    else if (min == 0 && max == 1) sb_lit(b, "?");
-    else if (max < 0) sb_printf(b, "{%ld,}", min);
-    else if (min == max) sb_printf(b, "{%ld}", min);
-    else sb_printf(b, "{%ld,%ld}", min, max);
+static void sb_repeat(strbuf *b, long min, long max) {
+    if (min == 0 && max < 0) strbuf_lit(b, "*");
+    else if (min == 1 && max < 0) strbuf_lit(b, "+");
+    else if (min == 0 && max == 1) strbuf_lit(b, "?");
+    else if (max < 0) strbuf_printf(b, "{%ld,}", min);
+    else if (min == max) strbuf_printf(b, "{%ld}", min);
+    else strbuf_printf(b, "{%ld,%ld}", min, max);
 }
 
 static bool define(conv *c, const char *name, const char *body, size_t len) {
-    sb_printf(&c->out, "%s ::= ", name);
-    sb_put(&c->out, body, len);
-    sb_put(&c->out, "\n", 1);
+    strbuf_printf(&c->out, "%s ::= ", name);
+    strbuf_put(&c->out, body, len);
+    strbuf_put(&c->out, "\n", 1);
     return !c->out.oom || cfail(c, QUILL_E_NOMEM, "out of memory");
 }
 
@@ -529,15 +459,15 @@ static bool all_of(const char *s, int n, char c) {
 /* Decimal strings of equal length n from a to z (a <= z digit-wise), as a GBNF sequence: at
  * each position the digits strictly between the bounds' take any tail, the bounds' own digits
  * recurse; a bound whose tail is all zeros (or nines) joins the middle. */
-static void same_length_range(sbuf *b, const char *a, const char *z, int n) {
+static void same_length_range(strbuf *b, const char *a, const char *z, int n) {
     if (n == 0) return;
     if (n == 1) {
-        if (a[0] == z[0]) sb_printf(b, "[%c] ", a[0]);
-        else sb_printf(b, "[%c-%c] ", a[0], z[0]);
+        if (a[0] == z[0]) strbuf_printf(b, "[%c] ", a[0]);
+        else strbuf_printf(b, "[%c-%c] ", a[0], z[0]);
         return;
     }
     if (a[0] == z[0]) {
-        sb_printf(b, "[%c] ", a[0]);
+        strbuf_printf(b, "[%c] ", a[0]);
         same_length_range(b, a + 1, z + 1, n - 1);
         return;
     }
@@ -545,25 +475,25 @@ static void same_length_range(sbuf *b, const char *a, const char *z, int n) {
     const bool low_full = all_of(a + 1, n - 1, '0'), high_full = all_of(z + 1, n - 1, '9');
     const char from = low_full ? a[0] : (char)(a[0] + 1), to = high_full ? z[0] : (char)(z[0] - 1);
     bool first = true;
-    sb_lit(b, "( ");
+    strbuf_lit(b, "( ");
     if (!low_full) {
-        sb_printf(b, "[%c] ", a[0]);
+        strbuf_printf(b, "[%c] ", a[0]);
         same_length_range(b, a + 1, nines, n - 1);
         first = false;
     }
     if (from <= to) {
-        sb_printf(b, "%s[%c-%c] [0-9]{%d} ", first ? "" : "| ", from, to, n - 1);
+        strbuf_printf(b, "%s[%c-%c] [0-9]{%d} ", first ? "" : "| ", from, to, n - 1);
         first = false;
     }
     if (!high_full) {
-        sb_printf(b, "%s[%c] ", first ? "" : "| ", z[0]);
+        strbuf_printf(b, "%s[%c] ", first ? "" : "| ", z[0]);
         same_length_range(b, zeros, z + 1, n - 1);
     }
-    sb_lit(b, ") ");
+    strbuf_lit(b, ") ");
 }
 
 /* Non-negative integers in [lo, hi] (hi < 0: unbounded) without leading zeros. */
-static void nonneg_range(sbuf *b, long long lo, long long hi) {
+static void nonneg_range(strbuf *b, long long lo, long long hi) {
     char a[MAX_DIGITS + 1], z[MAX_DIGITS + 1];
     int na = digits_of(lo, a);
     int nz = hi >= 0 ? digits_of(hi, z) : MAX_DIGITS + 1;
@@ -577,13 +507,13 @@ static void nonneg_range(sbuf *b, long long lo, long long hi) {
         }
         if (len == nz) memcpy(to, z, (size_t)len);
         else memset(to, '9', (size_t)len);
-        if (first) sb_lit(b, "( ");
-        else sb_lit(b, "| ");
+        if (first) strbuf_lit(b, "( ");
+        else strbuf_lit(b, "| ");
         first = false;
         same_length_range(b, from, to, len);
     }
-    if (hi < 0) sb_printf(b, "| [1-9] [0-9]{%d,} ", MAX_DIGITS);   /* past the digits spelt out */
-    sb_lit(b, ")");
+    if (hi < 0) strbuf_printf(b, "| [1-9] [0-9]{%d,} ", MAX_DIGITS);   /* past the digits spelt out */
+    strbuf_lit(b, ")");
 }
 
 static bool bound_of(conv *c, const jv *schema, const char *key, const char *path, double *out) {
@@ -595,7 +525,7 @@ static bool bound_of(conv *c, const jv *schema, const char *key, const char *pat
 }
 
 /* An integer with minimum / maximum / exclusiveMinimum / exclusiveMaximum, digit by digit. */
-static bool int_range_body(conv *c, const jv *schema, const char *path, sbuf *b) {
+static bool int_range_body(conv *c, const jv *schema, const char *path, strbuf *b) {
     const double limit = 999999999999999.0;
     double lo = -INFINITY, hi = INFINITY, v;
     if (bound_of(c, schema, "minimum", path, &v)) lo = ceil(v);
@@ -607,31 +537,31 @@ static bool int_range_body(conv *c, const jv *schema, const char *path, sbuf *b)
         return cfail(c, QUILL_E_UNSUPPORTED, "integer bounds beyond 15 digits at %s are not supported", path);
     if (lo > hi) return cfail(c, QUILL_E_FORMAT, "the integer bounds at %s leave no value", path);
     use(c, P_SPACE);
-    sb_lit(b, "( ");
+    strbuf_lit(b, "( ");
     bool alt = false;
     if (lo < 0) {
         /* -x for x in [max(1, -hi), -lo] */
         long long from = hi < 0 ? (long long)-hi : 1;
-        sb_lit(b, "\"-\" ");
+        strbuf_lit(b, "\"-\" ");
         nonneg_range(b, from, isfinite(lo) ? (long long)-lo : -1);
         alt = true;
     }
     if (hi >= 0) {
-        if (alt) sb_lit(b, " | ");
+        if (alt) strbuf_lit(b, " | ");
         nonneg_range(b, lo > 0 ? (long long)lo : 0, isfinite(hi) ? (long long)hi : -1);
     }
-    sb_lit(b, " ) space");
+    strbuf_lit(b, " ) space");
     return true;
 }
 
 /* The body of the rule for one type. */
-static bool type_body(conv *c, const jv *schema, const char *type, const char *path, sbuf *b) {
+static bool type_body(conv *c, const jv *schema, const char *type, const char *path, strbuf *b) {
     if (!strcmp(type, "null")) {
         use(c, P_NULL);
-        sb_lit(b, "null");
+        strbuf_lit(b, "null");
     } else if (!strcmp(type, "boolean")) {
         use(c, P_BOOLEAN);
-        sb_lit(b, "boolean");
+        strbuf_lit(b, "boolean");
     } else if (!strcmp(type, "integer") || !strcmp(type, "number")) {
         bool integer = type[0] == 'i';
         static const char *const numeric[] = {"type", NULL};
@@ -642,7 +572,7 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
                         jget(schema, "exclusiveMaximum")))
             return int_range_body(c, schema, path, b);
         use(c, integer ? P_INTEGER : P_NUMBER);
-        sb_put(b, type, strlen(type));
+        strbuf_put(b, type, strlen(type));
     } else if (!strcmp(type, "string")) {
         static const char *const str[] = {"type", "minLength", "maxLength", "format", NULL};
         if (!check_keys(c, schema, path, str, "type string")) return false;
@@ -654,7 +584,7 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
                              path);
             if (!strcmp(f, "uuid")) {
                 use(c, P_UUID);
-                sb_lit(b, "uuid");
+                strbuf_lit(b, "uuid");
                 return true;
             }
             int p = !strcmp(f, "date") ? P_DATE : !strcmp(f, "time") ? P_TIME : !strcmp(f, "date-time") ? P_DATE_TIME : -1;
@@ -663,7 +593,7 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
                                                      "date-time and uuid are)", f, path);
             use(c, p);
             use(c, P_SPACE);
-            sb_printf(b, "\"\\\"\" %s \"\\\"\" space", primitives[p].name);
+            strbuf_printf(b, "\"\\\"\" %s \"\\\"\" space", primitives[p].name);
             return true;
         }
         long min = 0, max = -1;
@@ -671,13 +601,13 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
         if (max >= 0 && max < min) return cfail(c, QUILL_E_FORMAT, "maxLength is below minLength at %s", path);
         if (min == 0 && max < 0) {
             use(c, P_STRING);
-            sb_lit(b, "string");
+            strbuf_lit(b, "string");
         } else {
             use(c, P_CHAR);
             use(c, P_SPACE);
-            sb_lit(b, "\"\\\"\" char");
+            strbuf_lit(b, "\"\\\"\" char");
             sb_repeat(b, min, max);
-            sb_lit(b, " \"\\\"\" space");
+            strbuf_lit(b, " \"\\\"\" space");
         }
     } else if (!strcmp(type, "array")) {
         static const char *const arr[] = {"type", "items", "prefixItems", "minItems", "maxItems", NULL};
@@ -693,18 +623,18 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
             if (jget(schema, "minItems") || jget(schema, "maxItems") || (items && items->t != J_BOOL))
                 return cfail(c, QUILL_E_UNSUPPORTED, "'prefixItems' with items, minItems or maxItems at %s is not "
                                                      "supported", path);
-            sb_lit(b, "\"[\" space");
+            strbuf_lit(b, "\"[\" space");
             for (size_t i = 0; i < prefix->n; i++) {
                 snprintf(sub, sizeof sub, "%s/prefixItems/%zu", path, i);
                 if (!rule_for(c, &prefix->items[i], sub, "item", item, sizeof item)) return false;
-                sb_printf(b, "%s %s", i ? " \",\" space" : "", item);
+                strbuf_printf(b, "%s %s", i ? " \",\" space" : "", item);
             }
-            sb_lit(b, " \"]\" space");
+            strbuf_lit(b, " \"]\" space");
             return true;
         }
         if (items && items->t == J_BOOL && items->b) items = NULL;
         if (items && items->t == J_BOOL) {
-            sb_lit(b, "\"[\" space \"]\" space");
+            strbuf_lit(b, "\"[\" space \"]\" space");
             return true;
         }
         snprintf(sub, sizeof sub, "%s/items", path);
@@ -714,14 +644,14 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
             use(c, P_VALUE);
             snprintf(item, sizeof item, "value");
         }
-        sb_lit(b, "\"[\" space ");
+        strbuf_lit(b, "\"[\" space ");
         if (max == 0) {
-            sb_lit(b, "\"]\" space");
+            strbuf_lit(b, "\"]\" space");
         } else {
             /* item ("," item){min-1, max-1}, optional as a whole when min is 0 */
-            sb_printf(b, "%s%s (\",\" space %s)", min == 0 ? "( " : "", item, item);
+            strbuf_printf(b, "%s%s (\",\" space %s)", min == 0 ? "( " : "", item, item);
             sb_repeat(b, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
-            sb_printf(b, "%s \"]\" space", min == 0 ? " )?" : "");
+            strbuf_printf(b, "%s \"]\" space", min == 0 ? " )?" : "");
         }
     } else if (!strcmp(type, "object")) {
         static const char *const obj[] = {"type", "properties", "required", "additionalProperties", NULL};
@@ -735,7 +665,7 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
         use(c, P_SPACE);
         if (!props && (!extra || (extra->t == J_BOOL && extra->b)) && !req) {
             use(c, P_OBJECT);
-            sb_lit(b, "object");
+            strbuf_lit(b, "object");
             return true;
         }
         size_t n = props ? props->n : 0;
@@ -763,13 +693,13 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
             ok = rule_for(c, &props->items[i], sub, props->keys[i], val, sizeof val);
             if (!ok) break;
             new_name(c, props->keys[i], kv[i], sizeof kv[i]);
-            sbuf body = {0};
+            strbuf body = {0};
             jv key = {.t = J_STR, .s = props->keys[i], .len = props->key_lens[i]};
-            sbuf lit = {0};
+            strbuf lit = {0};
             sb_json(&lit, &key);
-            sb_lit(&body, "\"");
+            strbuf_lit(&body, "\"");
             if (lit.buf) sb_gbnf_literal(&body, lit.buf, lit.len);
-            sb_printf(&body, "\" space \":\" space %s", val);
+            strbuf_printf(&body, "\" space \":\" space %s", val);
             ok = !lit.oom && !body.oom ? define(c, kv[i], body.buf, body.len) : cfail(c, QUILL_E_NOMEM, "out of memory");
             free(lit.buf);
             free(body.buf);
@@ -797,28 +727,28 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
              * first key present may be any optional one */
             size_t n_req = 0;
             for (size_t i = 0; i < n; i++) n_req += required[i];
-            sb_lit(b, "\"{\" space ");
+            strbuf_lit(b, "\"{\" space ");
             bool first = true;
             for (size_t i = 0; i < n; i++)
                 if (required[i]) {
-                    sb_printf(b, "%s%s", first ? "" : " \",\" space ", kv[i]);
+                    strbuf_printf(b, "%s%s", first ? "" : " \",\" space ", kv[i]);
                     first = false;
                 }
             if (n_req > 0) {
                 for (size_t i = 0; i < n; i++)
-                    if (!required[i]) sb_printf(b, " (\",\" space %s)?", kv[i]);
-                if (extra_kv[0]) sb_printf(b, " (\",\" space %s)*", extra_kv);
+                    if (!required[i]) strbuf_printf(b, " (\",\" space %s)?", kv[i]);
+                if (extra_kv[0]) strbuf_printf(b, " (\",\" space %s)*", extra_kv);
             } else if (n > 0 || extra_kv[0]) {
-                sb_lit(b, "( ");
+                strbuf_lit(b, "( ");
                 for (size_t i = 0; i < n; i++) {
-                    sb_printf(b, "%s%s", i ? " | " : "", kv[i]);
-                    for (size_t j = i + 1; j < n; j++) sb_printf(b, " (\",\" space %s)?", kv[j]);
-                    if (extra_kv[0]) sb_printf(b, " (\",\" space %s)*", extra_kv);
+                    strbuf_printf(b, "%s%s", i ? " | " : "", kv[i]);
+                    for (size_t j = i + 1; j < n; j++) strbuf_printf(b, " (\",\" space %s)?", kv[j]);
+                    if (extra_kv[0]) strbuf_printf(b, " (\",\" space %s)*", extra_kv);
                 }
-                if (extra_kv[0]) sb_printf(b, "%s%s (\",\" space %s)*", n ? " | " : "", extra_kv, extra_kv);
-                sb_lit(b, " )?");
+                if (extra_kv[0]) strbuf_printf(b, "%s%s (\",\" space %s)*", n ? " | " : "", extra_kv, extra_kv);
+                strbuf_lit(b, " )?");
             }
-            sb_lit(b, " \"}\" space");
+            strbuf_lit(b, " \"}\" space");
         }
         free(kv);
         free(required);
@@ -834,7 +764,7 @@ static bool rule_for(conv *c, const jv *schema, const char *path, const char *hi
     if (c->failed) return false;
     if (++c->depth > MAX_DEPTH) return cfail(c, QUILL_E_UNSUPPORTED, "the schema nests more than %d deep at %s", MAX_DEPTH, path);
     bool ok = true;
-    sbuf body = {0};
+    strbuf body = {0};
     char sub[700];
     if (schema->t == J_BOOL) {
         if (!schema->b) ok = cfail(c, QUILL_E_UNSUPPORTED, "the schema 'false' at %s accepts nothing", path);
@@ -901,17 +831,17 @@ static bool rule_for(conv *c, const jv *schema, const char *path, const char *hi
         if (ok && en && en->t != J_ARR) ok = cfail(c, QUILL_E_FORMAT, "'enum' at %s must be an array", path);
         if (ok && en && en->n == 0) ok = cfail(c, QUILL_E_FORMAT, "'enum' at %s is empty: nothing would match", path);
         size_t n = en ? en->n : 1;
-        sb_lit(&body, "(");
+        strbuf_lit(&body, "(");
         for (size_t i = 0; i < n && ok; i++) {
-            sbuf lit = {0};
+            strbuf lit = {0};
             sb_json(&lit, en ? &en->items[i] : cn);
-            sb_printf(&body, "%s\"", i ? " | " : " ");
+            strbuf_printf(&body, "%s\"", i ? " | " : " ");
             if (lit.buf) sb_gbnf_literal(&body, lit.buf, lit.len);
-            sb_lit(&body, "\"");
+            strbuf_lit(&body, "\"");
             if (lit.oom) ok = cfail(c, QUILL_E_NOMEM, "out of memory");
             free(lit.buf);
         }
-        sb_lit(&body, " ) space");
+        strbuf_lit(&body, " ) space");
         use(c, P_SPACE);
     } else if (any || one) {
         static const char *const ak[] = {"anyOf", "oneOf", NULL};
@@ -925,7 +855,7 @@ static bool rule_for(conv *c, const jv *schema, const char *path, const char *hi
             char alt[96];
             snprintf(sub, sizeof sub, "%s/%s/%zu", path, kw, i);
             ok = rule_for(c, &list->items[i], sub, hint, alt, sizeof alt);
-            sb_printf(&body, "%s%s", i ? " | " : "", alt);
+            strbuf_printf(&body, "%s%s", i ? " | " : "", alt);
         }
     } else if (type) {
         if (type->t == J_STR) {
@@ -936,9 +866,9 @@ static bool rule_for(conv *c, const jv *schema, const char *path, const char *hi
                     ok = cfail(c, QUILL_E_FORMAT, "'type' at %s must hold strings", path);
                     break;
                 }
-                sbuf one_type = {0};
+                strbuf one_type = {0};
                 ok = type_body(c, schema, type->items[i].s, path, &one_type);
-                sb_printf(&body, "%s%s", i ? " | " : "", one_type.buf ? one_type.buf : "");
+                strbuf_printf(&body, "%s%s", i ? " | " : "", one_type.buf ? one_type.buf : "");
                 free(one_type.buf);
             }
         } else {
@@ -949,7 +879,7 @@ static bool rule_for(conv *c, const jv *schema, const char *path, const char *hi
         static const char *const none[] = {NULL};
         ok = check_keys(c, schema, path, none, NULL);
         use(c, P_VALUE);
-        sb_lit(&body, "value");
+        strbuf_lit(&body, "value");
     }
     if (ok && body.oom) ok = cfail(c, QUILL_E_NOMEM, "out of memory");
     if (ok) {
@@ -980,9 +910,9 @@ quill_status quill_json_schema_to_grammar(const char *schema, size_t len, char *
     char top[96];
     ok = rule_for(&c, &root, "#", "", top, sizeof top);
     if (ok) {
-        sb_printf(&c.out, "root ::= %s\n", top);
+        strbuf_printf(&c.out, "root ::= %s\n", top);
         for (int p = 0; p < P_COUNT; p++)
-            if (c.used[p]) sb_printf(&c.out, "%s ::= %s\n", primitives[p].name, primitives[p].body);
+            if (c.used[p]) strbuf_printf(&c.out, "%s ::= %s\n", primitives[p].name, primitives[p].body);
         if (c.out.oom) ok = cfail(&c, QUILL_E_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < c.n_refs; i++) free(c.ref_paths[i]), free(c.ref_rules[i]);

@@ -4,6 +4,8 @@
 #include "text/tool_calls.h"
 
 #include "base/error.h"
+#include "base/strbuf.h"
+#include "base/utf8.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -38,58 +40,6 @@ const char *tool_syntax_name(tool_syntax s) {
     case TOOL_SYNTAX_GENERIC: break;
     }
     return "generic";
-}
-
-/* ------------------------------------------------------------------ growable text */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool nomem;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->nomem) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->nomem = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp) b->nomem = true;
-    else sb_put(b, tmp, (size_t)n);
-}
-
-/* An owned NUL-terminated string ("" when nothing was put). */
-static char *sb_take(sbuf *b) {
-    if (!b->p && !b->nomem) {
-        b->p = malloc(1);
-        if (b->p) b->p[0] = 0;
-        else b->nomem = true;
-    }
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return p;
 }
 
 /* ------------------------------------------------------------------ JSON scanning */
@@ -235,83 +185,61 @@ static bool is_whole_json(const char *s, size_t n) {
     return span == n;
 }
 
-static void put_utf8(sbuf *b, uint32_t cp) {
-    char o[4];
-    size_t n;
-    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    sb_put(b, o, n);
-}
-
-static uint32_t hex4(const char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v * 16 + (uint32_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    return v;
-}
-
 /* The text of a whole JSON string s[0..n) (quotes included), unescaped; lone surrogates become
  * U+FFFD. */
 static char *json_unescape(const char *s, size_t n) {
-    sbuf b = {0};
+    strbuf b = {0};
     for (size_t k = 1; k + 1 < n; k++) {
         if (s[k] != '\\') {
-            sb_put(&b, s + k, 1);
+            strbuf_put(&b, s + k, 1);
             continue;
         }
         char e = s[++k];
         if (e == 'u') {
-            uint32_t cp = hex4(s + k + 1);
+            uint32_t cp = (uint32_t)hex4_value(s + k + 1);   /* scanned before: 4 hex digits */
             k += 4;
             if (cp >= 0xD800 && cp < 0xDC00 && k + 6 < n && s[k + 1] == '\\' && s[k + 2] == 'u') {
-                uint32_t lo = hex4(s + k + 3);
+                int lo = hex4_value(s + k + 3);
                 if (lo >= 0xDC00 && lo < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
                     k += 6;
                 }
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
-            put_utf8(&b, cp);
+            char bytes[4];
+            strbuf_put(&b, bytes, utf8_encode(cp, bytes));
             continue;
         }
         const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
         char o = to[strchr(from, e) - from];
-        sb_put(&b, &o, 1);
+        strbuf_put(&b, &o, 1);
     }
-    return sb_take(&b);
+    return strbuf_take(&b);
 }
 
 /* Text as a JSON string literal (quotes included, unless `open`: then the closing quote is left
  * for later). */
-static void json_quote(sbuf *b, const char *s, size_t n, bool open) {
-    sb_put(b, "\"", 1);
+static void json_quote(strbuf *b, const char *s, size_t n, bool open) {
+    strbuf_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char esc[2] = {'\\', (char)c};
-            sb_put(b, esc, 2);
-        } else if (c == '\n') sb_puts(b, "\\n");
-        else if (c == '\t') sb_puts(b, "\\t");
-        else if (c == '\r') sb_puts(b, "\\r");
-        else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-        else sb_put(b, s + i, 1);
+            strbuf_put(b, esc, 2);
+        } else if (c == '\n') strbuf_puts(b, "\\n");
+        else if (c == '\t') strbuf_puts(b, "\\t");
+        else if (c == '\r') strbuf_puts(b, "\\r");
+        else if (c < 0x20) strbuf_printf(b, "\\u%04x", c);
+        else strbuf_put(b, s + i, 1);
     }
-    if (!open) sb_put(b, "\"", 1);
+    if (!open) strbuf_put(b, "\"", 1);
 }
 
 /* ------------------------------------------------------------------ the parse being built */
 
 typedef struct parser {
     const chat_parse_options *opt;
-    sbuf content, reasoning;
+    strbuf content, reasoning;
     parsed_call *calls;
     size_t n_calls, cap_calls;
     bool nomem;
@@ -371,7 +299,7 @@ static size_t tail_prefix(const char *s, size_t n, const char *lit) {
 /* Content text; while generating, the end that could begin `mark` is held back. */
 static void put_content(parser *ps, const char *s, size_t n, const char *mark) {
     if (ps->opt->partial && mark) n -= tail_prefix(s, n, mark);
-    sb_put(&ps->content, s, n);
+    strbuf_put(&ps->content, s, n);
 }
 
 static size_t rtrim(const char *s, size_t n) {
@@ -459,11 +387,11 @@ static size_t take_think(parser *ps, const chat_syntax *syn, const char *s, size
     size_t end = find(s, n, at, "</think>");
     if (end == n) {
         size_t keep = ps->opt->partial ? n - tail_prefix(s, n, "</think>") : n;
-        sb_put(&ps->reasoning, s + skip_ws(s, keep, at), keep - skip_ws(s, keep, at));
+        strbuf_put(&ps->reasoning, s + skip_ws(s, keep, at), keep - skip_ws(s, keep, at));
         return n;
     }
     size_t from = skip_ws(s, end, at);
-    sb_put(&ps->reasoning, s + from, rtrim(s + from, end - from));
+    strbuf_put(&ps->reasoning, s + from, rtrim(s + from, end - from));
     return skip_ws(s, n, end + 8);
 }
 
@@ -503,8 +431,8 @@ static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
         size_t name_end = find(s, n, k, ">");
         if (name_end == n) return;
         char *name = dup_n(s + k, name_end - k);
-        sbuf args = {0};
-        sb_put(&args, "{", 1);
+        strbuf args = {0};
+        strbuf_put(&args, "{", 1);
         bool first = true, complete = false;
         k = skip_ws(s, n, name_end + 1);
         for (;;) {
@@ -523,22 +451,22 @@ static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
             if (v_end == n) break;
             size_t vlen = v_end - v;
             if (vlen && s[v + vlen - 1] == '\n') vlen--;
-            if (!first) sb_put(&args, ", ", 2);
+            if (!first) strbuf_put(&args, ", ", 2);
             first = false;
             json_quote(&args, s + pname, pname_end - pname, false);
-            sb_put(&args, ": ", 2);
-            if (vlen && s[v] != '"' && is_whole_json(s + v, vlen)) sb_put(&args, s + v, vlen);
+            strbuf_put(&args, ": ", 2);
+            if (vlen && s[v] != '"' && is_whole_json(s + v, vlen)) strbuf_put(&args, s + v, vlen);
             else json_quote(&args, s + v, vlen, false);
             k = skip_ws(s, n, v_end + 12);
         }
-        if (complete) sb_put(&args, "}", 1);
-        if (args.nomem) ps->nomem = true;
+        if (complete) strbuf_put(&args, "}", 1);
+        if (args.oom) ps->nomem = true;
         if (!complete && !ps->opt->partial) {
             free(name);
-            free(args.p);
+            free(args.buf);
             break;
         }
-        add_call(ps, name, sb_take(&args), NULL, complete);
+        add_call(ps, name, strbuf_take(&args), NULL, complete);
         if (!complete) return;
         i = skip_ws(s, n, k);
     }
@@ -574,12 +502,12 @@ static void parse_llama3(parser *ps, const char *s, size_t n) {
     /* code for the built-in interpreter */
     if (k >= n && ps->opt->partial) return;
     size_t end = rtrim(s, n);
-    sbuf args = {0};
-    sb_puts(&args, "{\"code\": ");
+    strbuf args = {0};
+    strbuf_puts(&args, "{\"code\": ");
     json_quote(&args, s + k, end > k ? end - k : 0, ps->opt->partial);
-    if (!ps->opt->partial) sb_put(&args, "}", 1);
-    if (args.nomem) ps->nomem = true;
-    add_call(ps, dup_n("python", 6), sb_take(&args), NULL, !ps->opt->partial);
+    if (!ps->opt->partial) strbuf_put(&args, "}", 1);
+    if (args.oom) ps->nomem = true;
+    add_call(ps, dup_n("python", 6), strbuf_take(&args), NULL, !ps->opt->partial);
 }
 
 static void parse_mistral(parser *ps, const char *s, size_t n) {
@@ -758,9 +686,9 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
             }
         } else {
             bool analysis = cname_end - cname == 8 && !memcmp(s + cname, "analysis", 8);
-            sbuf *dst = analysis && ps->opt->extract_reasoning ? &ps->reasoning : &ps->content;
-            if (dst->n && bend > body) sb_put(dst, "\n", 1);
-            sb_put(dst, s + body, bend - body);
+            strbuf *dst = analysis && ps->opt->extract_reasoning ? &ps->reasoning : &ps->content;
+            if (dst->len && bend > body) strbuf_put(dst, "\n", 1);
+            strbuf_put(dst, s + body, bend - body);
         }
         if (!finished) return;
         i = term;
@@ -794,7 +722,7 @@ static void parse_generic(parser *ps, const char *s, size_t n) {
         scan_value(s, end, &vk, 1);
         if (key && !strcmp(key, "response") && s[v] == '"') {
             char *text = json_unescape(s + v, vk - v);
-            if (text) sb_puts(&ps->content, text);
+            if (text) strbuf_puts(&ps->content, text);
             free(text);
             understood = true;
         } else if (key && !strcmp(key, "tool_call")) {
@@ -820,8 +748,8 @@ static void parse_generic(parser *ps, const char *s, size_t n) {
             free(ps->calls[c].id);
         }
         ps->n_calls = first_call;
-        ps->content.n = 0;
-        if (ps->content.p) ps->content.p[0] = 0;
+        ps->content.len = 0;
+        if (ps->content.buf) ps->content.buf[0] = 0;
         put_content(ps, s, n, NULL);
     }
 }
@@ -850,14 +778,14 @@ quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options 
     }
     if (opt->partial) {
         /* whitespace at the end may yet be trimmed before a call or the end of reasoning */
-        if (ps.content.p) ps.content.p[ps.content.n = rtrim(ps.content.p, ps.content.n)] = 0;
-        if (ps.reasoning.p) ps.reasoning.p[ps.reasoning.n = rtrim(ps.reasoning.p, ps.reasoning.n)] = 0;
+        if (ps.content.buf) ps.content.buf[ps.content.len = rtrim(ps.content.buf, ps.content.len)] = 0;
+        if (ps.reasoning.buf) ps.reasoning.buf[ps.reasoning.len = rtrim(ps.reasoning.buf, ps.reasoning.len)] = 0;
     }
-    out->content = sb_take(&ps.content);
-    out->reasoning = sb_take(&ps.reasoning);
+    out->content = strbuf_take(&ps.content);
+    out->reasoning = strbuf_take(&ps.reasoning);
     out->calls = ps.calls;
     out->n_calls = ps.n_calls;
-    if (ps.nomem || ps.content.nomem || ps.reasoning.nomem || !out->content || !out->reasoning) {
+    if (ps.nomem || !out->content || !out->reasoning) {
         chat_parse_free(out);
         return quill_fail(err, QUILL_E_NOMEM, "out of memory while parsing a reply of %zu bytes", n);
     }
@@ -880,15 +808,15 @@ void chat_parse_free(chat_parse *p) {
 /* ------------------------------------------------------------------ grammars */
 
 /* s as a GBNF string literal's inside. */
-static void gbnf_literal(sbuf *b, const char *s) {
+static void gbnf_literal(strbuf *b, const char *s) {
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') {
             char esc[2] = {'\\', *s};
-            sb_put(b, esc, 2);
-        } else if (*s == '\n') sb_puts(b, "\\n");
-        else if (*s == '\r') sb_puts(b, "\\r");
-        else if (*s == '\t') sb_puts(b, "\\t");
-        else sb_put(b, s, 1);
+            strbuf_put(b, esc, 2);
+        } else if (*s == '\n') strbuf_puts(b, "\\n");
+        else if (*s == '\r') strbuf_puts(b, "\\r");
+        else if (*s == '\t') strbuf_puts(b, "\\t");
+        else strbuf_put(b, s, 1);
     }
 }
 
@@ -903,27 +831,27 @@ static const char json_rules[] =
 
 /* A mark of the syntax as a grammar element: the special token it is in the vocabulary (`<[id]>`;
  * special tokens have no text a literal could match), else a literal. */
-static void gbnf_mark(sbuf *b, const quill_tokenizer *tok, const char *mark) {
+static void gbnf_mark(strbuf *b, const quill_tokenizer *tok, const char *mark) {
     if (tok) {
         int32_t *ids = NULL;
         size_t n = 0;
         char text[8];
         if (quill_tokenize(tok, mark, strlen(mark), false, true, &ids, &n, NULL) == QUILL_OK && n == 1 &&
             quill_token_to_bytes(tok, ids[0], false, text, sizeof text) == 0) {
-            sb_printf(b, " <[%d]> ", ids[0]);
+            strbuf_printf(b, " <[%d]> ", ids[0]);
             free(ids);
             return;
         }
         free(ids);
     }
-    sb_puts(b, " \"");
+    strbuf_puts(b, " \"");
     gbnf_literal(b, mark);
-    sb_puts(b, "\" ");
+    strbuf_puts(b, "\" ");
 }
 
 /* A GBNF text with every rule name prefixed (so that several grammars live in one): identifiers
  * outside literals, classes, repetition counts and token elements. */
-static void gbnf_prefixed(sbuf *b, const char *g, const char *prefix) {
+static void gbnf_prefixed(strbuf *b, const char *g, const char *prefix) {
     for (const char *p = g; *p;) {
         char c = *p;
         if (c == '"' || c == '[') {
@@ -931,12 +859,12 @@ static void gbnf_prefixed(sbuf *b, const char *g, const char *prefix) {
             const char *q = p + 1;
             while (*q && *q != close) q += (*q == '\\' && q[1]) ? 2 : 1;
             if (*q) q++;
-            sb_put(b, p, (size_t)(q - p));
+            strbuf_put(b, p, (size_t)(q - p));
             p = q;
         } else if (c == '{' || c == '<') {
             const char *q = strchr(p, c == '{' ? '}' : '>');
             q = q ? q + 1 : p + strlen(p);
-            sb_put(b, p, (size_t)(q - p));
+            strbuf_put(b, p, (size_t)(q - p));
             p = q;
         } else if (c == '#') {
             const char *q = strchr(p, '\n');
@@ -944,15 +872,15 @@ static void gbnf_prefixed(sbuf *b, const char *g, const char *prefix) {
         } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
             const char *q = p;
             while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '_') q++;
-            sb_puts(b, prefix);
-            sb_put(b, p, (size_t)(q - p));
+            strbuf_puts(b, prefix);
+            strbuf_put(b, p, (size_t)(q - p));
             p = q;
         } else {
-            sb_put(b, p, 1);
+            strbuf_put(b, p, 1);
             p++;
         }
     }
-    if (b->n && b->p[b->n - 1] != '\n') sb_put(b, "\n", 1);
+    if (b->len && b->buf[b->len - 1] != '\n') strbuf_put(b, "\n", 1);
 }
 
 quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *tok, const char *const *names,
@@ -960,110 +888,107 @@ quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *to
                                char **out, quill_error *err) {
     *out = NULL;
     if (!names || n_names == 0) return quill_fail(err, QUILL_E_ARG, "a tool-call grammar needs at least one tool name");
-    sbuf b = {0}, sep = {0}, after = {0};
+    strbuf b = {0}, sep = {0}, after = {0};
     /* fn: one alternative per tool, its name then its arguments (their own schema's rules, or any object) */
     bool json_name = syn->tools == TOOL_SYNTAX_HERMES || syn->tools == TOOL_SYNTAX_LLAMA3 ||
                      syn->tools == TOOL_SYNTAX_MISTRAL || syn->tools == TOOL_SYNTAX_GENERIC;
     switch (syn->tools) {
-    case TOOL_SYNTAX_LLAMA3: sb_puts(&sep, " \", \\\"parameters\\\": \" "); break;
+    case TOOL_SYNTAX_LLAMA3: strbuf_puts(&sep, " \", \\\"parameters\\\": \" "); break;
     case TOOL_SYNTAX_GPT_OSS:
-        sb_puts(&sep, " \" \"");
+        strbuf_puts(&sep, " \" \"");
         gbnf_mark(&sep, tok, "<|constrain|>");
-        sb_puts(&sep, "\"json\"");
+        strbuf_puts(&sep, "\"json\"");
         gbnf_mark(&sep, tok, "<|message|>");
         break;
     case TOOL_SYNTAX_DEEPSEEK_V3:
-        sb_puts(&sep, " \"\\n```json\\n\" ");
-        sb_puts(&after, " \"\\n```\"");
+        strbuf_puts(&sep, " \"\\n```json\\n\" ");
+        strbuf_puts(&after, " \"\\n```\"");
         break;
-    case TOOL_SYNTAX_QWEN3_CODER: sb_puts(&sep, " \">\\n\" "); break;
-    default: sb_puts(&sep, " \", \\\"arguments\\\": \" "); break;
+    case TOOL_SYNTAX_QWEN3_CODER: strbuf_puts(&sep, " \">\\n\" "); break;
+    default: strbuf_puts(&sep, " \", \\\"arguments\\\": \" "); break;
     }
-    sb_puts(&b, "fn ::= ");
-    for (size_t i = 0; i < n_names; i++) sb_printf(&b, "%sfn-%zu", i ? " | " : "", i);
-    sb_puts(&b, "\n");
+    strbuf_puts(&b, "fn ::= ");
+    for (size_t i = 0; i < n_names; i++) strbuf_printf(&b, "%sfn-%zu", i ? " | " : "", i);
+    strbuf_puts(&b, "\n");
     for (size_t i = 0; i < n_names; i++) {
-        sbuf q = {0};
+        strbuf q = {0};
         if (json_name) json_quote(&q, names[i], strlen(names[i]), false);
-        else sb_puts(&q, names[i]);
-        sb_printf(&b, "fn-%zu ::= \"", i);
-        if (q.p) gbnf_literal(&b, q.p);
-        free(q.p);
-        sb_puts(&b, "\"");
-        if (sep.p) sb_puts(&b, sep.p);
-        if (syn->tools == TOOL_SYNTAX_QWEN3_CODER) sb_puts(&b, "param*");
-        else if (args_gbnf && args_gbnf[i]) sb_printf(&b, "a%zu-root", i);
-        else sb_puts(&b, "args");
-        if (after.p) sb_puts(&b, after.p);
-        sb_puts(&b, "\n");
+        else strbuf_puts(&q, names[i]);
+        strbuf_printf(&b, "fn-%zu ::= \"", i);
+        if (q.buf) gbnf_literal(&b, q.buf);
+        free(q.buf);
+        strbuf_puts(&b, "\"");
+        if (sep.buf) strbuf_puts(&b, sep.buf);
+        if (syn->tools == TOOL_SYNTAX_QWEN3_CODER) strbuf_puts(&b, "param*");
+        else if (args_gbnf && args_gbnf[i]) strbuf_printf(&b, "a%zu-root", i);
+        else strbuf_puts(&b, "args");
+        if (after.buf) strbuf_puts(&b, after.buf);
+        strbuf_puts(&b, "\n");
         if (args_gbnf && args_gbnf[i] && syn->tools != TOOL_SYNTAX_QWEN3_CODER) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "a%zu-", i);
             gbnf_prefixed(&b, args_gbnf[i], prefix);
         }
     }
-    if (sep.nomem || after.nomem) b.nomem = true;
-    free(sep.p);
-    free(after.p);
+    if (sep.oom || after.oom) b.oom = true;
+    free(sep.buf);
+    free(after.buf);
     const char *call_sep = "\"\\n\"";
-    sbuf open = {0}, close = {0};
+    strbuf open = {0}, close = {0};
     switch (syn->tools) {
     case TOOL_SYNTAX_HERMES:
-        sb_puts(&b, "call ::= \"<tool_call>\\n{\\\"name\\\": \" fn \"}\\n</tool_call>\"\n");
+        strbuf_puts(&b, "call ::= \"<tool_call>\\n{\\\"name\\\": \" fn \"}\\n</tool_call>\"\n");
         break;
     case TOOL_SYNTAX_QWEN3_CODER:
-        sb_puts(&b, "call ::= \"<tool_call>\\n<function=\" fn \"</function>\\n</tool_call>\"\n"
+        strbuf_puts(&b, "call ::= \"<tool_call>\\n<function=\" fn \"</function>\\n</tool_call>\"\n"
                     "param ::= \"<parameter=\" [a-zA-Z0-9_]{1,64} \">\\n\" [^<]{0,256} \"\\n</parameter>\\n\"\n");
         break;
     case TOOL_SYNTAX_LLAMA3:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
+        strbuf_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
         parallel = false;   /* Llama 3.1 writes one call per turn */
         break;
     case TOOL_SYNTAX_MISTRAL:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}\"\n");
+        strbuf_puts(&b, "call ::= \"{\\\"name\\\": \" fn \", \\\"id\\\": \\\"\" [a-zA-Z0-9]{9} \"\\\"}\"\n");
         gbnf_mark(&open, tok, "[TOOL_CALLS]");
-        sb_puts(&open, "\"[\" ");
-        sb_puts(&close, " \"]\"");
+        strbuf_puts(&open, "\"[\" ");
+        strbuf_puts(&close, " \"]\"");
         call_sep = "\", \"";
         break;
     case TOOL_SYNTAX_GPT_OSS:
-        sb_puts(&b, "call ::=");
+        strbuf_puts(&b, "call ::=");
         gbnf_mark(&b, tok, "<|channel|>");
-        sb_puts(&b, "\"commentary to=functions.\" fn\n");
+        strbuf_puts(&b, "\"commentary to=functions.\" fn\n");
         parallel = false;   /* a call ends the turn (<|call|>) */
         break;
     case TOOL_SYNTAX_DEEPSEEK_V3:
-        sb_puts(&b, "call ::=");
+        strbuf_puts(&b, "call ::=");
         gbnf_mark(&b, tok, DS_CALL_BEGIN);
-        sb_puts(&b, "\"function\"");
+        strbuf_puts(&b, "\"function\"");
         gbnf_mark(&b, tok, DS_SEP);
-        sb_puts(&b, "fn");
+        strbuf_puts(&b, "fn");
         gbnf_mark(&b, tok, DS_CALL_END);
-        sb_puts(&b, "\n");
+        strbuf_puts(&b, "\n");
         gbnf_mark(&open, tok, DS_CALLS_BEGIN);
         gbnf_mark(&close, tok, DS_CALLS_END);
         break;
     case TOOL_SYNTAX_GENERIC:
-        sb_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
-        sb_puts(&open, "\"{\\\"tool_calls\\\": [\" ");
-        sb_puts(&close, " \"]}\"");
+        strbuf_puts(&b, "call ::= \"{\\\"name\\\": \" fn \"}\"\n");
+        strbuf_puts(&open, "\"{\\\"tool_calls\\\": [\" ");
+        strbuf_puts(&close, " \"]}\"");
         call_sep = "\", \"";
         break;
     }
     const char *sep_text = call_sep;
-    sb_puts(&b, "root ::= ");
-    if (syn->think_tags && thinking_open) sb_puts(&b, "\"</think>\\n\\n\" ");
-    sb_printf(&b, "%scall%s%s%s%s\n", open.p ? open.p : "", parallel ? " ( " : "", parallel ? sep_text : "",
-              parallel ? " call )*" : "", close.p ? close.p : "");
-    if (open.nomem || close.nomem) b.nomem = true;
-    free(open.p);
-    free(close.p);
-    sb_puts(&b, json_rules);
-    char *text = sb_take(&b);
-    if (b.nomem || !text) {
-        free(text);
-        return quill_fail(err, QUILL_E_NOMEM, "out of memory building a tool-call grammar");
-    }
+    strbuf_puts(&b, "root ::= ");
+    if (syn->think_tags && thinking_open) strbuf_puts(&b, "\"</think>\\n\\n\" ");
+    strbuf_printf(&b, "%scall%s%s%s%s\n", open.buf ? open.buf : "", parallel ? " ( " : "", parallel ? sep_text : "",
+              parallel ? " call )*" : "", close.buf ? close.buf : "");
+    if (open.oom || close.oom) b.oom = true;
+    free(open.buf);
+    free(close.buf);
+    strbuf_puts(&b, json_rules);
+    char *text = strbuf_take(&b);
+    if (!text) return quill_fail(err, QUILL_E_NOMEM, "out of memory building a tool-call grammar");
     *out = text;
     return QUILL_OK;
 }
