@@ -100,8 +100,7 @@ static int reply_message(http_request *r, gen *g) {
 typedef enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT, BLOCK_TOOL } block_kind;
 
 typedef struct astream {
-    sse_stream base;        /* first: the stream's functions receive it */
-    gen *g;
+    sse_stream base;        /* first: the stream's functions receive it; base.g the generation */
     bool started;           /* message_start is written */
     block_kind block;
     int index;              /* of the open block; -1 before the first */
@@ -144,7 +143,8 @@ static void block_delta(astream *a, const char *type, const char *field, const c
 }
 
 /* An OpenAI delta as Anthropic block events. */
-static void translate_delta(astream *a, const cJSON *delta) {
+static void translate_delta(void *self, const cJSON *delta) {
+    astream *a = self;
     const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
     if (cJSON_IsString(reasoning)) {
         if (a->block != BLOCK_THINKING) {
@@ -187,10 +187,10 @@ static void translate_delta(astream *a, const cJSON *delta) {
 /* The events the job's progress allows, under the scheduler's mutex. */
 static bool produce(sse_stream *s) {
     astream *a = (astream *)s;
-    job *j = gen_job(a->g);
+    job *j = gen_job(a->base.g);
     if (!a->started) {
         cJSON *o = typed("message_start");
-        cJSON *m = message_shell(s->srv, gen_id(a->g), gen_req(a->g)->model);
+        cJSON *m = message_shell(s->srv, gen_id(a->base.g), gen_req(a->base.g)->model);
         cJSON_AddArrayToObject(m, "content");
         cJSON_AddNullToObject(m, "stop_reason");
         cJSON_AddNullToObject(m, "stop_sequence");
@@ -210,13 +210,7 @@ static bool produce(sse_stream *s) {
         s->finished = true;
         return true;
     }
-    bool produced = false;
-    cJSON *delta = reply_reader_next(&a->reply, a->g);
-    if (delta) {
-        translate_delta(a, delta);
-        cJSON_Delete(delta);
-        produced = true;
-    }
+    bool produced = reply_reader_feed(&a->reply, a->base.g, translate_delta, a);
     if (j->done && a->reply.parsed_final) {
         close_block(a);
         const char *finish = a->reply.had_calls && !strcmp(j->finish_reason, "stop") ? "tool_calls" : j->finish_reason;
@@ -232,15 +226,8 @@ static bool produce(sse_stream *s) {
     return produced;
 }
 
-static job *waiting(sse_stream *s, int *ms) {
-    (void)ms;
-    return gen_job(((astream *)s)->g);
-}
-
-static void cancel(sse_stream *s) { scheduler_cancel(s->srv->sched, gen_job(((astream *)s)->g)); }
-
 static void destroy(sse_stream *s) {
-    gen_free(((astream *)s)->g);
+    gen_free(s->g);
     free(s);
 }
 
@@ -259,8 +246,7 @@ int route_messages(http_request *r) {
         gen_free(g);
         return MHD_NO;
     }
-    a->base = (sse_stream){.produce = produce, .waiting = waiting, .cancel = cancel, .destroy = destroy};
-    a->g = g;
+    a->base = (sse_stream){.produce = produce, .destroy = destroy, .g = g};
     a->index = -1;
     return sse_reply(r, &a->base);
 }

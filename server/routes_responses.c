@@ -218,8 +218,7 @@ static int reply_response(http_request *r, gen *g, responses_req *q) {
 typedef enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL } item_kind;
 
 typedef struct rstream {
-    sse_stream base;            /* first: the stream's functions receive it */
-    gen *g;
+    sse_stream base;            /* first: the stream's functions receive it; base.g the generation */
     responses_req q;
     bool started;               /* response.created is written */
     int seq;
@@ -264,7 +263,7 @@ static void close_item(rstream *a) {
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddStringToObject(o, "text", text);
         emit(a, "response.reasoning_text.done", o);
-        item = reasoning_item(a->g, text);
+        item = reasoning_item(a->base.g, text);
         break;
     case ITEM_MESSAGE:
         o = at_item(a);
@@ -276,13 +275,13 @@ static void close_item(rstream *a) {
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddItemToObject(o, "part", text_part(text));
         emit(a, "response.content_part.done", o);
-        item = message_item(a->g, text, "completed");
+        item = message_item(a->base.g, text, "completed");
         break;
     case ITEM_CALL:
         o = at_item(a);
         cJSON_AddStringToObject(o, "arguments", text);
         emit(a, "response.function_call_arguments.done", o);
-        item = call_item(a->g, a->call_index, a->call_id, a->call_name, text, "completed");
+        item = call_item(a->base.g, a->call_index, a->call_id, a->call_name, text, "completed");
         break;
     }
     o = cJSON_CreateObject();
@@ -313,11 +312,12 @@ static void open_item(rstream *a, item_kind kind, cJSON *item) {
     }
 }
 
-static void translate_delta(rstream *a, const cJSON *delta) {
+static void translate_delta(void *self, const cJSON *delta) {
+    rstream *a = self;
     const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content");
     if (cJSON_IsString(reasoning)) {
         if (a->open != ITEM_REASONING) {
-            cJSON *it = reasoning_item(a->g, "");
+            cJSON *it = reasoning_item(a->base.g, "");
             cJSON_ReplaceItemInObjectCaseSensitive(it, "content", cJSON_CreateArray());
             open_item(a, ITEM_REASONING, it);
         }
@@ -329,7 +329,7 @@ static void translate_delta(rstream *a, const cJSON *delta) {
     }
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(delta, "content");
     if (cJSON_IsString(content) && content->valuestring[0]) {
-        if (a->open != ITEM_MESSAGE) open_item(a, ITEM_MESSAGE, message_item(a->g, NULL, "in_progress"));
+        if (a->open != ITEM_MESSAGE) open_item(a, ITEM_MESSAGE, message_item(a->base.g, NULL, "in_progress"));
         cJSON *o = at_item(a);
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddStringToObject(o, "delta", content->valuestring);
@@ -346,7 +346,7 @@ static void translate_delta(rstream *a, const cJSON *delta) {
             const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
             snprintf(a->call_id, sizeof a->call_id, "%s", id->valuestring);
             snprintf(a->call_name, sizeof a->call_name, "%s", name);
-            open_item(a, ITEM_CALL, call_item(a->g, index, a->call_id, name, "", "in_progress"));
+            open_item(a, ITEM_CALL, call_item(a->base.g, index, a->call_id, name, "", "in_progress"));
             a->call_index = index;
         }
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
@@ -361,13 +361,13 @@ static void translate_delta(rstream *a, const cJSON *delta) {
 
 static bool produce(sse_stream *s) {
     rstream *a = (rstream *)s;
-    job *j = gen_job(a->g);
+    job *j = gen_job(a->base.g);
     if (!a->started) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->g, &a->q, "in_progress"));
+        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->base.g, &a->q, "in_progress"));
         emit(a, "response.created", o);
         o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->g, &a->q, "in_progress"));
+        cJSON_AddItemToObject(o, "response", response_shell(s->srv, a->base.g, &a->q, "in_progress"));
         emit(a, "response.in_progress", o);
         a->started = true;
         return true;
@@ -381,17 +381,11 @@ static bool produce(sse_stream *s) {
         s->finished = true;
         return true;
     }
-    bool produced = false;
-    cJSON *delta = reply_reader_next(&a->reply, a->g);
-    if (delta) {
-        translate_delta(a, delta);
-        cJSON_Delete(delta);
-        produced = true;
-    }
+    bool produced = reply_reader_feed(&a->reply, a->base.g, translate_delta, a);
     if (j->done && a->reply.parsed_final) {
         close_item(a);
-        cJSON *r = response_shell(s->srv, a->g, &a->q, "completed");
-        finish_response(s->srv, a->g, &a->q, r);
+        cJSON *r = response_shell(s->srv, a->base.g, &a->q, "completed");
+        finish_response(s->srv, a->base.g, &a->q, r);
         const cJSON *status = cJSON_GetObjectItemCaseSensitive(r, "status");
         bool incomplete = cJSON_IsString(status) && !strcmp(status->valuestring, "incomplete");
         cJSON *o = cJSON_CreateObject();
@@ -403,16 +397,9 @@ static bool produce(sse_stream *s) {
     return produced;
 }
 
-static job *waiting(sse_stream *s, int *ms) {
-    (void)ms;
-    return gen_job(((rstream *)s)->g);
-}
-
-static void cancel(sse_stream *s) { scheduler_cancel(s->srv->sched, gen_job(((rstream *)s)->g)); }
-
 static void destroy(sse_stream *s) {
     rstream *a = (rstream *)s;
-    gen_free(a->g);
+    gen_free(a->base.g);
     responses_req_free(&a->q);
     free(a->acc);
     free(a);
@@ -435,8 +422,7 @@ int route_responses(http_request *r) {
         responses_req_free(&q);
         return MHD_NO;
     }
-    a->base = (sse_stream){.produce = produce, .waiting = waiting, .cancel = cancel, .destroy = destroy};
-    a->g = g;
+    a->base = (sse_stream){.produce = produce, .destroy = destroy, .g = g};
     a->q = q;
     a->output_index = -1;
     return sse_reply(r, &a->base);

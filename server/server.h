@@ -329,10 +329,13 @@ struct sse_stream {
     /* Under the scheduler's lock: writes the events the jobs' progress allows (sse_json), sets
      * `finished` after the last one; true when it wrote anything. */
     bool (*produce)(sse_stream *s);
-    /* The job to wait for when produce wrote nothing, and how long at most (*ms, 200 preset). */
+    /* The job to wait for when produce wrote nothing, and how long at most (*ms, 200 preset);
+     * NULL: the job of `g`. */
     job *(*waiting)(sse_stream *s, int *ms);
-    void (*cancel)(sse_stream *s);      /* stops the jobs (the client left, or the stream ended) */
+    void (*cancel)(sse_stream *s);      /* stops the jobs (the client left, or the stream ended);
+                                         * NULL: cancels the job of `g` */
     void (*destroy)(sse_stream *s);     /* frees the route's state, after cancel */
+    gen *g;                 /* a stream of one generation: the job the defaults use */
     server *srv;
     struct MHD_Connection *conn;
     bool finished;          /* the last event is written */
@@ -354,8 +357,8 @@ typedef struct reply_reader {
     bool parsed_final;      /* the whole reply has been read (the job is done) */
     bool had_calls;         /* it held tool calls */
 } reply_reader;
-/* The delta the reply's new text makes (the caller deletes it), or NULL when it adds nothing. */
-cJSON *reply_reader_next(reply_reader *rr, gen *g);
+/* Hands the delta the reply's new text makes to `translate`; false when it adds nothing. */
+bool reply_reader_feed(reply_reader *rr, gen *g, void (*translate)(void *self, const cJSON *delta), void *self);
 
 struct MHD_Daemon *http_start(server *s, quill_error *err);
 int http_port(struct MHD_Daemon *d);

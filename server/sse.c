@@ -53,6 +53,11 @@ void sse_json(sse_stream *s, const char *name, cJSON *data) {
     free(text);
 }
 
+static void cancel(sse_stream *s) {
+    if (s->cancel) s->cancel(s);
+    else scheduler_cancel(s->srv->sched, gen_job(s->g));
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse_stream *s = cls;
@@ -66,7 +71,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         s->out_len = s->out_pos = 0;
         if (s->broken) {
-            s->cancel(s);
+            cancel(s);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -74,13 +79,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         bool produced = s->produce(s);
         if (!produced) {
             int ms = 200;
-            job *j = s->waiting(s, &ms);
+            job *j = s->waiting ? s->waiting(s, &ms) : gen_job(s->g);
             scheduler_wait(sched, j, ms);
             produced = s->produce(s);
         }
         scheduler_unlock(sched);
         if (!produced && http_client_gone(s->conn)) {
-            s->cancel(s);
+            cancel(s);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -89,7 +94,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 /* Called by libmicrohttpd when the stream ends, finished or cut (the client went away). */
 static void stream_free(void *cls) {
     sse_stream *s = cls;
-    s->cancel(s);
+    cancel(s);
     free(s->out);
     s->destroy(s);
 }
@@ -105,15 +110,15 @@ int sse_reply(http_request *r, sse_stream *s) {
     return reply_stream(r, resp);
 }
 
-cJSON *reply_reader_next(reply_reader *rr, gen *g) {
+bool reply_reader_feed(reply_reader *rr, gen *g, void (*translate)(void *self, const cJSON *delta), void *self) {
     const job *j = gen_job(g);
-    if (j->ready <= rr->text_seen && !(j->done && !rr->parsed_final)) return NULL;
+    if (j->ready <= rr->text_seen && !(j->done && !rr->parsed_final)) return false;
     const bool final = j->done && j->ready == j->text_len;
     cJSON *delta = cJSON_CreateObject();
     bool any = delta && chat_tools_delta(gen_tools(g), j->text, j->ready, final, delta, &rr->had_calls);
     rr->text_seen = j->ready;
     rr->parsed_final = final;
-    if (any) return delta;
+    if (any) translate(self, delta);
     cJSON_Delete(delta);
-    return NULL;
+    return any;
 }
