@@ -178,3 +178,12 @@ bool refdump_load(const char *prefix, int n_prompt, refdump_out *r) {
     }
     return true;
 }
+
+bool copy_metadata(quill_gguf_writer *w, const quill_gguf *g, const char *skip_key) {
+    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++) {
+        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
+        if (skip_key && !strcmp(kv->key, skip_key)) continue;
+        if (quill_gguf_writer_add_value(w, kv->key, &kv->value) != QUILL_OK) return false;
+    }
+    return true;
+}

@@ -48,4 +48,8 @@ typedef struct {
 } refdump_out;
 bool refdump_load(const char *prefix, int n_prompt, refdump_out *r);
 
+/* Variants of a model file: adds every metadata key of g to w but `skip_key` (NULL: all);
+ * false when the writer refuses one. */
+bool copy_metadata(quill_gguf_writer *w, const quill_gguf *g, const char *skip_key);
+
 #endif

@@ -1,6 +1,7 @@
 /* The command line: one option parser for run/chat/tokenize, llama-cli habits, and the crashes a
  * new user found (each also runs under ASan/UBSan in the sanitizer build of the suite). */
 #include "gguf_build.h"
+#include "golden.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>
@@ -62,12 +63,7 @@ static char *no_bos_model(const char *shared) {
     quill_gguf *g = NULL;
     quill_error err;
     quill_gguf_writer *w = quill_gguf_writer_new();
-    bool ok = quill_gguf_open(src, &g, &err) == QUILL_OK;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        if (strcmp(kv->key, "tokenizer.ggml.add_bos_token"))
-            ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
-    }
+    bool ok = quill_gguf_open(src, &g, &err) == QUILL_OK && copy_metadata(w, g, "tokenizer.ggml.add_bos_token");
     ok = ok && quill_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false) == QUILL_OK;
     for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);

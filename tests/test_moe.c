@@ -132,11 +132,7 @@ static bool variant(const char *src, const char *dst, const char *key, uint32_t 
     quill_error err;
     if (quill_gguf_open(src, &g, &err) != QUILL_OK) return false;
     quill_gguf_writer *w = quill_gguf_writer_new();
-    bool ok = w != NULL;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        if (!key || strcmp(kv->key, key)) ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
-    }
+    bool ok = w != NULL && copy_metadata(w, g, key);
     if (ok && key && value != DROP) ok = quill_gguf_writer_add_u32(w, key, value) == QUILL_OK;
     float *zeros = NULL;
     for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {

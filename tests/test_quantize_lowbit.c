@@ -1,6 +1,7 @@
 /* Quantizing to the low-bit types: whole files byte-identical to the reference quantizer's
  * (run at test time on the same input), mxfp4 experts, and the refusal of the types that need an
  * importance matrix. */
+#include "golden.h"
 #include "test.h"
 
 #include "quill.h"
@@ -81,10 +82,7 @@ TEST(quantize_lowbit_iq3_s_edge_blocks_identical_to_reference) {
         return;
     }
     quill_gguf_writer *w = quill_gguf_writer_new();
-    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        quill_gguf_writer_add_value(w, kv->key, &kv->value);
-    }
+    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     float *edited = NULL;
     uint64_t rng = 77;
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
@@ -137,10 +135,7 @@ TEST(quantize_lowbit_mxfp4_experts_identical_to_reference) {
         return;
     }
     quill_gguf_writer *w = quill_gguf_writer_new();
-    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        quill_gguf_writer_add_value(w, kv->key, &kv->value);
-    }
+    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
         quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);

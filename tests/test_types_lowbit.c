@@ -1,6 +1,7 @@
 /* The low-bit types (q1_0, q2_0, mxfp4, nvfp4, tq1_0, tq2_0 and the grid i-quants): random valid
  * blocks of every type, in odd shapes, written to a GGUF file at test time and dequantized both by
  * quill and by the reference's own decoder (../shared/ref/bin/deqdump), compared bit for bit. */
+#include "golden.h"
 #include "test.h"
 #include "gguf_build.h"
 
@@ -255,10 +256,7 @@ TEST(types_lowbit_model_runs) {
         return;
     }
     quill_gguf_writer *w = quill_gguf_writer_new();
-    for (uint64_t i = 0; i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        quill_gguf_writer_add_value(w, kv->key, &kv->value);
-    }
+    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     uint64_t rng = 7;
     size_t next = 0;
     bool used[N_LOWBIT] = {false};
