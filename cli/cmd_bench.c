@@ -532,8 +532,7 @@ int cmd_bench(int argc, char **argv) {
     const int n_ctx = (int)depth + (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
     const uint64_t file_bytes = quill_gguf_file_size(g);
     /* (the layers with a KV cache: a hybrid's DeltaNet layers have none) */
-    const uint64_t kv_bytes = 2ull * (uint64_t)m->ap.n_layer_kv * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) *
-                              sizeof(float);
+    const uint64_t kv_bytes = 2ull * (uint64_t)m->ap.kv_width * (uint64_t)n_ctx * sizeof(float);
     /* the hybrids' recurrent state and its checkpoints (0 for the others) */
     const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);
     char used_key[96];

@@ -131,22 +131,24 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         c->seq_len[dst] = n;
         return QUILL_OK;
     }
-    const quill_hparams *hp = c->hp;
-    const int64_t hd = hp->head_dim, n_kv = hp->n_head_kv, kv_dim = n_kv * hd;
     if (c->reference) {
         /* (n_seq is 1 on the reference path: unreachable, kept for clarity of the contract) */
         return quill_fail(err, QUILL_E_UNSUPPORTED, "the reference path holds one sequence");
     }
     const int64_t kpos = quill_key_positions(c->n_ctx);
-    /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
-    const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;
-    for (int64_t l = 0; l < c->model->ap.n_layer_kv; l++) { /* (l: the KV cache's layer index) */
-        const size_t s_cache = (size_t)l * c->n_seq + (size_t)src, d_cache = (size_t)l * c->n_seq + (size_t)dst;
-        for (int64_t h = 0; h < n_kv; h++) {
-            memcpy(c->k_cache + (d_cache * kpos * kv_dim + (size_t)h * hd * kpos),
-                   c->k_cache + (s_cache * kpos * kv_dim + (size_t)h * hd * kpos), key_floats * sizeof(float));
-            memcpy(c->v_cache + (d_cache * c->n_ctx * kv_dim + (size_t)h * c->n_ctx * hd),
-                   c->v_cache + (s_cache * c->n_ctx * kv_dim + (size_t)h * c->n_ctx * hd), (size_t)n * hd * sizeof(float));
+    for (int64_t l = 0; l < c->hp->n_layer; l++) {
+        const quill_layer *L = &c->model->layers[l];
+        if (L->recurrent) continue;
+        const int64_t hd = L->head_dim;
+        /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
+        const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;
+        const size_t s_keys = quill_kv_at(c, L, src, kpos), d_keys = quill_kv_at(c, L, dst, kpos);
+        const size_t s_values = quill_kv_at(c, L, src, c->n_ctx), d_values = quill_kv_at(c, L, dst, c->n_ctx);
+        for (int64_t h = 0; h < L->n_head_kv; h++) {
+            memcpy(c->k_cache + d_keys + (size_t)h * hd * kpos, c->k_cache + s_keys + (size_t)h * hd * kpos,
+                   key_floats * sizeof(float));
+            memcpy(c->v_cache + d_values + (size_t)h * c->n_ctx * hd, c->v_cache + s_values + (size_t)h * c->n_ctx * hd,
+                   (size_t)n * hd * sizeof(float));
         }
     }
     c->seq_len[dst] = n;

@@ -49,7 +49,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
         return at;
     }
     const size_t ub = (size_t)c->ubatch, f = sizeof(float), d = (size_t)hp->n_embd;
-    const size_t q_dim = (size_t)(hp->n_head * hp->head_dim), kv_dim = (size_t)(hp->n_head_kv * hp->head_dim);
+    const size_t q_dim = (size_t)c->model->ap.widest_q, kv_dim = (size_t)c->model->ap.widest_kv;
     const size_t rope = (size_t)c->model->ap.n_rope_tables * (size_t)c->n_ctx * (size_t)(hp->n_rot / 2) * f;
     c->k_cache = carve(mem, &at, key_cache * f);
     c->v_cache = carve(mem, &at, cache * f);
@@ -166,25 +166,24 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
      * reference chooses them per context */
     c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long
                                                                           : m->ap.rope_factors;
-    const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const int64_t d = hp->n_embd, q_dim = m->ap.widest_q, kv_width = m->ap.kv_width;
     /* (the layers with a KV cache: a hybrid's DeltaNet layers keep a recurrent state instead) */
-    const size_t cache = (size_t)m->ap.n_layer_kv * (size_t)n_seq * (size_t)n_ctx * (size_t)kv_dim;
-    const size_t key_cache =
-        (size_t)m->ap.n_layer_kv * (size_t)n_seq * (size_t)quill_key_positions(n_ctx) * (size_t)kv_dim;
+    const size_t cache = (size_t)kv_width * (size_t)n_seq * (size_t)n_ctx;
+    const size_t key_cache = (size_t)kv_width * (size_t)n_seq * (size_t)quill_key_positions(n_ctx);
     int64_t widest = d > q_dim ? d : q_dim;
     if (hp->n_ff > widest) widest = hp->n_ff;
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
     if (m->ap.n_ff_shexp > widest) widest = m->ap.n_ff_shexp;
     if (m->ap.ssm_state > widest) widest = m->ap.ssm_state;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
-    const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)(hp->n_head / hp->n_head_kv) * ATT_TOKENS;
+    const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)m->ap.widest_group * ATT_TOKENS;
     c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
     bool ok = (c->pool = quill_pool_new(n_threads)) != NULL && (c->seq_len = calloc((size_t)n_seq, sizeof(int))) &&
               (c->seq_next = calloc((size_t)n_seq, sizeof(int))) &&
               (c->run_start = malloc(((size_t)c->ubatch + 1) * sizeof(int)));
     /* the KV cache's bytes in double first: an absurd context (2^24 positions x 4096 sequences of
      * a deep model) would wrap the byte counts around */
-    const double kv_bytes = 2.0 * (double)m->ap.n_layer_kv * n_seq * (double)quill_key_positions(n_ctx) * (double)kv_dim *
+    const double kv_bytes = 2.0 * (double)kv_width * n_seq * (double)quill_key_positions(n_ctx) *
                             (double)(c->reference ? sizeof(double) : sizeof(float));
     const bool fits = kv_bytes < (double)(SIZE_MAX / 4);
     const size_t bytes = fits ? lay_out_buffers(c, NULL, cache, key_cache, widest) : 0;

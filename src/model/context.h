@@ -47,7 +47,8 @@ struct quill_context {
     int *run_start, n_runs;
 
     /* fast path: f32 KV cache, keys [n_layer][seq][kv head][block of KEY_BLOCK positions][head dim]
-     * [KEY_BLOCK], values [n_layer][seq][kv head][n_ctx][head dim]; RoPE cos and sin [table][n_ctx]
+     * [KEY_BLOCK], values [n_layer][seq][kv head][n_ctx][head dim] (each layer its own sizes:
+     * quill_kv_at); RoPE cos and sin [table][n_ctx]
      * [n_rot/2] */
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
@@ -76,6 +77,14 @@ struct quill_context {
 static inline int64_t quill_score_stride(int n_ctx) { return ((int64_t)n_ctx + 15) / 16 * 16; }
 static inline int64_t quill_key_positions(int n_ctx) {
     return ((int64_t)n_ctx + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
+}
+
+/* Where layer L's keys (positions: quill_key_positions) or values (positions: n_ctx) of sequence seq
+ * start in their cache, in elements: the layers' caches one after the other, each [seq][its KV
+ * width · positions]. */
+static inline size_t quill_kv_at(const quill_context *c, const quill_layer *L, int seq, int64_t positions) {
+    return ((size_t)L->kv_offset * (size_t)c->n_seq + (size_t)seq * (size_t)(L->n_head_kv * L->head_dim)) *
+           (size_t)positions;
 }
 
 /* The RoPE angle of dimension pair i at position pos in table `table` (0: every layer's; 1: the

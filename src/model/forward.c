@@ -321,10 +321,9 @@ static void with_sink(const quill_context *c, float *row, int n, float scale, fl
 static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const attn_job *j = arg;
     quill_context *c = j->c;
-    const quill_hparams *hp = c->hp;
     const quill_layer *L = &c->model->layers[j->layer];
-    const int64_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
-    const int group = (int)(hp->n_head / hp->n_head_kv);
+    const int64_t hd = L->head_dim, q_dim = L->n_head * hd;
+    const int group = (int)(L->n_head / L->n_head_kv);
     const float base_scale = (float)c->model->ap.attn_scale, cap = c->model->ap.attn_softcap;
     const int64_t sstride = quill_score_stride(c->n_ctx);
     /* the scores of token i of an item: group rows from scores + i · group · sstride */
@@ -336,9 +335,8 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
         const int64_t kvh = item / n_runs, run = item % n_runs, h0 = kvh * group;
         const int64_t t0 = c->run_start[run];
         const int nt = c->run_start[run + 1] - (int)t0, p0 = c->ub_pos[t0];
-        const size_t cache = (size_t)L->kv_index * c->n_seq + (size_t)c->ub_seq[t0];
-        const float *kc = c->k_cache + cache * kpos * kv_dim;   /* [kv head][block][dim][pos] */
-        const float *vc = c->v_cache + cache * c->n_ctx * kv_dim; /* [kv head][pos][dim] */
+        const float *kc = c->k_cache + quill_kv_at(c, L, c->ub_seq[t0], kpos);   /* [kv head][block][dim][pos] */
+        const float *vc = c->v_cache + quill_kv_at(c, L, c->ub_seq[t0], c->n_ctx); /* [kv head][pos][dim] */
         const int last_keys = p0 + nt; /* the run's last token sees the most */
         int first[ATT_TOKENS] = {0};   /* each token's first visible key */
         for (int i = 0; i < nt; i++) {
@@ -431,7 +429,7 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const quill_context *c = j->c;
     const quill_hparams *hp = c->hp;
     const quill_layer *L = &c->model->layers[j->layer];
-    const int64_t hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, half = hp->n_rot / 2;
+    const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd, half = hp->n_rot / 2;
     void (*rope)(float *, int64_t, int64_t, int64_t, const float *, const float *) =
         c->model->arch->rope == QUILL_ROPE_NEOX ? rope_neox : rope_adjacent;
     const float *cos_table = c->rope_cos + (size_t)L->rope_table * c->n_ctx * half;
@@ -440,12 +438,11 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const int64_t kpos = quill_key_positions(c->n_ctx);
     for (int64_t t = t0; t < t1; t++) {
         const int pos = c->ub_pos[t];
-        const size_t cache = (size_t)L->kv_index * c->n_seq + (size_t)c->ub_seq[t];
-        float *kt = c->k_cache + cache * kpos * kv_dim;
+        float *kt = c->k_cache + quill_kv_at(c, L, c->ub_seq[t], kpos);
         /* values head-major: one head's values are one contiguous stream for the hardware
          * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
          * ran ~1.8x slower at 2000 positions) */
-        float *vt = c->v_cache + cache * c->n_ctx * kv_dim;
+        float *vt = c->v_cache + quill_kv_at(c, L, c->ub_seq[t], c->n_ctx);
         float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
         if (L->bq) add_bias(q, L->bq, q_dim);
         if (L->bk) add_bias(k, L->bk, kv_dim);
@@ -454,18 +451,18 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
             rmsnorm_in_place(q, L->q_norm, q_dim, hp->rms_eps);
             rmsnorm_in_place(k, L->k_norm, kv_dim, hp->rms_eps);
         } else if (L->q_norm) {
-            head_norms(q, hp->n_head, hd, L->q_norm, hp->rms_eps);
-            head_norms(k, hp->n_head_kv, hd, L->k_norm, hp->rms_eps);
+            head_norms(q, L->n_head, hd, L->q_norm, hp->rms_eps);
+            head_norms(k, L->n_head_kv, hd, L->k_norm, hp->rms_eps);
         }
         if (!L->no_rope) {
-            rope(q, hp->n_head, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
-            rope(k, hp->n_head_kv, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+            rope(q, L->n_head, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+            rope(k, L->n_head_kv, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
         }
         float *block = kt + (size_t)(pos / KEY_BLOCK) * KEY_BLOCK * hd + pos % KEY_BLOCK;
-        for (int64_t h = 0; h < hp->n_head_kv; h++)
+        for (int64_t h = 0; h < L->n_head_kv; h++)
             for (int64_t i = 0; i < hd; i++)
                 block[(size_t)h * hd * kpos + (size_t)i * KEY_BLOCK] = k[h * hd + i];
-        for (int64_t h = 0; h < hp->n_head_kv; h++)
+        for (int64_t h = 0; h < L->n_head_kv; h++)
             memcpy(vt + ((size_t)h * c->n_ctx + (size_t)pos) * hd, v + h * hd, (size_t)hd * sizeof(float));
     }
 }
@@ -515,8 +512,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
     const quill_model *m = c->model;
     const quill_hparams *hp = c->hp;
     const quill_arch_params *ap = &m->ap;
-    const int64_t d = hp->n_embd, hd = hp->head_dim;
-    const int64_t q_dim = hp->n_head * hd;
+    const int64_t d = hp->n_embd;
     quill_row_dequant_fn embed = quill_kernels_dequant(c->kern, m->token_embd.type);
 
     /* attention's runs: a new one where the sequence changes, positions jump, or one is full */
@@ -536,6 +532,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
 
     for (int l = 0; l < hp->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
+        const int64_t hd = L->head_dim, q_dim = L->n_head * hd;
         add_and_norm(c, NULL, L->attn_norm, c->xb, n);
         if (L->attn_norm) quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
@@ -553,15 +550,15 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             if (c->trace && m->arch->trace_q_scaled) {
                 /* att is free until the attention writes it */
                 for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
-                quill_trace(c, "Qcur", l, c->att, 3, hd, hp->n_head, n);
+                quill_trace(c, "Qcur", l, c->att, 3, hd, L->n_head, n);
             } else {
-                quill_trace(c, "Qcur", l, c->q, 3, hd, hp->n_head, n);
+                quill_trace(c, "Qcur", l, c->q, 3, hd, L->n_head, n);
             }
-            quill_trace(c, "Kcur", l, c->k, 3, hd, hp->n_head_kv, n);
-            quill_trace(c, "Vcur", l, c->v, 3, hd, hp->n_head_kv, n);
+            quill_trace(c, "Kcur", l, c->k, 3, hd, L->n_head_kv, n);
+            quill_trace(c, "Vcur", l, c->v, 3, hd, L->n_head_kv, n);
 
             attn_job aj = {c, l, n};
-            quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * hp->n_head_kv, 1);
+            quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * L->n_head_kv, 1);
             quill_trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
             if (L->attn_gated) quill_attn_gate_apply(c, n);
 

@@ -517,7 +517,6 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
                        quill_tokenizer_n_vocab(m->tokenizer), (long long)hp->n_vocab);
         goto fail;
     }
-    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     if ((s = moe_params(m, err))) goto fail;
     const int64_t n_expert = m->ap.n_expert, ff_exp = m->ap.n_ff_exp;
     if ((s = bind_weight(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
@@ -553,7 +552,15 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
-        if (!L->recurrent) L->kv_index = (int)m->ap.n_layer_kv++;
+        L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim;
+        const int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
+        if (!L->recurrent) {
+            L->kv_offset = (size_t)m->ap.kv_width;
+            m->ap.kv_width += kv_dim;
+        }
+        if (q_dim > m->ap.widest_q) m->ap.widest_q = q_dim;
+        if (kv_dim > m->ap.widest_kv) m->ap.widest_kv = kv_dim;
+        if (L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
         if (L->recurrent) {
             if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {
@@ -618,8 +625,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(k_norm, "attn_k_norm.weight", kv_dim)
         }
         if (a->qk_norm && !L->recurrent) {
-            VECTOR(q_norm, "attn_q_norm.weight", hp->head_dim)
-            VECTOR(k_norm, "attn_k_norm.weight", hp->head_dim)
+            VECTOR(q_norm, "attn_q_norm.weight", L->head_dim)
+            VECTOR(k_norm, "attn_k_norm.weight", L->head_dim)
         }
         if (a->qkv_bias) {
             VECTOR(bq, "attn_q.bias", q_dim)
@@ -643,7 +650,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
                 goto fail;
             }
         }
-        if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", hp->n_head)
+        if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", L->n_head)
         if (n_expert && a->expert_biases) {
             VECTOR(router_bias, "ffn_gate_inp.bias", n_expert)
             FLOATS(gate_exps_bias, "ffn_gate_exps.bias", ff_exp, n_expert)

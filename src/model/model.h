@@ -149,7 +149,9 @@ typedef struct {
     int rope_table;                /* which RoPE table: 0 global, 1 the sliding-window layers' */
     int64_t window;                /* keys within this many positions; 0: all */
     bool no_rope;                  /* q and k are not rotated (nope_interval) */
-    int kv_index;                  /* its place in the KV cache, among the layers that have one */
+    int64_t n_head, n_head_kv, head_dim; /* its attention's shape: the model's, or its own (per_layer_shapes) */
+    size_t kv_offset;              /* where its KV cache starts: the KV widths (n_head_kv · head_dim) of the
+                                    * layers before it that have one (context.h's quill_kv_at) */
     bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention: no KV cache */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
@@ -184,7 +186,10 @@ typedef struct {
     /* hybrid architectures (deltanet.c): the DeltaNet layers' sizes, from the ssm.* keys */
     int64_t ssm_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv_dim;
     int64_t n_layer_mtp;           /* nextn_predict_layers: MTP blocks after the main stack, loaded, not run */
-    int64_t n_layer_kv;            /* the layers with a KV cache (all but the DeltaNet layers) */
+    int64_t kv_width;              /* Σ n_head_kv · head_dim over the layers with a KV cache (all but the
+                                    * DeltaNet layers): one position's keys (or values) of one sequence */
+    int64_t widest_q, widest_kv, widest_group; /* the largest n_head · head_dim, n_head_kv · head_dim and
+                                    * n_head / n_head_kv of a layer, for the buffers */
     int rope_sections[4];          /* rope.dimension_sections (rope_sections architectures) */
 } quill_arch_params;
 

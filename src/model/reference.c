@@ -35,8 +35,8 @@ static void ref_rmsnorm(double *out, const double *x, const float *weight, int64
 }
 
 /* RoPE in double on the first n_rot dims of each head: adjacent pairs or NeoX halves. */
-static void ref_rope(const quill_context *c, int table, double *v, int64_t n_heads, int pos) {
-    const int64_t hd = c->hp->head_dim, half = c->hp->n_rot / 2;
+static void ref_rope(const quill_context *c, int table, double *v, int64_t n_heads, int64_t hd, int pos) {
+    const int64_t half = c->hp->n_rot / 2;
     const bool neox = c->model->arch->rope == QUILL_ROPE_NEOX;
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < half; i++) {
@@ -101,9 +101,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                                   bool all_logits, quill_error *err) {
     const quill_model *m = c->model;
     const quill_hparams *hp = c->hp;
-    const int64_t d = hp->n_embd, hd = hp->head_dim, q_dim = hp->n_head * hd;
-    const int64_t kv_dim = hp->n_head_kv * hd, nv = hp->n_vocab;
-    const int64_t group = hp->n_head / hp->n_head_kv;
+    const int64_t d = hp->n_embd, nv = hp->n_vocab;
+    const int64_t q_dim = c->model->ap.widest_q, kv_dim = c->model->ap.widest_kv; /* (for the buffers) */
     int64_t widest = d > q_dim ? d : q_dim;
     if (nv > widest) widest = nv;
     double *x = malloc(d * sizeof *x), *xb = malloc(d * sizeof *xb), *q = malloc(q_dim * sizeof *q);
@@ -126,6 +125,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         quill_ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
+            const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
+            const int64_t group = L->n_head / L->n_head_kv;
             ref_input_norm(arch, xb, x, L->attn_norm, d, hp->rms_eps);
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
             if (L->recurrent) {
@@ -133,7 +134,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             } else {
                 /* gated attention: each head's query, then its output gate (kept in qfull) */
                 quill_ref_matvec(&L->wq, xb, L->attn_gated ? qfull : q, row);
-                for (int64_t h = 0; L->attn_gated && h < hp->n_head; h++)
+                for (int64_t h = 0; L->attn_gated && h < L->n_head; h++)
                     memcpy(q + h * hd, qfull + 2 * h * hd, (size_t)hd * sizeof *q);
                 quill_ref_matvec(&L->wk, xb, k, row);
                 quill_ref_matvec(&L->wv, xb, v, row);
@@ -144,27 +145,27 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     ref_rmsnorm_in_place(q, L->q_norm, q_dim, hp->rms_eps);
                     ref_rmsnorm_in_place(k, L->k_norm, kv_dim, hp->rms_eps);
                 } else if (L->q_norm) {
-                    for (int64_t h = 0; h < hp->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
-                    for (int64_t h = 0; h < hp->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
+                    for (int64_t h = 0; h < L->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
+                    for (int64_t h = 0; h < L->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
                 }
                 if (!L->no_rope) {
-                    ref_rope(c, L->rope_table, q, hp->n_head, pos);
-                    ref_rope(c, L->rope_table, k, hp->n_head_kv, pos);
+                    ref_rope(c, L->rope_table, q, L->n_head, hd, pos);
+                    ref_rope(c, L->rope_table, k, L->n_head_kv, hd, pos);
                 }
                 if (c->trace && arch->trace_q_scaled) {
                     for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
-                    quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, hp->n_head, tmp);
+                    quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, L->n_head, tmp);
                 } else {
-                    quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, hp->n_head, tmp);
+                    quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, L->n_head, tmp);
                 }
-                quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, hp->n_head_kv, tmp);
-                quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, hp->n_head_kv, tmp);
-                double *kc = c->ref_k + (size_t)L->kv_index * c->n_ctx * kv_dim;
-                double *vc = c->ref_v + (size_t)L->kv_index * c->n_ctx * kv_dim;
+                quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, L->n_head_kv, tmp);
+                quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, L->n_head_kv, tmp);
+                double *kc = c->ref_k + quill_kv_at(c, L, 0, c->n_ctx);
+                double *vc = c->ref_v + quill_kv_at(c, L, 0, c->n_ctx);
                 memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
                 memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
                 const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
-                for (int64_t h = 0; h < hp->n_head; h++) {
+                for (int64_t h = 0; h < L->n_head; h++) {
                     const double *qh = q + h * hd;
                     int64_t kvh = h / group;
                     double max = -INFINITY, sum = 0;
@@ -188,7 +189,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     }
                 }
                 quill_ref_trace(c, "kqv_out", l, att, q_dim, 2, q_dim, 1, tmp);
-                for (int64_t h = 0; L->attn_gated && h < hp->n_head; h++)
+                for (int64_t h = 0; L->attn_gated && h < L->n_head; h++)
                     for (int64_t i = 0; i < hd; i++) att[h * hd + i] *= 1.0 / (1.0 + exp(-qfull[2 * h * hd + hd + i]));
                 quill_ref_matvec(&L->wo, att, o, row);
                 for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
