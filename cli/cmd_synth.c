@@ -114,6 +114,8 @@ static const synth_arch arches[] = {
      * (synth_mistral3_keys) */
     {.name = "mistral3", .arch = "mistral3", .freq_base = 1000000, .eps = 1e-5, .ctx = 262144, .head_dim_num = 4,
      .head_dim_den = 3},
+    /* Gemma 4 (E2B's kinds of layers, synth_gemma4), tied, window 512 */
+    {.name = "gemma4", .arch = "gemma4", .freq_base = 1000000, .eps = 1e-6, .ctx = 131072, .tied = true, .window = 512},
 };
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
@@ -223,6 +225,89 @@ static void llama3_factors(float *f, int64_t half, int64_t n_rot, double base) {
             f[i] = (float)(1 / ((1 - smooth) / factor + smooth));
         }
     }
+}
+
+/* ---------------------------------------------------------------- gemma4 */
+
+/* Gemma 4's layers: layer l global when l % pattern == pattern - 1 (the others slide), the global
+ * ones with heads twice as large, half the KV heads (at least one) and no attn_v (V is K), the last
+ * `shared` layers without K and V (they read an earlier layer's cache) and with FFNs twice as wide,
+ * per-layer inputs of n_pl, proportional RoPE on the global layers (a quarter of their pairs
+ * rotated, rope_freqs 1e30 for the others), a layer output scale, final soft-capping at 30. */
+typedef struct {
+    int64_t pattern, shared, head_swa, head_full, kv_swa, kv_full, n_pl;
+} synth_gemma4;
+
+static bool synth_gemma4_sliding(const synth_gemma4 *g, int64_t l) { return l % g->pattern != g->pattern - 1; }
+
+static bool synth_gemma4_keys(quill_gguf_writer *w, const char *arch, const synth_preset *hp, const synth_gemma4 *g) {
+    char key[128];
+    int32_t ff[1024], kv[1024];
+    uint8_t sliding[1024];
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        sliding[l] = synth_gemma4_sliding(g, l);
+        kv[l] = (int32_t)(sliding[l] ? g->kv_swa : g->kv_full);
+        ff[l] = (int32_t)(l < hp->n_layer - g->shared ? hp->n_ff : 2 * hp->n_ff);
+    }
+#define GKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    const uint64_t n = (uint64_t)hp->n_layer;
+    bool bad = quill_gguf_writer_add_arr(w, GKEY("feed_forward_length"), QUILL_GGUF_INT32, ff, n) != QUILL_OK;
+    bad |= quill_gguf_writer_add_arr(w, GKEY("attention.head_count_kv"), QUILL_GGUF_INT32, kv, n) != QUILL_OK;
+    bad |= quill_gguf_writer_add_arr(w, GKEY("attention.sliding_window_pattern"), QUILL_GGUF_BOOL, sliding, n) !=
+           QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("rope.dimension_count"), (uint32_t)g->head_full) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("rope.dimension_count_swa"), (uint32_t)g->head_swa) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("attention.key_length"), (uint32_t)g->head_full) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("attention.value_length"), (uint32_t)g->head_full) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("attention.key_length_swa"), (uint32_t)g->head_swa) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("attention.value_length_swa"), (uint32_t)g->head_swa) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("attention.shared_kv_layers"), (uint32_t)g->shared) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, GKEY("embedding_length_per_layer_input"), (uint32_t)g->n_pl) != QUILL_OK;
+    bad |= quill_gguf_writer_add_f32(w, GKEY("final_logit_softcapping"), 30.0f) != QUILL_OK;
+#undef GKEY
+    return !bad;
+}
+
+static void synth_gemma4_tensors(synth_tensor *ts, int *nt, uint32_t wtype, const synth_preset *hp,
+                                 const synth_gemma4 *g, int64_t n_vocab, float *factors) {
+    const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
+    const int64_t d = hp->n_embd, all = g->n_pl * hp->n_layer, half = g->head_full / 2;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    for (int64_t i = 0; i < half; i++) factors[i] = i < half / 4 ? 1.0f : 1e30f;
+    synth_add(ts, nt, QUILL_TYPE_F32, 0, 0, half, 0, "rope_freqs.weight", 0);
+    ts[*nt - 1].fixed = factors;
+    if (g->n_pl) {
+        synth_add(ts, nt, wtype, 0.0f, 0.2f * root3, all, n_vocab, "per_layer_token_embd.weight", 0);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, all, "per_layer_model_proj.weight", 0);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, g->n_pl, 0, "per_layer_proj_norm.weight", 0);
+    }
+    for (int l = 0; l < (int)hp->n_layer; l++) {
+        const bool sliding = synth_gemma4_sliding(g, l), own_kv = l < hp->n_layer - g->shared;
+        const int64_t hd = sliding ? g->head_swa : g->head_full, q_dim = hp->n_head * hd;
+        const int64_t kv_dim = (sliding ? g->kv_swa : g->kv_full) * hd, ff = own_kv ? hp->n_ff : 2 * hp->n_ff;
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, q_dim, "blk.%d.attn_q.weight", l);
+        if (own_kv) synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_k.weight", l);
+        if (own_kv && sliding) synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_v.weight", l);
+        /* q·k is not scaled: norms of hd^-1/4 keep the scores' spread near a scaled model's */
+        const float qk = powf((float)hd, -0.25f);
+        synth_add(ts, nt, QUILL_TYPE_F32, qk, qk * norm_spread, hd, 0, "blk.%d.attn_q_norm.weight", l);
+        if (own_kv) synth_add(ts, nt, QUILL_TYPE_F32, qk, qk * norm_spread, hd, 0, "blk.%d.attn_k_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_attention_norm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_ffw_norm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.6f, 0.2f, 1, 0, "blk.%d.layer_output_scale.weight", l);
+        if (g->n_pl) {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, g->n_pl, "blk.%d.inp_gate.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(g->n_pl), g->n_pl, d, "blk.%d.proj.weight", l);
+            synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_norm.weight", l);
+        }
+    }
+#undef SPREAD
 }
 
 /* ---------------------------------------------------------------- qwen35 (hybrid) */
@@ -341,7 +426,7 @@ static int synth_usage(FILE *f) {
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
             "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
             "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--mtp N]\n"
-            "                   [--ssm-in] [--seed S]\n"
+            "                   [--ssm-in] [--shared-kv N] [--per-layer-input N] [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
@@ -359,7 +444,9 @@ static int synth_usage(FILE *f) {
             "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
             "  layers and unrotated global ones), seed_oss (biases, head size 2 n_embd/n_head), cohere2\n"
             "  (LayerNorms, a parallel block, logit_scale; --window needed), mistral3 (YaRN, attention\n"
-            "  temperature),\n"
+            "  temperature), gemma4 (sliding layers, global ones every --swa-pattern-th (5) with heads twice as\n"
+            "  large, half the KV heads and V = K; --shared-kv N: the last N layers read earlier caches and\n"
+            "  have FFNs twice as wide; --per-layer-input N (16): per-layer inputs; proportional RoPE),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -374,6 +461,7 @@ int cmd_synth(int argc, char **argv) {
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
     long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, ssm_in = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
+    long shared_kv = -1, per_layer = 16;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -410,7 +498,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -440,6 +528,12 @@ int cmd_synth(int argc, char **argv) {
                       cli_parse_double(comma + 1, 0.01, 1e6, &final_cap);
             if (comma) *comma = ',';
             if (!ok) return cli_fail("synth: --softcap needs ATTN,FINAL (two numbers from 0.01 to 1e6)");
+        } else if (!strcmp(a, "--shared-kv")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 1024, &shared_kv))
+                return cli_fail("synth: --shared-kv needs a number of layers from 0 to 1024 (gemma4)");
+        } else if (!strcmp(a, "--per-layer-input")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 4096, &per_layer))
+                return cli_fail("synth: --per-layer-input needs a width from 0 to 4096 (gemma4)");
         } else if (!strcmp(a, "--ssm-in")) {
             ssm_in = 1;
         } else if (!strcmp(a, "--mtp")) {
@@ -509,6 +603,11 @@ int cmd_synth(int argc, char **argv) {
     hybrid.ff_shexp = hp.n_ff;
     if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
+    const bool g4 = !strcmp(arch->arch, "gemma4");
+    if (!g4 && shared_kv >= 0) return cli_fail("synth: --shared-kv is for gemma4");
+    /* Gemma 4: its sliding heads are --head-dim (or n_embd / n_head), the global ones twice that */
+    const synth_gemma4 gemma4 = {swa_pattern > 0 ? swa_pattern : 5, shared_kv > 0 ? shared_kv : 0, head_dim, 2 * head_dim,
+                                 hp.n_head_kv, hp.n_head_kv / 2 > 0 ? hp.n_head_kv / 2 : 1, per_layer};
 
     quill_error err;
     quill_gguf *vocab;
@@ -537,13 +636,15 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp.n_ctx) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp)) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                         (uint32_t)(is_hybrid ? hybrid.n_rot : synth_is_glm4(arch) ? head_dim / 2 : head_dim)) != QUILL_OK;
+        if (g4) bad |= !synth_gemma4_keys(w, arch->arch, &hp, &gemma4);
+        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
+        if (!g4)
+            bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                             (uint32_t)(is_hybrid ? hybrid.n_rot : synth_is_glm4(arch) ? head_dim / 2 : head_dim)) != QUILL_OK;
         if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
-        if (write_head_dim) {
+        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
+        if (write_head_dim && !g4) {
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim) != QUILL_OK;
         }
@@ -562,9 +663,10 @@ int cmd_synth(int argc, char **argv) {
                 bad |= quill_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ff_exp) != QUILL_OK;
         }
         if (window) bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)window) != QUILL_OK;
-        if (swa_pattern >= 0)
+        if (swa_pattern >= 0 && !g4)
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)swa_pattern) != QUILL_OK;
-        if (swa_base > 0) bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), (float)swa_base) != QUILL_OK;
+        if (swa_base > 0 || g4)
+            bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), (float)(swa_base > 0 ? swa_base : 10000)) != QUILL_OK;
         if (arch->softcap) {
             bad |= quill_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), (float)attn_cap) != QUILL_OK;
             bad |= quill_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), (float)final_cap) != QUILL_OK;
@@ -638,7 +740,8 @@ int cmd_synth(int argc, char **argv) {
     for (int l = 0; is_hybrid && l < (int)(hp.n_layer + hybrid.mtp); l++)
         synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
                            l >= hp.n_layer);
-    for (int l = 0; !is_hybrid && l < (int)hp.n_layer; l++) {
+    if (g4) synth_gemma4_tensors(ts, &nt, wtype, &hp, &gemma4, n_vocab, factors);
+    for (int l = 0; !is_hybrid && !g4 && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {

@@ -15,27 +15,35 @@ typedef struct {
     const char *name;
     const char *synth; /* quill synth arguments besides --vocab, --type and -o */
     bool q4;           /* a Q4_K_M variant besides Q8_0 */
+    /* The reference computes GELU through a table of f16 values (test_arch.c): its Gemma logits sit
+     * ~1e-3 from exact math; quill's are compared with float64 truth, its traces within 1e-2. */
+    bool gelu_table;
 } family_case;
 
 #define SHAPE "--embd 256 --heads 4 --kv-heads 2 --ff 512 --seed 11"
 static const family_case families[] = {
     /* layers 3 and 7 unrotated */
-    {"smollm3", "--arch smollm3 --layers 8 " SHAPE, true},
+    {"smollm3", "--arch smollm3 --layers 8 " SHAPE, true, false},
     /* OLMo 2 as published (every layer global), and OLMo 3's sliding layers (0-2, 4-6) */
-    {"olmo2", "--arch olmo2 --layers 2 " SHAPE, false},
-    {"olmo3", "--arch olmo2 --layers 8 --window 5 " SHAPE, true},
+    {"olmo2", "--arch olmo2 --layers 2 " SHAPE, false, false},
+    {"olmo3", "--arch olmo2 --layers 8 --window 5 " SHAPE, true, false},
     /* the embedding, attention, residual and logit multipliers */
-    {"granite", "--arch granite --layers 2 " SHAPE, false},
+    {"granite", "--arch granite --layers 2 " SHAPE, false, false},
     /* biases, half of each head rotated, fused gate+up, post norms */
-    {"glm4", "--arch glm4 --layers 2 " SHAPE, true},
+    {"glm4", "--arch glm4 --layers 2 " SHAPE, true, false},
     /* EXAONE 4.0 1.2B-like (no window), and 32B-like: 64 layers, 48 sliding and 16 unrotated global */
-    {"exaone4", "--arch exaone4 --layers 2 " SHAPE, false},
-    {"exaone4-swa", "--arch exaone4 --layers 64 --window 5 --embd 64 --heads 2 --kv-heads 1 --ff 128 --seed 11", true},
-    {"seed_oss", "--arch seed_oss --layers 2 " SHAPE, true},
+    {"exaone4", "--arch exaone4 --layers 2 " SHAPE, false, false},
+    {"exaone4-swa", "--arch exaone4 --layers 64 --window 5 --embd 64 --heads 2 --kv-heads 1 --ff 128 --seed 11", true, false},
+    {"seed_oss", "--arch seed_oss --layers 2 " SHAPE, true, false},
     /* layers 0-2 and 4 slide (window 5), 3 and 7 are global and unrotated */
-    {"cohere2", "--arch cohere2 --layers 8 --window 5 " SHAPE, true},
+    {"cohere2", "--arch cohere2 --layers 8 --window 5 " SHAPE, true, false},
     /* YaRN from 8 positions and the attention temperature past them; heads of 96 */
-    {"mistral3", "--arch mistral3 --layers 2 --embd 288 --heads 4 --kv-heads 2 --ff 512 --seed 11", true},
+    {"mistral3", "--arch mistral3 --layers 2 --embd 288 --heads 4 --kv-heads 2 --ff 512 --seed 11", true, false},
+    /* Gemma 4: layers 2, 5, 8 global (heads of 128, one KV head, V = K, rotated by a quarter), the others
+     * sliding (window 5, heads of 64, two KV heads); 6 and 7 read layer 4's cache, 8 layer 5's, with
+     * FFNs twice as wide; per-layer inputs of 32 */
+    {"gemma4", "--arch gemma4 --layers 9 --swa-pattern 3 --shared-kv 3 --window 5 --per-layer-input 32 " SHAPE, true,
+     true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -179,9 +187,10 @@ static void check_f32(const family_case *fc) {
         printf("    %-8s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
                "%d of %d greedy tokens equal%s\n",
                fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
-        CHECK(vs_ref < 1e-5 || vs_exact < 1e-5, "%s: logits %.3g from the reference implementation's, %.3g from float64",
-              fc->name, vs_ref, vs_exact);
-        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation", fc->name, ref_vs_exact);
+        CHECK((vs_ref < 1e-5 && !fc->gelu_table) || vs_exact < 1e-5,
+              "%s: logits %.3g from the reference implementation's, %.3g from float64", fc->name, vs_ref, vs_exact);
+        CHECK(ref_vs_exact < (fc->gelu_table ? 3e-3 : 1e-5), "%s: float64 path %.3g from the reference implementation",
+              fc->name, ref_vs_exact);
         CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
               fc->name, agreed, r.margin[agreed]);
     }
@@ -200,7 +209,7 @@ static void check_f32(const family_case *fc) {
     size_t nd;
     int64_t bad;
     quill_error err;
-    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
+    if (quill_trace_compare(trace, ref_trace, fc->gelu_table ? 1e-2 : 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
         CHECK(false, "%s", err.message);
         return;
     }
@@ -306,6 +315,22 @@ TEST(families_refuse_by_name) {
         {"mistral3", NULL, NULL, "mistral3.expert_count", 8, false, "mistral3.expert_count"},
         {"exaone4", NULL, "blk.0.attn_q_norm.weight", NULL, 0, false, "blk.0.attn_q_norm.weight"},
         {"seed_oss", NULL, "blk.0.post_attention_norm.weight", NULL, 0, false, "blk.0.post_attention_norm.weight"},
+        /* gemma4 of 4 layers, 1 and 3 global, 2 and 3 reading layers 0's and 1's caches; with 3 shared
+         * layers one is left with a cache, with 1 the global layer 3 would read the sliding layer 2's */
+        {"gemma4", "gemma4.attention.sliding_window_pattern", NULL, NULL, 0, false,
+         "gemma4.attention.sliding_window_pattern is missing"},
+        {"gemma4", "gemma4.attention.key_length_swa", NULL, NULL, 0, false, "gemma4.attention.key_length_swa is missing"},
+        {"gemma4", "gemma4.attention.sliding_window", NULL, NULL, 0, false, "gemma4.attention.sliding_window is missing"},
+        {"gemma4", "gemma4.embedding_length_per_layer_input", NULL, NULL, 0, false,
+         "gemma4.embedding_length_per_layer_input is missing"},
+        {"gemma4", NULL, "rope_freqs.weight", NULL, 0, false, "'rope_freqs.weight' is missing"},
+        {"gemma4", NULL, "blk.0.attn_k.weight", NULL, 0, false, "'blk.0.attn_k.weight' is missing"},
+        {"gemma4", NULL, "per_layer_model_proj.weight", NULL, 0, false, "'per_layer_model_proj.weight' is missing"},
+        {"gemma4", NULL, NULL, "gemma4.expert_count", 8, false, "gemma4.expert_count"},
+        {"gemma4", "gemma4.attention.shared_kv_layers", NULL, "gemma4.attention.shared_kv_layers", 3, false,
+         "leaves fewer than 2"},
+        {"gemma4", "gemma4.attention.shared_kv_layers", NULL, "gemma4.attention.shared_kv_layers", 1, false,
+         "would read the cache of layer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char src[512], dst[512], cmd[2048], *out = NULL;
@@ -314,7 +339,11 @@ TEST(families_refuse_by_name) {
         snprintf(cmd, sizeof cmd,
                  "%s synth --arch %s --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 64%s --vocab "
                  "%s/models/stories260K.gguf --type f32 -o %s",
-                 quill_bin(), cases[i].arch, !strcmp(cases[i].arch, "cohere2") ? " --window 4" : "", shared, src);
+                 quill_bin(), cases[i].arch,
+                 !strcmp(cases[i].arch, "cohere2")  ? " --window 4"
+                 : !strcmp(cases[i].arch, "gemma4") ? " --layers 4 --swa-pattern 2 --shared-kv 2 --window 4"
+                                                    : "",
+                 shared, src);
         int rc = run_cmd(cmd, &out, true);
         CHECK(rc == 0, "%s: exit %d: %s", cases[i].arch, rc, out);
         free(out);

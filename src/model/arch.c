@@ -90,6 +90,14 @@ static const quill_arch archs[] = {
      * Llama 4's attention temperature over the original context */
     {.name = "mistral3", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .rope_freqs = true, .yarn_keys = true,
      .head_dim_is_rot = true},
+    /* Gemma 4 (dense: E2B, E4B, 31B; per_layer.c): per-layer head counts, head sizes and FFN widths, sliding
+     * layers named one by one (rotating with base 10000 unscaled), the last layers reading an earlier layer's
+     * KV cache, V normed without a weight (K's projection when attn_v is absent), per-layer inputs, a
+     * per-layer output scale, proportional RoPE on the global layers, unscaled q·k, final soft-capping */
+    {.name = "gemma4", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_GELU_TANH, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .swa_rope_base = 10000, .per_layer_shapes = true, .kv_sharing = true, .v_norm = true,
+     .per_layer_inputs = true, .layer_out_scale = true, .unit_attn_scale = true, .final_softcap = true,
+     .rope_freqs_global = true, .trace_projections = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -99,6 +107,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2 and mistral3; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3 and gemma4; "
            "other families are not implemented";
 }

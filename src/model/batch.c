@@ -138,7 +138,7 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
     const int64_t kpos = quill_key_positions(c->n_ctx);
     for (int64_t l = 0; l < c->hp->n_layer; l++) {
         const quill_layer *L = &c->model->layers[l];
-        if (L->recurrent) continue;
+        if (L->recurrent || L->kv_shared) continue; /* (a shared layer's cache is its source's) */
         const int64_t hd = L->head_dim;
         /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
         const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;

@@ -50,7 +50,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     }
     const size_t ub = (size_t)c->ubatch, f = sizeof(float), d = (size_t)hp->n_embd;
     const size_t q_dim = (size_t)c->model->ap.widest_q, kv_dim = (size_t)c->model->ap.widest_kv;
-    const size_t rope = (size_t)c->model->ap.n_rope_tables * (size_t)c->n_ctx * (size_t)(hp->n_rot / 2) * f;
+    const size_t rope = (size_t)c->model->ap.n_rope_tables * (size_t)c->n_ctx * (size_t)quill_rope_stride(c->model) * f;
     c->k_cache = carve(mem, &at, key_cache * f);
     c->v_cache = carve(mem, &at, cache * f);
     c->rope_cos = carve(mem, &at, rope);
@@ -62,7 +62,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     c->k = carve(mem, &at, ub * kv_dim * f);
     c->v = carve(mem, &at, ub * kv_dim * f);
     const quill_arch_params *ap = &c->model->ap;
-    size_t ff = (size_t)(hp->n_ff > ap->n_ff_exp ? hp->n_ff : ap->n_ff_exp);
+    size_t ff = (size_t)(ap->widest_ff > ap->n_ff_exp ? ap->widest_ff : ap->n_ff_exp);
     if ((size_t)ap->n_ff_shexp > ff) ff = (size_t)ap->n_ff_shexp;
     c->ffn_gate = carve(mem, &at, ub * ff * f);
     c->ffn_up = carve(mem, &at, ub * ff * f);
@@ -76,6 +76,12 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
         c->moe_in = carve(mem, &at, ub * d * f);
         c->moe_out = carve(mem, &at, ub * used * d * f);
         c->moe_shared_gate = carve(mem, &at, ub * f);
+    }
+    if (ap->n_embd_per_layer) {
+        const size_t slices = ub * (size_t)hp->n_layer * (size_t)ap->n_embd_per_layer;
+        c->ple_inp = carve(mem, &at, slices * f);
+        c->ple_proj = carve(mem, &at, slices * f);
+        c->ple_gate = carve(mem, &at, ub * (size_t)ap->n_embd_per_layer * f);
     }
     c->thread_scratch = carve(mem, &at, (size_t)c->n_threads * c->thread_scratch_len * f);
     /* the whole-matrix products' scratch (quantized activations), sized for the widest input */
@@ -111,14 +117,16 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
               (sector % 3 == 2 && sector < 3 * sec[2])))
             return 0;
     }
-    double theta = pos * scale * pow(base, -2.0 * (double)i / (double)hp->n_rot);
-    if (c->rope_factors) theta /= (double)c->rope_factors[i];
+    const int64_t dims = quill_rope_dims(c->model, table);
+    double theta = pos * scale * pow(base, -2.0 * (double)i / (double)dims);
+    /* (the factors are the global table's: the sliding layers of Gemma 4 rotate without them) */
+    if (c->rope_factors && !table) theta /= (double)c->rope_factors[i];
     if (ap->rope_yarn) {
         /* YaRN: the pairs below dimension `low` keep their unscaled angle, those above `high` the
          * scaled one, a linear ramp between; low and high are where a pair's wavelength fits
          * beta_fast (32) and beta_slow (1) times in the original context, rounded out as the
          * reference rounds them (in float) */
-        const float n_rot = (float)hp->n_rot, orig = (float)ap->n_ctx_orig, two_pi = 6.283185307179586f;
+        const float n_rot = (float)dims, orig = (float)ap->n_ctx_orig, two_pi = 6.283185307179586f;
         const float lo = floorf(n_rot * logf(orig / ((float)ap->yarn_beta_fast * two_pi)) / (2 * logf((float)base)));
         const float hi = ceilf(n_rot * logf(orig / ((float)ap->yarn_beta_slow * two_pi)) / (2 * logf((float)base)));
         const double low = lo > 0 ? lo : 0, high = hi < n_rot - 1 ? hi : n_rot - 1;
@@ -171,7 +179,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     const size_t cache = (size_t)kv_width * (size_t)n_seq * (size_t)n_ctx;
     const size_t key_cache = (size_t)kv_width * (size_t)n_seq * (size_t)quill_key_positions(n_ctx);
     int64_t widest = d > q_dim ? d : q_dim;
-    if (hp->n_ff > widest) widest = hp->n_ff;
+    if (m->ap.widest_ff > widest) widest = m->ap.widest_ff;
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
     if (m->ap.n_ff_shexp > widest) widest = m->ap.n_ff_shexp;
     if (m->ap.ssm_state > widest) widest = m->ap.ssm_state;
@@ -198,14 +206,14 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (ok && m->arch->hybrid) ok = quill_recurrent_new(c);
     if (ok && !c->reference) {
         /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
-        const size_t half = (size_t)hp->n_rot / 2, tables = (size_t)m->ap.n_rope_tables;
+        const size_t stride = (size_t)quill_rope_stride(m), tables = (size_t)m->ap.n_rope_tables;
         for (size_t t = 0; t < tables; t++)
             for (int pos = 0; pos < n_ctx; pos++)
-                for (size_t i = 0; i < half; i++) {
+                for (size_t i = 0; i < (size_t)quill_rope_dims(m, (int)t) / 2; i++) {
                     const double mscale = t ? m->ap.rope_attn_factor_local : m->ap.rope_attn_factor;
                     double theta = quill_rope_angle(c, (int)t, pos, (int64_t)i);
-                    c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(cos(theta) * mscale);
-                    c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * half + i] = (float)(sin(theta) * mscale);
+                    c->rope_cos[(t * (size_t)n_ctx + (size_t)pos) * stride + i] = (float)(cos(theta) * mscale);
+                    c->rope_sin[(t * (size_t)n_ctx + (size_t)pos) * stride + i] = (float)(sin(theta) * mscale);
                 }
     }
     /* (the reference path reads the file's layout) */

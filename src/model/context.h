@@ -48,11 +48,13 @@ struct quill_context {
 
     /* fast path: f32 KV cache, keys [n_layer][seq][kv head][block of KEY_BLOCK positions][head dim]
      * [KEY_BLOCK], values [n_layer][seq][kv head][n_ctx][head dim] (each layer its own sizes:
-     * quill_kv_at); RoPE cos and sin [table][n_ctx]
-     * [n_rot/2] */
+     * quill_kv_at); RoPE cos and sin [table][n_ctx][quill_rope_stride] */
     float *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
     float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up;
+    /* per-layer inputs (per_layer.c): each token's slices [token][n_layer][n_pl], the projection's
+     * scratch of the same size, one layer's gate [token][n_pl] */
+    float *ple_inp, *ple_proj, *ple_gate;
     /* MoE (ffn_moe.c): router logits [token][n_expert]; each token's chosen experts and weights
      * [token][n_expert_used]; the (token, slot) pairs grouped by expert (token · n_expert_used +
      * slot) and where each expert's group starts [n_expert + 1]; the inputs of one expert's tokens
@@ -85,6 +87,13 @@ static inline int64_t quill_key_positions(int n_ctx) {
 static inline size_t quill_kv_at(const quill_context *c, const quill_layer *L, int seq, int64_t positions) {
     return ((size_t)L->kv_offset * (size_t)c->n_seq + (size_t)seq * (size_t)(L->n_head_kv * L->head_dim)) *
            (size_t)positions;
+}
+
+/* The rotated dims of RoPE table `table`, and the floats per position in every table: half the larger
+ * table's (the tables differ in Gemma 4, rope.dimension_count_swa). */
+static inline int64_t quill_rope_dims(const quill_model *m, int table) { return table ? m->ap.n_rot_local : m->hp.n_rot; }
+static inline int64_t quill_rope_stride(const quill_model *m) {
+    return (m->hp.n_rot > m->ap.n_rot_local ? m->hp.n_rot : m->ap.n_rot_local) / 2;
 }
 
 /* The RoPE angle of dimension pair i at position pos in table `table` (0: every layer's; 1: the

@@ -137,7 +137,7 @@ void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
         quill_announce(c, (const quill_weight *[]){&m->layers[layer + 1].ssm_in}, 1, n_tok);
     } else if (layer + 1 < c->hp->n_layer) {
         const quill_layer *N = &m->layers[layer + 1];
-        quill_announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, 3, n_tok);
+        quill_announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, quill_projections(N), n_tok);
     } else {
         quill_announce(c, (const quill_weight *[]){&m->output}, 1, n_tok);
     }
@@ -407,6 +407,10 @@ static void rope_neox(float *vec, int64_t n_heads, int64_t hd, int64_t half, con
     }
 }
 
+static void scale_in_place(float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 /* RMS norm of each head's vector with one weight of head_dim (Qwen 3, Gemma 3's q/k norms). */
 static void head_norms(float *vec, int64_t n_heads, int64_t hd, const float *weight, double eps) {
     for (int64_t h = 0; h < n_heads; h++) rmsnorm_in_place(vec + h * hd, weight, hd, eps);
@@ -429,21 +433,30 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const quill_context *c = j->c;
     const quill_hparams *hp = c->hp;
     const quill_layer *L = &c->model->layers[j->layer];
-    const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd, half = hp->n_rot / 2;
+    const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
+    const int64_t half = quill_rope_dims(c->model, L->rope_table) / 2, stride = quill_rope_stride(c->model);
     void (*rope)(float *, int64_t, int64_t, int64_t, const float *, const float *) =
         c->model->arch->rope == QUILL_ROPE_NEOX ? rope_neox : rope_adjacent;
-    const float *cos_table = c->rope_cos + (size_t)L->rope_table * c->n_ctx * half;
-    const float *sin_table = c->rope_sin + (size_t)L->rope_table * c->n_ctx * half;
+    const float *cos_table = c->rope_cos + (size_t)L->rope_table * c->n_ctx * stride;
+    const float *sin_table = c->rope_sin + (size_t)L->rope_table * c->n_ctx * stride;
     /* keys in blocks of positions, dimension-major within a block (see KEY_BLOCK) */
     const int64_t kpos = quill_key_positions(c->n_ctx);
     for (int64_t t = t0; t < t1; t++) {
         const int pos = c->ub_pos[t];
+        const float *cs = cos_table + (size_t)pos * stride, *sn = sin_table + (size_t)pos * stride;
+        float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
+        if (L->kv_shared) {
+            /* the query alone: the keys and values are an earlier layer's */
+            if (L->q_norm) head_norms(q, L->n_head, hd, L->q_norm, hp->rms_eps);
+            if (!L->no_rope) rope(q, L->n_head, hd, half, cs, sn);
+            continue;
+        }
         float *kt = c->k_cache + quill_kv_at(c, L, c->ub_seq[t], kpos);
         /* values head-major: one head's values are one contiguous stream for the hardware
          * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
          * ran ~1.8x slower at 2000 positions) */
         float *vt = c->v_cache + quill_kv_at(c, L, c->ub_seq[t], c->n_ctx);
-        float *q = c->q + t * q_dim, *k = c->k + t * kv_dim, *v = c->v + t * kv_dim;
+        if (L->v_from_k) memcpy(v, k, (size_t)kv_dim * sizeof *k);
         if (L->bq) add_bias(q, L->bq, q_dim);
         if (L->bk) add_bias(k, L->bk, kv_dim);
         if (L->bv) add_bias(v, L->bv, kv_dim);
@@ -454,9 +467,11 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
             head_norms(q, L->n_head, hd, L->q_norm, hp->rms_eps);
             head_norms(k, L->n_head_kv, hd, L->k_norm, hp->rms_eps);
         }
+        if (c->model->arch->v_norm)
+            for (int64_t h = 0; h < L->n_head_kv; h++) scale_in_place(v + h * hd, hd, rms_scale(v + h * hd, hd, hp->rms_eps));
         if (!L->no_rope) {
-            rope(q, L->n_head, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
-            rope(k, L->n_head_kv, hd, half, cos_table + (size_t)pos * half, sin_table + (size_t)pos * half);
+            rope(q, L->n_head, hd, half, cs, sn);
+            rope(k, L->n_head_kv, hd, half, cs, sn);
         }
         float *block = kt + (size_t)(pos / KEY_BLOCK) * KEY_BLOCK * hd + pos % KEY_BLOCK;
         for (int64_t h = 0; h < L->n_head_kv; h++)
@@ -529,6 +544,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         embed(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, c->x + t * d, d);
     if (ap->embd_scale) scale_rows(c->x, n * d, ap->embd_scale);
     quill_trace(c, "inp_embd", -1, c->x, 2, d, n, 1);
+    if (ap->n_embd_per_layer) quill_per_layer_inputs_prepare(c, tokens, n);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
@@ -543,19 +559,28 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         } else {
             quill_announce(c, (const quill_weight *[]){&L->wo}, 1, n);
             quill_matmuls(c, (const quill_weight *[]){&L->wq, &L->wk, &L->wv},
-                          (float *[]){L->attn_gated ? c->rec->qfull : c->q, c->k, c->v}, 3, c->xb, n);
+                          (float *[]){L->attn_gated ? c->rec->qfull : c->q, c->k, c->v}, quill_projections(L), c->xb, n);
             if (L->attn_gated) quill_attn_gate_split(c, n);
+            if (m->arch->trace_projections) {
+                quill_trace(c, "Qcur", l, c->q, 3, hd, L->n_head, n);
+                if (!L->kv_shared) quill_trace(c, "Kcur", l, c->k, 3, hd, L->n_head_kv, n);
+                if (!L->kv_shared) quill_trace(c, "Vcur", l, L->v_from_k ? c->k : c->v, 3, hd, L->n_head_kv, n);
+            }
             rope_job rj = {c, l};
             quill_pool_run(c->pool, rope_rows, &rj, n, 1);
-            if (c->trace && m->arch->trace_q_scaled) {
+            if (m->arch->trace_projections) {
+                /* (traced before the norms and RoPE) */
+            } else if (c->trace && m->arch->trace_q_scaled) {
                 /* att is free until the attention writes it */
                 for (int64_t i = 0; i < n * q_dim; i++) c->att[i] = c->q[i] * (float)ap->attn_scale;
                 quill_trace(c, "Qcur", l, c->att, 3, hd, L->n_head, n);
             } else {
                 quill_trace(c, "Qcur", l, c->q, 3, hd, L->n_head, n);
             }
-            quill_trace(c, "Kcur", l, c->k, 3, hd, L->n_head_kv, n);
-            quill_trace(c, "Vcur", l, c->v, 3, hd, L->n_head_kv, n);
+            if (!m->arch->trace_projections) {
+                quill_trace(c, "Kcur", l, c->k, 3, hd, L->n_head_kv, n);
+                quill_trace(c, "Vcur", l, c->v, 3, hd, L->n_head_kv, n);
+            }
 
             attn_job aj = {c, l, n};
             quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * L->n_head_kv, 1);
@@ -569,7 +594,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             quill_matmul(c, &L->wo, c->att, n, attn_out);
             if (L->bo)
                 for (int t = 0; t < n; t++) add_bias(attn_out + (size_t)t * d, L->bo, d);
-            quill_trace(c, "attn_out", l, attn_out, 2, d, n, 1);
+            if (!m->arch->trace_projections) quill_trace(c, "attn_out", l, attn_out, 2, d, n, 1);
         }
         if (m->arch->parallel_block) {
             /* x + ffn + attention, in the reference's order */
@@ -586,7 +611,8 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         }
         if (ap->residual_scale) scale_rows(c->xb, n * d, ap->residual_scale);
         add_and_norm(c, c->xb, L->ffn_norm, c->xb, n); /* the residual, then the norm into xb */
-        quill_trace(c, m->arch->hybrid ? "attn_residual" : "ffn_inp", l, c->x, 2, d, n, 1);
+        quill_trace(c, m->arch->hybrid ? "attn_residual" : m->arch->trace_projections ? "attn_out" : "ffn_inp", l, c->x,
+                    2, d, n, 1);
         if (L->ffn_norm)
             quill_trace(c, m->arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, c->xb, 2, d, n, 1);
         ffn->fast(c, L, l, n);
@@ -597,6 +623,8 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         }
         if (ap->residual_scale) scale_rows(c->xb, n * d, ap->residual_scale);
         add_and_norm(c, c->xb, NULL, NULL, n);
+        if (L->ple_gate.data) quill_per_layer_inputs_fast(c, L, l, n);
+        if (L->out_scale) scale_rows(c->x, n * d, *L->out_scale);
         quill_trace(c, "l_out", l, c->x, 2, d, n, 1);
     }
 

@@ -39,6 +39,15 @@ void quill_trace(const quill_context *c, const char *name, int layer, const floa
  * the architecture's activation (each token's bits independent of the split). */
 void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width);
 
+/* How many of a layer's wq, wk, wv it computes: q alone when it reads an earlier layer's cache,
+ * q and k when V is K's projection. */
+static inline int quill_projections(const quill_layer *L) { return L->kv_shared ? 1 : L->v_from_k ? 2 : 3; }
+
+/* Gemma 4's per-layer inputs (per_layer.c): each token's slices for every layer, from the embeddings
+ * in c->x (before the first layer); then layer `layer`'s gated slice added to c->x (after its FFN). */
+void quill_per_layer_inputs_prepare(quill_context *c, const int32_t *tokens, int n_tok);
+void quill_per_layer_inputs_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
+
 /* ---------------------------------------------------------------- float64 pass (reference.c) */
 
 /* out[r] = Σ_i W[r][i]·x[i] in double; row is scratch of w->cols floats. */
@@ -48,6 +57,13 @@ void quill_ref_gated_activation(const quill_context *c, double *gate, const doub
 /* Hands a double vector (one token) to the trace callback as f32; tmp holds n floats. */
 void quill_ref_trace(const quill_context *c, const char *name, int layer, const double *v, int64_t n, int n_dims,
                      int64_t ne0, int64_t ne1, float *tmp);
+
+/* The float64 per-layer inputs: one token's slices [n_layer][n_pl] from its scaled embedding x; then
+ * layer `layer`'s gated slice added to x. */
+quill_status quill_per_layer_inputs_exact(const quill_context *c, int32_t token, const double *x, double *slices,
+                                          quill_error *err);
+quill_status quill_per_layer_inputs_exact_layer(const quill_context *c, const quill_layer *L, int layer,
+                                                const double *slices, double *x, quill_error *err);
 
 /* ---------------------------------------------------------------- the FFN blocks */
 

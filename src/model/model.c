@@ -30,6 +30,30 @@ static quill_status get_dim(const quill_gguf *g, const char *key, int64_t fallba
     return QUILL_OK;
 }
 
+/* Layer `layer`'s value of a key that may be one number for every layer or an array of one per
+ * layer (only where the architecture has per-layer shapes: elsewhere an array is refused by name). */
+quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, int64_t n_layer, int64_t layer,
+                             int64_t fallback, int64_t *out, quill_error *err) {
+    const quill_gguf_value *v = quill_gguf_find(g, key);
+    if (!v || v->type != QUILL_GGUF_ARRAY) return get_dim(g, key, fallback, out, err);
+    if (!arrays)
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "%s: %s is a per-layer array: quill reads per-layer values for gemma4 only",
+                          quill_gguf_path(g), key);
+    if (v->count != (uint64_t)n_layer)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s has %llu values for %lld layers", quill_gguf_path(g), key,
+                          (unsigned long long)v->count, (long long)n_layer);
+    uint64_t cursor = 0;
+    quill_gguf_value e;
+    int64_t value = -1;
+    for (int64_t i = 0; i <= layer; i++)
+        if (!quill_gguf_array_next(v, &cursor, &e) || !quill_gguf_value_i64(&e, &value)) value = -1;
+    if (value <= 0 || value > MAX_DIM)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s[%lld] = %lld is out of range (1..%d)", quill_gguf_path(g),
+                          key, (long long)layer, (long long)value, MAX_DIM);
+    *out = value;
+    return QUILL_OK;
+}
+
 static quill_status get_real(const quill_gguf *g, const char *key, double fallback, double *out,
                              quill_error *err) {
     quill_status s = quill_gguf_get_f64(g, key, out, err);
@@ -96,12 +120,15 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     hp->arch = a->name;
     char key[96];
 #define KEY(suffix) akey(hp, suffix, key, sizeof key)
+    /* (per-layer arrays: layer 0's value here, as the reference's n_head() reads it; model.c takes each layer's) */
+    const bool arrays = a->per_layer_shapes;
     if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
-        (s = get_dim(g, KEY("attention.head_count"), -1, &hp->n_head, err)) ||
-        (s = get_dim(g, KEY("attention.head_count_kv"), hp->n_head, &hp->n_head_kv, err)) ||
-        (s = get_dim(g, KEY("feed_forward_length"), a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1,
-                     &hp->n_ff, err)) ||
+        (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
+        (s = quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head, &hp->n_head_kv,
+                             err)) ||
+        (s = quill_layer_dim(g, KEY("feed_forward_length"), arrays, hp->n_layer, 0,
+                             a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1, &hp->n_ff, err)) ||
         (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
         return s;
     int64_t experts = 0;
@@ -287,8 +314,9 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
     const quill_hparams *hp = &m->hp;
     quill_arch_params *ap = &m->ap;
     const char *path = quill_gguf_path(m->gguf);
-    ap->attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    ap->attn_scale = a->unit_attn_scale ? 1.0 : 1.0 / sqrt((double)hp->head_dim);
     ap->n_rope_tables = 1;
+    if (!a->per_layer_shapes) ap->n_rot_local = hp->n_rot; /* (Gemma 4's: rope.dimension_count_swa) */
     double orig = (double)hp->n_ctx_train;
     key_real(m->gguf, a->name, "rope.scaling.original_context_length", &orig);
     ap->n_ctx_orig = orig >= 1 && orig < 1e9 ? (int64_t)orig : hp->n_ctx_train;
@@ -384,6 +412,15 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         if (!(ap->attn_softcap > 0) || !(ap->final_softcap > 0))
             return quill_fail(err, QUILL_E_FORMAT, "%s: the soft-capping values must be positive", path);
     }
+    if (a->final_softcap) {
+        double v = 30;
+        key_real(m->gguf, a->name, "final_logit_softcapping", &v);
+        if (!(v >= 0) || v > 1e6)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.final_logit_softcapping = %g is out of range", path, a->name, v);
+        ap->final_softcap = (float)v;
+    }
+    /* (Gemma 4 names its sliding layers one by one) */
+    if (a->per_layer_shapes) return quill_per_layer_rope(m, err);
     /* Sliding windows as the reference reads them: the window (a missing or zero one turns them off
      * where the architecture has no default), which layers (attention.sliding_window_pattern: layer
      * il slides when il % n < n - 1; 0 makes every layer slide; an array is ignored, as there), and
@@ -540,6 +577,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
+    if (a->per_layer_shapes && (s = quill_per_layer_shapes(m, err))) goto fail;
+    if (a->per_layer_inputs && (s = quill_per_layer_inputs_bind(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         quill_layer *L = &m->layers[l];
         char name[96];
@@ -552,15 +591,18 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
-        L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim;
+        if (!a->per_layer_shapes) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
         const int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
-        if (!L->recurrent) {
+        if (L->kv_shared) {
+            L->kv_offset = m->layers[L->kv_source].kv_offset;
+        } else if (!L->recurrent) {
             L->kv_offset = (size_t)m->ap.kv_width;
             m->ap.kv_width += kv_dim;
         }
         if (q_dim > m->ap.widest_q) m->ap.widest_q = q_dim;
         if (kv_dim > m->ap.widest_kv) m->ap.widest_kv = kv_dim;
         if (L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
+        if (L->n_ff > m->ap.widest_ff) m->ap.widest_ff = L->n_ff;
         if (L->recurrent) {
             if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {
@@ -578,8 +620,9 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             L->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
         } else {
             BIND(wq, "attn_q.weight", hp->n_embd, q_dim)
-            BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
-            BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
+            if (!L->kv_shared) BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
+            L->v_from_k = a->v_norm && !quill_gguf_find_tensor(m->gguf, NAME("attn_v.weight"));
+            if (!L->kv_shared && !L->v_from_k) BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
         if (!L->recurrent) BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
         L->ffn = !n_expert ? QUILL_FFN_DENSE : a->shared_expert ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
@@ -604,10 +647,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             L->w_gate = row_view(&gate_up, 0, hp->n_ff);
             L->w_up = row_view(&gate_up, hp->n_ff, hp->n_ff);
         } else {
-            BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
-            BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
+            BIND(w_gate, "ffn_gate.weight", hp->n_embd, L->n_ff)
+            BIND(w_up, "ffn_up.weight", hp->n_embd, L->n_ff)
         }
-        if (!n_expert) BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
+        if (!n_expert) BIND(w_down, "ffn_down.weight", L->n_ff, hp->n_embd)
         if (!a->no_input_norms) VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
         if (a->no_input_norms || a->parallel_block) {
             /* q, k, v read the residual stream, the FFN ffn_inp; or (parallel) attn_norm's output */
@@ -626,14 +669,14 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (a->qk_norm && !L->recurrent) {
             VECTOR(q_norm, "attn_q_norm.weight", L->head_dim)
-            VECTOR(k_norm, "attn_k_norm.weight", L->head_dim)
+            if (!L->kv_shared) VECTOR(k_norm, "attn_k_norm.weight", L->head_dim)
         }
         if (a->qkv_bias) {
             VECTOR(bq, "attn_q.bias", q_dim)
             VECTOR(bk, "attn_k.bias", kv_dim)
             VECTOR(bv, "attn_v.bias", kv_dim)
-        } else if (!a->fused_qkv) {
-            /* optional in every architecture, as the reference loads them */
+        } else if (!a->fused_qkv && !a->per_layer_shapes) {
+            /* optional in every architecture, as the reference loads them (not Gemma 4's) */
             OPTIONAL(bq, "attn_q.bias", q_dim)
             OPTIONAL(bk, "attn_k.bias", kv_dim)
             OPTIONAL(bv, "attn_v.bias", kv_dim)
@@ -651,6 +694,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             }
         }
         if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", L->n_head)
+        if (a->layer_out_scale) OPTIONAL(out_scale, "layer_output_scale.weight", 1)
+        if (a->per_layer_inputs && m->ap.n_embd_per_layer && (s = quill_per_layer_inputs_bind_layer(m, l, err))) goto fail;
         if (n_expert && a->expert_biases) {
             VECTOR(router_bias, "ffn_gate_inp.bias", n_expert)
             FLOATS(gate_exps_bias, "ffn_gate_exps.bias", ff_exp, n_expert)
@@ -680,12 +725,14 @@ void quill_model_free(quill_model *m) {
             quill_layer *L = &m->layers[l];
             float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm,
                               L->k_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_bias,
-                              L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate};
+                              L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate,
+                              L->out_scale, L->ple_norm};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
             quill_hybrid_free_layer(L);
         }
     free(m->layers);
     free(m->output_norm);
+    free(m->ple_proj_norm);
     free(m->ap.rope_factors);
     free(m->ap.rope_factors_long);
     quill_tokenizer_free(m->tokenizer);

@@ -114,8 +114,28 @@ typedef struct quill_arch {
     bool output_tied;     /* the output is always token_embd, whatever output.weight the file has (Cohere 2) */
     bool yarn_keys;       /* rope.scaling.yarn_beta_fast, yarn_beta_slow, yarn_log_multiplier and Llama 4's
                            * attention.temperature_scale are read (Mistral 3) */
+    /* Gemma 4 (per_layer.c): */
+    bool per_layer_shapes; /* attention.head_count, head_count_kv and feed_forward_length may be per-layer arrays;
+                           * attention.sliding_window_pattern (required) says per layer which slide; the sliding
+                           * layers have their own head size (attention.key_length_swa, required) and rotated
+                           * dims (rope.dimension_count_swa) */
+    bool kv_sharing;      /* attention.shared_kv_layers: the last n layers have no K, V of their own and attend
+                           * over the cache of the last earlier layer of their kind (sliding or global) */
+    bool v_norm;          /* attn_v optional (without it V is K's projection); V RMS-normed per head, no weight */
+    bool per_layer_inputs; /* embedding_length_per_layer_input (required; 0: none): a slice of per-layer token
+                           * embeddings and of a projection of the embeddings, gated into each layer's output */
+    bool layer_out_scale; /* layer_output_scale.weight [1] (optional) multiplies each layer's output */
+    bool unit_attn_scale; /* q·k unscaled (the q and k norms stand in for 1/sqrt(head_dim)) */
+    bool final_softcap;   /* final logit soft-capping alone: final_logit_softcapping, 30 unless the file says (0: none) */
+    bool rope_freqs_global; /* rope_freqs.weight [global head size / 2] divides the global layers' frequencies
+                           * (required when a layer is global): proportional RoPE, 1e30 for the unrotated pairs */
+    bool trace_projections; /* the reference's Qcur, Kcur, Vcur are the projections (before norms and RoPE) and
+                           * its attn_out is the residual stream after attention */
 } quill_arch;
 
+/* Layer `layer`'s value of `key`: one number for all layers, or (arrays) an array of n_layer (model.c). */
+quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, int64_t n_layer, int64_t layer,
+                             int64_t fallback, int64_t *out, quill_error *err);
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
 quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
                               quill_error *err);
@@ -125,6 +145,16 @@ quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, 
 
 /* Frees the packed copies of the weights (pack.c), if any. */
 void quill_model_unpack(quill_model *m);
+
+/* Gemma 4's per-layer features (per_layer.c). Before the layers are bound: each layer's heads, head
+ * size, FFN width, window and KV sharing, from the per-layer keys. */
+quill_status quill_per_layer_shapes(quill_model *m, quill_error *err);
+/* The per-layer inputs' model tensors, and layer l's (with the layer's binding). */
+quill_status quill_per_layer_inputs_bind(quill_model *m, quill_error *err);
+quill_status quill_per_layer_inputs_bind_layer(quill_model *m, int64_t l, quill_error *err);
+/* At the end of arch_params: the two RoPE tables (global: rope.freq_base, its scaling and rope_freqs;
+ * sliding: rope.freq_base_swa unscaled) and each layer's. */
+quill_status quill_per_layer_rope(quill_model *m, quill_error *err);
 
 /* The descriptor named by general.architecture, or NULL. */
 const quill_arch *quill_arch_find(const char *name, size_t len);
@@ -150,6 +180,13 @@ typedef struct {
     int64_t window;                /* keys within this many positions; 0: all */
     bool no_rope;                  /* q and k are not rotated (nope_interval) */
     int64_t n_head, n_head_kv, head_dim; /* its attention's shape: the model's, or its own (per_layer_shapes) */
+    int64_t n_ff;                  /* its dense FFN's width */
+    bool kv_shared;                /* no K, V of its own: it attends over layer kv_source's cache (kv_sharing) */
+    int kv_source;
+    bool v_from_k;                 /* no attn_v: V is K's projection (v_norm) */
+    float *out_scale;              /* [1]: multiplies the layer's output (layer_out_scale), or NULL */
+    quill_weight ple_gate, ple_proj; /* per_layer_inputs: inp_gate [n_pl][n_embd], proj [n_embd][n_pl] */
+    float *ple_norm;               /* per_layer_inputs: post_norm [n_embd] */
     size_t kv_offset;              /* where its KV cache starts: the KV widths (n_head_kv · head_dim) of the
                                     * layers before it that have one (context.h's quill_kv_at) */
     bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention: no KV cache */
@@ -170,7 +207,7 @@ typedef struct {
     double rope_base_local;        /* RoPE base of table 1 */
     double rope_scale_local;
     int n_rope_tables;
-    float *rope_factors;           /* [n_rot/2] frequency divisors or NULL */
+    float *rope_factors;           /* [n_rot/2] frequency divisors of table 0, or NULL */
     float *rope_factors_long;      /* [n_rot/2] the divisors beyond n_ctx_orig (Phi-3), or NULL */
     int64_t n_ctx_orig;            /* the context the model was trained for before RoPE scaling */
     double rope_attn_factor;       /* rope.scaling.attn_factor (and YaRN's magnitude correction): multiplies
@@ -188,8 +225,10 @@ typedef struct {
     int64_t n_layer_mtp;           /* nextn_predict_layers: MTP blocks after the main stack, loaded, not run */
     int64_t kv_width;              /* Σ n_head_kv · head_dim over the layers with a KV cache (all but the
                                     * DeltaNet layers): one position's keys (or values) of one sequence */
-    int64_t widest_q, widest_kv, widest_group; /* the largest n_head · head_dim, n_head_kv · head_dim and
-                                    * n_head / n_head_kv of a layer, for the buffers */
+    int64_t widest_q, widest_kv, widest_group, widest_ff; /* the largest n_head · head_dim, n_head_kv ·
+                                    * head_dim, n_head / n_head_kv and n_ff of a layer, for the buffers */
+    int64_t n_rot_local;           /* the rotated dims of table 1 (n_rot but with rope.dimension_count_swa) */
+    int64_t n_embd_per_layer;      /* per_layer_inputs: each layer's slice (0: none) */
     int rope_sections[4];          /* rope.dimension_sections (rope_sections architectures) */
 } quill_arch_params;
 
@@ -201,6 +240,10 @@ struct quill_model {
     quill_arch_params ap;
     quill_weight token_embd, output;   /* output aliases token_embd when tied */
     float *output_norm;
+    /* per_layer_inputs: per_layer_token_embd [n_vocab][n_layer · n_pl], per_layer_model_proj
+     * [n_layer · n_pl][n_embd], per_layer_proj_norm [n_pl] */
+    quill_weight ple_embd, ple_model_proj;
+    float *ple_proj_norm;
     quill_layer *layers;
     /* the weights in a kernel set's load-time layout (pack.c): its name, and the memory */
     const char *packed_layout;

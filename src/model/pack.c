@@ -23,12 +23,15 @@ static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 static int model_weights(quill_model *m, quill_weight **list, int cap) {
     int n = 0;
     if (n < cap) list[n++] = &m->output;
+    if (m->ple_model_proj.data && n < cap) list[n++] = &m->ple_model_proj;
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         quill_layer *L = &m->layers[l];
         quill_weight *w[] = {&L->wq,     &L->wk,       &L->wv,         &L->wo,        &L->w_gate, &L->w_up, &L->w_down,
                              &L->w_router, &L->w_gate_shexp, &L->w_up_shexp, &L->w_down_shexp,
                              /* a DeltaNet layer's (model/deltanet.c) */
-                             &L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha, &L->ssm_out};
+                             &L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha, &L->ssm_out,
+                             /* per-layer inputs (model/per_layer.c) */
+                             &L->ple_gate, &L->ple_proj};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]->data && w[i]->rows > 0 && n < cap) list[n++] = w[i];
     }
@@ -61,7 +64,7 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
         pthread_mutex_unlock(&pack_lock);
         return ok;
     }
-    const int cap = 1 + 16 * (int)m->hp.n_layer;
+    const int cap = 2 + 18 * (int)m->hp.n_layer;
     quill_weight **list = malloc((size_t)cap * sizeof *list);
     size_t *at = malloc((size_t)cap * sizeof *at);
     size_t total = 0;

@@ -36,7 +36,7 @@ static void ref_rmsnorm(double *out, const double *x, const float *weight, int64
 
 /* RoPE in double on the first n_rot dims of each head: adjacent pairs or NeoX halves. */
 static void ref_rope(const quill_context *c, int table, double *v, int64_t n_heads, int64_t hd, int pos) {
-    const int64_t half = c->hp->n_rot / 2;
+    const int64_t half = quill_rope_dims(c->model, table) / 2;
     const bool neox = c->model->arch->rope == QUILL_ROPE_NEOX;
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < half; i++) {
@@ -110,8 +110,9 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
     double *o = malloc(d * sizeof *o), *qfull = malloc(2 * q_dim * sizeof *qfull);
     double *scores = malloc((size_t)c->n_ctx * sizeof *scores), *out = malloc(nv * sizeof *out);
     float *row = malloc((size_t)widest * sizeof *row), *tmp = malloc((size_t)widest * sizeof *tmp);
+    double *slices = malloc(((size_t)(hp->n_layer * c->model->ap.n_embd_per_layer) + 1) * sizeof *slices);
     quill_status s = QUILL_OK;
-    if (!x || !xb || !q || !k || !v || !att || !o || !qfull || !scores || !out || !row || !tmp) {
+    if (!x || !xb || !q || !k || !v || !att || !o || !qfull || !scores || !out || !row || !tmp || !slices) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         goto done;
     }
@@ -123,6 +124,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         embd_tr->to_float(m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, row, d);
         for (int64_t i = 0; i < d; i++) x[i] = ap->embd_scale ? row[i] * (double)ap->embd_scale : row[i];
         quill_ref_trace(c, "inp_embd", -1, x, d, 2, d, 1, tmp);
+        if (ap->n_embd_per_layer && (s = quill_per_layer_inputs_exact(c, tokens[t], x, slices, err))) goto done;
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
             const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
@@ -136,8 +138,14 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 quill_ref_matvec(&L->wq, xb, L->attn_gated ? qfull : q, row);
                 for (int64_t h = 0; L->attn_gated && h < L->n_head; h++)
                     memcpy(q + h * hd, qfull + 2 * h * hd, (size_t)hd * sizeof *q);
-                quill_ref_matvec(&L->wk, xb, k, row);
-                quill_ref_matvec(&L->wv, xb, v, row);
+                const bool own_kv = !L->kv_shared; /* (else the keys and values are layer kv_source's) */
+                if (own_kv) quill_ref_matvec(&L->wk, xb, k, row);
+                if (own_kv) quill_ref_matvec(L->v_from_k ? &L->wk : &L->wv, xb, v, row);
+                if (arch->trace_projections) {
+                    quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, L->n_head, tmp);
+                    if (own_kv) quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, L->n_head_kv, tmp);
+                    if (own_kv) quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, L->n_head_kv, tmp);
+                }
                 for (int64_t i = 0; L->bq && i < q_dim; i++) q[i] += L->bq[i];
                 for (int64_t i = 0; L->bk && i < kv_dim; i++) k[i] += L->bk[i];
                 for (int64_t i = 0; L->bv && i < kv_dim; i++) v[i] += L->bv[i];
@@ -146,24 +154,34 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     ref_rmsnorm_in_place(k, L->k_norm, kv_dim, hp->rms_eps);
                 } else if (L->q_norm) {
                     for (int64_t h = 0; h < L->n_head; h++) ref_rmsnorm_in_place(q + h * hd, L->q_norm, hd, hp->rms_eps);
-                    for (int64_t h = 0; h < L->n_head_kv; h++) ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
+                    for (int64_t h = 0; own_kv && h < L->n_head_kv; h++)
+                        ref_rmsnorm_in_place(k + h * hd, L->k_norm, hd, hp->rms_eps);
+                }
+                for (int64_t h = 0; arch->v_norm && own_kv && h < L->n_head_kv; h++) {
+                    double ss = 0;
+                    for (int64_t i = 0; i < hd; i++) ss += v[h * hd + i] * v[h * hd + i];
+                    for (int64_t i = 0; i < hd; i++) v[h * hd + i] /= sqrt(ss / (double)hd + hp->rms_eps);
                 }
                 if (!L->no_rope) {
                     ref_rope(c, L->rope_table, q, L->n_head, hd, pos);
-                    ref_rope(c, L->rope_table, k, L->n_head_kv, hd, pos);
+                    if (own_kv) ref_rope(c, L->rope_table, k, L->n_head_kv, hd, pos);
                 }
-                if (c->trace && arch->trace_q_scaled) {
+                if (arch->trace_projections) {
+                    /* (traced before the norms and RoPE) */
+                } else if (c->trace && arch->trace_q_scaled) {
                     for (int64_t i = 0; i < q_dim; i++) att[i] = q[i] * ap->attn_scale;
                     quill_ref_trace(c, "Qcur", l, att, q_dim, 3, hd, L->n_head, tmp);
                 } else {
                     quill_ref_trace(c, "Qcur", l, q, q_dim, 3, hd, L->n_head, tmp);
                 }
-                quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, L->n_head_kv, tmp);
-                quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, L->n_head_kv, tmp);
+                if (!arch->trace_projections) {
+                    quill_ref_trace(c, "Kcur", l, k, kv_dim, 3, hd, L->n_head_kv, tmp);
+                    quill_ref_trace(c, "Vcur", l, v, kv_dim, 3, hd, L->n_head_kv, tmp);
+                }
                 double *kc = c->ref_k + quill_kv_at(c, L, 0, c->n_ctx);
                 double *vc = c->ref_v + quill_kv_at(c, L, 0, c->n_ctx);
-                memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
-                memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
+                if (own_kv) memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
+                if (own_kv) memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
                 const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
                 for (int64_t h = 0; h < L->n_head; h++) {
                     const double *qh = q + h * hd;
@@ -173,7 +191,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                         const double *kp = kc + (size_t)p * kv_dim + kvh * hd;
                         double dot = 0;
                         for (int64_t i = 0; i < hd; i++) dot += qh[i] * kp[i];
-                        dot = arch->gemma_query_scale || arch->multipliers ? dot * ap->attn_scale : dot / sqrt((double)hd);
+                        dot = arch->gemma_query_scale || arch->multipliers || arch->unit_attn_scale ? dot * ap->attn_scale
+                                                                                                 : dot / sqrt((double)hd);
                         dot *= quill_attn_temperature(ap, pos);
                         scores[p] = ap->attn_softcap > 0 ? ap->attn_softcap * tanh(dot / ap->attn_softcap) : dot;
                         if (scores[p] > max) max = scores[p];
@@ -193,7 +212,7 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                     for (int64_t i = 0; i < hd; i++) att[h * hd + i] *= 1.0 / (1.0 + exp(-qfull[2 * h * hd + hd + i]));
                 quill_ref_matvec(&L->wo, att, o, row);
                 for (int64_t i = 0; L->bo && i < d; i++) o[i] += L->bo[i];
-                quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
+                if (!arch->trace_projections) quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             }
             const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
             if (arch->parallel_block) {
@@ -209,7 +228,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 quill_ref_trace(c, "attn_post_norm", l, o, d, 2, d, 1, tmp);
             }
             for (int64_t i = 0; i < d; i++) x[i] += ap->residual_scale ? o[i] * ap->residual_scale : o[i];
-            quill_ref_trace(c, arch->hybrid ? "attn_residual" : "ffn_inp", l, x, d, 2, d, 1, tmp);
+            quill_ref_trace(c, arch->hybrid ? "attn_residual" : arch->trace_projections ? "attn_out" : "ffn_inp", l, x, d, 2,
+                            d, 1, tmp);
             ref_rmsnorm(xb, x, L->ffn_norm, d, hp->rms_eps);
             if (L->ffn_norm) quill_ref_trace(c, arch->ffn_norm_post_attention ? "attn_post_norm" : "ffn_norm", l, xb, d, 2, d, 1, tmp);
             if ((s = ffn->exact(c, L, l, xb, o, err))) goto done;
@@ -219,6 +239,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 quill_ref_trace(c, "ffn_post_norm", l, o, d, 2, d, 1, tmp);
             }
             for (int64_t i = 0; i < d; i++) x[i] += ap->residual_scale ? o[i] * ap->residual_scale : o[i];
+            if (L->ple_gate.data && (s = quill_per_layer_inputs_exact_layer(c, L, l, slices, x, err))) goto done;
+            for (int64_t i = 0; L->out_scale && i < d; i++) x[i] *= (double)*L->out_scale;
             quill_ref_trace(c, "l_out", l, x, d, 2, d, 1, tmp);
         }
         ref_input_norm(arch, xb, x, m->output_norm, d, hp->rms_eps);
@@ -234,6 +256,6 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
     }
 done:
     free(x); free(xb); free(q); free(k); free(v); free(att); free(o); free(qfull);
-    free(scores); free(out); free(row); free(tmp);
+    free(scores); free(out); free(row); free(tmp); free(slices);
     return s;
 }
