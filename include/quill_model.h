@@ -328,6 +328,14 @@ QUILL_API quill_status quill_grammar_matcher_mask_plain(quill_grammar_matcher *m
  * accepts generated tokens into it; quill_sampler_reset() starts it over. */
 QUILL_API quill_status quill_sampler_add_grammar(quill_sampler *s, const quill_grammar *g, const quill_grammar_vocab *v,
                                                  quill_error *err);
+/* The same, applied only from a trigger on (a "lazy" grammar, for replies that may be prose or a
+ * tool call): tokens are drawn freely until the generated text (special tokens rendered) contains
+ * one of `triggers`; the grammar, which must describe the text from the trigger's first byte on,
+ * is then fed that text and constrains every later token. When the text after the trigger already
+ * leaves the grammar, the reply stays unconstrained. The triggers are copied. */
+QUILL_API quill_status quill_sampler_add_grammar_lazy(quill_sampler *s, const quill_grammar *g,
+                                                      const quill_grammar_vocab *v, const char *const *triggers,
+                                                      size_t n_triggers, quill_error *err);
 
 /* A JSON Schema as a GBNF grammar (rule "root") whose sentences are the JSON texts the schema
  * accepts, in the reference's layout (json-schema-to-grammar): types (also lists of types),
@@ -363,6 +371,9 @@ typedef struct quill_generate_params {
      * with a sampler of the caller's, add it there (quill_sampler_add_grammar) instead. */
     const quill_grammar *grammar;
     const quill_grammar_vocab *grammar_vocab;
+    /* With triggers, the grammar applies from the first trigger on (quill_sampler_add_grammar_lazy). */
+    const char *const *grammar_triggers;
+    size_t n_grammar_triggers;
     /* The generated text is the start of the text (no prompt before it): the tokenizer's leading
      * space is removed. False for a continuation. */
     bool text_start;

@@ -429,9 +429,13 @@ bool chat_tools_prepare(server *s, const char *body, size_t len, const char *id,
 
 tool_choice chat_tools_choice(const chat_tools *t) { return t->choice; }
 
-bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, api_error *e) {
+bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, const char **trigger,
+                        api_error *e) {
     *grammar = NULL;
-    if (t->choice != TOOL_CHOICE_REQUIRED && t->choice != TOOL_CHOICE_NAMED) return true;
+    *trigger = NULL;
+    if (t->choice == TOOL_CHOICE_NONE) return true;
+    /* auto: prose, or calls that parse by construction once the model begins one */
+    const bool lazy = t->choice == TOOL_CHOICE_AUTO;
     /* the tools that may be called, each with its arguments' schema as a grammar */
     size_t n = 0;
     const char **names = calloc(t->n_names, sizeof *names);
@@ -444,15 +448,19 @@ bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **
         quill_error err;
         quill_status st = t->params[i] ? quill_json_schema_to_grammar(t->params[i], strlen(t->params[i]), &args[n], &err)
                                        : QUILL_OK;
-        if (st) ok = api_fail(e, st == QUILL_E_NOMEM ? 500 : 400, "tools", "tools[%zu].function.parameters: %s", i, err.message);
+        /* auto: a schema the converter cannot express leaves that tool's arguments any JSON object,
+         * rather than refusing a request that may never call it */
+        if (st && lazy && st != QUILL_E_NOMEM) args[n] = NULL;
+        else if (st) ok = api_fail(e, st == QUILL_E_NOMEM ? 500 : 400, "tools", "tools[%zu].function.parameters: %s", i, err.message);
         n++;
     }
     if (ok) {
         quill_error err;
         quill_status st = tool_call_grammar(&t->syntax, tok, names, (const char *const *)args, n,
-                                            t->choice == TOOL_CHOICE_REQUIRED && t->parallel, t->opt.thinking_open, grammar,
-                                            &err);
+                                            t->choice != TOOL_CHOICE_NAMED && t->parallel, t->opt.thinking_open && !lazy,
+                                            grammar, &err);
         if (st) ok = api_fail(e, 500, NULL, "%s", err.message);
+        else if (lazy) *trigger = tool_call_trigger(&t->syntax);
     }
     for (size_t i = 0; args && i < n; i++) free(args[i]);
     free(args);

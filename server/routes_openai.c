@@ -249,10 +249,17 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
     /* a required or named tool_choice: the reply is a call by construction (the syntax's grammar) */
     const char *grammar = q->grammar, *grammar_param = q->grammar_param;
     char *tool_grammar = NULL;
-    if (g->ch[0].tools && !chat_tools_grammar(g->ch[0].tools, s->tok, &tool_grammar, err_out)) {
+    const char *trigger = NULL;
+    if (g->ch[0].tools && !chat_tools_grammar(g->ch[0].tools, s->tok, &tool_grammar, &trigger, err_out)) {
         free(ids);
         gen_free(g);
         return NULL;
+    }
+    if (tool_grammar && trigger && (grammar || q->ignore_eos)) {
+        /* auto calls yield to the request's own grammar, and cannot end without end of generation */
+        free(tool_grammar);
+        tool_grammar = NULL;
+        trigger = NULL;
     }
     if (tool_grammar) {
         if (grammar || q->ignore_eos) {
@@ -265,7 +272,7 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
             return NULL;
         }
         grammar = tool_grammar;
-        grammar_param = "tool_choice";
+        grammar_param = trigger ? "tools" : "tool_choice";
     }
     /* no seed: a different draw each time, as OpenAI does; with one, choice i draws from seed + i */
     uint64_t seed = q->sp.seed;
@@ -298,6 +305,7 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         if (grammar) {
             /* parsed with the model's vocabulary (<|token|> names), once per choice (a job owns its grammar) */
             st = quill_grammar_parse(s->tok, grammar, strlen(grammar), NULL, &j->grammar, &err);
+            j->grammar_trigger = trigger;
             if (st) {
                 api_fail(err_out, st == QUILL_E_NOMEM ? 500 : 400, grammar_param, "%s", err.message);
                 free(tool_grammar);

@@ -193,6 +193,8 @@ static bool slot_assign(scheduler *s, job *j) {
     gp.render_special = j->render_special;
     gp.grammar = j->grammar;
     gp.grammar_vocab = s->grammar_vocab;
+    gp.grammar_triggers = &j->grammar_trigger;
+    gp.n_grammar_triggers = j->grammar_trigger ? 1 : 0;
     if (quill_generator_new(s->tok, NULL, &gp, &best->gen, &err)) {
         slot_finish(s, best, NULL, err.status == QUILL_E_NOMEM ? 500 : 400, err.message);
         return true;

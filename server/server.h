@@ -119,6 +119,7 @@ typedef struct job {
     bool render_special;        /* special tokens go into the text (the reply's parse needs them) */
     int top_logprobs;
     quill_grammar *grammar;     /* owned; NULL: unconstrained */
+    const char *grammar_trigger;/* the grammar applies from this text on (static), or NULL: from the start */
     double t_submit;
 
     /* guarded by the scheduler's mutex */
@@ -257,8 +258,10 @@ void chat_tools_free(chat_tools *t);
 /* A copy for another choice of the same request (its calls get ids of their own). */
 chat_tools *chat_tools_clone(const chat_tools *t, int choice);
 tool_choice chat_tools_choice(const chat_tools *t);
-/* The GBNF a required or named call must follow (*grammar NULL for auto and none). */
-bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, api_error *e);
+/* The GBNF the calls must follow (*grammar NULL for none): the whole reply for a required or named
+ * call; for auto, the reply from *trigger on (a lazy grammar), once the model begins a call. */
+bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **grammar, const char **trigger,
+                        api_error *e);
 /* Whether the reply's special tokens must be kept in its text for the parse. */
 bool chat_tools_render_special(const chat_tools *t);
 /* Fills a reply's message: content (null beside calls), reasoning_content, tool_calls; a

@@ -122,7 +122,10 @@ quill_status quill_generator_new(const quill_tokenizer *tok, quill_sampler *samp
     g->n_stop = p.n_stop;
     if (!sampler) {
         quill_status st = quill_sampler_new(&p.sampling, quill_tokenizer_n_vocab(tok), &g->own, err);
-        if (!st && p.grammar) st = quill_sampler_add_grammar(g->own, p.grammar, p.grammar_vocab, err);
+        if (!st && p.grammar)
+            st = p.n_grammar_triggers ? quill_sampler_add_grammar_lazy(g->own, p.grammar, p.grammar_vocab, p.grammar_triggers,
+                                                                       p.n_grammar_triggers, err)
+                                      : quill_sampler_add_grammar(g->own, p.grammar, p.grammar_vocab, err);
         if (st) {
             quill_generator_free(g);
             return st;

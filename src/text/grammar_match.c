@@ -913,3 +913,149 @@ quill_status quill_sampler_add_grammar(quill_sampler *s, const quill_grammar *g,
     quill_sampler_stage stage = {"grammar", stage_apply, stage_allows, stage_accept, stage_reset, stage_free, gs};
     return quill_sampler_add_stage(s, &stage, err);
 }
+
+/* ---------------------------------------------------------------- a grammar from a trigger on
+ *
+ * With tool_choice "auto" a reply may be prose or a call; only a call must follow the call grammar.
+ * The stage draws freely and watches the text (special tokens rendered, as the reply's parser reads
+ * them) for a trigger, the text every call begins with; from the token where one appears the
+ * grammar applies, fed first with the text from the trigger's start: the call then parses by
+ * construction. Text the grammar cannot follow (the model wrote the trigger and went elsewhere in
+ * the same token) leaves the reply unconstrained rather than failing it. */
+
+typedef struct lazy_stage {
+    quill_grammar_matcher *m;
+    const quill_tokenizer *tok;
+    char **triggers;
+    size_t n_triggers, longest;
+    bool active, given_up;
+    char *text;                  /* the reply so far, until a trigger appears */
+    size_t len, cap;
+    int32_t *ids;                /* its tokens and where each begins in text */
+    size_t *starts, n_ids, cap_ids;
+} lazy_stage;
+
+static bool lazy_apply(void *state, float *logits, int32_t n_vocab, quill_error *err) {
+    lazy_stage *ls = state;
+    if (!ls->active || ls->given_up) return true;
+    grammar_stage gs = {ls->m, -1};
+    return stage_apply(&gs, logits, n_vocab, err);
+}
+
+static bool lazy_allows(void *state, int32_t token) {
+    lazy_stage *ls = state;
+    return !ls->active || ls->given_up || quill_grammar_matcher_allows(ls->m, token);
+}
+
+/* The grammar takes over at byte `at` of the text: the rest of the token holding it as text,
+ * then the later tokens as tokens (so that marks written as <[id]> match). */
+static void lazy_activate(lazy_stage *ls, size_t at) {
+    ls->active = true;
+    size_t k = ls->n_ids - 1;
+    while (k > 0 && ls->starts[k] > at) k--;
+    size_t end = k + 1 < ls->n_ids ? ls->starts[k + 1] : ls->len;
+    bool ok = at == ls->starts[k] ? quill_grammar_matcher_accept_token(ls->m, ls->ids[k])
+                                  : quill_grammar_matcher_accept_text(ls->m, ls->text + at, end - at);
+    for (size_t i = k + 1; ok && i < ls->n_ids; i++) ok = quill_grammar_matcher_accept_token(ls->m, ls->ids[i]);
+    ls->given_up = !ok;
+}
+
+static void lazy_accept(void *state, int32_t token) {
+    lazy_stage *ls = state;
+    if (ls->given_up) return;
+    if (ls->active) {
+        ls->given_up = !quill_grammar_matcher_accept_token(ls->m, token);
+        return;
+    }
+    if (quill_tokenizer_is_eog(ls->tok, token)) return;
+    char piece[256];
+    int n = quill_token_to_bytes(ls->tok, token, true, piece, sizeof piece);
+    if (n < 0) n = 0;
+    if ((size_t)n > sizeof piece) n = (int)sizeof piece;
+    if (ls->n_ids == ls->cap_ids) {
+        size_t cap = ls->cap_ids ? ls->cap_ids * 2 : 64;
+        int32_t *ids = realloc(ls->ids, cap * sizeof *ids);
+        if (ids) ls->ids = ids;
+        size_t *starts = ids ? realloc(ls->starts, cap * sizeof *starts) : NULL;
+        if (starts) ls->starts = starts;
+        if (!ids || !starts) {
+            ls->given_up = true;   /* out of memory: the reply stays unconstrained */
+            return;
+        }
+        ls->cap_ids = cap;
+    }
+    if (ls->len + (size_t)n + 1 > ls->cap) {
+        size_t cap = (ls->len + (size_t)n + 1) * 2;
+        char *text = realloc(ls->text, cap);
+        if (!text) {
+            ls->given_up = true;
+            return;
+        }
+        ls->text = text;
+        ls->cap = cap;
+    }
+    ls->ids[ls->n_ids] = token;
+    ls->starts[ls->n_ids++] = ls->len;
+    memcpy(ls->text + ls->len, piece, (size_t)n);
+    size_t before = ls->len;
+    ls->len += (size_t)n;
+    ls->text[ls->len] = 0;
+    /* the earliest trigger that this token completes */
+    size_t from = before >= ls->longest ? before - ls->longest + 1 : 0, best = SIZE_MAX;
+    for (size_t t = 0; t < ls->n_triggers; t++) {
+        const char *hit = strstr(ls->text + from, ls->triggers[t]);
+        if (hit && (size_t)(hit - ls->text) < best) best = (size_t)(hit - ls->text);
+    }
+    if (best != SIZE_MAX) lazy_activate(ls, best);
+}
+
+static void lazy_reset(void *state) {
+    lazy_stage *ls = state;
+    ls->active = ls->given_up = false;
+    ls->len = ls->n_ids = 0;
+    quill_grammar_matcher_reset(ls->m);
+}
+
+static void lazy_free(void *state) {
+    lazy_stage *ls = state;
+    if (!ls) return;
+    quill_grammar_matcher_free(ls->m);
+    for (size_t i = 0; i < ls->n_triggers; i++) free(ls->triggers[i]);
+    free(ls->triggers);
+    free(ls->text);
+    free(ls->ids);
+    free(ls->starts);
+    free(ls);
+}
+
+quill_status quill_sampler_add_grammar_lazy(quill_sampler *s, const quill_grammar *g, const quill_grammar_vocab *v,
+                                            const char *const *triggers, size_t n_triggers, quill_error *err) {
+    if (!s || !g || !v || !v->tok)
+        return quill_fail(err, QUILL_E_ARG, "lazy grammar stage: needs a sampler, a grammar and a vocabulary");
+    if (!triggers || !n_triggers) return quill_fail(err, QUILL_E_ARG, "lazy grammar stage: needs at least one trigger");
+    for (size_t t = 0; t < n_triggers; t++)
+        if (!triggers[t] || !*triggers[t])
+            return quill_fail(err, QUILL_E_ARG, "lazy grammar stage: trigger %zu is empty", t);
+    lazy_stage *ls = calloc(1, sizeof *ls);
+    if (!ls) return quill_fail(err, QUILL_E_NOMEM, "lazy grammar stage: out of memory");
+    ls->tok = v->tok;
+    ls->triggers = calloc(n_triggers, sizeof *ls->triggers);
+    bool ok = ls->triggers != NULL;
+    for (size_t t = 0; ok && t < n_triggers; t++) {
+        ok = (ls->triggers[t] = strdup(triggers[t])) != NULL;
+        ls->n_triggers += ok;
+        size_t n = strlen(triggers[t]);
+        if (n > ls->longest) ls->longest = n;
+    }
+    if (!ok) {
+        lazy_free(ls);
+        return quill_fail(err, QUILL_E_NOMEM, "lazy grammar stage: out of memory");
+    }
+    quill_status st = quill_grammar_matcher_new(g, v, &ls->m, err);
+    if (st) {
+        lazy_free(ls);
+        return st;
+    }
+    quill_sampler_stage stage = {"grammar (lazy)", lazy_apply, lazy_allows, lazy_accept, lazy_reset, lazy_free, ls};
+    return quill_sampler_add_stage(s, &stage, err);
+}

@@ -883,6 +883,19 @@ static void gbnf_prefixed(strbuf *b, const char *g, const char *prefix) {
     if (b->len && b->buf[b->len - 1] != '\n') strbuf_put(b, "\n", 1);
 }
 
+const char *tool_call_trigger(const chat_syntax *syn) {
+    switch (syn->tools) {
+    case TOOL_SYNTAX_HERMES:
+    case TOOL_SYNTAX_QWEN3_CODER: return "<tool_call>";
+    case TOOL_SYNTAX_LLAMA3: return "{\"name\": ";
+    case TOOL_SYNTAX_MISTRAL: return "[TOOL_CALLS]";
+    case TOOL_SYNTAX_GPT_OSS: return "<|channel|>commentary to=functions.";
+    case TOOL_SYNTAX_DEEPSEEK_V3: return DS_CALLS_BEGIN;
+    case TOOL_SYNTAX_GENERIC: break;
+    }
+    return "{\"tool_calls\": [";
+}
+
 quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *tok, const char *const *names,
                                const char *const *args_gbnf, size_t n_names, bool parallel, bool thinking_open,
                                char **out, quill_error *err) {

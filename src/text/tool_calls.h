@@ -85,6 +85,11 @@ quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *to
                                const char *const *args_gbnf, size_t n_names, bool parallel, bool thinking_open,
                                char **out, quill_error *err);
 
+/* The text every call (or list of calls) of a syntax begins with, as tool_call_grammar's root does
+ * without `thinking_open`: the trigger of a grammar that applies only once the model starts a call
+ * (tool_choice "auto"; quill_sampler_add_grammar_lazy). Special-token marks are their text. */
+const char *tool_call_trigger(const chat_syntax *syn);
+
 /* JSON helpers for the pieces of a reply (strict RFC 8259). The length of the JSON value at
  * s[0..n) after leading whitespace, counting the whitespace, or 0 when it is not a whole value;
  * *incomplete says whether it could still become one as text is added. */
