@@ -293,6 +293,7 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
             return NULL;
         }
         j->n_prompt = (int)n;
+        j->prompt_source = i ? g->ch[0].job : NULL;   /* the choices share the prompt's evaluation */
         j->sp = q->sp;
         j->sp.seed = seed + (uint64_t)i;
         j->max_tokens = q->max_tokens;

@@ -78,7 +78,10 @@ job *job_new(void) {
     return j;
 }
 
+static void job_unref(job *j);
+
 static void job_free(job *j) {
+    if (j->holds_source) job_unref(j->prompt_source);
     pthread_cond_destroy(&j->changed);
     free(j->prompt);
     free(j->text);
@@ -141,6 +144,15 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     int n = na < nb ? na : nb, i = 0;
     while (i < n && a[i] == b[i]) i++;
     return i;
+}
+
+/* A job whose prompt another is evaluating right now (the first of n choices): it waits, then
+ * copies that slot's cache (slot_assign's donor) instead of evaluating the same tokens again. */
+static bool waits_for_prompt(const scheduler *s, const job *j) {
+    const job *src = j->prompt_source;
+    if (!src || src->done || src->slot < 0) return false;
+    const slot *sl = &s->slots[src->slot];
+    return sl->job == src && !sl->generating;
 }
 
 /* Starts a queued job in an idle slot. False when no slot is idle. */
@@ -296,7 +308,7 @@ static void *engine(void *arg) {
                          s->stopping ? "the server is shutting down" : "cancelled");
                 pthread_cond_broadcast(&j->changed);
                 job_unref(j);
-            } else if (!slot_assign(s, j)) {
+            } else if (waits_for_prompt(s, j) || !slot_assign(s, j)) {
                 break;
             }
             s->q_head = (s->q_head + 1) % s->p.max_queue;
@@ -480,6 +492,10 @@ bool scheduler_submit(scheduler *s, job *j, api_error *e) {
     bool ok = !stopping && s->q_len < s->p.max_queue;
     if (ok) {
         j->refs++;
+        if (j->prompt_source) {
+            j->prompt_source->refs++;
+            j->holds_source = true;
+        }
         j->t_submit = now_ms();
         s->queue[(s->q_head + s->q_len) % s->p.max_queue] = j;
         s->q_len++;

@@ -120,6 +120,10 @@ typedef struct job {
     int top_logprobs;
     quill_grammar *grammar;     /* owned; NULL: unconstrained */
     const char *grammar_trigger;/* the grammar applies from this text on (static), or NULL: from the start */
+    /* A job with the same prompt submitted just before (the first of n choices): this one waits
+     * in the queue until that prompt is evaluated and then copies it (scheduler_submit takes a
+     * reference). NULL: none. */
+    struct job *prompt_source;
     double t_submit;
 
     /* guarded by the scheduler's mutex */
@@ -134,6 +138,7 @@ typedef struct job {
     double t_start, t_first, t_end;   /* started in a slot, first token, finished (ms) */
     const char *finish_reason;  /* "stop" or "length" once done */
     bool done, cancelled;
+    bool holds_source;          /* the reference on prompt_source was taken */
     int error_status;           /* nonzero: ended by an error (message in error) */
     char error[256];
 } job;

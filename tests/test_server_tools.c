@@ -391,3 +391,54 @@ TEST(server_tools_harmony_call) {
     cJSON_Delete(o);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
+
+static long long metric_value(int port, const char *name) {
+    http_resp r;
+    long long v = -1;
+    if (http_do(port, "GET", "/metrics", NULL, NULL, 0, 10, &r) && r.status == 200) {
+        char key[128];
+        snprintf(key, sizeof key, "\n%s ", name);
+        const char *at = strstr(r.body, key);
+        if (at) v = atoll(at + strlen(key));
+    }
+    http_resp_free(&r);
+    return v;
+}
+
+/* n choices evaluate their prompt once: the others copy it (all but the last token, evaluated
+ * again for its logits), and each choice's text is the one it gets alone. */
+TEST(server_n_choices_share_the_prompt) {
+    REQUIRE_SHARED(shared);
+    char *model = path_join(shared, "models/stories260K.gguf");
+    test_server s;
+    bool started = server_start(&s, model, "-np 3 -c 1024 -t 1 -b 8");
+    free(model);
+    CHECK(started);
+    if (!started) return;
+    /* a prompt read 8 tokens per step: the choices arrive while the first still reads it */
+    char prompt[2048] = "", body[2400];
+    for (int i = 0; i < 12; i++) strcat(prompt, "The little dog ran to the park and saw a big red ball under a tree. ");
+    snprintf(body, sizeof body, "{\"prompt\": \"%s\", \"max_tokens\": 8, \"temperature\": 1, \"seed\": 21, \"n\": 3}",
+             prompt);
+    http_resp r;
+    CHECK(http_post(s.port, "/v1/completions", body, &r) && r.status == 200, "n=3: %s", r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    http_resp_free(&r);
+    int n_prompt = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens")->valueint;
+    long long total = metric_value(s.port, "quill_prompt_tokens_total"),
+              cached = metric_value(s.port, "quill_prompt_tokens_cached_total");
+    CHECK(total == 3LL * n_prompt, "prompt tokens %lld, prompt %d", total, n_prompt);
+    CHECK(cached == 2LL * (n_prompt - 1), "cached %lld of 3 x %d", cached, n_prompt);
+    /* choice 1 alone is the request with seed + 1 */
+    const char *t1 = str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 1), "text", NULL);
+    char alone[2400];
+    snprintf(alone, sizeof alone, "{\"prompt\": \"%s\", \"max_tokens\": 8, \"temperature\": 1, \"seed\": 22}", prompt);
+    CHECK(http_post(s.port, "/v1/completions", alone, &r) && r.status == 200, "alone: %s", r.body);
+    cJSON *a = cJSON_Parse(r.body);
+    const char *ta = str_of(cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0), "text", NULL);
+    CHECK(t1 && ta && !strcmp(t1, ta), "choice 1 [%s], alone [%s]", t1 ? t1 : "", ta ? ta : "");
+    http_resp_free(&r);
+    cJSON_Delete(a);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
