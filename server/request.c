@@ -258,8 +258,10 @@ static bool parse_fields(const cJSON *root, request_kind kind, const request_lim
     bool present;
     const double max_tok = lim->max_tokens > 0 ? (double)lim->max_tokens : (double)(1 << 30);
     r->max_tokens = -1;
-    /* max_completion_tokens is the newer name; it wins when both are given */
-    if (!get_number(root, "max_tokens", 1, max_tok, true, &d, &present, e)) return false;
+    if (kind == REQ_COMPLETION && !get_bool(root, "echo", &r->echo, e)) return false;
+    /* max_completion_tokens is the newer name; it wins when both are given. 0 only with echo: the
+     * prompt alone, scored (as evaluation harnesses ask) */
+    if (!get_number(root, "max_tokens", r->echo ? 0 : 1, max_tok, true, &d, &present, e)) return false;
     if (present) r->max_tokens = (long)d;
     if (!get_number(root, "max_completion_tokens", 1, max_tok, true, &d, &present, e)) return false;
     if (present) r->max_tokens = (long)d;
@@ -326,9 +328,6 @@ static bool parse_fields(const cJSON *root, request_kind kind, const request_lim
             r->logprobs = true;
             r->top_logprobs = (int)d;
         }
-        bool echo = false;
-        if (!get_bool(root, "echo", &echo, e)) return false;
-        if (echo) return api_fail(e, 400, "echo", "'echo' is not supported");
         if (!get_number(root, "best_of", 1, 1, true, &d, &present, e)) return false;
     }
     return true;

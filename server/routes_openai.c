@@ -31,6 +31,7 @@ struct gen {
     choice ch[MAX_CHOICES];
     char id[48];
     long long created;
+    char *echo_text;            /* completions with echo: the prompt, which the text starts with */
     stream_phase phase;         /* of a streamed reply */
 };
 
@@ -41,6 +42,7 @@ void gen_free(gen *g) {
         chat_tools_free(g->ch[i].tools);
     }
     request_free(&g->req);
+    free(g->echo_text);
     free(g);
 }
 
@@ -93,12 +95,24 @@ static cJSON *chat_logprobs(const quill_tokenizer *tok, const token_info *t, siz
 }
 
 /* Completions logprobs (the legacy shape): tokens, token_logprobs, top_logprobs, text_offset. */
-static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n, size_t offset0) {
+/* The legacy completions' logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, with
+ * the tokens of `t` appended from text offset *offset on; a token with n_top -1 (an echoed prompt's
+ * first) has null log-probabilities. `text_start`: the tokens begin a text whose first word lost
+ * the space the tokenizer put before it (an echoed prompt), which the offsets then skip. */
+static cJSON *completion_logprobs_new(void) {
     cJSON *lp = cJSON_CreateObject();
-    cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
-    cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+    cJSON_AddArrayToObject(lp, "tokens");
+    cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON_AddArrayToObject(lp, "text_offset");
+    return lp;
+}
+
+static void completion_logprobs_add(cJSON *lp, const quill_tokenizer *tok, const token_info *t, size_t n, size_t *offset,
+                                    bool text_start) {
+    cJSON *tokens = cJSON_GetObjectItem(lp, "tokens"), *lps = cJSON_GetObjectItem(lp, "token_logprobs");
+    cJSON *tops = cJSON_GetObjectItem(lp, "top_logprobs"), *offs = cJSON_GetObjectItem(lp, "text_offset");
     char piece[256];
-    size_t offset = offset0;
     for (size_t i = 0; i < n; i++) {
         int len = quill_token_to_bytes(tok, t[i].id, false, piece, sizeof piece);
         if (len < 0) len = 0;
@@ -106,9 +120,18 @@ static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *
         char *text = utf8_sanitize(piece, (size_t)len);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(text ? text : ""));
         free(text);
+        if (text_start && len > 0) {
+            if (piece[0] == ' ') len--;
+            text_start = false;
+        }
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        *offset += (size_t)len;
+        if (t[i].n_top < 0) {
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            continue;
+        }
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(t[i].logprob));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
-        offset += (size_t)len;
         cJSON *top = cJSON_CreateObject();
         for (int k = 0; k < t[i].n_top; k++) {
             int l2 = quill_token_to_bytes(tok, t[i].top_id[k], false, piece, sizeof piece);
@@ -120,7 +143,37 @@ static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *
         }
         cJSON_AddItemToArray(tops, top);
     }
+}
+
+static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n, size_t offset) {
+    cJSON *lp = completion_logprobs_new();
+    completion_logprobs_add(lp, tok, t, n, &offset, false);
     return lp;
+}
+
+/* The text of tokens as the model writes them (invalid UTF-8 as U+FFFD); malloc'd. */
+static char *tokens_text(const quill_tokenizer *tok, const int32_t *ids, size_t n) {
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap), piece[256];
+    for (size_t i = 0; out && i < n; i++) {
+        int k = quill_token_to_bytes(tok, ids[i], false, piece, sizeof piece);
+        if (k < 0) k = 0;
+        if ((size_t)k > sizeof piece) k = sizeof piece;
+        if (len + (size_t)k + 1 > cap) {
+            char *grown = realloc(out, (cap = (len + (size_t)k + 1) * 2));
+            if (!grown) {
+                free(out);
+                return NULL;
+            }
+            out = grown;
+        }
+        memcpy(out + len, piece, (size_t)k);
+        len += (size_t)k;
+    }
+    if (!out) return NULL;
+    char *text = utf8_sanitize(out, len);
+    free(out);
+    return text;
 }
 
 /* Under the scheduler's mutex. */
@@ -246,6 +299,12 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         gen_free(g);
         return NULL;
     }
+    if (q->echo && !(g->echo_text = q->prompt ? strdup(q->prompt) : tokens_text(s->tok, ids, n))) {
+        free(ids);
+        api_fail(err_out, 500, NULL, "out of memory");
+        gen_free(g);
+        return NULL;
+    }
     /* a required or named tool_choice: the reply is a call by construction (the syntax's grammar) */
     const char *grammar = q->grammar, *grammar_param = q->grammar_param;
     char *tool_grammar = NULL;
@@ -300,6 +359,17 @@ gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len,
         j->stop = q->stop;
         j->n_stop = q->n_stop;
         j->want_logprobs = q->logprobs;
+        j->prompt_logprobs = q->echo && q->logprobs;
+        if (j->prompt_logprobs && n && (j->prompt_info = calloc(n, sizeof *j->prompt_info))) {
+            j->prompt_info[0].id = ids[0];
+            j->prompt_info[0].n_top = -1;   /* nothing before the first token predicts it */
+        }
+        if (j->prompt_logprobs && n && !j->prompt_info) {
+            api_fail(err_out, 500, NULL, "out of memory");
+            cancel_all(g);
+            gen_free(g);
+            return NULL;
+        }
         j->top_logprobs = q->top_logprobs;
         j->ignore_eos = q->ignore_eos;
         j->render_special = g->ch[i].tools && chat_tools_render_special(g->ch[i].tools);
@@ -399,12 +469,30 @@ static int reply_whole(http_request *r, gen *g) {
             cJSON_AddStringToObject(msg, "role", "assistant");
             chat_tools_message(g->ch[i].tools, j->text, j->text_len, msg, &finish_reason);
         } else {
-            cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
+            size_t echo_len = g->echo_text ? strlen(g->echo_text) : 0;
+            char *text = malloc(echo_len + j->text_len + 1);
+            if (text) {
+                memcpy(text, g->echo_text, echo_len);
+                memcpy(text + echo_len, j->text ? j->text : "", j->text_len);
+                text[echo_len + j->text_len] = 0;
+            }
+            cJSON_AddStringToObject(c, "text", text ? text : "");
+            free(text);
         }
-        if (j->want_logprobs)
-            cJSON_AddItemToObject(c, "logprobs", chat ? chat_logprobs(s->tok, j->tokens, j->n_tokens)
-                                                      : completion_logprobs(s->tok, j->tokens, j->n_tokens, 0));
-        else cJSON_AddNullToObject(c, "logprobs");
+        if (j->want_logprobs && chat) {
+            cJSON_AddItemToObject(c, "logprobs", chat_logprobs(s->tok, j->tokens, j->n_tokens));
+        } else if (j->want_logprobs) {
+            cJSON *lp = completion_logprobs_new();
+            size_t offset = 0;
+            if (j->prompt_info) {
+                completion_logprobs_add(lp, s->tok, j->prompt_info, (size_t)j->n_prompt, &offset, g->echo_text[0] != ' ');
+                offset = strlen(g->echo_text);   /* the echoed prompt as given, before the reply */
+            }
+            completion_logprobs_add(lp, s->tok, j->tokens, j->n_tokens, &offset, false);
+            cJSON_AddItemToObject(c, "logprobs", lp);
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
         cJSON_AddStringToObject(c, "finish_reason", finish_reason);
         cJSON_AddItemToArray(choices, c);
     }
@@ -470,7 +558,8 @@ static bool produce_choice(gen *g, int index) {
         cJSON_AddStringToObject(c, "text", piece);
         free(piece);
         if (j->want_logprobs && new_tokens)
-            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(tok, j->tokens + ch->tokens_sent, new_tokens, ch->text_sent));
+            cJSON_AddItemToObject(c, "logprobs", completion_logprobs(tok, j->tokens + ch->tokens_sent, new_tokens,
+                                                                     ch->text_sent + (g->echo_text ? strlen(g->echo_text) : 0)));
         else cJSON_AddNullToObject(c, "logprobs");
         cJSON_AddNullToObject(c, "finish_reason");
         out_event(g, o);
@@ -498,6 +587,28 @@ static bool produce(sse_stream *s) {
     gen *g = (gen *)s;
     const bool chat = g->req.kind == REQ_CHAT;
     cJSON *c;
+    if (g->phase == PHASE_ROLE && g->echo_text) {
+        /* the echoed prompt comes first, once it is evaluated (its log-probabilities with it) */
+        for (int i = 0; i < g->n; i++)
+            if (!g->ch[i].job->done && g->ch[i].job->t_first == 0) return false;
+        for (int i = 0; i < g->n; i++) {
+            const job *j = g->ch[i].job;
+            cJSON *o = chunk(g, i, &c);
+            cJSON_AddStringToObject(c, "text", g->echo_text);
+            if (j->prompt_info) {
+                cJSON *lp = completion_logprobs_new();
+                size_t offset = 0;
+                completion_logprobs_add(lp, g->srv->tok, j->prompt_info, (size_t)j->n_prompt, &offset, g->echo_text[0] != ' ');
+                cJSON_AddItemToObject(c, "logprobs", lp);
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+            cJSON_AddNullToObject(c, "finish_reason");
+            out_event(g, o);
+        }
+        g->phase = PHASE_CONTENT;
+        return true;
+    }
     if (g->phase == PHASE_ROLE) {
         for (int i = 0; chat && i < g->n; i++) {
             cJSON *o = chunk(g, i, &c);

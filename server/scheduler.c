@@ -25,6 +25,10 @@
 #include <string.h>
 #include <time.h>
 
+/* Rows of prompt logits a step computes for echo requests with logprobs (their prompts then move on
+ * ECHO_ROWS tokens a step): the logits buffer holds a row per slot plus these. */
+enum { ECHO_ROWS = 16 };
+
 typedef struct slot {
     int id;                     /* also its sequence id in the context */
     job *job;                   /* NULL when idle */
@@ -55,10 +59,11 @@ struct scheduler {
     pthread_t thread;
     bool thread_started;
 
-    /* the step's batch: tokens, and for each row of logits its slot */
+    /* the step's batch: tokens, and for each row of logits its slot and the prompt position it
+     * follows (-1: a generated token's) */
     int32_t *b_tok, *b_seq, *b_pos;
     bool *b_want;
-    int *row_slot;
+    int *row_slot, *row_pos;
     float *logits, *raw;
 
     scheduler_stats st;
@@ -86,6 +91,7 @@ static void job_free(job *j) {
     free(j->prompt);
     free(j->text);
     free(j->tokens);
+    free(j->prompt_info);
     quill_grammar_free(j->grammar);
     free(j);
 }
@@ -178,6 +184,7 @@ static bool slot_assign(scheduler *s, job *j) {
     }
     int keep = best_len;
     quill_error err;
+    if (j->prompt_logprobs) keep = 0, donor = NULL;   /* every position's logits are wanted */
     if (donor && quill_seq_copy_prefix(s->ctx, donor->id, best->id, donor_len, &err) == QUILL_OK) {
         memcpy(best->cache, donor->cache, (size_t)donor_len * sizeof *best->cache);
         best->n_cache = donor_len;
@@ -247,6 +254,10 @@ static void fill_logprobs(const float *raw, int n_vocab, int top, int32_t chosen
 static void slot_next(scheduler *s, slot *sl, float *logits) {
     job *j = sl->job;
     if (j->n_generated == 0) j->t_first = now_ms();
+    if (j->max_tokens == 0) {   /* the prompt alone (echo) */
+        slot_finish(s, sl, "length", 0, NULL);
+        return;
+    }
     if (j->ignore_eos)
         for (int i = 0; i < s->n_eog; i++) logits[s->eog[i]] = -INFINITY;
     if (j->want_logprobs) memcpy(s->raw, logits, (size_t)s->n_vocab * sizeof *logits);
@@ -325,12 +336,14 @@ static void *engine(void *arg) {
             s->b_seq[n] = sl->id;
             s->b_pos[n] = sl->n_cache;
             s->b_want[n] = true;
+            s->row_pos[rows] = -1;
             s->row_slot[rows++] = i;
             n++;
         }
         const int n_gen = n;
         int budget = s->p.n_batch - n;
         if (budget < 8) budget = 8;   /* prompts always move on */
+        int echo_rows = ECHO_ROWS;    /* rows of prompt logits (echo) this step */
         for (;;) {
             slot *next = NULL;
             for (int i = 0; i < s->p.n_slots; i++) {
@@ -344,13 +357,19 @@ static void *engine(void *arg) {
             const job *j = next->job;
             int take = j->n_prompt - next->n_cache;
             if (take > budget) take = budget;
+            if (j->prompt_logprobs && take > echo_rows) take = echo_rows;
+            if (take == 0) break;
+            if (j->prompt_logprobs) echo_rows -= take;
             for (int k = 0; k < take; k++) {
                 int pos = next->n_cache + k;
                 s->b_tok[n] = j->prompt[pos];
                 s->b_seq[n] = next->id;
                 s->b_pos[n] = pos;
-                s->b_want[n] = pos == j->n_prompt - 1;
-                if (s->b_want[n]) s->row_slot[rows++] = next->id;
+                s->b_want[n] = pos == j->n_prompt - 1 || j->prompt_logprobs;
+                if (s->b_want[n]) {
+                    s->row_pos[rows] = pos;
+                    s->row_slot[rows++] = next->id;
+                }
                 n++;
             }
             budget -= take;
@@ -382,7 +401,15 @@ static void *engine(void *arg) {
         }
         for (int r = 0; r < rows; r++) {
             slot *sl = &s->slots[s->row_slot[r]];
-            if (sl->job && !sl->job->cancelled) slot_next(s, sl, s->logits + (size_t)r * s->n_vocab);
+            job *j = sl->job;
+            if (!j || j->cancelled) continue;
+            float *row = s->logits + (size_t)r * s->n_vocab;
+            const int pos = s->row_pos[r];
+            if (pos >= 0 && pos < j->n_prompt - 1) {
+                fill_logprobs(row, s->n_vocab, j->top_logprobs, j->prompt[pos + 1], &j->prompt_info[pos + 1]);
+                continue;
+            }
+            slot_next(s, sl, row);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -420,10 +447,11 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
     s->b_pos = malloc(nb * sizeof *s->b_pos);
     s->b_want = malloc(nb * sizeof *s->b_want);
     s->row_slot = malloc(nb * sizeof *s->row_slot);
-    s->logits = malloc((size_t)(p->n_slots + 1) * (size_t)s->n_vocab * sizeof *s->logits);
+    s->row_pos = malloc(nb * sizeof *s->row_pos);
+    s->logits = malloc((size_t)(p->n_slots + 1 + ECHO_ROWS) * (size_t)s->n_vocab * sizeof *s->logits);
     s->raw = malloc((size_t)s->n_vocab * sizeof *s->raw);
     s->eog = malloc((size_t)s->n_vocab * sizeof *s->eog);
-    bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_want && s->row_slot && s->logits &&
+    bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_want && s->row_slot && s->row_pos && s->logits &&
               s->raw && s->eog;
     for (int i = 0; ok && i < p->n_slots; i++) {
         s->slots[i].id = i;
@@ -470,6 +498,7 @@ void scheduler_free(scheduler *s) {
     free(s->b_pos);
     free(s->b_want);
     free(s->row_slot);
+    free(s->row_pos);
     free(s->logits);
     free(s->raw);
     free(s->eog);

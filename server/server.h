@@ -81,6 +81,8 @@ typedef struct gen_request {
     int n;                          /* choices (0 or 1: one) */
     bool logprobs;
     int top_logprobs;
+    bool echo;                      /* completions: the reply's text starts with the prompt (with
+                                     * logprobs, the prompt tokens' log-probabilities too) */
     /* Constrained decoding: GBNF text from 'grammar', or converted from 'response_format' (a
      * json_schema or json_object) or llama-server's 'json_schema'; grammar_param names the field. */
     char *grammar;
@@ -116,6 +118,8 @@ typedef struct job {
     char **stop;                /* borrowed from the request, which outlives the job's use of it */
     int n_stop;
     bool want_logprobs, ignore_eos;
+    bool prompt_logprobs;       /* also of the prompt's tokens (echo): its whole prompt is evaluated,
+                                 * no cached prefix reused */
     bool render_special;        /* special tokens go into the text (the reply's parse needs them) */
     int top_logprobs;
     quill_grammar *grammar;     /* owned; NULL: unconstrained */
@@ -133,6 +137,8 @@ typedef struct job {
                                  * still begin in it) */
     size_t text_len, text_cap, ready;
     token_info *tokens;         /* when want_logprobs */
+    token_info *prompt_info;    /* [n_prompt] when prompt_logprobs: token i's from position i - 1
+                                 * (the first has none: n_top -1); allocated before submission */
     size_t n_tokens, tokens_cap;
     int n_generated, n_cached, slot;
     double t_start, t_first, t_end;   /* started in a slot, first token, finished (ms) */
