@@ -472,8 +472,8 @@ static int reply_whole(http_request *r, gen *g) {
             size_t echo_len = g->echo_text ? strlen(g->echo_text) : 0;
             char *text = malloc(echo_len + j->text_len + 1);
             if (text) {
-                memcpy(text, g->echo_text, echo_len);
-                memcpy(text + echo_len, j->text ? j->text : "", j->text_len);
+                if (echo_len) memcpy(text, g->echo_text, echo_len);
+                if (j->text_len) memcpy(text + echo_len, j->text, j->text_len);
                 text[echo_len + j->text_len] = 0;
             }
             cJSON_AddStringToObject(c, "text", text ? text : "");
