@@ -70,8 +70,8 @@ static void add_token_text(cJSON *o, const char *key, const char *piece, int len
 }
 
 /* Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]} */
-static cJSON *chat_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n) {
-    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
+cJSON *logprobs_array(const quill_tokenizer *tok, const token_info *t, size_t n) {
+    cJSON *content = cJSON_CreateArray();
     char piece[256];
     int len;
     for (size_t i = 0; i < n; i++) {
@@ -91,10 +91,15 @@ static cJSON *chat_logprobs(const quill_tokenizer *tok, const token_info *t, siz
         }
         cJSON_AddItemToArray(content, e);
     }
+    return content;
+}
+
+static cJSON *chat_logprobs(const quill_tokenizer *tok, const token_info *t, size_t n) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON_AddItemToObject(lp, "content", logprobs_array(tok, t, n));
     return lp;
 }
 
-/* Completions logprobs (the legacy shape): tokens, token_logprobs, top_logprobs, text_offset. */
 /* The legacy completions' logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, with
  * the tokens of `t` appended from text offset *offset on; a token with n_top -1 (an echoed prompt's
  * first) has null log-probabilities. `text_start`: the tokens begin a text whose first word lost
@@ -430,6 +435,7 @@ job *gen_job(gen *g) { return g->ch[0].job; }
 chat_tools *gen_tools(gen *g) { return g->ch[0].tools; }
 const char *gen_id(const gen *g) { return g->id; }
 const gen_request *gen_req(const gen *g) { return &g->req; }
+server *gen_server(const gen *g) { return g->srv; }
 
 /* Usage over the choices: the prompt once, every choice's completion. Under the scheduler's mutex. */
 static cJSON *usage_all(const gen *g) {

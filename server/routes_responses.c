@@ -113,15 +113,25 @@ static cJSON *reasoning_item(const gen *g, const char *text) {
     return it;
 }
 
-static cJSON *text_part(const char *text) {
+/* The log-probabilities of the reply's tokens from `from` on, when the request asked (else none).
+ * Under the scheduler's mutex. */
+static cJSON *reply_logprobs(gen *g, size_t from) {
+    const job *j = gen_job(g);
+    if (!gen_req(g)->logprobs || from >= j->n_tokens) return cJSON_CreateArray();
+    return logprobs_array(gen_server(g)->tok, j->tokens + from, j->n_tokens - from);
+}
+
+/* `final`: the part's text is whole, and its log-probabilities are those of every token. */
+static cJSON *text_part(gen *g, const char *text, bool final) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "type", "output_text");
     cJSON_AddStringToObject(p, "text", text);
     cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddItemToObject(p, "logprobs", final ? reply_logprobs(g, 0) : cJSON_CreateArray());
     return p;
 }
 
-static cJSON *message_item(const gen *g, const char *text, const char *status) {
+static cJSON *message_item(gen *g, const char *text, const char *status) {
     char id[64];
     item_id(g, "msg", 1, id, sizeof id);
     cJSON *it = cJSON_CreateObject();
@@ -130,7 +140,7 @@ static cJSON *message_item(const gen *g, const char *text, const char *status) {
     cJSON_AddStringToObject(it, "status", status);
     cJSON_AddStringToObject(it, "role", "assistant");
     cJSON *content = cJSON_AddArrayToObject(it, "content");
-    if (text) cJSON_AddItemToArray(content, text_part(text));
+    if (text) cJSON_AddItemToArray(content, text_part(g, text, true));
     return it;
 }
 
@@ -229,6 +239,7 @@ typedef struct rstream {
     size_t acc_len;
     char item_id[64], call_id[40], call_name[300];
     reply_reader reply;
+    size_t tokens_sent;         /* tokens whose log-probabilities a delta carried */
 } rstream;
 
 static void emit(rstream *a, const char *type, cJSON *o) {
@@ -269,11 +280,11 @@ static void close_item(rstream *a) {
         o = at_item(a);
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddStringToObject(o, "text", text);
-        cJSON_AddArrayToObject(o, "logprobs");
+        cJSON_AddItemToObject(o, "logprobs", reply_logprobs(a->base.g, 0));
         emit(a, "response.output_text.done", o);
         o = at_item(a);
         cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddItemToObject(o, "part", text_part(text));
+        cJSON_AddItemToObject(o, "part", text_part(a->base.g, text, true));
         emit(a, "response.content_part.done", o);
         item = message_item(a->base.g, text, "completed");
         break;
@@ -307,7 +318,7 @@ static void open_item(rstream *a, item_kind kind, cJSON *item) {
     if (kind == ITEM_MESSAGE) {
         o = at_item(a);
         cJSON_AddNumberToObject(o, "content_index", 0);
-        cJSON_AddItemToObject(o, "part", text_part(""));
+        cJSON_AddItemToObject(o, "part", text_part(a->base.g, "", false));
         emit(a, "response.content_part.added", o);
     }
 }
@@ -333,7 +344,8 @@ static void translate_delta(void *self, const cJSON *delta) {
         cJSON *o = at_item(a);
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddStringToObject(o, "delta", content->valuestring);
-        cJSON_AddArrayToObject(o, "logprobs");
+        cJSON_AddItemToObject(o, "logprobs", reply_logprobs(a->base.g, a->tokens_sent));
+        a->tokens_sent = gen_job(a->base.g)->n_tokens;
         emit(a, "response.output_text.delta", o);
         acc_add(a, content->valuestring);
     }

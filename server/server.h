@@ -329,9 +329,13 @@ void gen_free(gen *g);
  * reading the job); false when the client went away or the server stops (the job is cancelled). */
 bool gen_wait(gen *g);
 job *gen_job(gen *g);
+/* Tokens' log-probabilities as chat and the Responses API give them: [{"token", "logprob", "bytes",
+ * "top_logprobs": [...]}, ...]. */
+cJSON *logprobs_array(const quill_tokenizer *tok, const token_info *t, size_t n);
 chat_tools *gen_tools(gen *g);
 const char *gen_id(const gen *g);
 const gen_request *gen_req(const gen *g);
+server *gen_server(const gen *g);
 
 /* ---------------------------------------------------------------- streamed replies (sse.c) */
 

@@ -393,6 +393,21 @@ bool responses_to_chat(const char *body, size_t len, stored_conversation_fn stor
         if (!cJSON_IsBool(v)) ok = api_fail(e, 400, "store", "'store' must be true or false");
         q->store = cJSON_IsTrue(v);
     }
+    /* log-probabilities of the output text: include "message.output_text.logprobs" (or top_logprobs);
+     * other include values name data quill does not keep (encrypted reasoning...) and are ignored */
+    const cJSON *include = cJSON_GetObjectItemCaseSensitive(in, "include");
+    if (ok && include && !cJSON_IsNull(include) && !cJSON_IsArray(include))
+        ok = api_fail(e, 400, "include", "'include' must be an array of strings");
+    bool logprobs = false;
+    const cJSON *includes = cJSON_IsArray(include) ? include : NULL;
+    cJSON_ArrayForEach(v, includes)
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "message.output_text.logprobs")) logprobs = true;
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "top_logprobs")) && !cJSON_IsNull(v)) {
+        cJSON_AddItemToObject(out, "top_logprobs", cJSON_Duplicate(v, true));
+        cJSON_AddItemToObject(q->echo, "top_logprobs", cJSON_Duplicate(v, true));
+        logprobs = true;
+    }
+    if (logprobs) cJSON_AddTrueToObject(out, "logprobs");
     const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(in, "reasoning");
     const cJSON *effort = cJSON_GetObjectItemCaseSensitive(reasoning, "effort");
     if (cJSON_IsString(effort)) cJSON_AddStringToObject(out, "reasoning_effort", effort->valuestring);

@@ -1,6 +1,7 @@
-/* /v1/completions with echo: the reply's text starts with the prompt, and with logprobs the
- * prompt's tokens carry the log-probability the model gives each after the ones before it (what
- * evaluation harnesses read, with max_tokens 0), equal to the library's own logits. */
+/* Log-probabilities beyond chat: /v1/completions with echo (the reply's text starts with the prompt,
+ * and with logprobs the prompt's tokens carry the log-probability the model gives each after the
+ * ones before it, what evaluation harnesses read with max_tokens 0, equal to the library's own
+ * logits), and the Responses API's output_text logprobs, whole and streamed. */
 #include "server_util.h"
 #include "test.h"
 
@@ -115,5 +116,64 @@ TEST(server_completions_echo) {
     /* max_tokens 0 needs echo */
     snprintf(body, sizeof body, "{\"prompt\": \"%s\", \"max_tokens\": 0}", prompt);
     cJSON_Delete(post_json(s.port, body, 400));
+    CHECK_EQ_INT(server_stop(&s), 0);
+}
+
+static int count_logprobs_in_events(const char *body, const char *event) {
+    int total = 0;
+    char key[96];
+    snprintf(key, sizeof key, "event: %s\ndata: ", event);
+    for (const char *p = strstr(body, key); p; p = strstr(p + 1, key)) {
+        const char *data = p + strlen(key), *end = strstr(data, "\n\n");
+        char *one = strndup(data, end ? (size_t)(end - data) : strlen(data));
+        cJSON *e = cJSON_Parse(one);
+        free(one);
+        total += cJSON_GetArraySize(cJSON_GetObjectItem(e, "logprobs"));
+        cJSON_Delete(e);
+    }
+    return total;
+}
+
+TEST(server_responses_logprobs) {
+    REQUIRE_SHARED(shared);
+    char *model_path = path_join(shared, "models/stories260K.gguf");
+    test_server s;
+    bool started = server_start(&s, model_path, "-np 1 -c 512 -t 1");
+    free(model_path);
+    CHECK(started);
+    if (!started) return;
+    const char *body = "{\"input\": \"Tell me a story\", \"max_output_tokens\": 6, \"temperature\": 0, "
+                       "\"include\": [\"message.output_text.logprobs\", \"reasoning.encrypted_content\"], \"top_logprobs\": 2}";
+    http_resp r;
+    CHECK(http_post(s.port, "/v1/responses", body, &r) && r.status == 200, "responses: %d %s", r.status, r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    http_resp_free(&r);
+    const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "output"), 0), "content"), 0);
+    const cJSON *lps = cJSON_GetObjectItem(part, "logprobs");
+    int out_tokens = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "output_tokens")->valueint;
+    CHECK(out_tokens == 6 && cJSON_GetArraySize(lps) == out_tokens, "%d logprobs for %d tokens", cJSON_GetArraySize(lps),
+          out_tokens);
+    const cJSON *first = cJSON_GetArrayItem(lps, 0);
+    double lp = cJSON_GetObjectItem(first, "logprob")->valuedouble;
+    const cJSON *top = cJSON_GetObjectItem(first, "top_logprobs");
+    /* greedy: the token drawn is the most likely one */
+    CHECK(lp <= 0 && cJSON_GetArraySize(top) == 2 && cJSON_GetObjectItem(cJSON_GetArrayItem(top, 0), "logprob")->valuedouble == lp,
+          "first token logprob %f", lp);
+    cJSON_Delete(o);
+    /* streamed: the deltas carry every token once, the done event all of them */
+    const char *streamed = "{\"input\": \"Tell me a story\", \"max_output_tokens\": 6, \"temperature\": 0, "
+                           "\"include\": [\"message.output_text.logprobs\"], \"stream\": true}";
+    CHECK(http_post(s.port, "/v1/responses", streamed, &r) && r.status == 200, "stream: %d", r.status);
+    CHECK_EQ_INT(count_logprobs_in_events(r.body, "response.output_text.delta"), 6);
+    CHECK_EQ_INT(count_logprobs_in_events(r.body, "response.output_text.done"), 6);
+    http_resp_free(&r);
+    /* without include: none; a malformed include: a 400 naming it */
+    CHECK(http_post(s.port, "/v1/responses", "{\"input\": \"Hi\", \"max_output_tokens\": 2}", &r) && r.status == 200, "plain");
+    CHECK(strstr(r.body, "\"logprobs\":[]") != NULL, "logprobs without include: %s", r.body);
+    http_resp_free(&r);
+    CHECK(http_post(s.port, "/v1/responses", "{\"input\": \"Hi\", \"include\": \"message.output_text.logprobs\"}", &r) &&
+              r.status == 400, "include as a string: %d", r.status);
+    CHECK_STR_CONTAINS(r.body, "'include' must be an array");
+    http_resp_free(&r);
     CHECK_EQ_INT(server_stop(&s), 0);
 }
