@@ -184,3 +184,134 @@ TEST(tokenizer_matches_reference_tool) {
     CHECK_EQ_INT(bad, 0);
     CHECK(compared > 0, "no vocabulary found in ../shared/tokenizer");
 }
+
+/* Gemma 4's tokenizer model (gemma4: BPE over SentencePiece-style text) against llama-tokenize. No
+ * published vocabulary is at hand, so one is made from stories260K's: its tokens, scores and types
+ * (its <0xXX> byte tokens), "\n" and "\n\n" added, and a merge for each token of two or more
+ * characters at its first split into two tokens (and "\n \n"). Random texts as above, then the
+ * decoding of a clean text back to itself. */
+static bool gemma4_vocab(const char *src, const char *dst) {
+    quill_gguf *g = NULL;
+    quill_error err;
+    if (quill_gguf_open(src, &g, &err)) return false;
+    quill_gguf_value tokens, scores, types;
+    bool ok = !quill_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens, &err) &&
+              !quill_gguf_get_arr(g, "tokenizer.ggml.scores", &scores, &err) &&
+              !quill_gguf_get_arr(g, "tokenizer.ggml.token_type", &types, &err) && tokens.count < 4000;
+    const size_t n = ok ? (size_t)tokens.count : 0, total = n + 2;
+    char **text = calloc(total, sizeof *text), **merges = calloc(total + 1, sizeof *merges);
+    size_t *len = calloc(total, sizeof *len);
+    float *score = calloc(total, sizeof *score);
+    int32_t *type = calloc(total, sizeof *type);
+    ok = ok && text && merges && len && score && type;
+    uint64_t ct = 0, cs = 0, cy = 0;
+    quill_gguf_value e;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = quill_gguf_array_next(&tokens, &ct, &e);
+        text[i] = ok ? strndup((const char *)e.data, (size_t)e.count) : NULL;
+        len[i] = ok ? (size_t)e.count : 0;
+        double v;
+        int64_t y;
+        ok = ok && text[i] && quill_gguf_array_next(&scores, &cs, &e) && quill_gguf_value_f64(&e, &v) &&
+             quill_gguf_array_next(&types, &cy, &e) && quill_gguf_value_i64(&e, &y);
+        score[i] = ok ? (float)v : 0;
+        type[i] = ok ? (int32_t)y : 0;
+    }
+    if (ok) {
+        text[n] = strdup("\n"), len[n] = 1, type[n] = 1;
+        text[n + 1] = strdup("\n\n"), len[n + 1] = 2, type[n + 1] = 1;
+    }
+    size_t n_merges = 0;
+    for (size_t i = 0; ok && i < total; i++) {
+        if (type[i] != 1) continue;
+        for (size_t k = 1; k < len[i]; k++) {
+            if (((unsigned char)text[i][k] & 0xC0) == 0x80) continue; /* inside a character */
+            bool left = false, right = false;
+            for (size_t j = 0; j < total; j++) {
+                left |= len[j] == k && !memcmp(text[j], text[i], k);
+                right |= len[j] == len[i] - k && !memcmp(text[j], text[i] + k, len[i] - k);
+            }
+            if (left && right) {
+                merges[n_merges] = malloc(len[i] + 2);
+                memcpy(merges[n_merges], text[i], k);
+                merges[n_merges][k] = ' ';
+                memcpy(merges[n_merges] + k + 1, text[i] + k, len[i] - k + 1);
+                n_merges++;
+                break;
+            }
+        }
+    }
+    quill_gguf_writer *w = ok ? quill_gguf_writer_new() : NULL;
+    ok = w && !quill_gguf_writer_add_str(w, "general.architecture", "gemma4", 6) &&
+         !quill_gguf_writer_add_str(w, "tokenizer.ggml.model", "gemma4", 6) &&
+         !quill_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)text, len, total) &&
+         !quill_gguf_writer_add_arr(w, "tokenizer.ggml.scores", QUILL_GGUF_FLOAT32, score, total) &&
+         !quill_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", QUILL_GGUF_INT32, type, total) &&
+         !quill_gguf_writer_add_str_arr(w, "tokenizer.ggml.merges", (const char *const *)merges, NULL, n_merges) &&
+         !quill_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1) &&
+         !quill_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2) &&
+         !quill_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", false) &&
+         !quill_gguf_writer_write(w, dst, &err);
+    quill_gguf_writer_free(w);
+    for (size_t i = 0; text && i < total; i++) free(text[i]);
+    for (size_t i = 0; merges && i < n_merges; i++) free(merges[i]);
+    free(text), free(merges), free(len), free(score), free(type);
+    quill_gguf_close(g);
+    return ok && n_merges > 100;
+}
+
+TEST(tokenizer_gemma4_matches_reference_tool) {
+    REQUIRE_SHARED(dir);
+#if !defined(__x86_64__)
+    test_skip("the reference's tools in ../shared/ref are built for x86-64");
+    return;
+#endif
+    char *src = path_join(dir, "models/stories260K.gguf"), *rel = path_join(dir, "ref/bin/llama-tokenize");
+    char *tool = realpath(rel, NULL), *vocab = path_join(tmp_dir(), "gemma4-vocab.gguf");
+    CHECK(tool && gemma4_vocab(src, vocab), "cannot make the gemma4 vocabulary from %s (or no llama-tokenize)", src);
+    quill_gguf *g = NULL;
+    quill_tokenizer *t = NULL;
+    quill_error err = {0};
+    CHECK(!quill_gguf_open(vocab, &g, &err) && !quill_tokenizer_load(g, &t, &err), "%s", err.message);
+    CHECK(!t || quill_tokenizer_add_bos(t), "gemma4 always adds BOS");
+    uint64_t rng = 0x6e6d6134ull;
+    for (int round = 0; t && round < 4; round++) {
+        static char text[6000];
+        size_t n = make_text(&rng, text, sizeof text);
+        char *tp = path_join(tmp_dir(), "gemma4-text.bin"), cmd[2048], *out = NULL;
+        FILE *f = fopen(tp, "wb");
+        CHECK(f && fwrite(text, 1, n, f) == n && fclose(f) == 0, "cannot write %s", tp);
+        snprintf(cmd, sizeof cmd, "'%s' -m '%s' -bf '%s' --ids --no-bos --no-parse-special --no-escape --log-disable 2>/dev/null",
+                 tool, vocab, tp);
+        run_cmd(cmd, &out, false);
+        int32_t *want = NULL, *got = NULL;
+        size_t n_got = 0;
+        const int n_want = out ? parse_ids(out, &want) : -1;
+        CHECK(n_want > 0, "llama-tokenize gave no ids: %.200s", out ? out : "");
+        CHECK(!quill_tokenize(t, text, n, false, false, &got, &n_got, &err), "%s", err.message);
+        size_t i = 0;
+        while (i < n_got && i < (size_t)n_want && got[i] == want[i]) i++;
+        CHECK(n_want > 0 && i == n_got && i == (size_t)n_want,
+              "round %d: %zu tokens, reference %d; first difference at token %zu (ours %d, reference %d)", round, n_got,
+              n_want, i, i < n_got ? got[i] : -1, n_want > 0 && i < (size_t)n_want ? want[i] : -1);
+        free(want), free(got), free(out), free(tp);
+    }
+    const char clean[] = "Once upon a time,  there was\n\n\na little dog \xf0\x9f\x90\xb6 named Tom.\n";
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (t && !quill_tokenize(t, clean, sizeof clean - 1, false, false, &ids, &n_ids, &err)) {
+        char back[256] = "";
+        size_t at = 0;
+        for (size_t i = 0; i < n_ids; i++) {
+            const int k = quill_token_to_bytes(t, ids[i], false, back + at, sizeof back - 1 - at);
+            at += k > 0 ? (size_t)k : 0;
+        }
+        back[at] = 0;
+        CHECK(!strcmp(back, clean), "the clean text decodes to \"%s\"", back);
+    }
+    free(ids);
+    quill_tokenizer_free(t);
+    quill_gguf_close(g);
+    remove(vocab);
+    free(src), free(rel), free(tool), free(vocab);
+}

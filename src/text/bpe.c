@@ -101,6 +101,8 @@ static const char *const x_seed_coder[] = {
 static const char *const x_ufakzeka[] = {
     "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", NULL};
 static const char *const x_laguna[] = {"[^\\n]+|[\\n]+", RX_QWEN2, NULL};
+/* Gemma 4's SentencePiece-style BPE: lines and runs of newlines, merged whole */
+static const char *const x_gemma4[] = {"[^\\n]+|[\\n]+", NULL};
 static const char *const x_exaone_moe[] = {
     CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|"
     "\\s*[\\r\\n]|\\s+(?!\\S)|\\s+", NULL};
@@ -145,6 +147,9 @@ static const pre_spec pre_specs[] = {
     {"minicpm5", x_minicpm5, PRE_IGNORE_MERGES},
 };
 
+/* (not chosen by tokenizer.ggml.pre: by the tokenizer model, gemma4) */
+static const pre_spec gemma4_spec = {"gemma4", x_gemma4, PRE_ADD_BOS};
+
 static bool name_in(const char *list, const char *s, size_t n) {
     for (const char *p = list;;) {
         const char *bar = strchr(p, '|');
@@ -168,6 +173,8 @@ struct bpe_model {
     int n_exprs;
     bool need_collapse;
     bool ignore_merges;
+    bool spm_style;         /* Gemma 4: spaces are U+2581, pieces merge over their raw UTF-8, unknown bytes
+                             * are <0xXX> tokens, a piece of newlines that is a token stays whole */
     pcre2_code *classify;   /* UTF + UCP: runs of one category, for the collapsed text */
     /* merges: "left right" strings, an open-addressing hash over them, and each one's rank */
     char *merge_text;
@@ -479,11 +486,13 @@ void bpe_free(bpe_model *b) {
 
 const char *bpe_pre_name(const bpe_model *b) { return b ? b->pre : NULL; }
 
-quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err) {
+quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, bool spm_style, quill_error *err) {
     const char *path = quill_gguf_path(g) ? quill_gguf_path(g) : "(gguf)";
     const char *pre = "default";
     size_t pre_len = 7;
-    quill_status s = quill_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len, err);
+    /* (the reference's gemma4 tokenizer model always takes its own pre-tokenizer) */
+    quill_status s = spm_style ? QUILL_OK : quill_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len, err);
+    if (spm_style) pre = "gemma4", pre_len = 6;
     if (s && s != QUILL_E_NOT_FOUND) return s;
     if (s == QUILL_E_NOT_FOUND || pre_len == 0) {
         quill_log(QUILL_LOG_WARN, "%s: tokenizer.ggml.pre is missing; using the 'default' pre-tokenizer, as the "
@@ -491,7 +500,10 @@ quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err)
         pre = "default";
         pre_len = 7;
     }
-    const pre_spec *spec = NULL;
+    /* (the gemma4 pre-tokenizer also in a gpt2 vocabulary, as the reference maps these names) */
+    spm_style = spm_style || name_in("gemma4|granite-embed-multi-311m", pre, pre_len);
+    t->spm_text = spm_style;
+    const pre_spec *spec = spm_style ? &gemma4_spec : NULL;
     for (size_t i = 0; i < sizeof pre_specs / sizeof pre_specs[0] && !spec; i++)
         if (name_in(pre_specs[i].names, pre, pre_len)) spec = &pre_specs[i];
     if (!spec) {
@@ -510,6 +522,7 @@ quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err)
     t->bpe = b;
     memcpy(b->pre, pre, pre_len);
     b->ignore_merges = spec->flags & PRE_IGNORE_MERGES;
+    b->spm_style = spm_style;
     if (spec->flags & PRE_ADD_BOS) t->add_bos = true;
     if (spec->flags & PRE_NO_BOS) t->bos = -1;
     s = load_merges(g, path, b, err);
@@ -746,7 +759,9 @@ static bool try_pair(const bpe_model *b, bpe_scratch *s, const char *w, int left
 
 static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, size_t n, ivec *out) {
     const bpe_model *b = t->bpe;
-    if (b->ignore_merges) {
+    size_t newlines = 0;
+    while (b->spm_style && newlines < n && w[newlines] == '\n') newlines++;
+    if (b->ignore_merges || (n && newlines == n)) {
         int32_t id = vocab_lookup(t, w, n);
         if (id >= 0) return ivec_push(out, id);
     }
@@ -787,9 +802,11 @@ static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, si
             continue;
         }
         /* As the reference: each byte of the unknown symbol that is a token by itself (only the
-         * printable ASCII ones can be), the others are dropped. */
+         * printable ASCII ones can be; Gemma 4: its <0xXX> token), the others are dropped. */
         for (size_t k = 0; k < sn; k++) {
-            int32_t bt = vocab_lookup(t, p + k, 1);
+            char hex[7];
+            snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)p[k]);
+            int32_t bt = b->spm_style ? vocab_lookup(t, hex, 6) : vocab_lookup(t, p + k, 1);
             if (bt >= 0 && !ivec_push(out, bt)) return false;
         }
     }
@@ -798,6 +815,22 @@ static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, si
 
 quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len, ivec *out, quill_error *err) {
     const bpe_model *b = t->bpe;
+    char *escaped = NULL;
+    if (b->spm_style) {
+        /* SentencePiece's normalizer: every space is U+2581 */
+        size_t spaces = 0;
+        for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+        if (spaces) {
+            if (!(escaped = malloc(len + 2 * spaces + 1)))
+                return quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
+            size_t j = 0;
+            for (size_t i = 0; i < len; i++)
+                if (text[i] == ' ') memcpy(escaped + j, "\xe2\x96\x81", 3), j += 3;
+                else escaped[j++] = text[i];
+            text = escaped;
+            len = j;
+        }
+    }
     split_state st = {0};
     quill_status s = build_subject(b, &st, text, len, err);
     if (!s && st.n && !push_piece(&st.pieces, &st.n_pieces, &st.cap_pieces, st.n))
@@ -805,9 +838,11 @@ quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len
     for (int i = 0; i < b->n_exprs && !s && st.n; i++) s = split_with(b, &b->exprs[i], &st, len, err);
     if (s) {
         split_free(&st);
+        free(escaped);
         return s;
     }
-    /* Each piece: its characters in UTF-8, each byte as GPT-2's character for it (at most 2 bytes). */
+    /* Each piece: its characters in UTF-8, each byte as GPT-2's character for it (at most 2 bytes;
+     * Gemma 4: the UTF-8 itself). */
     char *word = malloc(8 * len + 8);
     bpe_scratch scratch = {0};
     bool ok = word != NULL;
@@ -817,12 +852,14 @@ quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len
         for (size_t k = start; k < start + st.pieces[p]; k++) {
             char u[4];
             size_t un = utf8_encode(st.cp[k], u);
-            for (size_t q = 0; q < un; q++) wn += utf8_encode(byte_char((unsigned char)u[q]), word + wn);
+            for (size_t q = 0; q < un; q++)
+                wn += b->spm_style ? (word[wn] = u[q], 1) : utf8_encode(byte_char((unsigned char)u[q]), word + wn);
         }
         ok = bpe_word(t, &scratch, word, wn, out);
         start += st.pieces[p];
     }
     free(word);
+    free(escaped);
     free(scratch.sym);
     free(scratch.heap);
     split_free(&st);

@@ -150,7 +150,7 @@ static void piece_of(const quill_tokenizer *t, int32_t id, char *dst, size_t *n)
         j = len;
         break;
     case QUILL_TOKEN_NORMAL:
-        if (t->kind == VOCAB_BPE) {
+        if (t->kind == VOCAB_BPE && !t->spm_text) {
             j = bpe_decode_text(s, len, dst);
             break;
         }
@@ -383,7 +383,7 @@ static quill_status build_hash(quill_tokenizer *t, const char *path, quill_error
 /* An upper bound of piece_of's output: SPM pieces never grow, byte-level ones may (an unmapped
  * character becomes a marker naming its bytes, as in the reference). */
 static size_t piece_bound(const quill_tokenizer *t, int32_t id) {
-    if (t->kind == VOCAB_BPE && t->type[id] == QUILL_TOKEN_NORMAL)
+    if (t->kind == VOCAB_BPE && !t->spm_text && t->type[id] == QUILL_TOKEN_NORMAL)
         return bpe_decoded_size(vocab_text(t, id), t->text_len[id]);
     return t->text_len[id];
 }
@@ -473,16 +473,17 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
                           "%s: metadata key 'tokenizer.ggml.model' is missing; the file has no tokenizer", path);
     if (s) return s;
     vocab_kind kind;
+    const bool spm_text = model_len == 6 && memcmp(model, "gemma4", 6) == 0;
     if (model_len == 5 && memcmp(model, "llama", 5) == 0) {
         kind = VOCAB_SPM;
-    } else if (model_len == 4 && memcmp(model, "gpt2", 4) == 0) {
+    } else if ((model_len == 4 && memcmp(model, "gpt2", 4) == 0) || spm_text) {
         kind = VOCAB_BPE;
     } else {
         char shown[80];
         printable(shown, sizeof shown, model, model_len);
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: tokenizer model '%s' is not supported; quill implements the SentencePiece "
-                          "'llama' and the byte-level BPE 'gpt2' tokenizers", path, shown);
+                          "'llama', the byte-level BPE 'gpt2' and Gemma 4's 'gemma4' tokenizers", path, shown);
     }
 
     quill_tokenizer *t = calloc(1, sizeof *t);
@@ -523,12 +524,13 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
         t->add_bos = false;
         t->add_space_prefix = false;
     }
+    if (spm_text) t->bos = t->eos = -1; /* (the reference's gemma4 defaults: only the metadata's ids) */
     if (t->bos >= n) t->bos = -1;
     if (t->eos >= n) t->eos = -1;
     t->pad = -1;
     t->add_eos = false;
     if (kind == VOCAB_BPE) {
-        s = bpe_load(g, t, err);
+        s = bpe_load(g, t, spm_text, err);
         if (s) {
             quill_tokenizer_free(t);
             return s;
@@ -547,6 +549,7 @@ quill_status quill_tokenizer_load(const quill_gguf *g, quill_tokenizer **out, qu
     if (!s) s = read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
     if (!s) s = read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
     if (!s) s = read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err);
+    if (t->spm_text) t->add_bos = true; /* (the reference's override for gemma4) */
     if (s) {
         quill_tokenizer_free(t);
         return s;

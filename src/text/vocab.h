@@ -51,6 +51,8 @@ struct quill_tokenizer {
     int32_t bos, eos, unk, pad, eot, eom;
     bool add_bos, add_eos, add_space_prefix;
     bool word_split;         /* SPM: no piece has U+2581 inside except in a leading run (see spm.c) */
+    bool spm_text;           /* BPE over SentencePiece-style text (the gemma4 model or pre-tokenizer): normal
+                              * tokens decode as SPM's (bpe_load sets it) */
     bpe_model *bpe;          /* BPE: merges and pre-tokenizer */
 };
 
@@ -83,8 +85,9 @@ quill_status spm_fragment(const quill_tokenizer *t, spm_scratch *s, const char *
                           bool space_prefix, ivec *out, quill_error *err);
 
 /* bpe.c: merges, the pre-tokenizer named by tokenizer.ggml.pre, and one raw fragment through them.
- * bpe_load also sets the vocabulary defaults the pre-tokenizer implies (add_bos, bos). */
-quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, quill_error *err);
+ * bpe_load also sets the vocabulary defaults the pre-tokenizer implies (add_bos, bos). spm_style:
+ * Gemma 4's tokenizer model (gemma4): SentencePiece-style text (U+2581 for spaces) merged as BPE. */
+quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, bool spm_style, quill_error *err);
 void bpe_free(bpe_model *b);
 quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len, ivec *out, quill_error *err);
 /* The bytes a byte-level token text stands for (GPT-2's byte-to-unicode mapping undone). Writes
