@@ -256,3 +256,22 @@ TEST(quantize_lowbit_fallbacks_identical_to_reference) {
     remove(in);
     free(in);
 }
+
+/* Gemma 4's files (quill synth --arch gemma4): per_layer_token_embd mixed as a token embedding,
+ * per_layer_model_proj left in f32, the GQA ratio from layer 0's head_count_kv, attn_v on only some
+ * layers; byte-identical to the reference's mixes. */
+TEST(quantize_gemma4_files_identical_to_reference) {
+    REQUIRE_SHARED(shared);
+    char in[512], cmd[1536], *out = NULL;
+    snprintf(in, sizeof in, "%s/quantize-gemma4-f32.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --arch gemma4 --layers 9 --swa-pattern 3 --shared-kv 3 --window 5 --embd 256 --heads 4 "
+             "--kv-heads 2 --ff 512 --per-layer-input 32 --vocab %s/models/stories260K.gguf --type f32 -o %s",
+             quill_bin(), shared, in);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth: exit %d: %s", rc, out);
+    free(out);
+    static const char *const ftypes[] = {"q8_0", "q4_k_m", "q3_k_m", "q2_k"};
+    for (size_t i = 0; rc == 0 && i < sizeof ftypes / sizeof ftypes[0]; i++) check_against_reference(shared, in, ftypes[i]);
+    remove(in);
+}

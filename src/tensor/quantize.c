@@ -850,7 +850,7 @@ static bool wants_quantization(const quill_gguf_tensor *t) {
     static const char *const keep[] = {
         "_norm.weight", "ffn_gate_inp.weight", "ssm_conv1d.weight", "time_mix_first.weight",
         "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
-        "time_mix_lerp_fused.weight", "attn_rel_b.weight",
+        "time_mix_lerp_fused.weight", "attn_rel_b.weight", "altup", "laurel", "per_layer_model_proj",
     };
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         if (contains(name, keep[i])) return false;
@@ -912,13 +912,15 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
     uint32_t type = quill_ftype_base_type(f);
     *fallback = false;
 
-    if (!strcmp(name, "output.weight") || (!s->has_output && !strcmp(name, "token_embd.weight"))) {
+    /* (Gemma 4's per-layer token embeddings count as token embeddings) */
+    const bool token_embd = !strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight");
+    if (!strcmp(name, "output.weight") || (!s->has_output && token_embd)) {
         if (f == QUILL_FTYPE_MOSTLY_MXFP4_MOE || t->ne[0] % block_size_of(type) != 0) type = QUILL_TYPE_Q8_0;
         else if (type != QUILL_TYPE_Q8_0) type = QUILL_TYPE_Q6_K;
     } else if (f == QUILL_FTYPE_MOSTLY_MXFP4_MOE) {
         /* experts (3-D) in mxfp4, every other matrix in q8_0 */
         type = t->ne[2] > 1 ? QUILL_TYPE_MXFP4 : QUILL_TYPE_Q8_0;
-    } else if (!strcmp(name, "token_embd.weight")) {
+    } else if (token_embd) {
         if (f == QUILL_FTYPE_MOSTLY_TQ1_0 || f == QUILL_FTYPE_MOSTLY_TQ2_0 || f == QUILL_FTYPE_MOSTLY_Q2_0)
             type = QUILL_TYPE_Q4_K;
     } else if (contains(name, "attn_v.weight")) {
@@ -1011,6 +1013,12 @@ static int64_t get_int(const quill_gguf *g, const char *arch, size_t arch_len, c
     char key[160];
     snprintf(key, sizeof key, "%.*s.%s", (int)arch_len, arch, suffix);
     int64_t v;
+    /* (a per-layer array, Gemma 4's: layer 0's value, as the reference's hparams give it) */
+    const quill_gguf_value *arr = quill_gguf_find(g, key);
+    uint64_t cursor = 0;
+    quill_gguf_value first;
+    if (arr && arr->type == QUILL_GGUF_ARRAY)
+        return quill_gguf_array_next(arr, &cursor, &first) && quill_gguf_value_i64(&first, &v) ? v : fallback;
     if (quill_gguf_get_i64(g, key, &v, NULL) != QUILL_OK) return fallback;
     return v;
 }
