@@ -44,6 +44,8 @@ static const family_case families[] = {
      * FFNs twice as wide; per-layer inputs of 32 */
     {"gemma4", "--arch gemma4 --layers 9 --swa-pattern 3 --shared-kv 3 --window 5 --per-layer-input 32 " SHAPE, true,
      true},
+    /* ... and without per-layer inputs or shared layers, every other layer global */
+    {"gemma4-plain", "--arch gemma4 --layers 6 --swa-pattern 2 --per-layer-input 0 --window 5 " SHAPE, false, true},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
