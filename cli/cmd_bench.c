@@ -585,6 +585,10 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("prompt processing: %s", err.message);
         goto done;
     }
+    /* the engine's peak (load, packing, prompts): read before the generation runs' bandwidth meter
+     * allocates its buffer (1 GiB by default), which is not the engine's memory */
+    long long rss_kb, hwm_kb, after_hwm_kb;
+    read_memory(&rss_kb, &hwm_kb);
     if (tg.n) {
         /* the meter's buffer and threads exist only around the generation runs */
         bw_meter meter;
@@ -604,8 +608,8 @@ int cmd_bench(int argc, char **argv) {
     }
     summarize(&pp);
     summarize(&tg);
-    long long rss_kb, hwm_kb;
-    read_memory(&rss_kb, &hwm_kb);
+    read_memory(&rss_kb, &after_hwm_kb);   /* after_hwm_kb includes the meter's buffer */
+    if (rss_kb > hwm_kb) hwm_kb = rss_kb;
     const double pages_2m = weights_2m_share(model, packed, packed_bytes);
     const char *kernels = quill_context_kernels(c); /* a static name: outlives the context */
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
