@@ -1,9 +1,22 @@
-/* The dense feed-forward block, f = (act(h·Wgate) · (h·Wup)) · Wdown, in the fast pass and in the
- * float64 pass (act: SiLU, or GELU-tanh for Gemma). */
+/* The dense feed-forward block, f = (act(h·Wgate + bgate) · (h·Wup + bup)) · Wdown + bdown, in the
+ * fast pass and in the float64 pass (act: SiLU, or GELU-tanh for Gemma; the biases, Granite's, are
+ * optional and mostly absent). */
 #include "model/forward.h"
 #include "base/error.h"
 
 #include <stdlib.h>
+
+/* rows[t] += bias for each of n_tok rows of n */
+static void add_bias_rows(float *rows, const float *bias, int n_tok, int64_t n) {
+    if (!bias) return;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) rows[(size_t)t * n + i] += bias[i];
+}
+
+static void add_bias_exact(double *v, const float *bias, int64_t n) {
+    if (!bias) return;
+    for (int64_t i = 0; i < n; i++) v[i] += bias[i];
+}
 
 static void dense_announce(const quill_context *c, const quill_layer *L, int n_tok) {
     quill_announce(c, (const quill_weight *[]){&L->w_gate, &L->w_up}, 2, n_tok);
@@ -18,9 +31,12 @@ static void dense_fast(quill_context *c, const quill_layer *L, int layer, int n_
         quill_trace(c, "ffn_gate", layer, c->ffn_gate, 2, ff, n_tok, 1);
         quill_trace(c, "ffn_up", layer, c->ffn_up, 2, ff, n_tok, 1);
     }
+    add_bias_rows(c->ffn_gate, L->b_gate, n_tok, ff);
+    add_bias_rows(c->ffn_up, L->b_up, n_tok, ff);
     quill_gated_activation(c, c->ffn_gate, c->ffn_up, n_tok, ff);
     quill_announce_next_layer(c, layer, n_tok);
     quill_matmul(c, &L->w_down, c->ffn_gate, n_tok, c->xb);
+    add_bias_rows(c->xb, L->b_down, n_tok, L->w_down.rows);
 }
 
 static quill_status dense_exact(const quill_context *c, const quill_layer *L, int layer, const double *in,
@@ -39,8 +55,11 @@ static quill_status dense_exact(const quill_context *c, const quill_layer *L, in
             quill_ref_trace(c, "ffn_gate", layer, g, ff, 2, ff, 1, tmp);
             quill_ref_trace(c, "ffn_up", layer, u, ff, 2, ff, 1, tmp);
         }
+        add_bias_exact(g, L->b_gate, ff);
+        add_bias_exact(u, L->b_up, ff);
         quill_ref_gated_activation(c, g, u, ff);
         quill_ref_matvec(&L->w_down, g, out, row);
+        add_bias_exact(out, L->b_down, L->w_down.rows);
     }
     free(g);
     free(u);

@@ -593,6 +593,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
         if (!a->per_layer_shapes) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
         const int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
+        bool fused_qkv = false;
         if (L->kv_shared) {
             L->kv_offset = m->layers[L->kv_source].kv_offset;
         } else if (!L->recurrent) {
@@ -611,13 +612,27 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(wq, "attn_q.weight", hp->n_embd, 2 * q_dim)
             BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
             BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
-        } else if (a->fused_qkv && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
+        } else if (!a->per_layer_shapes && quill_gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
+            /* one matrix of q, k and v rows (and one bias), which the reference accepts in place of
+             * the three in every architecture of this kind */
             quill_weight qkv;
             BIND(wq, "attn_qkv.weight", hp->n_embd, q_dim + 2 * kv_dim)
             qkv = L->wq;
             L->wq = row_view(&qkv, 0, q_dim);
             L->wk = row_view(&qkv, q_dim, kv_dim);
             L->wv = row_view(&qkv, q_dim + kv_dim, kv_dim);
+            OPTIONAL(bq, "attn_qkv.bias", q_dim + 2 * kv_dim)
+            if (L->bq) {   /* each its own copy, as the three apart would be */
+                L->bk = malloc((size_t)kv_dim * sizeof *L->bk);
+                L->bv = malloc((size_t)kv_dim * sizeof *L->bv);
+                if (!L->bk || !L->bv) {
+                    s = quill_fail(err, QUILL_E_NOMEM, "%s: out of memory for blk.%lld.attn_qkv.bias", path, (long long)l);
+                    goto fail;
+                }
+                memcpy(L->bk, L->bq + q_dim, (size_t)kv_dim * sizeof *L->bk);
+                memcpy(L->bv, L->bq + q_dim + kv_dim, (size_t)kv_dim * sizeof *L->bv);
+            }
+            fused_qkv = true;
         } else {
             BIND(wq, "attn_q.weight", hp->n_embd, q_dim)
             if (!L->kv_shared) BIND(wk, "attn_k.weight", hp->n_embd, kv_dim)
@@ -671,11 +686,13 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(q_norm, "attn_q_norm.weight", L->head_dim)
             if (!L->kv_shared) VECTOR(k_norm, "attn_k_norm.weight", L->head_dim)
         }
-        if (a->qkv_bias) {
+        if (fused_qkv) {
+            /* its bias, when it has one, was read with it */
+        } else if (a->qkv_bias) {
             VECTOR(bq, "attn_q.bias", q_dim)
             VECTOR(bk, "attn_k.bias", kv_dim)
             VECTOR(bv, "attn_v.bias", kv_dim)
-        } else if (!a->fused_qkv && !a->per_layer_shapes) {
+        } else if (!a->per_layer_shapes) {
             /* optional in every architecture, as the reference loads them (not Gemma 4's) */
             OPTIONAL(bq, "attn_q.bias", q_dim)
             OPTIONAL(bk, "attn_k.bias", kv_dim)
@@ -683,15 +700,11 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (a->attn_out_bias) VECTOR(bo, "attn_output.bias", hp->n_embd)
         if (a->multipliers) OPTIONAL(bo, "attn_output.bias", hp->n_embd)
-        for (int b = 0; a->multipliers && b < 3; b++) {
-            /* the reference adds them when present; no published Granite file has them */
-            const char *const biases[] = {"ffn_gate", "ffn_up", "ffn_down"};
-            snprintf(name, sizeof name, "blk.%lld.%s.bias", (long long)l, biases[b]);
-            if (quill_gguf_find_tensor(m->gguf, name)) {
-                s = quill_fail(err, QUILL_E_UNSUPPORTED, "%s: tensor '%s': biases in the FFN are not implemented", path,
-                               name);
-                goto fail;
-            }
+        if (a->multipliers && !n_expert) {
+            /* the reference adds them when present (no published Granite file has them) */
+            OPTIONAL(b_gate, "ffn_gate.bias", L->n_ff)
+            OPTIONAL(b_up, "ffn_up.bias", L->n_ff)
+            OPTIONAL(b_down, "ffn_down.bias", hp->n_embd)
         }
         if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", L->n_head)
         if (a->layer_out_scale) OPTIONAL(out_scale, "layer_output_scale.weight", 1)
@@ -726,7 +739,7 @@ void quill_model_free(quill_model *m) {
             float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm,
                               L->k_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_bias,
                               L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate,
-                              L->out_scale, L->ple_norm};
+                              L->out_scale, L->ple_norm, L->b_gate, L->b_up, L->b_down};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
             quill_hybrid_free_layer(L);
         }

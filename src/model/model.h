@@ -69,7 +69,8 @@ typedef struct quill_arch {
     bool qkv_bias;        /* attn_{q,k,v}.bias added after the projections */
     bool qk_norm;         /* attn_{q,k}_norm.weight [head_dim]: RMS norm per head before RoPE */
     bool post_norms;      /* attn_post_norm and post_ffw_norm: RMS norm of each branch before the residual */
-    bool fused_qkv;       /* attn_qkv.weight (q, k, v rows) may replace attn_q/k/v */
+    bool fused_qkv;       /* attn_qkv (q, k, v rows) is how its files come; any attention layer of a
+                           * dense architecture may have one, with attn_qkv.bias, as the reference reads */
     bool fused_gate_up;   /* ffn_up.weight holds the gate's rows, then the up rows; no ffn_gate */
     bool embd_scale;      /* embeddings multiplied by sqrt(n_embd) */
     bool softcap;         /* attention and final logit soft-capping: cap · tanh(x / cap) */
@@ -171,6 +172,7 @@ typedef struct {
     quill_weight wq, wk, wv, wo;
     quill_ffn_kind ffn;            /* the architecture's FFN block */
     quill_weight w_gate, w_up, w_down; /* MoE: [n_expert] of [n_ff_exp][n_embd], [n_embd][n_ff_exp] */
+    float *b_gate, *b_up, *b_down; /* the dense FFN's biases: [n_ff], [n_ff], [n_embd] or NULL (Granite) */
     quill_weight w_router;         /* MoE: ffn_gate_inp [n_expert][n_embd] */
     float *router_bias;            /* [n_expert] or NULL */
     float *gate_exps_bias, *up_exps_bias, *down_exps_bias; /* [n_expert][n_ff_exp], [n_expert][n_embd] or NULL */
