@@ -27,6 +27,7 @@
 #                    synth options), the others from it with the reference's llama-quantize, each
 #                    only when absent
 #   SHAPE [tinyllama: tinyllama, qwen3moe or gpt-oss]   LAYERS [4: the MoE shapes' layer count]
+#   ARCH [llama: with SHAPE=tinyllama, another dense family of that shape, e.g. granite or olmo2]
 #   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
 #   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
 #   QUILL [build/quill]   QUILL_BATCHED [build/quill_batched: make bench-batched]
@@ -83,6 +84,11 @@ mkdir -p "$DIR" || die "cannot create $DIR"
 
 PREFIX=$SHAPE
 [ "$SHAPE" = tinyllama ] || PREFIX=$SHAPE-$LAYERS
+# another dense family in the TinyLlama shape (issue 40's speed check): ARCH=granite, olmo2, ...
+if [ -n "${ARCH:-}" ]; then
+    [ "$SHAPE" = tinyllama ] || die "ARCH goes with SHAPE=tinyllama"
+    SYNTH="--arch $ARCH --like tinyllama-1.1b"; SHAPE_NAME="TinyLlama-1.1B shape as $ARCH"; PREFIX=tinyllama-$ARCH
+fi
 f16=$DIR/$PREFIX-f16.gguf
 # shellcheck source=bench/synth_f16.sh
 . "$here/synth_f16.sh"
