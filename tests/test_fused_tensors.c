@@ -67,15 +67,6 @@ static float *reference_logits(const char *shared, const char *model, int64_t n_
     return r.logits;
 }
 
-static double rel_to_max(const float *a, const float *b, size_t n) {
-    double m = 0, top = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!(fabs((double)a[i] - b[i]) <= m)) m = fabs((double)a[i] - b[i]);
-        if (fabs(b[i]) > top) top = fabs(b[i]);
-    }
-    return m / top;
-}
-
 /* A copy of src with blk.N.attn_{q,k,v}.weight (and .bias when `bias`) fused into attn_qkv. */
 static bool fuse_qkv(const char *src, const char *dst, bool bias) {
     quill_gguf *g = NULL;
@@ -142,7 +133,7 @@ TEST(fused_qkv_same_bits_as_apart_and_as_the_reference) {
                   "%s (%s pass): fused attn_qkv changes the logits", archs[a], reference ? "float64" : "fast");
             if (!reference && y) {
                 float *r = reference_logits(shared, fused, nv);
-                double d = r ? rel_to_max(y, r, (size_t)N_PROMPT * (size_t)nv) : 1;
+                double d = r ? max_rel_error(y, r, (size_t)N_PROMPT * (size_t)nv) : 1;
                 CHECK(r && d < 1e-5, "%s fused: %.3g from the reference", archs[a], d);
                 free(r);
             }
@@ -190,9 +181,9 @@ TEST(granite_ffn_biases_follow_the_reference) {
     int64_t nv = 0, nv2 = 0, nv3 = 0;
     float *without = logits_of(plain, false, &nv), *fast = logits_of(biased, false, &nv2), *exact = logits_of(biased, true, &nv3);
     const size_t n = (size_t)N_PROMPT * (size_t)nv;
-    CHECK(without && fast && exact && rel_to_max(fast, without, n) > 1e-3, "the biases change nothing");
+    CHECK(without && fast && exact && max_rel_error(fast, without, n) > 1e-3, "the biases change nothing");
     float *r = fast ? reference_logits(shared, biased, nv) : NULL;
-    double d_fast = r ? rel_to_max(fast, r, n) : 1, d_exact = r && exact ? rel_to_max(exact, r, n) : 1;
+    double d_fast = r ? max_rel_error(fast, r, n) : 1, d_exact = r && exact ? max_rel_error(exact, r, n) : 1;
     CHECK(r && d_fast < 1e-5 && d_exact < 1e-5, "from the reference: fast %.3g, float64 %.3g", d_fast, d_exact);
     free(r);
     free(without);

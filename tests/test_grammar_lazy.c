@@ -51,17 +51,27 @@ static void logits_favouring(float *logits, int32_t n, int32_t top, uint64_t *rn
     if (top >= 0) logits[top] = 100.0f;
 }
 
-/* A token the grammars here never allow: the first ordinary one whose text has no 'O', 'u' or 'z'. */
-static int32_t outside_token(const quill_tokenizer *tok) {
+/* The first ordinary token whose text `want` accepts, or -1. */
+static int32_t find_token(const quill_tokenizer *tok, bool (*want)(const char *piece)) {
     char piece[64];
     for (int32_t i = 0; i < quill_tokenizer_n_vocab(tok); i++) {
         if (quill_tokenizer_token_type(tok, i) != QUILL_TOKEN_NORMAL) continue;
         int k = quill_token_to_bytes(tok, i, false, piece, sizeof piece - 1);
         if (k <= 0 || k >= (int)sizeof piece - 1) continue;
         piece[k] = 0;
-        if (!strpbrk(piece, "Ouz")) return i;
+        if (want(piece)) return i;
     }
     return -1;
+}
+
+/* a token the grammars here never allow */
+static bool outside(const char *piece) { return !strpbrk(piece, "Ouz"); }
+static int32_t outside_token(const quill_tokenizer *tok) { return find_token(tok, outside); }
+
+/* "O" followed by a letter other than 'z' */
+static bool o_not_z(const char *piece) {
+    const char *o = strchr(piece, 'O');
+    return o && o[1] && o[1] != 'z';
 }
 
 TEST(grammar_lazy_applies_from_the_trigger) {
@@ -116,15 +126,7 @@ TEST(grammar_lazy_leaves_a_reply_that_left_the_grammar_free) {
     /* a token holding the trigger "O" followed by a letter other than 'z', which the grammar needs */
     lazy_case lc;
     if (!lazy_setup(&lc, shared, "root ::= \"Oz\"\n", "O")) return;
-    int32_t off = -1;
-    char piece[64];
-    for (int32_t i = 0; i < lc.n_vocab && off < 0; i++) {
-        int k = quill_token_to_bytes(lc.tok, i, false, piece, sizeof piece - 1);
-        if (k <= 0 || k >= (int)sizeof piece - 1) continue;
-        piece[k] = 0;
-        const char *o = strchr(piece, 'O');
-        if (o && o[1] && o[1] != 'z') off = i;
-    }
+    int32_t off = find_token(lc.tok, o_not_z);
     CHECK(off >= 0, "no token with 'O' and a letter after it");
     quill_sampler_accept(lc.s, off);
     float *logits = malloc((size_t)lc.n_vocab * sizeof *logits);

@@ -16,6 +16,7 @@
  * end-of-generation token never matches); tokens without text (control tokens) only through a
  * token element of the grammar. */
 #include "text/grammar_internal.h"
+#include "base/strbuf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -929,8 +930,7 @@ typedef struct lazy_stage {
     char **triggers;
     size_t n_triggers, longest;
     bool active, given_up;
-    char *text;                  /* the reply so far, until a trigger appears */
-    size_t len, cap;
+    strbuf text;                 /* the reply so far, until a trigger appears */
     int32_t *ids;                /* its tokens and where each begins in text */
     size_t *starts, n_ids, cap_ids;
 } lazy_stage;
@@ -953,9 +953,9 @@ static void lazy_activate(lazy_stage *ls, size_t at) {
     ls->active = true;
     size_t k = ls->n_ids - 1;
     while (k > 0 && ls->starts[k] > at) k--;
-    size_t end = k + 1 < ls->n_ids ? ls->starts[k + 1] : ls->len;
+    size_t end = k + 1 < ls->n_ids ? ls->starts[k + 1] : ls->text.len;
     bool ok = at == ls->starts[k] ? quill_grammar_matcher_accept_token(ls->m, ls->ids[k])
-                                  : quill_grammar_matcher_accept_text(ls->m, ls->text + at, end - at);
+                                  : quill_grammar_matcher_accept_text(ls->m, ls->text.buf + at, end - at);
     for (size_t i = k + 1; ok && i < ls->n_ids; i++) ok = quill_grammar_matcher_accept_token(ls->m, ls->ids[i]);
     ls->given_up = !ok;
 }
@@ -984,27 +984,20 @@ static void lazy_accept(void *state, int32_t token) {
         }
         ls->cap_ids = cap;
     }
-    if (ls->len + (size_t)n + 1 > ls->cap) {
-        size_t cap = (ls->len + (size_t)n + 1) * 2;
-        char *text = realloc(ls->text, cap);
-        if (!text) {
-            ls->given_up = true;
-            return;
-        }
-        ls->text = text;
-        ls->cap = cap;
+    const size_t before = ls->text.len;
+    strbuf_put(&ls->text, piece, (size_t)n);
+    if (ls->text.oom) {
+        ls->given_up = true;   /* out of memory: the reply stays unconstrained */
+        return;
     }
     ls->ids[ls->n_ids] = token;
-    ls->starts[ls->n_ids++] = ls->len;
-    memcpy(ls->text + ls->len, piece, (size_t)n);
-    size_t before = ls->len;
-    ls->len += (size_t)n;
-    ls->text[ls->len] = 0;
+    ls->starts[ls->n_ids++] = before;
+    if (!ls->text.buf) return;   /* no text yet */
     /* the earliest trigger that this token completes */
     size_t from = before >= ls->longest ? before - ls->longest + 1 : 0, best = SIZE_MAX;
     for (size_t t = 0; t < ls->n_triggers; t++) {
-        const char *hit = strstr(ls->text + from, ls->triggers[t]);
-        if (hit && (size_t)(hit - ls->text) < best) best = (size_t)(hit - ls->text);
+        const char *hit = strstr(ls->text.buf + from, ls->triggers[t]);
+        if (hit && (size_t)(hit - ls->text.buf) < best) best = (size_t)(hit - ls->text.buf);
     }
     if (best != SIZE_MAX) lazy_activate(ls, best);
 }
@@ -1012,7 +1005,9 @@ static void lazy_accept(void *state, int32_t token) {
 static void lazy_reset(void *state) {
     lazy_stage *ls = state;
     ls->active = ls->given_up = false;
-    ls->len = ls->n_ids = 0;
+    ls->n_ids = 0;
+    ls->text.len = 0;
+    if (ls->text.buf) ls->text.buf[0] = 0;
     quill_grammar_matcher_reset(ls->m);
 }
 
@@ -1022,7 +1017,7 @@ static void lazy_free(void *state) {
     quill_grammar_matcher_free(ls->m);
     for (size_t i = 0; i < ls->n_triggers; i++) free(ls->triggers[i]);
     free(ls->triggers);
-    free(ls->text);
+    free(ls->text.buf);
     free(ls->ids);
     free(ls->starts);
     free(ls);
