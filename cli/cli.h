@@ -31,5 +31,8 @@ char *cli_read_file(const char *path, size_t *len);
 /* Parses a whole decimal number into *out within [lo, hi]; false on junk or out of range. */
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
+/* -ctk/--cache-type-k and -ctv/--cache-type-v: the KV cache type `value` names; false after
+ * printing "<command>: <flag>: ..." with the allowed names. */
+bool cli_parse_cache_type(const char *command, const char *flag, const char *value, quill_type *out);
 
 #endif

@@ -22,6 +22,8 @@ static const char bench_usage[] =
     "  -t N     threads, for the model and the bandwidth test (default: all online CPUs)\n"
     "  -d N     depth: both tests run after N tokens already in the context (evaluated once,\n"
     "           untimed), as llama-bench's -d: attention then reads N more cached positions\n"
+    "  -ctk, --cache-type-k TYPE, -ctv, --cache-type-v TYPE\n"
+    "           the KV cache's key and value types: f32 (default), f16, bf16, q8_0, q4_0\n"
     "  --json   print one JSON object instead of the table\n"
     "  --bw-mib N  size of the bandwidth test's buffer in MiB (default 1024, at most a quarter of\n"
     "           the available memory); small buffers partly fit in the caches and read too fast\n"
@@ -474,11 +476,18 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     long p = 512, n = 128, reps = 3, threads = 0, bw_mib = 1024, depth = 0;
     bool json = false;
+    quill_type type_k = QUILL_TYPE_F32, type_v = QUILL_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(bench_usage, stdout);
             return 0;
+        }
+        const bool cache_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+        if (cache_k || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            if (i + 1 >= argc) return cli_fail("option %s needs a value (see quill bench --help)", a);
+            if (!cli_parse_cache_type("bench", a, argv[++i], cache_k ? &type_k : &type_v)) return 1;
+            continue;
         }
         if (!strcmp(a, "--json")) {
             json = true;
@@ -532,7 +541,8 @@ int cmd_bench(int argc, char **argv) {
     const int n_ctx = (int)depth + (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
     const uint64_t file_bytes = quill_gguf_file_size(g);
     /* (the layers with a KV cache: a hybrid's DeltaNet layers have none) */
-    const uint64_t kv_bytes = 2ull * (uint64_t)m->ap.kv_width * (uint64_t)n_ctx * sizeof(float);
+    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .type_k = type_k, .type_v = type_v};
+    const uint64_t kv_bytes = (uint64_t)quill_context_kv_bytes(m, &cp);
     /* the hybrids' recurrent state and its checkpoints (0 for the others) */
     const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);
     char used_key[96];
@@ -543,7 +553,6 @@ int cmd_bench(int argc, char **argv) {
     type_count types[QUILL_TYPE_COUNT];
     const int n_types = type_mix(g, types, QUILL_TYPE_COUNT);
 
-    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .reference = false};
     t0 = now_s();
     if (quill_context_new(m, &cp, &c, &err)) {
         cli_fail("%s", err.message);
@@ -658,6 +667,8 @@ int cmd_bench(int argc, char **argv) {
         if (hwm_kb >= 0) printf("  \"hwm_mb\": %.2f,\n", hwm_kb / 1024.0);
         else printf("  \"hwm_mb\": null,\n");
         if (state_bytes) printf("  \"recurrent_state_bytes\": %llu,\n", (unsigned long long)state_bytes);
+        printf("  \"cache_type_k\": \"%s\",\n  \"cache_type_v\": \"%s\",\n", quill_type_name(type_k),
+               quill_type_name(type_v));
         printf("  \"kv_bytes\": %llu\n}\n", (unsigned long long)kv_bytes);
     } else {
         char mix[512];
@@ -703,13 +714,16 @@ int cmd_bench(int argc, char **argv) {
         else
             printf("context           %.1f ms  (the weights read in the file's layout)\n", context_ms);
         if (rss_kb >= 0 && state_bytes)
-            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB + recurrent "
-                   "state and checkpoints %.1f MiB = %.1f MiB)\n",
+            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + KV cache %.1f MiB (%s/%s) + "
+                   "recurrent state and checkpoints %.1f MiB = %.1f MiB)\n",
                    rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),
+                   quill_type_name(type_k), quill_type_name(type_v),
                    mib((double)state_bytes), mib((double)(file_bytes + kv_bytes + state_bytes)));
         else if (rss_kb >= 0)
-            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + f32 KV cache %.1f MiB = %.1f MiB)\n",
+            printf("resident memory   %.1f MiB now, %.1f MiB peak  (file %.1f MiB + KV cache %.1f MiB (%s/%s) = %.1f "
+                   "MiB)\n",
                    rss_kb / 1024.0, hwm_kb / 1024.0, mib((double)file_bytes), mib((double)kv_bytes),
+                   quill_type_name(type_k), quill_type_name(type_v),
                    mib((double)(file_bytes + kv_bytes)));
     }
     rc = 0;

@@ -23,7 +23,8 @@
 
 static int perplexity_usage(FILE *f) {
     fprintf(f,
-            "usage: quill perplexity -m MODEL -f TEXT [-c 512] [-b N] [--chunks N] [-t N] [--exact] [--json]\n"
+            "usage: quill perplexity -m MODEL -f TEXT [-c 512] [-b N] [--chunks N] [-t N] [-ctk T] [-ctv T] [--exact]\n"
+            "                        [--json]\n"
             "       quill perplexity -m MODEL -f TEXT --kl-divergence-base BASE [--exact] ...   (write a base)\n"
             "       quill perplexity -m MODEL --kl-divergence-base BASE --kl-divergence ...    (compare with it)\n"
             "  Perplexity as the reference's llama-perplexity computes it: the text in chunks of -c tokens,\n"
@@ -36,6 +37,8 @@ static int perplexity_usage(FILE *f) {
             "  tokenize to them): the reference's KL-divergence, Δp and same-top statistics.\n"
             "  --exact evaluates with the float64 reference path (slow): a base written so measures only\n"
             "  what an engine's arithmetic adds to the same weights.\n"
+            "  -ctk/--cache-type-k, -ctv/--cache-type-v: the KV cache's types (f32 default, f16, bf16, q8_0,\n"
+            "  q4_0): against an f32 base, --kl-divergence measures what a cache type adds.\n"
             "  --json prints one JSON object instead of the text report.\n");
     return f == stdout ? 0 : 1;
 }
@@ -44,6 +47,7 @@ typedef struct {
     const char *model, *text, *base;
     long n_ctx, n_batch, max_chunks, threads;
     bool ctx_given, kld, exact, json;
+    quill_type type_k, type_v;
 } ppl_options;
 
 /* ---------------------------------------------------------------- the base file */
@@ -409,6 +413,11 @@ static int parse_options(int argc, char **argv, ppl_options *o) {
             if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
             else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->text = v;
             else if (!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--save-all-logits")) o->base = v;
+            else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+                if (!cli_parse_cache_type("perplexity", a, v, &o->type_k)) return 1;
+            } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+                if (!cli_parse_cache_type("perplexity", a, v, &o->type_v)) return 1;
+            }
             else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
                 if (!cli_parse_long(v, 4, 1 << 20, &o->n_ctx)) return cli_fail("perplexity: %s needs a number from 4 to %d", a, 1 << 20);
                 o->ctx_given = true;
@@ -500,7 +509,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (o.max_chunks > 0 && o.max_chunks < n_chunk) n_chunk = (int32_t)o.max_chunks;
     if (writing && base_create(&base, o.base, n_ctx, n_vocab, n_chunk, tokens)) goto done;
 
-    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)o.threads, .reference = o.exact};
+    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)o.threads, .reference = o.exact,
+                               .type_k = o.type_k, .type_v = o.type_v};
     if (quill_context_new(m, &cp, &c, &err)) {
         rc = cli_fail("%s", err.message);
         goto done;
@@ -525,9 +535,9 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
 
-    fprintf(stderr, "perplexity: %s: %d chunks of %d tokens (the last %d of each scored), kernels %s%s%s\n", o.model,
-            n_chunk, n_ctx, scored, quill_context_kernels(c), writing ? ", writing " : o.kld ? ", base " : "",
-            o.base ? o.base : "");
+    fprintf(stderr, "perplexity: %s: %d chunks of %d tokens (the last %d of each scored), kernels %s, KV cache %s/%s%s%s\n",
+            o.model, n_chunk, n_ctx, scored, quill_context_kernels(c), quill_type_name(o.type_k),
+            quill_type_name(o.type_v), writing ? ", writing " : o.kld ? ", base " : "", o.base ? o.base : "");
     if (!o.json && o.kld)
         printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS"
                "            Same top p\n");
@@ -624,8 +634,9 @@ int cmd_perplexity(int argc, char **argv) {
     if (o.json) {
         printf("{\"model\": ");
         cli_json_string(stdout, o.model, strlen(o.model));
-        printf(", \"kernels\": \"%s\", \"n_ctx\": %d, \"n_chunks\": %d, \"n_scored\": %zu, ", quill_context_kernels(c),
-               n_ctx, n_chunk, count);
+        printf(", \"kernels\": \"%s\", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"n_ctx\": %d, \"n_chunks\": %d, "
+               "\"n_scored\": %zu, ",
+               quill_context_kernels(c), quill_type_name(o.type_k), quill_type_name(o.type_v), n_ctx, n_chunk, count);
         json_number("ppl", ppl, true);
         json_number("ppl_error", ppl_err, true);
         printf("\"chunk_ppl\": [");

@@ -122,7 +122,8 @@ int cmd_run(int argc, char **argv) {
         cli_fail("the prompt is empty after tokenization (nothing to evaluate)");
         goto done;
     }
-    quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads, .reference = o.reference};
+    quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads, .reference = o.reference,
+                               .type_k = o.type_k, .type_v = o.type_v};
     if (quill_context_new(m, &cp, &c, &err)) {
         cli_fail("%s", err.message);
         goto done;

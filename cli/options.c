@@ -12,6 +12,7 @@ enum opt_id {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
     O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
     O_MLOCK, O_NO_MMAP, O_HIDE_REASONING, O_GRAMMAR, O_GRAMMAR_FILE, O_JSON_SCHEMA, O_JSON_SCHEMA_FILE,
+    O_CACHE_TYPE_K, O_CACHE_TYPE_V,
 };
 
 #define GEN (CLI_RUN | CLI_CHAT)
@@ -33,6 +34,9 @@ static const option options[] = {
      "tokens to generate (run: default 128, 0 = only evaluate the prompt; chat: per reply, default 512)"},
     {O_CTX, "-c", "--ctx-size", "N", NULL, GEN, "context length (default: the model's, at most 4096)"},
     {O_THREADS, "-t", "--threads", "N", NULL, GEN, "threads (default: all online CPUs)"},
+    {O_CACHE_TYPE_K, "-ctk", "--cache-type-k", "TYPE", NULL, GEN,
+     "KV cache type for keys: f32 (default, exact), f16, bf16, q8_0, q4_0"},
+    {O_CACHE_TYPE_V, "-ctv", "--cache-type-v", "TYPE", NULL, GEN, "KV cache type for values (the same types)"},
     {O_TEMP, NULL, "--temp", "T", "--temperature", GEN, "temperature (default 0.8; 0 = greedy)"},
     {O_TOP_K, NULL, "--top-k", "K", NULL, GEN, "keep the K best tokens (default 40; 0 = off)"},
     {O_TOP_P, NULL, "--top-p", "P", NULL, GEN, "nucleus sampling, in (0, 1] (default 0.95; 1 = off)"},
@@ -250,6 +254,12 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
             break;
         case O_THREADS:
             if (parse_count(name, v, 1, 1024, "", &o->n_threads)) return 1;
+            break;
+        case O_CACHE_TYPE_K:
+            if (!cli_parse_cache_type(cmd, name, v, &o->type_k)) return 1;
+            break;
+        case O_CACHE_TYPE_V:
+            if (!cli_parse_cache_type(cmd, name, v, &o->type_v)) return 1;
             break;
         case O_NGL:
             if (parse_count(name, v, -1, 1 << 20, "", &ngl)) return 1;

@@ -20,6 +20,7 @@ typedef struct cli_opts {
     const char *system, *template_path, *format;
     char *prompt;           /* the prompt text from -p, -p - (stdin) or -f FILE: malloc'd */
     long n_predict, n_ctx, n_threads;
+    quill_type type_k, type_v;  /* the KV cache's types (-ctk, -ctv; default f32) */
     quill_sampler_params sp;
     bool seed_given;
     const char *stop[CLI_MAX_STOP];

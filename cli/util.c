@@ -118,3 +118,10 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
     *out = v;
     return true;
 }
+
+bool cli_parse_cache_type(const char *command, const char *flag, const char *value, quill_type *out) {
+    quill_error err;
+    if (quill_cache_type_parse(value, out, &err) == QUILL_OK) return true;
+    cli_fail("%s: %s: %s", command, flag, err.message);
+    return false;
+}

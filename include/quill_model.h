@@ -104,7 +104,22 @@ typedef struct quill_context_params {
     int n_threads;      /* 0 = all online CPUs */
     int n_seq;          /* sequences the KV cache holds at once (ids 0..n_seq-1); 0 = 1 */
     bool reference;     /* float64 reference path: plain loops over dequantized weights */
+    /* The types the KV cache stores keys and values in, as the reference's -ctk / -ctv: F32 (0, the
+     * default: exact), F16, BF16 (rounded to nearest even), Q8_0 or Q4_0 (blocks of 32 along the
+     * head, rounded as the reference's CPU cache stores them; the head size must be a multiple
+     * of 32). Attention reads the rounded values in f32; logits stay bitwise identical for any
+     * batching and thread count with every type. */
+    quill_type type_k, type_v;
 } quill_context_params;
+
+/* The KV cache type a name gives ("f32", "f16", "bf16", "q8_0", "q4_0": the reference's spellings);
+ * QUILL_E_ARG with a message listing them for any other name. */
+QUILL_API quill_status quill_cache_type_parse(const char *name, quill_type *out, quill_error *err);
+/* "f32, f16, bf16, q8_0, q4_0": the cache types, for usage texts. */
+QUILL_API const char *quill_cache_type_names(void);
+/* Bytes of the KV cache of a context with these parameters (n_ctx, n_seq, type_k, type_v; 0 in
+ * n_ctx or n_seq as quill_context_new reads them), without making it: for memory estimates. */
+QUILL_API double quill_context_kv_bytes(const quill_model *m, const quill_context_params *p);
 
 /* Called with every intermediate tensor of an evaluation, named as the reference names them
  * ("attn_norm-0", "Qcur-0", ...); dims are ggml-style, ne[0] contiguous. */

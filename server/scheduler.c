@@ -428,7 +428,8 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
     s->n_vocab = (int)quill_model_hparams(m)->n_vocab;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
-    quill_context_params cp = {.n_ctx = p->n_ctx, .n_threads = p->n_threads, .n_seq = p->n_slots};
+    quill_context_params cp = {.n_ctx = p->n_ctx, .n_threads = p->n_threads, .n_seq = p->n_slots,
+                               .type_k = p->type_k, .type_v = p->type_v};
     quill_status st = quill_context_new(m, &cp, &s->ctx, err);
     if (st) {
         scheduler_free(s);

@@ -20,6 +20,8 @@ static const char usage[] =
     "                        the model's training context)\n"
     "  -np, --parallel N     slots: requests decoded together (default 4)\n"
     "  -t, --threads N       threads (default: all cores)\n"
+    "  -ctk, --cache-type-k TYPE  KV cache type for keys: f32 (default, exact), f16, bf16, q8_0, q4_0\n"
+    "  -ctv, --cache-type-v TYPE  KV cache type for values (the same types)\n"
     "  -b, --batch-size N    tokens per forward pass: every generating slot's next token, then chunks\n"
     "                        of the prompts being read (default 64)\n"
     "  --api-key KEY         require 'Authorization: Bearer KEY' on /v1 routes and /tokenize, /detokenize\n"
@@ -110,7 +112,14 @@ static int parse_options(int argc, char **argv, server_config *c) {
         else if (!strcmp(a, "--chat-template")) c->chat_template_path = v;
         else if (!strcmp(a, "--chat-format")) c->chat_format = v;
         else if (!strcmp(a, "--cors")) c->cors_origin = v;
-        else {
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            quill_error err;
+            const bool keys = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+            if (quill_cache_type_parse(v, keys ? &c->type_k : &c->type_v, &err)) {
+                fprintf(stderr, "quill serve: %s: %s\n", a, err.message);
+                return 1;
+            }
+        } else {
             fprintf(stderr, "quill serve: unknown option '%s' (see quill serve --help)\n", a);
             return 1;
         }
@@ -166,7 +175,7 @@ static quill_status load(server *s, quill_error *err) {
     } else {
         per_slot = hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
     }
-    scheduler_params sp = {c->n_slots, per_slot, c->n_threads, c->n_batch, c->max_queue};
+    scheduler_params sp = {c->n_slots, per_slot, c->n_threads, c->n_batch, c->max_queue, c->type_k, c->type_v};
     return scheduler_new(s->model, &sp, &s->sched, err);
 }
 

@@ -157,6 +157,7 @@ typedef struct scheduler_params {
     int n_threads;
     int n_batch;                /* tokens per step: generating slots first, then prompt chunks */
     int max_queue;
+    quill_type type_k, type_v;  /* the KV cache's types (-ctk, -ctv) */
 } scheduler_params;
 
 typedef struct scheduler_stats {
@@ -196,6 +197,7 @@ typedef struct server_config {
     int max_per_client;             /* connections from one address */
     long max_tokens;
     size_t max_body;
+    quill_type type_k, type_v;      /* the KV cache's types (-ctk, -ctv; default f32) */
 } server_config;
 
 /* What the chat template can do with tools, probed once at start (chat_tools.c). */

@@ -1,5 +1,6 @@
 /* The multi-sequence batch API: each sequence's logits bitwise identical to evaluating it alone,
- * whatever else shares its batches, how the batches are cut, and the thread count. */
+ * whatever else shares its batches, how the batches are cut, and the thread count; with the KV
+ * cache in every type. */
 #include "golden.h"
 #include "test.h"
 
@@ -11,11 +12,14 @@ typedef struct {
     int n;
 } prompt;
 
+/* The KV cache types of every context these tests make (f32 unless a test sets them). */
+static quill_type cache_k, cache_v;
+
 /* All logits of one prompt evaluated alone, in one batch, in a one-sequence context. */
 static float *alone(quill_model *m, const prompt *p, int threads) {
     quill_context *c;
     quill_error err;
-    quill_context_params cp = {.n_ctx = 256, .n_threads = threads};
+    quill_context_params cp = {.n_ctx = 256, .n_threads = threads, .type_k = cache_k, .type_v = cache_v};
     if (quill_context_new(m, &cp, &c, &err)) {
         test_fail(__FILE__, __LINE__, "%s", err.message);
         return NULL;
@@ -37,7 +41,7 @@ static bool interleaved(quill_model *m, const prompt *p, const int *start, const
                         uint64_t seed, float *const *ref) {
     quill_context *c;
     quill_error err;
-    quill_context_params cp = {.n_ctx = 256, .n_threads = threads, .n_seq = 5};
+    quill_context_params cp = {.n_ctx = 256, .n_threads = threads, .n_seq = 5, .type_k = cache_k, .type_v = cache_v};
     if (quill_context_new(m, &cp, &c, &err)) {
         test_fail(__FILE__, __LINE__, "%s", err.message);
         return false;
@@ -139,10 +143,8 @@ TEST(batch_interleaved_golden_prompts_f32) {
     for (int k = 0; k < loaded; k++) golden_free(&gc[k]);
 }
 
-/* The same on quantized weights (the exact integer products, 16-token tiles on AMX): the chat
- * and plain prompts of synth-32k-q4_k_m, and the plain one's first half. */
-TEST(batch_interleaved_golden_prompts_q4_k_m) {
-    REQUIRE_SHARED(shared);
+/* The chat and plain prompts of synth-32k-q4_k_m, and the plain one's first half. */
+static void check_synth_32k(const char *shared) {
     golden_case chat, plain;
     bool ok = golden_load(shared, "synth-32k-q4_k_m-chat", &chat);
     ok = golden_load(shared, "synth-32k-q4_k_m-plain", &plain) && ok;
@@ -156,10 +158,43 @@ TEST(batch_interleaved_golden_prompts_q4_k_m) {
     golden_free(&plain);
 }
 
+/* The same on quantized weights (the exact integer products, 16-token tiles on AMX). */
+TEST(batch_interleaved_golden_prompts_q4_k_m) {
+    REQUIRE_SHARED(shared);
+    check_synth_32k(shared);
+}
+
+/* With the KV cache in each other type (keys and values rounded when stored, decoded block by
+ * block when read) the contract holds as in f32. stories260K's heads of 8 take only f16 and bf16
+ * (blocks of 32 do not divide them); synth-k (heads of 32, the same vocabulary, q4_0 weights)
+ * reads the same prompts (up to 236 tokens: several key blocks) with every type, mixed too. */
+TEST(batch_interleaved_with_every_cache_type) {
+    REQUIRE_SHARED(shared);
+    golden_case gc[3];
+    const char *names[3] = {"s260-once", "s260-lily", "s260-long"};
+    int loaded = 0;
+    for (; loaded < 3; loaded++)
+        if (!golden_load(shared, names[loaded], &gc[loaded])) break;
+    char *synth = path_join(shared, "models/synth-k-q4_0.gguf");
+    const quill_type types[][2] = {{QUILL_TYPE_F16, QUILL_TYPE_F16},   {QUILL_TYPE_BF16, QUILL_TYPE_BF16},
+                                   {QUILL_TYPE_Q8_0, QUILL_TYPE_Q8_0}, {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_0},
+                                   {QUILL_TYPE_F16, QUILL_TYPE_Q4_0},  {QUILL_TYPE_Q8_0, QUILL_TYPE_F32}};
+    for (size_t i = 0; loaded == 3 && i < sizeof types / sizeof types[0]; i++) {
+        cache_k = types[i][0];
+        cache_v = types[i][1];
+        prompt p[3];
+        for (int k = 0; k < 3; k++) p[k] = (prompt){gc[k].prompt_tokens, (int)gc[k].n_prompt};
+        if (i < 2) check_model(gc[0].model_path, p);
+        check_model(synth, p);
+    }
+    free(synth);
+    for (int k = 0; k < loaded; k++) golden_free(&gc[k]);
+    cache_k = cache_v = QUILL_TYPE_F32;
+}
+
 /* Truncating a sequence and copying a prefix into another one give the logits of evaluating
  * from scratch; a bad batch is refused and changes nothing. */
-TEST(batch_sequence_operations) {
-    REQUIRE_SHARED(shared);
+static void sequence_operations(const char *shared, const char *model) {
     golden_case gc;
     if (!golden_load(shared, "s260-long", &gc)) {
         golden_free(&gc);
@@ -170,11 +205,14 @@ TEST(batch_sequence_operations) {
     quill_error err;
     float *ref = NULL, *l = NULL;
     const int n = (int)gc.n_prompt, half = n / 2;
-    CHECK(quill_model_load(gc.model_path, &m, &err) == QUILL_OK, "%s", err.message);
+    char *path = model ? path_join(shared, model) : NULL;
+    const quill_status loaded = quill_model_load(path ? path : gc.model_path, &m, &err);
+    free(path);
+    CHECK(loaded == QUILL_OK, "%s", err.message);
     const int64_t nv = quill_model_hparams(m)->n_vocab;
     prompt p = {gc.prompt_tokens, n};
     ref = alone(m, &p, 2);
-    quill_context_params cp = {.n_ctx = 256, .n_threads = 2, .n_seq = 3};
+    quill_context_params cp = {.n_ctx = 256, .n_threads = 2, .n_seq = 3, .type_k = cache_k, .type_v = cache_v};
     bool ok = ref && quill_context_new(m, &cp, &c, &err) == QUILL_OK && (l = malloc((size_t)n * nv * sizeof *l));
     if (ok) {
         /* sequence 2 reads the whole prompt; 1 gets a copy of its first half and reads the rest */
@@ -242,6 +280,11 @@ TEST(batch_interleaved_gemma4) {
         for (int i = 0; i < 80; i++) tokens[k][i] = (int32_t)(1 + test_rand(&seed) % 500);
     const prompt p[3] = {{tokens[0], 70}, {tokens[1], 23}, {tokens[2], 9}};
     check_model(path, p);
+    /* and with the cache in q8_0 keys and q4_0 values (shared layers read their source's) */
+    cache_k = QUILL_TYPE_Q8_0;
+    cache_v = QUILL_TYPE_Q4_0;
+    check_model(path, p);
+    cache_k = cache_v = QUILL_TYPE_F32;
 
     quill_model *m;
     quill_context *c;
@@ -273,4 +316,23 @@ TEST(batch_interleaved_gemma4) {
     free(ref);
     quill_model_free(m);
     remove(path);
+}
+
+TEST(batch_sequence_operations) {
+    REQUIRE_SHARED(shared);
+    sequence_operations(shared, NULL);
+}
+
+/* The same with the cache in q8_0 and q4_0 (whole key blocks and value rows copied in their
+ * bytes) and f16 keys with bf16 values, on synth-k (stories260K's vocabulary, heads of 32). */
+TEST(batch_sequence_operations_with_cache_types) {
+    REQUIRE_SHARED(shared);
+    const quill_type types[][2] = {{QUILL_TYPE_Q8_0, QUILL_TYPE_Q8_0}, {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_0},
+                                   {QUILL_TYPE_F16, QUILL_TYPE_BF16}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        cache_k = types[i][0];
+        cache_v = types[i][1];
+        sequence_operations(shared, "models/synth-k-q8_0.gguf");
+    }
+    cache_k = cache_v = QUILL_TYPE_F32;
 }

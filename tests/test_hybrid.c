@@ -93,6 +93,10 @@ typedef struct {
     int64_t n_vocab;
 } session;
 
+/* The KV cache types of the attention layers in every context these tests make (f32 unless a
+ * test sets them). */
+static quill_type cache_k, cache_v;
+
 static bool open_session(const char *model, bool reference, int threads, int n_seq, session *s) {
     quill_error err;
     memset(s, 0, sizeof *s);
@@ -100,7 +104,8 @@ static bool open_session(const char *model, bool reference, int threads, int n_s
         test_fail(__FILE__, __LINE__, "%s", err.message);
         return false;
     }
-    quill_context_params p = {.n_ctx = 256, .n_threads = threads, .n_seq = n_seq, .reference = reference};
+    quill_context_params p = {.n_ctx = 256, .n_threads = threads, .n_seq = n_seq, .reference = reference,
+                              .type_k = cache_k, .type_v = cache_v};
     if (quill_context_new(s->m, &p, &s->c, &err)) {
         test_fail(__FILE__, __LINE__, "%s", err.message);
         quill_model_free(s->m);
@@ -383,12 +388,9 @@ static quill_status step_tokens(quill_context *c, int seq, const int32_t *tokens
 /* Going back: truncating after a checkpoint (the prompt's end) and before any (from the empty
  * state), and a prefix copied to another sequence, then the same tokens again: the logits are
  * bitwise those of the first pass. */
-TEST(hybrid_truncate_and_copy_prefix_regenerate_bitwise) {
-    REQUIRE_SHARED(shared);
-    hybrid_files f;
-    if (!make_files(shared, &f)) return;
+static void truncate_and_copy(const hybrid_files *f) {
     session s;
-    if (!open_session(f.f32, false, 2, 2, &s)) return;
+    if (!open_session(f->f32, false, 2, 2, &s)) return;
     const int64_t nv = s.n_vocab;
     int32_t gen[12];
     for (int i = 0; i < 12; i++) gen[i] = (int32_t)(i * 29 % 400 + 5);
@@ -427,6 +429,36 @@ TEST(hybrid_truncate_and_copy_prefix_regenerate_bitwise) {
     CHECK(same_after, "truncating to %d after the prompt's checkpoint changed the logits", N_PROMPT + 5);
     CHECK(same_copy, "the copied prefix continues with other logits");
     CHECK(same_before, "truncating to 30, before any checkpoint, changed the logits");
+}
+
+TEST(hybrid_truncate_and_copy_prefix_regenerate_bitwise) {
+    REQUIRE_SHARED(shared);
+    hybrid_files f;
+    if (!make_files(shared, &f)) return;
+    truncate_and_copy(&f);
+}
+
+/* The attention layers' cache in q8_0, q4_0 and f16/bf16: going back and copying prefixes still
+ * regenerates the same bits, and pieces of any size give one batch's bits. */
+TEST(hybrid_cache_types_keep_the_contract) {
+    REQUIRE_SHARED(shared);
+    hybrid_files f;
+    if (!make_files(shared, &f)) return;
+    const quill_type types[][2] = {{QUILL_TYPE_Q8_0, QUILL_TYPE_Q8_0}, {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_0},
+                                   {QUILL_TYPE_F16, QUILL_TYPE_BF16}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        cache_k = types[i][0];
+        cache_v = types[i][1];
+        truncate_and_copy(&f);
+        int64_t nv = 0;
+        float *base = eval_logits(f.f32, false, 2, &nv), *pieces = chunked_logits(f.f32, 1, 7);
+        const bool same = base && pieces && !memcmp(base, pieces, (size_t)N_PROMPT * (size_t)nv * sizeof(float));
+        free(base);
+        free(pieces);
+        CHECK(same, "cache %s/%s: pieces of 7 on 1 thread differ from one batch on 2", quill_type_name(cache_k),
+              quill_type_name(cache_v));
+    }
+    cache_k = cache_v = QUILL_TYPE_F32;
 }
 
 /* One greedy completion of `n` prompt tokens (from prompt[0]); its text (malloc'd) and the

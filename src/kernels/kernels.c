@@ -65,9 +65,47 @@ static void swiglu_scalar(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
 
+/* q8_0 key block: codes int8 [hd][KEY_BLOCK], then the f16 scales [hd / 32][KEY_BLOCK] */
+static void key_block_q8_0_scalar(const uint8_t *block, int64_t hd, float *tile) {
+    const int8_t *codes = (const int8_t *)block;
+    const uint8_t *scales = block + (size_t)hd * QUILL_KEY_BLOCK;
+    for (int64_t g = 0; g < hd / 32; g++) {
+        float s[QUILL_KEY_BLOCK];
+        for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
+            uint16_t h;
+            memcpy(&h, scales + 2 * ((size_t)g * QUILL_KEY_BLOCK + (size_t)p), 2);
+            s[p] = quill_f16_to_f32(h);
+        }
+        for (int64_t d = g * 32; d < g * 32 + 32; d++)
+            for (int p = 0; p < QUILL_KEY_BLOCK; p++)
+                tile[d * QUILL_KEY_BLOCK + p] = (float)codes[d * QUILL_KEY_BLOCK + p] * s[p];
+    }
+}
+
+/* q4_0 key block: levels [hd / 2][KEY_BLOCK] bytes (dimension 2i low nibble, 2i + 1 high), then
+ * the f16 scales [hd / 32][KEY_BLOCK]; a value is (level - 8) · scale */
+static void key_block_q4_0_scalar(const uint8_t *block, int64_t hd, float *tile) {
+    const uint8_t *scales = block + (size_t)hd / 2 * QUILL_KEY_BLOCK;
+    for (int64_t g = 0; g < hd / 32; g++) {
+        float s[QUILL_KEY_BLOCK];
+        for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
+            uint16_t h;
+            memcpy(&h, scales + 2 * ((size_t)g * QUILL_KEY_BLOCK + (size_t)p), 2);
+            s[p] = quill_f16_to_f32(h);
+        }
+        for (int64_t d = g * 32; d < g * 32 + 32; d += 2)
+            for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
+                const uint8_t b = block[d / 2 * QUILL_KEY_BLOCK + p];
+                tile[d * QUILL_KEY_BLOCK + p] = (float)((b & 0xF) - 8) * s[p];
+                tile[(d + 1) * QUILL_KEY_BLOCK + p] = (float)((b >> 4) - 8) * s[p];
+            }
+    }
+}
+
 static const quill_kernels scalar_table = {
     .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
-    .softmax = softmax_scalar, .swiglu = swiglu_scalar};
+    .softmax = softmax_scalar, .swiglu = swiglu_scalar, .key_block_q8_0 = key_block_q8_0_scalar,
+    .key_block_q4_0 = key_block_q4_0_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

@@ -43,6 +43,13 @@ typedef void (*quill_weighted_sum_fn)(const float *wgt, int64_t wgt_stride, int 
 typedef void (*quill_dot_columns_fn)(const float *q, int64_t q_stride, int n_heads, const float *kt, int64_t n,
                                      int64_t stride, int n_cols, float *out, int64_t out_stride);
 
+/* The KV cache's key blocks (model/kv_cache.h): QUILL_KEY_BLOCK positions of one head, dimension-
+ * major. A key block decoder writes tile[d * QUILL_KEY_BLOCK + p] = code(d, p) · scale(d / 32, p)
+ * for d < hd (a multiple of 32), p < QUILL_KEY_BLOCK: the f32 value, (float)code times the f16
+ * scale, as the type's to_float computes it, so every set gives the same bits. */
+#define QUILL_KEY_BLOCK 64
+typedef void (*quill_key_block_fn)(const uint8_t *block, int64_t hd, float *tile);
+
 /* x[p] = e^(s·x[p] - m) / Σ_p' e^(s·x[p'] - m) for p < n, with m the largest s·x[p]:
  * attention's softmax. Every instruction set gives the same bits: the exponential of exp_poly.h
  * and the sum as 16 partial sums (p mod 16, in p order) added pairwise 8, 4, 2, 1 apart. */
@@ -87,6 +94,7 @@ typedef struct quill_kernels {
     quill_dot_columns_fn dot_columns;
     quill_softmax_fn softmax;
     quill_swiglu_fn swiglu;
+    quill_key_block_fn key_block_q8_0, key_block_q4_0;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */

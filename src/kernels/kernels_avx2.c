@@ -644,5 +644,38 @@ static void swiglu_avx2(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* The KV cache's key blocks (kernels.h): 8 positions per vector, the codes widened to f32 and
+ * multiplied by their positions' scales, as the scalar decoder does. */
+static void key_block_q8_0_avx2(const uint8_t *block, int64_t hd, float *tile) {
+    const int8_t *codes = (const int8_t *)block;
+    const uint16_t *scales = (const uint16_t *)(block + (size_t)hd * QUILL_KEY_BLOCK);
+    for (int64_t g = 0; g < hd / 32; g++) {
+        __m256 s[8];
+        for (int i = 0; i < 8; i++) s[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * QUILL_KEY_BLOCK + 8 * i)));
+        for (int64_t d = g * 32; d < g * 32 + 32; d++)
+            for (int i = 0; i < 8; i++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(codes + d * QUILL_KEY_BLOCK + 8 * i));
+                _mm256_storeu_ps(tile + d * QUILL_KEY_BLOCK + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s[i]));
+            }
+    }
+}
+
+static void key_block_q4_0_avx2(const uint8_t *block, int64_t hd, float *tile) {
+    const uint16_t *scales = (const uint16_t *)(block + (size_t)hd / 2 * QUILL_KEY_BLOCK);
+    const __m256i low = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+    for (int64_t g = 0; g < hd / 32; g++) {
+        __m256 s[8];
+        for (int i = 0; i < 8; i++) s[i] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + g * QUILL_KEY_BLOCK + 8 * i)));
+        for (int64_t d = g * 32; d < g * 32 + 32; d += 2)
+            for (int i = 0; i < 8; i++) {
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(block + d / 2 * QUILL_KEY_BLOCK + 8 * i)));
+                const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(b, low), eight);
+                const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight);
+                _mm256_storeu_ps(tile + d * QUILL_KEY_BLOCK + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s[i]));
+                _mm256_storeu_ps(tile + (d + 1) * QUILL_KEY_BLOCK + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s[i]));
+            }
+    }
+}
+
 void quill_kernels_install_avx2(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx2); }
 #endif

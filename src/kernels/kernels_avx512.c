@@ -600,5 +600,40 @@ static void swiglu_avx512(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* The KV cache's key blocks (kernels.h): 16 positions per vector, the codes widened to f32 and
+ * multiplied by their positions' scales, as the scalar decoder does. */
+static void key_block_q8_0_avx512(const uint8_t *block, int64_t hd, float *tile) {
+    const int8_t *codes = (const int8_t *)block;
+    const uint16_t *scales = (const uint16_t *)(block + (size_t)hd * QUILL_KEY_BLOCK);
+    for (int64_t g = 0; g < hd / 32; g++) {
+        __m512 s[4];
+        for (int i = 0; i < 4; i++)
+            s[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * QUILL_KEY_BLOCK + 16 * i)));
+        for (int64_t d = g * 32; d < g * 32 + 32; d++)
+            for (int i = 0; i < 4; i++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(codes + d * QUILL_KEY_BLOCK + 16 * i));
+                _mm512_storeu_ps(tile + d * QUILL_KEY_BLOCK + 16 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), s[i]));
+            }
+    }
+}
+
+static void key_block_q4_0_avx512(const uint8_t *block, int64_t hd, float *tile) {
+    const uint16_t *scales = (const uint16_t *)(block + (size_t)hd / 2 * QUILL_KEY_BLOCK);
+    const __m512i low = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
+    for (int64_t g = 0; g < hd / 32; g++) {
+        __m512 s[4];
+        for (int i = 0; i < 4; i++)
+            s[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + g * QUILL_KEY_BLOCK + 16 * i)));
+        for (int64_t d = g * 32; d < g * 32 + 32; d += 2)
+            for (int i = 0; i < 4; i++) {
+                const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(block + d / 2 * QUILL_KEY_BLOCK + 16 * i)));
+                const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(b, low), eight);
+                const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight);
+                _mm512_storeu_ps(tile + d * QUILL_KEY_BLOCK + 16 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), s[i]));
+                _mm512_storeu_ps(tile + (d + 1) * QUILL_KEY_BLOCK + 16 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), s[i]));
+            }
+    }
+}
+
 void quill_kernels_install_avx512(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx512); }
 #endif

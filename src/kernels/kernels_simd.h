@@ -24,6 +24,8 @@
         (k)->dot_columns = dot_columns_##sfx;                                                        \
         (k)->softmax = softmax_##sfx;                                                                \
         (k)->swiglu = swiglu_##sfx;                                                                  \
+        (k)->key_block_q8_0 = key_block_q8_0_##sfx;                                                  \
+        (k)->key_block_q4_0 = key_block_q4_0_##sfx;                                                  \
         QUILL_TYPE_LIST(QUILL_INSTALL_VECTOR_ROW_, k)                                               \
     } while (0)
 

@@ -3,6 +3,7 @@
  * case. Each sequence has its own n_ctx positions in the cache, laid out as a lone context's
  * cache, so a token's attention reads exactly what it would read alone. */
 #include "model/context.h"
+#include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
 
@@ -140,15 +141,17 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         const quill_layer *L = &c->model->layers[l];
         if (L->recurrent || L->kv_shared) continue; /* (a shared layer's cache is its source's) */
         const int64_t hd = L->head_dim;
-        /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head */
-        const size_t key_floats = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * (size_t)hd;
-        const size_t s_keys = quill_kv_at(c, L, src, kpos), d_keys = quill_kv_at(c, L, dst, kpos);
-        const size_t s_values = quill_kv_at(c, L, src, c->n_ctx), d_values = quill_kv_at(c, L, dst, c->n_ctx);
+        /* keys: whole blocks of KEY_BLOCK positions per KV head; values: n positions per KV head (a
+         * position of a head takes krow and vrow bytes in the cache's types) */
+        const size_t krow = quill_kv_row_bytes(c->type_k, hd), vrow = quill_kv_row_bytes(c->type_v, hd);
+        const size_t key_bytes = (size_t)((n + KEY_BLOCK - 1) / KEY_BLOCK) * KEY_BLOCK * krow;
+        uint8_t *s_keys = c->k_cache + quill_row_size(c->type_k, (int64_t)quill_kv_at(c, L, src, kpos));
+        uint8_t *d_keys = c->k_cache + quill_row_size(c->type_k, (int64_t)quill_kv_at(c, L, dst, kpos));
+        uint8_t *s_values = c->v_cache + quill_row_size(c->type_v, (int64_t)quill_kv_at(c, L, src, c->n_ctx));
+        uint8_t *d_values = c->v_cache + quill_row_size(c->type_v, (int64_t)quill_kv_at(c, L, dst, c->n_ctx));
         for (int64_t h = 0; h < L->n_head_kv; h++) {
-            memcpy(c->k_cache + d_keys + (size_t)h * hd * kpos, c->k_cache + s_keys + (size_t)h * hd * kpos,
-                   key_floats * sizeof(float));
-            memcpy(c->v_cache + d_values + (size_t)h * c->n_ctx * hd, c->v_cache + s_values + (size_t)h * c->n_ctx * hd,
-                   (size_t)n * hd * sizeof(float));
+            memcpy(d_keys + (size_t)h * kpos * krow, s_keys + (size_t)h * kpos * krow, key_bytes);
+            memcpy(d_values + (size_t)h * c->n_ctx * vrow, s_values + (size_t)h * c->n_ctx * vrow, (size_t)n * vrow);
         }
     }
     c->seq_len[dst] = n;

@@ -1,5 +1,6 @@
 /* Inference context lifetime: the KV cache, scratch buffers and RoPE tables of one conversation. */
 #include "model/context.h"
+#include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -39,7 +41,8 @@ static void *carve(uint8_t *mem, size_t *at, size_t bytes) {
 }
 
 /* Points the context's buffers into mem (NULL: sets them NULL); returns the bytes they take.
- * cache and key_cache count the value and key caches' elements. */
+ * cache counts the value cache's positions (of every layer, sequence and KV head), key_cache the
+ * key cache's (whole blocks). */
 static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size_t key_cache, int64_t widest) {
     const quill_hparams *hp = c->hp;
     size_t at = 0;
@@ -51,8 +54,8 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     const size_t ub = (size_t)c->ubatch, f = sizeof(float), d = (size_t)hp->n_embd;
     const size_t q_dim = (size_t)c->model->ap.widest_q, kv_dim = (size_t)c->model->ap.widest_kv;
     const size_t rope = (size_t)c->model->ap.n_rope_tables * (size_t)c->n_ctx * (size_t)quill_rope_stride(c->model) * f;
-    c->k_cache = carve(mem, &at, key_cache * f);
-    c->v_cache = carve(mem, &at, cache * f);
+    c->k_cache = carve(mem, &at, quill_row_size(c->type_k, (int64_t)key_cache));
+    c->v_cache = carve(mem, &at, quill_row_size(c->type_v, (int64_t)cache));
     c->rope_cos = carve(mem, &at, rope);
     c->rope_sin = carve(mem, &at, rope);
     c->x = carve(mem, &at, ub * d * f);
@@ -137,13 +140,88 @@ double quill_rope_angle(const quill_context *c, int table, int pos, int64_t i) {
     return theta;
 }
 
+static const struct {
+    const char *name;
+    quill_type type;
+} cache_types[] = {{"f32", QUILL_TYPE_F32}, {"f16", QUILL_TYPE_F16}, {"bf16", QUILL_TYPE_BF16},
+                   {"q8_0", QUILL_TYPE_Q8_0}, {"q4_0", QUILL_TYPE_Q4_0}};
+
+const char *quill_cache_type_names(void) { return "f32, f16, bf16, q8_0, q4_0"; }
+
+quill_status quill_cache_type_parse(const char *name, quill_type *out, quill_error *err) {
+    for (size_t i = 0; name && i < sizeof cache_types / sizeof cache_types[0]; i++)
+        if (!strcmp(name, cache_types[i].name)) {
+            *out = cache_types[i].type;
+            return QUILL_OK;
+        }
+    return quill_fail(err, QUILL_E_ARG, "unknown KV cache type '%.32s': the types are %s", name ? name : "(null)",
+                      quill_cache_type_names());
+}
+
+/* The KV cache's bytes in double (an absurd context, 2^24 positions x 4096 sequences of a deep
+ * model, would wrap a size_t around): keys in whole blocks of KEY_BLOCK positions; a type's bytes
+ * per element are its block's bytes over its elements (head sizes are multiples of its block). */
+static double kv_cache_bytes(const quill_model *m, int n_ctx, int n_seq, uint32_t type_k, uint32_t type_v,
+                             bool reference) {
+    const double elements = (double)m->ap.kv_width * n_seq; /* per position */
+    if (reference) return 2.0 * elements * n_ctx * sizeof(double);
+    const quill_type_traits *k = quill_type_traits_of(type_k), *v = quill_type_traits_of(type_v);
+    return elements * ((double)quill_key_positions(n_ctx) * (double)k->type_size / (double)k->block_size +
+                       (double)n_ctx * (double)v->type_size / (double)v->block_size);
+}
+
+/* The largest head size of the layers with a KV cache (0 when none has one). */
+static int64_t widest_head_dim(const quill_model *m) {
+    int64_t widest = 0;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (!m->layers[l].recurrent && m->layers[l].head_dim > widest) widest = m->layers[l].head_dim;
+    return widest;
+}
+
+/* The head size of a layer with a KV cache that type's blocks do not divide, or 0. */
+static int64_t undivided_head_dim(const quill_model *m, uint32_t type) {
+    const int64_t block = quill_type_traits_of(type)->block_size;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (!m->layers[l].recurrent && m->layers[l].head_dim % block) return m->layers[l].head_dim;
+    return 0;
+}
+
+/* The context length and sequence count that parameters give (0: the defaults). */
+static int default_n_ctx(const quill_hparams *hp, const quill_context_params *p) {
+    /* By default the training context, capped so that a 32k-context model does not reserve
+     * gigabytes of KV cache that a short session never uses. */
+    return p && p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+}
+
+double quill_context_kv_bytes(const quill_model *m, const quill_context_params *p) {
+    const quill_hparams *hp = quill_model_hparams(m);
+    const int n_seq = p && p->n_seq > 0 ? p->n_seq : 1;
+    const uint32_t tk = p ? (uint32_t)p->type_k : 0, tv = p ? (uint32_t)p->type_v : 0;
+    if (!quill_kv_type_ok(tk) || !quill_kv_type_ok(tv)) return 0;
+    return kv_cache_bytes(m, default_n_ctx(hp, p), n_seq, tk, tv, p && p->reference);
+}
+
+/* Whether a cache type can hold this model's heads; else the reason, in err. */
+static quill_status check_cache_type(const quill_model *m, uint32_t type, const char *which, const char *flag,
+                                     quill_error *err) {
+    if (!quill_kv_type_ok(type))
+        return quill_fail(err, QUILL_E_ARG, "%s cache type %s (id %u) is not a KV cache type: the types are %s (%s)",
+                          which, quill_type_name(type), type, quill_cache_type_names(), flag);
+    const int64_t head_dim = undivided_head_dim(m, type);
+    if (head_dim)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s cache type %s stores blocks of %lld, which do not divide this model's head size %lld; "
+                          "use f32, f16 or bf16 (%s)",
+                          which, quill_type_name(type), (long long)quill_type_traits_of(type)->block_size,
+                          (long long)head_dim, flag);
+    return QUILL_OK;
+}
+
 quill_status quill_context_new(quill_model *m, const quill_context_params *p, quill_context **out,
                                quill_error *err) {
     *out = NULL;
     const quill_hparams *hp = quill_model_hparams(m);
-    /* By default the training context, capped so that a 32k-context model does not reserve
-     * gigabytes of KV cache that a short session never uses. */
-    int n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_ctx = default_n_ctx(hp, p);
     int n_threads = p && p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     if (p && (p->n_ctx < 0 || p->n_ctx > (1 << 24)))
@@ -156,8 +234,12 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (p && p->reference && n_seq > 1)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "the float64 reference path evaluates one sequence (n_seq 1, not %d)", n_seq);
+    const uint32_t type_k = p ? (uint32_t)p->type_k : QUILL_TYPE_F32, type_v = p ? (uint32_t)p->type_v : QUILL_TYPE_F32;
+    quill_status st = check_cache_type(m, type_k, "K", "-ctk", err);
+    if (st == QUILL_OK) st = check_cache_type(m, type_v, "V", "-ctv", err);
+    if (st != QUILL_OK) return st;
     const quill_kernels *kern;
-    quill_status st = quill_kernels_choose(&kern, err);
+    st = quill_kernels_choose(&kern, err);
     if (st != QUILL_OK) return st;
     quill_context *c = calloc(1, sizeof *c);
     if (!c) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
@@ -170,6 +252,8 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     /* (the hybrids' recurrent scratch, recurrent.c, is sized for QUILL_UBATCH) */
     c->ubatch = m->ap.n_expert && !m->arch->hybrid ? QUILL_UBATCH_MOE : QUILL_UBATCH;
     c->kern = kern;
+    c->type_k = type_k;
+    c->type_v = type_v;
     /* Phi-3's LongRoPE: the long factors once the context exceeds the trained one, as the
      * reference chooses them per context */
     c->rope_factors = m->ap.rope_factors_long && n_ctx > m->ap.n_ctx_orig ? m->ap.rope_factors_long
@@ -185,14 +269,15 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (m->ap.ssm_state > widest) widest = m->ap.ssm_state;
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)m->ap.widest_group * ATT_TOKENS;
-    c->thread_scratch_len = ((size_t)widest > scores ? (size_t)widest : scores) + 64;
+    /* and, after the scores, a decoded key block or KEY_BLOCK value rows (a cache in f32 is read
+     * in place) */
+    c->tile_at = (scores + 15) / 16 * 16;
+    const size_t attention = type_k || type_v ? c->tile_at + (size_t)KEY_BLOCK * (size_t)widest_head_dim(m) : scores;
+    c->thread_scratch_len = ((size_t)widest > attention ? (size_t)widest : attention) + 64;
     bool ok = (c->pool = quill_pool_new(n_threads)) != NULL && (c->seq_len = calloc((size_t)n_seq, sizeof(int))) &&
               (c->seq_next = calloc((size_t)n_seq, sizeof(int))) &&
               (c->run_start = malloc(((size_t)c->ubatch + 1) * sizeof(int)));
-    /* the KV cache's bytes in double first: an absurd context (2^24 positions x 4096 sequences of
-     * a deep model) would wrap the byte counts around */
-    const double kv_bytes = 2.0 * (double)kv_width * n_seq * (double)quill_key_positions(n_ctx) *
-                            (double)(c->reference ? sizeof(double) : sizeof(float));
+    const double kv_bytes = kv_cache_bytes(m, n_ctx, n_seq, type_k, type_v, c->reference);
     const bool fits = kv_bytes < (double)(SIZE_MAX / 4);
     const size_t bytes = fits ? lay_out_buffers(c, NULL, cache, key_cache, widest) : 0;
     uint8_t *mem = ok && fits ? map_buffers(bytes) : NULL;
@@ -220,13 +305,26 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (ok && !c->reference) c->packed = quill_model_pack(m, kern, c->pool);
     if (!ok) {
         /* the message reads the context's settings, so it is written before the context is freed */
-        char state[96] = "";
+        char state[96] = "", types[320] = "";
         if (rec_bytes > 0)
             snprintf(state, sizeof state, ", recurrent state with its checkpoints %.1f MB", rec_bytes / 1e6);
+        if (!c->reference) {
+            /* what each cache type would take, both keys and values in it */
+            snprintf(types, sizeof types, " with -ctk %s -ctv %s; both in", quill_type_name(type_k),
+                     quill_type_name(type_v));
+            for (size_t i = 0; i < sizeof cache_types / sizeof cache_types[0]; i++) {
+                const uint32_t t = cache_types[i].type;
+                if (undivided_head_dim(m, t)) continue;
+                const size_t used = strlen(types);
+                snprintf(types + used, sizeof types - used, "%s %s %.1f MB", i ? "," : "", cache_types[i].name,
+                         kv_cache_bytes(m, n_ctx, n_seq, t, t, false) / 1e6);
+            }
+        }
         quill_fail(err, QUILL_E_NOMEM,
-                   "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB%s); use a smaller "
-                   "context (-c)%s",
-                   n_ctx, n_seq, kv_bytes / 1e6, state, rec_bytes > 0 ? " or fewer sequences" : "");
+                   "out of memory creating a context of %d tokens x %d sequences (KV cache %.1f MB%s%s); use a smaller "
+                   "context (-c)%s%s",
+                   n_ctx, n_seq, kv_bytes / 1e6, types, state, rec_bytes > 0 ? " or fewer sequences" : "",
+                   c->reference ? "" : " or a smaller cache type (-ctk/-ctv)");
         quill_context_free(c);
         return QUILL_E_NOMEM;
     }

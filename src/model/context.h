@@ -17,7 +17,7 @@
 
 /* The key cache of one KV head is blocks of KEY_BLOCK positions, each dimension-major: key
  * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK (see forward.c). */
-#define KEY_BLOCK 64
+#define KEY_BLOCK QUILL_KEY_BLOCK
 /* Tokens of one attention work item (see forward.c). */
 #define ATT_TOKENS 4
 
@@ -46,10 +46,12 @@ struct quill_context {
     const int32_t *ub_seq, *ub_pos;
     int *run_start, n_runs;
 
-    /* fast path: f32 KV cache, keys [n_layer][seq][kv head][block of KEY_BLOCK positions][head dim]
+    /* fast path: the KV cache, keys [n_layer][seq][kv head][block of KEY_BLOCK positions][head dim]
      * [KEY_BLOCK], values [n_layer][seq][kv head][n_ctx][head dim] (each layer its own sizes:
-     * quill_kv_at); RoPE cos and sin [table][n_ctx][quill_rope_stride] */
-    float *k_cache, *v_cache;
+     * quill_kv_at), in type_k and type_v (kv_cache.h: quill_row_size(type, elements) turns an
+     * offset in elements into bytes); RoPE cos and sin [table][n_ctx][quill_rope_stride] */
+    uint32_t type_k, type_v;
+    uint8_t *k_cache, *v_cache;
     float *rope_cos, *rope_sin;
     float *x, *xb, *q, *k, *v, *att, *ffn_gate, *ffn_up;
     /* per-layer inputs (per_layer.c): each token's slices [token][n_layer][n_pl], the projection's
@@ -64,9 +66,11 @@ struct quill_context {
     int32_t *moe_expert, *moe_pairs, *moe_start;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;
+    size_t tile_at;                 /* where a thread's decoded key block or value rows start in its
+                                     * scratch, after the scores (a cache in f32 needs none) */
     void *matmul_scratch;           /* for kern->matmul (NULL when the kernels have none) */
 
-    /* reference path: everything in double */
+    /* reference path: everything in double (K and V rounded as type_k and type_v store them) */
     double *ref_k, *ref_v;
 
     quill_recurrent *rec;

@@ -18,6 +18,7 @@
  * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
  * split, so results are bitwise identical for any thread count and any batching. */
 #include "model/forward.h"
+#include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
 
@@ -326,17 +327,20 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     const int group = (int)(L->n_head / L->n_head_kv);
     const float base_scale = (float)c->model->ap.attn_scale, cap = c->model->ap.attn_softcap;
     const int64_t sstride = quill_score_stride(c->n_ctx);
-    /* the scores of token i of an item: group rows from scores + i · group · sstride */
+    /* the scores of token i of an item: group rows from scores + i · group · sstride; after them,
+     * the tile that a key block or value rows are decoded into when the cache is not in f32 */
     float *scores = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    float *tile = scores + c->tile_at;
     const int64_t kpos = quill_key_positions(c->n_ctx);
+    const size_t krow = quill_kv_row_bytes(c->type_k, hd), vrow = quill_kv_row_bytes(c->type_v, hd);
     const int n_runs = c->n_runs;
     for (int64_t item = i0; item < i1; item++) {
         /* a run: consecutive tokens of one sequence at consecutive positions from p0 */
         const int64_t kvh = item / n_runs, run = item % n_runs, h0 = kvh * group;
         const int64_t t0 = c->run_start[run];
         const int nt = c->run_start[run + 1] - (int)t0, p0 = c->ub_pos[t0];
-        const float *kc = c->k_cache + quill_kv_at(c, L, c->ub_seq[t0], kpos);   /* [kv head][block][dim][pos] */
-        const float *vc = c->v_cache + quill_kv_at(c, L, c->ub_seq[t0], c->n_ctx); /* [kv head][pos][dim] */
+        const uint8_t *kc = c->k_cache + quill_row_size(c->type_k, (int64_t)quill_kv_at(c, L, c->ub_seq[t0], kpos));
+        const uint8_t *vc = c->v_cache + quill_row_size(c->type_v, (int64_t)quill_kv_at(c, L, c->ub_seq[t0], c->n_ctx));
         const int last_keys = p0 + nt; /* the run's last token sees the most */
         int first[ATT_TOKENS] = {0};   /* each token's first visible key */
         for (int i = 0; i < nt; i++) {
@@ -344,15 +348,17 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
             first[i] = L->window && p + 1 > L->window ? p + 1 - (int)L->window : 0;
         }
         const int p_lo = first[0] / KEY_BLOCK * KEY_BLOCK;
-        const float *kh = kc + (size_t)kvh * hd * kpos, *vh = vc + (size_t)kvh * c->n_ctx * hd;
-        for (int p = p_lo; p < last_keys; p += KEY_BLOCK)
+        const uint8_t *kh = kc + (size_t)kvh * kpos * krow, *vh = vc + (size_t)kvh * c->n_ctx * vrow;
+        for (int p = p_lo; p < last_keys; p += KEY_BLOCK) {
+            const float *keys = quill_kv_key_block(c->kern, c->type_k, kh + (size_t)p * krow, hd, tile);
             for (int i = 0; i < nt; i++) {
                 const int n_keys = p0 + i + 1, lo = first[i] > p ? first[i] : p;
                 if (lo < n_keys && lo < p + KEY_BLOCK)
-                    c->kern->dot_columns(c->q + (t0 + i) * q_dim + h0 * hd, hd, group, kh + (size_t)p * hd + (lo - p),
-                                         hd, KEY_BLOCK, n_keys - lo < p + KEY_BLOCK - lo ? n_keys - lo : p + KEY_BLOCK - lo,
+                    c->kern->dot_columns(c->q + (t0 + i) * q_dim + h0 * hd, hd, group, keys + (lo - p), hd, KEY_BLOCK,
+                                         n_keys - lo < p + KEY_BLOCK - lo ? n_keys - lo : p + KEY_BLOCK - lo,
                                          scores + (size_t)i * group * sstride + lo, sstride);
             }
+        }
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < group; g++) {
                 /* (the temperature scales the scores where the reference scales the queries) */
@@ -369,16 +375,23 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
                     c->kern->softmax(row, n_keys, scale);
                 }
             }
-        /* (one token alone sums its values in one call: nothing to share, no chains to resume) */
-        const int vb = nt > 1 ? KEY_BLOCK : last_keys;
-        for (int p = nt > 1 ? p_lo : first[0]; p < last_keys; p += vb)
+        /* (one token alone sums f32 values in one call: nothing to share, no chains to resume;
+         * values of another type are decoded KEY_BLOCK rows at a time) */
+        const bool whole = nt == 1 && c->type_v == QUILL_TYPE_F32;
+        const int vb = whole ? last_keys : KEY_BLOCK;
+        for (int p = whole ? first[0] : p_lo; p < last_keys; p += vb) {
+            /* the rows this block's tokens read: from the first one's first to the last one's end */
+            const int from = first[0] > p ? first[0] : p, to = last_keys < p + vb ? last_keys : p + vb;
+            const float *values = quill_kv_value_rows(c->kern, c->type_v, vh + (size_t)from * vrow, to - from, hd, tile);
             for (int i = 0; i < nt; i++) {
                 const int n_keys = p0 + i + 1, lo = first[i] > p ? first[i] : p;
                 if (lo < n_keys && lo < p + vb)
-                    c->kern->weighted_sum(scores + (size_t)i * group * sstride + lo, sstride, group, vh + (size_t)lo * hd,
+                    c->kern->weighted_sum(scores + (size_t)i * group * sstride + lo, sstride, group,
+                                          values + (size_t)(lo - from) * hd,
                                           n_keys - lo < p + vb - lo ? n_keys - lo : p + vb - lo, hd, hd,
                                           c->att + (t0 + i) * q_dim + h0 * hd, hd, lo > first[i]);
             }
+        }
     }
 }
 
@@ -439,8 +452,10 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
         c->model->arch->rope == QUILL_ROPE_NEOX ? rope_neox : rope_adjacent;
     const float *cos_table = c->rope_cos + (size_t)L->rope_table * c->n_ctx * stride;
     const float *sin_table = c->rope_sin + (size_t)L->rope_table * c->n_ctx * stride;
-    /* keys in blocks of positions, dimension-major within a block (see KEY_BLOCK) */
+    /* keys in blocks of positions, dimension-major within a block (see KEY_BLOCK); a position of a
+     * head takes krow and vrow bytes in the cache's types */
     const int64_t kpos = quill_key_positions(c->n_ctx);
+    const size_t krow = quill_kv_row_bytes(c->type_k, hd), vrow = quill_kv_row_bytes(c->type_v, hd);
     for (int64_t t = t0; t < t1; t++) {
         const int pos = c->ub_pos[t];
         const float *cs = cos_table + (size_t)pos * stride, *sn = sin_table + (size_t)pos * stride;
@@ -451,11 +466,11 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
             if (!L->no_rope) rope(q, L->n_head, hd, half, cs, sn);
             continue;
         }
-        float *kt = c->k_cache + quill_kv_at(c, L, c->ub_seq[t], kpos);
+        uint8_t *kt = c->k_cache + quill_row_size(c->type_k, (int64_t)quill_kv_at(c, L, c->ub_seq[t], kpos));
         /* values head-major: one head's values are one contiguous stream for the hardware
          * prefetchers (position-major, a head's 256 bytes every kv_dim floats, the weighted sum
          * ran ~1.8x slower at 2000 positions) */
-        float *vt = c->v_cache + quill_kv_at(c, L, c->ub_seq[t], c->n_ctx);
+        uint8_t *vt = c->v_cache + quill_row_size(c->type_v, (int64_t)quill_kv_at(c, L, c->ub_seq[t], c->n_ctx));
         if (L->v_from_k) memcpy(v, k, (size_t)kv_dim * sizeof *k);
         if (L->bq) add_bias(q, L->bq, q_dim);
         if (L->bk) add_bias(k, L->bk, kv_dim);
@@ -473,12 +488,12 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int thread) {
             rope(q, L->n_head, hd, half, cs, sn);
             rope(k, L->n_head_kv, hd, half, cs, sn);
         }
-        float *block = kt + (size_t)(pos / KEY_BLOCK) * KEY_BLOCK * hd + pos % KEY_BLOCK;
+        /* (in the cache's types: rounded once, here, as the reference's cache stores them) */
+        uint8_t *block = kt + (size_t)(pos / KEY_BLOCK) * KEY_BLOCK * krow;
         for (int64_t h = 0; h < L->n_head_kv; h++)
-            for (int64_t i = 0; i < hd; i++)
-                block[(size_t)h * hd * kpos + (size_t)i * KEY_BLOCK] = k[h * hd + i];
+            quill_kv_store_key(c->type_k, block + (size_t)h * kpos * krow, pos % KEY_BLOCK, k + h * hd, hd);
         for (int64_t h = 0; h < L->n_head_kv; h++)
-            memcpy(vt + ((size_t)h * c->n_ctx + (size_t)pos) * hd, v + h * hd, (size_t)hd * sizeof(float));
+            quill_kv_store_value(c->type_v, vt + ((size_t)h * c->n_ctx + (size_t)pos) * vrow, v + h * hd, hd);
     }
 }
 

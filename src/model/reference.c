@@ -3,6 +3,7 @@
  * f32 exactly (as stored) and widened to double, every operation in double. It is meant to be
  * obviously right, not fast. */
 #include "model/forward.h"
+#include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
 
@@ -182,6 +183,12 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 double *vc = c->ref_v + quill_kv_at(c, L, 0, c->n_ctx);
                 if (own_kv) memcpy(kc + (size_t)pos * kv_dim, k, kv_dim * sizeof *k);
                 if (own_kv) memcpy(vc + (size_t)pos * kv_dim, v, kv_dim * sizeof *v);
+                /* a cache in another type than f32 holds each head's row rounded as the fast
+                 * path stores it (kv_cache.c); f32 keeps the exact doubles */
+                for (int64_t h = 0; own_kv && h < L->n_head_kv; h++) {
+                    quill_kv_round_double(c->type_k, kc + (size_t)pos * kv_dim + h * hd, hd);
+                    quill_kv_round_double(c->type_v, vc + (size_t)pos * kv_dim + h * hd, hd);
+                }
                 const int first = L->window && pos + 1 > L->window ? pos + 1 - (int)L->window : 0;
                 for (int64_t h = 0; h < L->n_head; h++) {
                     const double *qh = q + h * hd;
