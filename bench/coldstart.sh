@@ -24,19 +24,11 @@ die() { echo "coldstart.sh: $*" >&2; exit 1; }
 [ -x "$REF/llama-cli" ] || die "$REF/llama-cli is missing (the shared reference programs)"
 [ -x /usr/bin/time ] || die "/usr/bin/time is missing (apt-get install time)"
 mkdir -p "$DIR"
+# shellcheck source=bench/make_model.sh
+. "$here/make_model.sh"
 MODEL=${MODEL:-$DIR/llama7b-q4_0.gguf}
-if [ ! -f "$MODEL" ]; then
-    f16=$DIR/llama7b-f16.gguf
-    echo "synthesizing $MODEL" >&2
-    "$QUILL" synth --embd 4096 --layers 32 --heads 32 --kv-heads 32 --ff 11008 \
-        --vocab "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf" -o "$f16.part" > "$DIR/synth.log" 2>&1 ||
-        { cat "$DIR/synth.log" >&2; die "quill synth failed"; }
-    mv "$f16.part" "$f16"
-    "$QUILL" quantize "$f16" "$MODEL.part" q4_0 > "$DIR/quantize.log" 2>&1 ||
-        { cat "$DIR/quantize.log" >&2; die "quill quantize failed"; }
-    mv "$MODEL.part" "$MODEL"
-    rm -f "$f16"
-fi
+make_quantized "$MODEL" q4_0 "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf" --embd 4096 --layers 32 --heads 32 \
+    --kv-heads 32 --ff 11008
 PROMPT='<|im_start|>user
 Hello<|im_end|>
 <|im_start|>assistant

@@ -25,20 +25,11 @@ mkdir -p "$DIR"
 SCHEMA='{"type":"object","properties":{"words":{"type":"array","items":{"type":"string","maxLength":12},"minItems":400}},"required":["words"]}'
 PROMPT='Write the list as JSON:'
 
+# shellcheck source=bench/make_model.sh
+. "$here/make_model.sh"
 model_for() { # vocab name -> q4_0 model path, made once
-    f16="$DIR/grammar-$1-f16.gguf" q="$DIR/grammar-$1-q4_0.gguf"
-    [ -f "$q" ] && { echo "$q"; return; }
-    vocab="$SHARED/tokenizer/ggml-vocab-$1.gguf"
-    [ -f "$vocab" ] || die "$vocab is missing (the shared reference data)"
-    echo "synthesizing $q" >&2
-    "$QUILL" synth --like tinyllama-1.1b --vocab "$vocab" -o "$f16.part" > "$DIR/synth.log" 2>&1 ||
-        { cat "$DIR/synth.log" >&2; die "quill synth failed"; }
-    mv "$f16.part" "$f16"
-    "$QUILL" quantize "$f16" "$q.part" q4_0 > "$DIR/quantize.log" 2>&1 ||
-        { cat "$DIR/quantize.log" >&2; die "quill quantize failed"; }
-    mv "$q.part" "$q"
-    rm -f "$f16"
-    echo "$q"
+    make_quantized "$DIR/grammar-$1-q4_0.gguf" q4_0 "$SHARED/tokenizer/ggml-vocab-$1.gguf" --like tinyllama-1.1b
+    echo "$DIR/grammar-$1-q4_0.gguf"
 }
 
 speed() { # model [extra options...] -> generation tokens/s
