@@ -74,17 +74,25 @@ static bool o_not_z(const char *piece) {
     return o && o[1] && o[1] != 'z';
 }
 
+/* Nothing restricts the next draw: with logits that favour a token outside the grammar, it wins. */
+static bool draws_freely(lazy_case *lc, uint64_t seed) {
+    float *logits = malloc((size_t)lc->n_vocab * sizeof *logits);
+    int32_t outside = outside_token(lc->tok);
+    logits_favouring(logits, lc->n_vocab, outside, &seed);
+    bool free_draw = outside >= 0 && quill_sampler_sample(lc->s, logits) == outside;
+    free(logits);
+    return free_draw;
+}
+
 TEST(grammar_lazy_applies_from_the_trigger) {
     REQUIRE_SHARED(shared);
     lazy_case lc;
     if (!lazy_setup(&lc, shared, "root ::= \"Once upon a time\" [.!]\n", "Once")) return;
     float *logits = malloc((size_t)lc.n_vocab * sizeof *logits);
     uint64_t rng = 11;
-    /* before the trigger nothing is restricted: the favoured token wins */
+    /* before the trigger nothing is restricted */
     int32_t outside = outside_token(lc.tok);
-    CHECK(outside >= 0, "no token outside the grammar");
-    logits_favouring(logits, lc.n_vocab, outside, &rng);
-    CHECK_EQ_INT(quill_sampler_sample(lc.s, logits), outside);
+    CHECK(draws_freely(&lc, 11), "restricted before the trigger");
     quill_sampler_accept(lc.s, outside);
     /* the reply writes the trigger (in stories260K's small vocabulary, over several tokens) */
     int32_t *ids = NULL;
@@ -115,8 +123,7 @@ TEST(grammar_lazy_applies_from_the_trigger) {
     CHECK(!strcmp(text, " upon a time.") || !strcmp(text, " upon a time!"), "after the trigger: '%s'", text);
     /* reset: free again */
     quill_sampler_reset(lc.s);
-    logits_favouring(logits, lc.n_vocab, outside, &rng);
-    CHECK_EQ_INT(quill_sampler_sample(lc.s, logits), outside);
+    CHECK(draws_freely(&lc, 3), "restricted after a reset");
     free(logits);
     lazy_teardown(&lc);
 }
@@ -129,12 +136,7 @@ TEST(grammar_lazy_leaves_a_reply_that_left_the_grammar_free) {
     int32_t off = find_token(lc.tok, o_not_z);
     CHECK(off >= 0, "no token with 'O' and a letter after it");
     quill_sampler_accept(lc.s, off);
-    float *logits = malloc((size_t)lc.n_vocab * sizeof *logits);
-    uint64_t rng = 5;
-    int32_t outside = outside_token(lc.tok);
-    logits_favouring(logits, lc.n_vocab, outside, &rng);
-    CHECK_EQ_INT(quill_sampler_sample(lc.s, logits), outside);
-    free(logits);
+    CHECK(draws_freely(&lc, 5), "restricted after leaving the grammar");
     lazy_teardown(&lc);
 }
 
