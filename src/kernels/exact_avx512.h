@@ -940,6 +940,8 @@ size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols);
 int quill_vnni_pack_group(uint32_t type);
 quill_task_fn quill_vnni_decode_packed_fn(uint32_t type);
 quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type);
+/* The loop for a few tokens over groups of tiles (as one token's), or NULL where the batch loop serves. */
+quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok);
 
 #endif
 #endif

@@ -126,15 +126,17 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
             dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da, word_sf};
-            const quill_task_fn fn = packed ? (nt == 1 ? quill_vnni_decode_packed_fn(type) : quill_vnni_gemm_packed_fn(type))
-                                            : (nt == 1 ? decode_fn(type) : gemm_fn(type));
-            /* packed q4_0 decodes a group of tiles at a time (q4_0_group) */
-            const int per_item = nt == 1 && packed ? quill_vnni_pack_group(type) : 1;
+            const quill_task_fn few = packed ? quill_vnni_few_packed_fn(type, nt) : NULL;
+            const quill_task_fn fn = few                ? few
+                                     : packed           ? (nt == 1 ? quill_vnni_decode_packed_fn(type) : quill_vnni_gemm_packed_fn(type))
+                                                        : (nt == 1 ? decode_fn(type) : gemm_fn(type));
+            /* packed q4_0 decodes a group of tiles at a time (q4_0_group), one token or a few */
+            const int per_item = (nt == 1 || few) && packed ? quill_vnni_pack_group(type) : 1;
             const int64_t tiles = (m[i].rows + TR - 1) / TR;
             tasks[i] = (quill_pool_task){fn, &dj[i], (tiles + per_item - 1) / per_item};
         }
         int64_t grain = 1;
-        if (nt == 1 && packed) {
+        if ((nt == 1 || quill_vnni_few_packed_fn(type, nt)) && packed) {
             grain = (int64_t)(DECODE_CLAIM / (quill_vnni_packed_tile_bytes(type, cols) * (size_t)quill_vnni_pack_group(type)));
             if (grain < 1) grain = 1;
         }
