@@ -1,8 +1,9 @@
 /* The engine thread: N slots over one context with N sequences, and continuous batching.
  *
  * Every step evaluates, in one forward pass, the next token of every generating slot and then,
- * within the step's token budget, a chunk of the prompts still being read (the earliest request
- * first): a long prompt never stalls the others' streams. A slot keeps its conversation's KV cache
+ * within the step's token budget, chunks of the prompts still being read (shared among them, the
+ * shortest rest first): a long prompt never stalls the others' streams, nor a new request's first
+ * token. A slot keeps its conversation's KV cache
  * after the request; a new request goes to the idle slot whose cache shares the longest prefix
  * with its prompt (or, when a busy slot shares more, gets a copy of that prefix), and only the
  * rest of the prompt is evaluated.
@@ -327,7 +328,7 @@ static void *engine(void *arg) {
         }
         if (s->stopping) break;
 
-        /* the batch: generating slots' next tokens, then prompt chunks, earliest request first */
+        /* the batch: generating slots' next tokens, then prompt chunks */
         int n = 0, rows = 0;
         for (int i = 0; i < s->p.n_slots; i++) {
             slot *sl = &s->slots[i];
@@ -344,6 +345,15 @@ static void *engine(void *arg) {
         int budget = s->p.n_batch - n;
         if (budget < 8) budget = 8;   /* prompts always move on */
         int echo_rows = ECHO_ROWS;    /* rows of prompt logits (echo) this step */
+        /* the prompts being read share the rest: the shortest rest first, each at most an equal
+         * share of what is left (what a short one leaves goes to the longer ones), so that a new
+         * request's time to first token does not wait for long prompts that arrived before it,
+         * and every prompt moves on at every step */
+        int readers = 0;
+        for (int i = 0; i < s->p.n_slots; i++) {
+            const slot *sl = &s->slots[i];
+            readers += sl->job && !sl->generating && sl->n_cache < sl->job->n_prompt;
+        }
         for (;;) {
             slot *next = NULL;
             for (int i = 0; i < s->p.n_slots; i++) {
@@ -351,12 +361,16 @@ static void *engine(void *arg) {
                 if (!sl->job || sl->generating || sl->n_cache >= sl->job->n_prompt) continue;
                 bool taken = false;   /* already in this batch */
                 for (int k = n_gen; k < n && !taken; k++) taken = s->b_seq[k] == sl->id;
-                if (!taken && (!next || sl->job->t_start < next->job->t_start)) next = sl;
+                if (taken) continue;
+                const int rest = sl->job->n_prompt - sl->n_cache, next_rest = next ? next->job->n_prompt - next->n_cache : 0;
+                if (!next || rest < next_rest || (rest == next_rest && sl->job->t_start < next->job->t_start)) next = sl;
             }
             if (!next || budget == 0) break;
             const job *j = next->job;
-            int take = j->n_prompt - next->n_cache;
-            if (take > budget) take = budget;
+            int take = j->n_prompt - next->n_cache, share = budget / (readers > 0 ? readers : 1);
+            readers--;
+            if (share < 1) share = 1;
+            if (take > share) take = share;
             if (j->prompt_logprobs && take > echo_rows) take = echo_rows;
             if (take == 0) break;
             if (j->prompt_logprobs) echo_rows -= take;
