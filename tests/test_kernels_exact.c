@@ -457,7 +457,7 @@ static void packed_products(const quill_kernels *k) {
     }
     quill_pool *pool = quill_pool_new(2);
     const int64_t rows_list[] = {37, 16, 1, 50, 150};
-    const int toks[] = {1, 2, 3, 4, 7, 8, 9, 70, 257};
+    const int toks[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 70, 257};
     int packed_types = 0;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = amx_types[ti];

@@ -322,22 +322,46 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
     }
 }
 
+/* The sums of tokens [t0, t0 + n) against one tile's block (its codes unpacked in lo, hi). */
+static inline __attribute__((always_inline)) void few_tokens(const planes *P, int64_t blk, const __m512i lo[4],
+                                                             const __m512i hi[4], __m512 sc, float (*acc)[TR], int t0,
+                                                             const int n) {
+    const __m512i z = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int t = t0; t < t0 + n; t++) {
+        const int8_t *h = P[t].h + blk * 32, *l = P[t].l + blk * 32;
+        /* with few tokens two chains per plane, so that enough products are in flight */
+        __m512i sh[2] = {z, z}, sl[2] = {z, z};
+        const int c = n < 4;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            sh[0] = dpbusd_bcast(sh[0], lo[q], h + 4 * q);
+            sh[c] = dpbusd_bcast(sh[c], hi[q], h + 16 + 4 * q);
+            sl[0] = dpbusd_bcast(sl[0], lo[q], l + 4 * q);
+            sl[c] = dpbusd_bcast(sl[c], hi[q], l + 16 + 4 * q);
+        }
+        _mm512_store_ps(acc[t], slot_step(QUILL_TYPE_Q4_0, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
+                                          _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc, NULL));
+    }
+    __asm__ volatile("" ::: "memory"); /* one block of tokens at a time: gcc interleaved 8 and spilled */
+}
+
 /* q4_0's decoding of a few tokens (the streams of a server's step): q4_0_group with each block's
  * codes loaded and unpacked once for all n_tok tokens, and the group read front to back with the
  * same prefetches as for one token. The batch loop (gemm_packed_impl) unpacks a chunk into L1 and
  * fetches the next chunk's lines just before using them: at 4 tokens a third of its samples sat on
  * those loads. Each token's f32 steps are slot_step's, in the same order: the same bits.
  * Against the batch loop, tokens per CPU second of quill_batched, one thread, TinyLlama-shaped
- * q4_0, 2 alternating rounds (a loaded machine: wall times meant little): 2 tokens 1.27-1.41x,
- * 4 tokens 1.09-1.14x, 8 tokens 0.89-0.91x (gcc spills the unrolled tokens' operands; the batch
- * loop keeps 6 tokens' sums in registers over codes in L1): up to 4 tokens here. */
-#define FEW_TOKENS 4
+ * q4_0, 2 alternating rounds each (a loaded machine: wall times meant little): 2 tokens
+ * 1.27-1.41x, 4 tokens 1.09-1.14x, 6 tokens 1.29-1.32x, 8 tokens 1.20-1.26x, 12 tokens
+ * 1.10-1.13x, and 16 tokens 1.07-1.10x against the word products. The tokens go 4 at a time
+ * (few_tokens): all 8 unrolled together, gcc spilled their operands and 8 tokens ran 0.9x. */
+#define FEW_TOKENS 16
 static inline __attribute__((always_inline)) void q4_0_group_few(const decode_job *j, int64_t group, const int n,
                                                                  const int n_tok) {
     const uint32_t type = QUILL_TYPE_Q4_0;
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
-    const __m512i z = _mm512_setzero_si512();
     _Alignas(64) float acc[PACK_GROUP][FEW_TOKENS][TR];
     for (int i = 0; i < n; i++)
         for (int t = 0; t < n_tok; t++) _mm512_store_ps(acc[i][t], _mm512_setzero_ps());
@@ -358,22 +382,9 @@ static inline __attribute__((always_inline)) void q4_0_group_few(const decode_jo
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) nibble_codes(v + 4 * i, NULL, q, &lo[q], &hi[q]);
                 const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + i * scale_bytes + b * 32)));
-#pragma GCC unroll 8
-                for (int t = 0; t < n_tok; t++) {
-                    const int8_t *h = P[t].h + blk * 32, *l = P[t].l + blk * 32;
-                    /* with few tokens two chains per plane, so that enough products are in flight */
-                    __m512i sh[2] = {z, z}, sl[2] = {z, z};
-                    const int c = n_tok < 4;
-#pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++) {
-                        sh[0] = dpbusd_bcast(sh[0], lo[q], h + 4 * q);
-                        sh[c] = dpbusd_bcast(sh[c], hi[q], h + 16 + 4 * q);
-                        sl[0] = dpbusd_bcast(sl[0], lo[q], l + 4 * q);
-                        sl[c] = dpbusd_bcast(sl[c], hi[q], l + 16 + 4 * q);
-                    }
-                    _mm512_store_ps(acc[i][t], slot_step(type, _mm512_load_ps(acc[i][t]), _mm512_add_epi32(sh[0], sh[1]),
-                                                         _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc, NULL));
-                }
+#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
+                FEW_BLOCK(0) FEW_BLOCK(4) FEW_BLOCK(8) FEW_BLOCK(12)
+#undef FEW_BLOCK
             }
         }
     }
@@ -402,6 +413,18 @@ static void few_packed_q4_0(void *arg, int64_t t0, int64_t t1, int thread) {
         case 2: few_group(j, g, 2); break;
         case 3: few_group(j, g, 3); break;
         case 4: few_group(j, g, 4); break;
+        case 5: few_group(j, g, 5); break;
+        case 6: few_group(j, g, 6); break;
+        case 7: few_group(j, g, 7); break;
+        case 8: few_group(j, g, 8); break;
+        case 9: few_group(j, g, 9); break;
+        case 10: few_group(j, g, 10); break;
+        case 11: few_group(j, g, 11); break;
+        case 12: few_group(j, g, 12); break;
+        case 13: few_group(j, g, 13); break;
+        case 14: few_group(j, g, 14); break;
+        case 15: few_group(j, g, 15); break;
+        case 16: few_group(j, g, 16); break;
         default: break;
         }
 }
