@@ -9,7 +9,8 @@
 #
 #   bench/serve.sh [DIR]     models go to DIR (default /tmp/quill-bench; reused when present)
 # Environment: QUILL (default build/quill), THREADS (2), STREAMS ("1 4 8 16"), ROUNDS (2), GEN (64),
-# PROMPT (128), LONG (1024), PROBES (10), PROBE_STREAMS ("4 8 16"; empty: no TTFT runs).
+# PROMPT (128), LONG (1024), PROBES (10), PROBE_STREAMS ("4 8 16"; empty: no TTFT runs), SERVERS
+# ("quill llama"; "quill" alone for quill's own scaling).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,7 @@ PROMPT=${PROMPT:-128}
 LONG=${LONG:-1024}
 PROBES=${PROBES:-10}
 PROBE_STREAMS=${PROBE_STREAMS-"4 8 16"}
+SERVERS=${SERVERS:-"quill llama"}
 DIR=${1:-/tmp/quill-bench}
 VOCAB=$root/../shared/tokenizer/ggml-vocab-llama-spm.gguf
 SLOTS=16
@@ -136,7 +138,7 @@ results=$DIR/serve-results.txt
 echo "$(date -u '+%H:%M UTC') $(uptime | sed 's/.*load average/load average/')"
 for round in $(seq "$ROUNDS"); do
     for n in $STREAMS; do
-        for server in quill llama; do
+        for server in $SERVERS; do
             start $server
             load 1 99999 > /dev/null   # warm-up (first touch of the weights), a prompt no stream shares
             set -- $(load "$n" 1000 load)
@@ -169,8 +171,8 @@ for n in $STREAMS; do
         $1 == "load" && $3 == n && $2 == "quill" { q[++nq] = $4 / $5; qt[nq] = $6; qp[nq] = $7; qd[nq] = $8 }
         $1 == "load" && $3 == n && $2 == "llama" { l[++nl] = $4 / $5; lt[nl] = $6; lp[nl] = $7; ld[nl] = $8 }
         END { mq = median(q, nq); ml = median(l, nl); dq = median(qd, nq); dl = median(ld, nl)
-              x1q = nq1 ? sprintf("%.2fx", mq / median(q1, nq1)) : "-"; x1l = nl1 ? sprintf("%.2fx", ml / median(l1, nl1)) : "-"
-              printf "| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s | %s | %.3f / %.3f | %.3f / %.3f |\n", n, mq, ml, mq / ml,
+              x1q = nq1 ? sprintf("%.2fx", mq / median(q1, nq1)) : "-"; x1l = nl1 && ml > 0 ? sprintf("%.2fx", ml / median(l1, nl1)) : "-"
+              printf "| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s | %s | %.3f / %.3f | %.3f / %.3f |\n", n, mq, ml, (ml > 0 ? mq / ml : 0),
                      dq, dl, (dl > 0 ? dq / dl : 0), x1q, x1l, median(qt, nq), median(qp, nq), median(lt, nl), median(lp, nl) }' "$results"
 done
 if [ -n "$PROBE_STREAMS" ]; then

@@ -1,9 +1,8 @@
 /* The engine thread: N slots over one context with N sequences, and continuous batching.
  *
  * Every step evaluates, in one forward pass, the next token of every generating slot and then,
- * within the step's token budget, chunks of the prompts still being read (shared among them, the
- * shortest rest first): a long prompt never stalls the others' streams, nor a new request's first
- * token. A slot keeps its conversation's KV cache
+ * within the step's token budget, chunks of the prompts still being read (the shortest rest
+ * first): a long prompt never stalls the others' streams, nor a new request's first token. A slot keeps its conversation's KV cache
  * after the request; a new request goes to the idle slot whose cache shares the longest prefix
  * with its prompt (or, when a busy slot shares more, gets a copy of that prefix), and only the
  * rest of the prompt is evaluated.
@@ -345,15 +344,10 @@ static void *engine(void *arg) {
         int budget = s->p.n_batch - n;
         if (budget < 8) budget = 8;   /* prompts always move on */
         int echo_rows = ECHO_ROWS;    /* rows of prompt logits (echo) this step */
-        /* the prompts being read share the rest: the shortest rest first, each at most an equal
-         * share of what is left (what a short one leaves goes to the longer ones), so that a new
-         * request's time to first token does not wait for long prompts that arrived before it,
-         * and every prompt moves on at every step */
-        int readers = 0;
-        for (int i = 0; i < s->p.n_slots; i++) {
-            const slot *sl = &s->slots[i];
-            readers += sl->job && !sl->generating && sl->n_cache < sl->job->n_prompt;
-        }
+        /* the prompts being read take the rest, the shortest rest first (among equals the earliest
+         * request): a new request's first token does not wait for the long prompts that arrived
+         * before it. (Equal shares for every prompt did that too, but made prompts that arrived
+         * together all finish last: 8 streams' median time to first token 1.8x.) */
         for (;;) {
             slot *next = NULL;
             for (int i = 0; i < s->p.n_slots; i++) {
@@ -367,10 +361,8 @@ static void *engine(void *arg) {
             }
             if (!next || budget == 0) break;
             const job *j = next->job;
-            int take = j->n_prompt - next->n_cache, share = budget / (readers > 0 ? readers : 1);
-            readers--;
-            if (share < 1) share = 1;
-            if (take > share) take = share;
+            int take = j->n_prompt - next->n_cache;
+            if (take > budget) take = budget;
             if (j->prompt_logprobs && take > echo_rows) take = echo_rows;
             if (take == 0) break;
             if (j->prompt_logprobs) echo_rows -= take;

@@ -401,10 +401,9 @@ static inline __attribute__((always_inline)) void q4_0_group_few(const decode_jo
  * so that the token loop unrolls. */
 static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok) {
     const int64_t left = (j->rows + TR - 1) / TR - g * PACK_GROUP;
-    if (left >= 4) q4_0_group_few(j, g, 4, n_tok);
-    else if (left == 3) q4_0_group_few(j, g, 3, n_tok);
-    else if (left == 2) q4_0_group_few(j, g, 2, n_tok);
-    else q4_0_group_few(j, g, 1, n_tok);
+    /* the tiles go one at a time: their count need not be a constant (a copy per count and
+     * token count made the file's compile several times longer) */
+    q4_0_group_few(j, g, left < PACK_GROUP ? (int)left : PACK_GROUP, n_tok);
 }
 static void few_packed_q4_0(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
