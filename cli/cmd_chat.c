@@ -407,6 +407,8 @@ int cmd_chat(int argc, char **argv) {
     quill_sampler *smp = NULL;
     quill_grammar *grammar = NULL;
     quill_grammar_vocab *grammar_vocab = NULL;
+    quill_model *draft_model = NULL;
+    quill_drafter *drafter = NULL;
     conversation conv = {0};
     token_list cached = {0}, last_prompt = {0};
     reply rep = {.cached = &cached};
@@ -440,6 +442,7 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("%s", err.message);
         goto done;
     }
+    if (cli_drafter_new(&o, m, ctx, &draft_model, &drafter)) goto done;
     /* every reply follows the grammar: the sampler's stage starts over with each turn */
     if (o.grammar && (quill_grammar_parse(tok, o.grammar, strlen(o.grammar), NULL, &grammar, &err) ||
                       quill_grammar_vocab_new(tok, &grammar_vocab, &err) ||
@@ -632,6 +635,10 @@ int cmd_chat(int argc, char **argv) {
         /* harmony's channel marks are special tokens: the reply's parse needs them in the text */
         gp.render_special = rep.split && rep.syntax.tools == TOOL_SYNTAX_GPT_OSS;
         gp.should_stop = stop_requested;
+        /* the drafter sees the whole conversation, the reused part too */
+        gp.drafter = drafter;
+        gp.history = full;
+        gp.n_history = keep;
         /* As the reference's chat does: each reply starts from a fresh sampler (a grammar at its
          * start, an empty penalty window) whose window then holds the whole conversation; the
          * generator adds the part it evaluates, the reused part is added here. */
@@ -662,7 +669,12 @@ int cmd_chat(int argc, char **argv) {
         else if (res.context_full) fprintf(stderr, "[the context is full; the oldest turns go next time]\n");
         if (rep.oom) { cli_fail("out of memory"); goto done; }
         if (!raw && !conv_add(&conv, "assistant", rep.text ? rep.text : "", rep.len)) { cli_fail("out of memory"); goto done; }
-        if (o.verbose) fprintf(stderr, "[%zu tokens in context]\n", cached.n);
+        if (o.verbose) {
+            char draft[96];
+            cli_draft_summary(draft, sizeof draft, &res, drafter != NULL);
+            fprintf(stderr, "[%zu tokens in context; generation: %d tokens, %.2f tok/s%s]\n", cached.n, res.n_generated,
+                    res.generation_ms > 0 ? res.n_generated / (res.generation_ms / 1e3) : 0.0, draft);
+        }
         interrupted = 0;
     }
     rc = 0;
@@ -681,6 +693,8 @@ done:
     quill_sampler_free(smp);
     quill_grammar_free(grammar);
     quill_grammar_vocab_free(grammar_vocab);
+    quill_drafter_free(drafter);
+    quill_model_free(draft_model);
     quill_context_free(ctx);
     quill_model_free(m);
     cli_opts_free(&o);

@@ -115,6 +115,8 @@ int cmd_run(int argc, char **argv) {
     quill_trace_recorder *tf = NULL;
     quill_grammar *grammar = NULL;
     quill_grammar_vocab *grammar_vocab = NULL;
+    quill_model *draft_model = NULL;
+    quill_drafter *drafter = NULL;
     run_output out = {.json = o.json};
     rc = 1;
     if (prompt_tokens(&o, m, &prompt, &n_prompt)) goto done;
@@ -134,6 +136,7 @@ int cmd_run(int argc, char **argv) {
                  n_prompt, quill_context_n_ctx(c), n_prompt);
         goto done;
     }
+    if (cli_drafter_new(&o, m, c, &draft_model, &drafter)) goto done;
     if (o.verbose)
         fprintf(stderr, "quill: seed %llu, %d threads, kernels %s, context %d tokens, prompt %zu tokens\n",
                 (unsigned long long)o.sp.seed, o.n_threads ? (int)o.n_threads : -1, quill_context_kernels(c),
@@ -144,6 +147,7 @@ int cmd_run(int argc, char **argv) {
     gp.stop = o.stop;
     gp.n_stop = o.n_stop;
     gp.penalize_prompt = true;
+    gp.drafter = drafter;
     /* The continuation follows the prompt: its leading space is real and stays. */
     gp.text_start = false;
     if (o.logits_path) {
@@ -207,15 +211,21 @@ int cmd_run(int argc, char **argv) {
         printf(", \"timings\": {\"load_ms\": %.3f, \"prompt_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
                "\"generation_ms\": %.3f, \"generation_tokens_per_s\": %.3f}",
                t_load, t_prompt, n_prompt / (t_prompt / 1e3), t_gen, n_gen ? n_gen / (t_gen / 1e3) : 0.0);
-        printf(", \"context_full\": %s}\n", res.context_full ? "true" : "false");
+        printf(", \"context_full\": %s", res.context_full ? "true" : "false");
+        if (drafter) printf(", \"draft\": {\"drafted\": %d, \"accepted\": %d}", res.n_drafted, res.n_accepted);
+        printf("}\n");
     } else if (res.context_full) {
         fprintf(stderr, "quill: stopped: the context of %d tokens is full (use -c to enlarge it)\n",
                 quill_context_n_ctx(c));
     }
-    fprintf(stderr, "prompt: %zu tokens, %.1f ms, %.2f tok/s | generation: %zu tokens, %.1f ms, %.2f tok/s\n",
-            n_prompt, t_prompt, n_prompt / (t_prompt / 1e3), n_gen, t_gen, n_gen ? n_gen / (t_gen / 1e3) : 0.0);
+    char draft[96];
+    cli_draft_summary(draft, sizeof draft, &res, drafter != NULL);
+    fprintf(stderr, "prompt: %zu tokens, %.1f ms, %.2f tok/s | generation: %zu tokens, %.1f ms, %.2f tok/s%s\n",
+            n_prompt, t_prompt, n_prompt / (t_prompt / 1e3), n_gen, t_gen, n_gen ? n_gen / (t_gen / 1e3) : 0.0, draft);
     rc = 0;
 done:
+    quill_drafter_free(drafter);
+    quill_model_free(draft_model);
     quill_trace_recorder_free(tf);
     quill_grammar_free(grammar);
     quill_grammar_vocab_free(grammar_vocab);

@@ -12,7 +12,7 @@ enum opt_id {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
     O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
     O_MLOCK, O_NO_MMAP, O_HIDE_REASONING, O_GRAMMAR, O_GRAMMAR_FILE, O_JSON_SCHEMA, O_JSON_SCHEMA_FILE,
-    O_CACHE_TYPE_K, O_CACHE_TYPE_V,
+    O_CACHE_TYPE_K, O_CACHE_TYPE_V, O_MODEL_DRAFT, O_DRAFT_MAX, O_DRAFT_MIN, O_DRAFT_P_MIN, O_LOOKUP,
 };
 
 #define GEN (CLI_RUN | CLI_CHAT)
@@ -50,6 +50,14 @@ static const option options[] = {
     {O_GRAMMAR_FILE, NULL, "--grammar-file", "FILE", NULL, GEN, "the same, from a .gbnf file"},
     {O_JSON_SCHEMA, "-j", "--json-schema", "SCHEMA", NULL, GEN, "constrain the output to JSON matching a JSON Schema"},
     {O_JSON_SCHEMA_FILE, "-jf", "--json-schema-file", "FILE", NULL, GEN, "the same, from a file"},
+    {O_MODEL_DRAFT, "-md", "--model-draft", "FILE", NULL, GEN,
+     "speculative decoding with this draft model (same vocabulary; the output does not change)"},
+    {O_LOOKUP, NULL, "--lookup", NULL, NULL, GEN,
+     "speculative decoding by n-gram lookup in the prompt and text so far (no model; the output does not change)"},
+    {O_DRAFT_MAX, NULL, "--draft-max", "N", "--spec-draft-n-max", GEN, "tokens drafted at most per step (default 16)"},
+    {O_DRAFT_MIN, NULL, "--draft-min", "N", "--spec-draft-n-min", GEN, "shorter drafts are not used (default 0)"},
+    {O_DRAFT_P_MIN, NULL, "--draft-p-min", "P", "--spec-draft-p-min", GEN,
+     "the draft model stops at a token it gives less probability (default 0 = off)"},
     {O_NO_BOS, NULL, "--no-bos", NULL, NULL, CLI_RUN | CLI_TOKENIZE, "do not add the BOS token"},
     {O_SPECIAL, NULL, "--special", NULL, NULL, CLI_RUN | CLI_TOKENIZE,
      "parse special-token text such as </s> in the prompt"},
@@ -211,6 +219,8 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
     bool seed_random = true;
     const char *grammar_value = NULL;
     enum opt_id grammar_kind = O_HELP;
+    const char *draft_option = NULL;    /* a draft setting given, for the check that speculation is on */
+    o->draft_max = quill_draft_defaults().n_max;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         const option *opt = find_option(a, &v);
@@ -293,6 +303,21 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
             grammar_kind = opt->id;
             o->grammar_from = name;
             break;
+        case O_MODEL_DRAFT: o->model_draft = v; break;
+        case O_LOOKUP: o->lookup = true; break;
+        case O_DRAFT_MAX:
+            if (parse_count(name, v, 1, QUILL_DRAFT_MAX, "", &o->draft_max)) return 1;
+            draft_option = name;
+            break;
+        case O_DRAFT_MIN:
+            if (parse_count(name, v, 0, QUILL_DRAFT_MAX, "", &o->draft_min)) return 1;
+            draft_option = name;
+            break;
+        case O_DRAFT_P_MIN:
+            if (!cli_parse_double(v, 0, 1, &o->draft_p_min))
+                return cli_fail("%s: '%s' is not a probability in [0, 1] (0 = off)", name, v);
+            draft_option = name;
+            break;
         case O_MLOCK: case O_NO_MMAP: case O_HELP: break;
         }
     }
@@ -302,6 +327,14 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
         const char *stray = o->system ? "--system" : o->template_path ? "--chat-template" : o->format ? "--chat-format" : NULL;
         if (stray) return cli_fail("run: %s applies only with --chat (the prompt is sent as plain text otherwise)", stray);
     }
+    if (o->model_draft && o->lookup)
+        return cli_fail("%s: give one of -md/--model-draft and --lookup (two ways of drafting)", cmd);
+    if (draft_option && !o->model_draft && !o->lookup)
+        return cli_fail("%s: %s applies to speculative decoding: add -md DRAFT.gguf or --lookup", cmd, draft_option);
+    if (o->draft_min > o->draft_max)
+        return cli_fail("%s: --draft-min %ld is more than --draft-max %ld", cmd, o->draft_min, o->draft_max);
+    if (o->lookup && o->draft_p_min > 0)
+        return cli_fail("%s: --draft-p-min applies to a draft model (-md), not to --lookup", cmd);
     int sources = (o->prompt_arg != NULL) + (o->prompt_file != NULL) + (o->tokens != NULL);
     if (sources > 1) return cli_fail("%s: give one of -p, -f and --tokens, not several", cmd);
     if (command != CLI_CHAT && sources == 0)
@@ -346,4 +379,35 @@ void cli_opts_free(cli_opts *o) {
     o->prompt = NULL;
     free(o->grammar);
     o->grammar = NULL;
+}
+
+int cli_drafter_new(const cli_opts *o, const quill_model *target, const quill_context *c, quill_model **draft_model,
+                    quill_drafter **out) {
+    *out = NULL;
+    *draft_model = NULL;
+    if (!o->model_draft && !o->lookup) return 0;
+    quill_draft_params dp = quill_draft_defaults();
+    dp.n_max = (int)o->draft_max;
+    dp.n_min = (int)o->draft_min;
+    dp.p_min = (float)o->draft_p_min;
+    dp.n_ctx = quill_context_n_ctx(c);
+    dp.n_threads = (int)o->n_threads;
+    quill_error err;
+    if (o->lookup) return quill_drafter_new_lookup(&dp, out, &err) ? cli_fail("--lookup: %s", err.message) : 0;
+    if (quill_model_load(o->model_draft, draft_model, &err)) return cli_fail("-md: %s", err.message);
+    if (quill_drafter_new_model(*draft_model, target, &dp, out, &err)) {
+        quill_model_free(*draft_model);
+        *draft_model = NULL;
+        return cli_fail("-md %s: %s", o->model_draft, err.message);
+    }
+    return 0;
+}
+
+void cli_draft_summary(char *buf, size_t cap, const quill_generate_result *r, bool speculative) {
+    if (!speculative) {
+        if (cap) buf[0] = 0;
+        return;
+    }
+    snprintf(buf, cap, " | draft: %d drafted, %d accepted (%.1f %%)", r->n_drafted, r->n_accepted,
+             r->n_drafted ? 100.0 * r->n_accepted / r->n_drafted : 0.0);
 }

@@ -31,6 +31,11 @@ typedef struct cli_opts {
      * / --json-schema-file, malloc'd; grammar_from names the option it came from, for messages. */
     char *grammar;
     const char *grammar_from;
+    /* Speculative decoding: a draft model or n-gram lookup, and the draft sizes. */
+    const char *model_draft;
+    bool lookup;
+    long draft_max, draft_min;
+    double draft_p_min;
 } cli_opts;
 
 /* Parses argv (argv[0] is the command name). Returns 0 on success, -1 when --help was printed
@@ -40,6 +45,14 @@ int cli_opts_parse(int argc, char **argv, unsigned command, cli_opts *o, FILE *d
 void cli_opts_free(cli_opts *o);
 /* The usage text of a command, generated from the option table. */
 void cli_opts_usage(unsigned command, FILE *f);
+
+/* The drafter the options ask for (-md FILE or --lookup) for a target model and its context, or
+ * NULL without speculation; *draft_model receives the loaded draft model (freed by the caller after
+ * the drafter). Returns 0, or 1 after printing why not (an incompatible vocabulary, say). */
+int cli_drafter_new(const cli_opts *o, const quill_model *target, const quill_context *c, quill_model **draft_model,
+                    quill_drafter **out);
+/* " | draft: N drafted, M accepted (P %)" for the timings line; empty without a drafter. */
+void cli_draft_summary(char *buf, size_t cap, const quill_generate_result *r, bool speculative);
 
 /* Parses "1,2,3" into a malloc'd id list. Returns 0, or 1 after printing why the list is bad
  * (*ids is then NULL). */

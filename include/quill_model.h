@@ -362,6 +362,52 @@ QUILL_API quill_status quill_sampler_add_grammar_lazy(quill_sampler *s, const qu
  * malloc'd. */
 QUILL_API quill_status quill_json_schema_to_grammar(const char *schema, size_t len, char **gbnf, quill_error *err);
 
+/* ---------------------------------------------------------------- speculative decoding
+ *
+ * A drafter proposes the tokens likely to follow a sequence; the caller evaluates the last token
+ * it drew and the draft in one batch (logits for every row) and steps its generator row by row,
+ * going on while the token drawn is the next drafted one and keeping the first that differs
+ * (quill_seq_truncate forgets the rest). The generator and its sampler (random stream, grammar)
+ * see exactly the calls of decoding without a draft, and every row's logits are the bits that
+ * token gets alone, so the output is bitwise the same, greedy or seeded: a draft only decides how
+ * many tokens one pass confirms. quill_generate() does this when p->drafter is set. */
+#define QUILL_DRAFT_MAX 256
+typedef struct quill_drafter quill_drafter;
+
+typedef struct quill_draft_params {
+    int n_max;          /* tokens drafted at most per step (1..QUILL_DRAFT_MAX; default 16) */
+    int n_min;          /* a shorter draft is not used (default 0) */
+    int n_seq;          /* sequences drafted for, ids 0..n_seq-1 (0 = 1) */
+    /* draft model only: */
+    float p_min;        /* drafting stops at a token the draft model gives less probability (0 = off) */
+    int n_ctx;          /* positions of each sequence in the draft model's context (0: its default) */
+    int n_threads;      /* 0 = all online CPUs */
+} quill_draft_params;
+
+/* n_max 16, the rest 0. */
+QUILL_API quill_draft_params quill_draft_defaults(void);
+/* N-gram lookup, no model: drafts what followed the same n-grams (1 to 4 tokens) earlier in the
+ * sequence (the prompt and the text so far), as the reference's lookup decoding does. */
+QUILL_API quill_status quill_drafter_new_lookup(const quill_draft_params *p, quill_drafter **out, quill_error *err);
+/* A draft model's greedy continuation, in its own context (p->n_ctx, p->n_threads, p->n_seq). The
+ * draft model must share the target's vocabulary (quill_draft_vocab_check); it must outlive the
+ * drafter. */
+QUILL_API quill_status quill_drafter_new_model(quill_model *draft, const quill_model *target, const quill_draft_params *p,
+                                               quill_drafter **out, quill_error *err);
+/* QUILL_OK when `draft` can draft for `target`, the reference's test: the same tokenizer kind,
+ * BOS and EOS, vocabulary sizes within 128, the same token texts from id 5 on; else QUILL_E_ARG
+ * saying what differs. */
+QUILL_API quill_status quill_draft_vocab_check(const quill_model *target, const quill_model *draft, quill_error *err);
+QUILL_API void quill_drafter_free(quill_drafter *d);
+QUILL_API int quill_drafter_n_max(const quill_drafter *d);
+QUILL_API int quill_drafter_n_min(const quill_drafter *d);
+/* Drafts at most `max` (and n_max) tokens to follow tokens[0..n_tokens): sequence `seq`'s tokens
+ * so far, the last one drawn included. The drafter finds by itself what changed since its last
+ * call (tokens accepted, a sequence that went back). *n_draft may be 0 (nothing to propose, or
+ * fewer than n_min). */
+QUILL_API quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens, int max,
+                                           int32_t *draft, int *n_draft, quill_error *err);
+
 /* ---------------------------------------------------------------- generation */
 
 /* Why generation ended. */
@@ -405,6 +451,16 @@ typedef struct quill_generate_params {
      * (result->cancelled). Lets an interactive front end stop a long evaluation. */
     bool (*should_stop)(void *user);
     void *should_stop_user;
+    /* Optional: speculative decoding with this drafter (its sequence 0); the output is the same
+     * bits as without it. `history`: the tokens the context holds before the prompt (a chat's
+     * earlier turns), so that the drafter sees the whole sequence; may be NULL. */
+    quill_drafter *drafter;
+    const int32_t *history;
+    size_t n_history;
+    /* Optional: sees the logits of every generation step before the sampler changes them (row of
+     * n_vocab floats; the step's token is drawn from them). */
+    void (*step_logits)(const float *logits, int32_t n_vocab, void *user);
+    void *step_logits_user;
 } quill_generate_params;
 
 /* n_predict 128, quill_sampler_defaults(), everything else off. */
@@ -429,6 +485,8 @@ typedef struct quill_generate_result {
     bool stop_string;       /* ended at a stop string */
     bool cancelled;         /* the callback returned false or should_stop said so */
     double prompt_ms, generation_ms;
+    int n_drafted;          /* with a drafter: tokens drafted and checked by the target model */
+    int n_accepted;         /* ... and those the generator drew as drafted */
 } quill_generate_result;
 
 /* ---------------------------------------------------------------- the generator: the loop one step at a time */

@@ -256,6 +256,100 @@ static void deliver(sink *k, int32_t token, const char *text, size_t len) {
     if (k->fn && !k->cancelled && !k->fn(token, text, len, k->user)) k->cancelled = true;
 }
 
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} token_seq;
+
+static bool seq_push(token_seq *q, const int32_t *t, size_t n) {
+    if (q->n + n > q->cap) {
+        size_t cap = (q->n + n) * 2;
+        int32_t *v = realloc(q->v, cap * sizeof *v);
+        if (!v) return false;
+        q->v = v;
+        q->cap = cap;
+    }
+    memcpy(q->v + q->n, t, n * sizeof *t);
+    q->n += n;
+    return true;
+}
+
+/* The generation after the prompt: `logits` holds the last prompt token's row. Each round
+ * evaluates the token drawn last and, with a drafter, the tokens drafted to follow it, in one
+ * batch; then the generator steps on the rows in order while it draws the drafted tokens. Row i
+ * holds the logits after position at + i, so a step there sees the context as plain decoding
+ * would (at + i + 1 tokens); where the draw leaves the draft, the positions after it are
+ * forgotten. Without a drafter every batch is the one token: plain decoding. */
+static quill_status generate_tokens(quill_context *c, quill_generator *g, const quill_generate_params *p,
+                                    const int32_t *prompt, size_t n_prompt, float *logits, sink *k,
+                                    quill_generate_result *res, quill_error *err) {
+    const int32_t n_vocab = (int32_t)c->hp->n_vocab;
+    const int n_ctx = quill_context_n_ctx(c);
+    const int n_max = p->drafter ? quill_drafter_n_max(p->drafter) : 0;
+    int32_t *batch = malloc(((size_t)n_max + 1) * sizeof *batch);
+    token_seq seq = {0};
+    bool oom = !batch;
+    if (p->drafter && !oom)
+        oom = (p->n_history && !seq_push(&seq, p->history, p->n_history)) || !seq_push(&seq, prompt, n_prompt);
+    if (oom) {
+        free(batch);
+        free(seq.v);
+        return quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the draft");
+    }
+    quill_status st = QUILL_OK;
+    int at = quill_context_pos(c) - 1, n_rows = 1;
+    for (bool over = false; !over;) {
+        int32_t next = -1;
+        for (int i = 0; i < n_rows && !over; i++) {
+            if (p->should_stop && p->should_stop(p->should_stop_user)) k->cancelled = true;
+            float *row = logits + (size_t)i * n_vocab;
+            quill_generator_event s = {0};
+            if (!k->cancelled) {
+                if (p->step_logits) p->step_logits(row, n_vocab, p->step_logits_user);
+                st = quill_generator_step(g, row, at + i + 1 < n_ctx, &s, err);
+            }
+            if (!st && !k->cancelled && !s.eog) deliver(k, s.token, s.text, s.len);
+            over = st || k->cancelled || s.done;
+            if (!over && i + 1 < n_rows && s.token == batch[i + 1]) {
+                res->n_accepted++;
+                if (p->drafter && !seq_push(&seq, &s.token, 1)) oom = over = true;
+                continue;
+            }
+            /* the context keeps what this row saw; drafted positions after it go */
+            quill_seq_truncate(c, 0, at + i + 1);
+            if (over) {
+                if (!st && !k->cancelled && s.done && s.tail_len) deliver(k, -1, s.tail, s.tail_len);
+                break;
+            }
+            next = s.token;
+            break;
+        }
+        if (over) break;
+        at = quill_context_pos(c);
+        batch[0] = next;
+        int n_draft = 0;
+        if (p->drafter) {
+            if (!seq_push(&seq, &next, 1)) {
+                oom = true;
+                break;
+            }
+            /* the batch must fit the context, and drafting past the length limit is wasted */
+            int max = n_ctx - at - 1;
+            if (max > n_max) max = n_max;
+            const int left = p->n_predict - quill_generator_result(g)->n_generated - 1;
+            if (p->n_predict >= 0 && left < max) max = left;
+            if (max > 0 && (st = quill_drafter_draft(p->drafter, 0, seq.v, seq.n, max, batch + 1, &n_draft, err))) break;
+        }
+        res->n_drafted += n_draft;
+        n_rows = n_draft + 1;
+        if ((st = quill_eval(c, batch, n_rows, logits, true, err))) break;
+    }
+    free(batch);
+    free(seq.v);
+    if (oom && !st) st = quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for the draft");
+    return st;
+}
+
 quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int32_t *prompt, size_t n_prompt,
                             const quill_generate_params *params, quill_generate_fn fn, void *user,
                             quill_generate_result *result, quill_error *err) {
@@ -277,7 +371,9 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
     quill_generator *g = NULL;
     quill_status st = quill_generator_new(quill_model_tokenizer(c->model), sampler, &p, &g, err);
     if (st) return st;
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    /* a row for the last token and one for each drafted token */
+    const size_t rows = p.drafter ? (size_t)quill_drafter_n_max(p.drafter) + 1 : 1;
+    float *logits = malloc(rows * (size_t)n_vocab * sizeof *logits);
     if (!logits) {
         quill_generator_free(g);
         return quill_fail(err, QUILL_E_NOMEM, "generate: out of memory for %d logits", (int)n_vocab);
@@ -306,26 +402,9 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
     res->prompt_ms = now_ms() - t0;
     if (st || k.cancelled) goto done;
     quill_generator_begin(g, prompt, n_prompt);
-    const float *last = p.prompt_logits ? p.prompt_logits + (n_prompt - 1) * (size_t)n_vocab : logits;
-    if (last != logits) memcpy(logits, last, (size_t)n_vocab * sizeof *logits); /* the sampler modifies it */
-
+    if (p.prompt_logits) memcpy(logits, p.prompt_logits + (n_prompt - 1) * (size_t)n_vocab, (size_t)n_vocab * sizeof *logits);
     double t1 = now_ms();
-    bool over = p.n_predict == 0;
-    while (!over) {
-        if (p.should_stop && p.should_stop(p.should_stop_user)) {
-            k.cancelled = true;
-            break;
-        }
-        quill_generator_event s;
-        st = quill_generator_step(g, logits, quill_context_pos(c) < quill_context_n_ctx(c), &s, err);
-        if (st) break;
-        if (!s.eog) deliver(&k, s.token, s.text, s.len);
-        if (k.cancelled) break;
-        over = s.done;
-        if (over && s.tail_len) deliver(&k, -1, s.tail, s.tail_len);
-        if (!over) st = quill_eval(c, &s.token, 1, logits, false, err);
-        if (st) break;
-    }
+    if (p.n_predict != 0) st = generate_tokens(c, g, &p, prompt, n_prompt, logits, &k, res, err);
     res->generation_ms = now_ms() - t1;
     const quill_generate_result *r = quill_generator_result(g);
     res->n_generated = r->n_generated;
