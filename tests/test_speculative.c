@@ -398,3 +398,90 @@ TEST(spec_draft_model_vocabulary_must_match) {
     quill_model_free(other);
     quill_model_free(same_vocab);
 }
+
+/* The CLI: --lookup and -md print what plain decoding prints, with the acceptance after the
+ * timings; the flags are checked before a model loads; another vocabulary is refused. */
+TEST(spec_cli_flags_and_refusals) {
+    REQUIRE_SHARED(shared);
+    char *stories = path_join(shared, "models/stories260K.gguf");
+    char *q8 = path_join(shared, "models/synth-k-q8_0.gguf");
+    char *q4 = path_join(shared, "models/synth-k-q4_0.gguf");
+    char *v32k = path_join(shared, "models/synth-32k-q8_0.gguf");
+    char cmd[2048], *plain = NULL, *spec = NULL, *err = NULL;
+    const char *prompt = "Once upon a time, there was a little girl named Lily. She loved to play. Once upon a time";
+    const char *runs[][3] = {{stories, "--lookup", "--temp 0"}, {stories, "--lookup --draft-max 3", "--temp 0.8 -s 5"},
+                             {q8, "-md", "--temp 0.7 -s 3"}};
+    bool ok = true;
+    for (size_t i = 0; ok && i < sizeof runs / sizeof runs[0]; i++) {
+        char draft[1200];
+        if (!strcmp(runs[i][1], "-md")) snprintf(draft, sizeof draft, "-md %s", q4);
+        else snprintf(draft, sizeof draft, "%s", runs[i][1]);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' -n 60 %s -t 1 2>/dev/null", quill_bin(), runs[i][0], prompt,
+                 runs[i][2]);
+        free(plain);
+        int rc1 = run_cmd(cmd, &plain, false);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' -n 60 %s -t 1 %s 2>&1 >/dev/null", quill_bin(), runs[i][0],
+                 prompt, runs[i][2], draft);
+        free(err);
+        run_cmd(cmd, &err, false);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' -n 60 %s -t 1 %s 2>/dev/null", quill_bin(), runs[i][0], prompt,
+                 runs[i][2], draft);
+        free(spec);
+        int rc2 = run_cmd(cmd, &spec, false);
+        if (rc1 || rc2 || !plain || !spec || strcmp(plain, spec) || !strstr(err, "draft: ") || !strstr(err, "accepted ("))
+            test_fail(__FILE__, __LINE__, "run %s: rc %d/%d, plain \"%s\", speculative \"%s\", stderr \"%s\"", draft, rc1,
+                      rc2, plain ? plain : "", spec ? spec : "", err ? err : ""), ok = false;
+    }
+    /* chat (raw mode: stories260K has no template), two turns that reuse the cache */
+    for (int lookup = 0; ok && lookup < 2; lookup++) {
+        snprintf(cmd, sizeof cmd,
+                 "printf 'Once upon a time, there was a girl named Lily.\\nShe loved to play. Once upon a time\\n' | "
+                 "%s chat -m %s -n 40 --temp 0.6 -s 8 -t 1 %s 2>/dev/null", quill_bin(), stories, lookup ? "--lookup" : "");
+        char **dst = lookup ? &spec : &plain;
+        free(*dst);
+        if (run_cmd(cmd, dst, false)) test_fail(__FILE__, __LINE__, "chat%s failed", lookup ? " --lookup" : ""), ok = false;
+    }
+    if (ok && (strlen(plain) < 40 || strcmp(plain, spec)))
+        test_fail(__FILE__, __LINE__, "chat: plain \"%s\", with --lookup \"%s\"", plain, spec), ok = false;
+    /* --json carries the counts */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' -n 30 --temp 0 --lookup --json 2>/dev/null", quill_bin(), stories,
+             prompt);
+    free(spec);
+    if (ok && (run_cmd(cmd, &spec, false) || !strstr(spec, "\"draft\": {\"drafted\": ")))
+        test_fail(__FILE__, __LINE__, "--json with --lookup: %s", spec ? spec : ""), ok = false;
+    const struct {
+        const char *args, *want;
+    } bad[] = {
+        {"--draft-max 4", "add -md DRAFT.gguf or --lookup"},
+        {"--lookup --draft-max 0", "--draft-max: '0' is not a whole number in 1..256"},
+        {"--lookup --draft-max 3 --draft-min 4", "--draft-min 4 is more than --draft-max 3"},
+        {"--lookup -md x.gguf", "give one of -md/--model-draft and --lookup"},
+        {"--lookup --draft-p-min 0.5", "--draft-p-min applies to a draft model"},
+        {"-md /nonexistent/draft.gguf", "-md: "},
+    };
+    for (size_t i = 0; ok && i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 4 %s", quill_bin(), stories, bad[i].args);
+        free(err);
+        int rc = run_cmd(cmd, &err, true);
+        if (rc != 1 || !strstr(err, bad[i].want))
+            test_fail(__FILE__, __LINE__, "run %s: rc %d, \"%s\" (want \"%s\")", bad[i].args, rc, err, bad[i].want), ok = false;
+    }
+    /* a draft model with another vocabulary, in run and chat */
+    for (int chat = 0; ok && chat < 2; chat++) {
+        snprintf(cmd, sizeof cmd, "echo hi | %s %s -m %s -md %s -n 4 %s", quill_bin(), chat ? "chat" : "run", q8, v32k,
+                 chat ? "" : "-p hi");
+        free(err);
+        int rc = run_cmd(cmd, &err, true);
+        if (rc != 1 || !strstr(err, "the draft model has 32000 tokens and the target 512") ||
+            !strstr(err, "share the target's tokenizer"))
+            test_fail(__FILE__, __LINE__, "%s with a 32k-vocabulary draft: rc %d, \"%s\"", chat ? "chat" : "run", rc, err),
+                ok = false;
+    }
+    free(plain);
+    free(spec);
+    free(err);
+    free(stories);
+    free(q8);
+    free(q4);
+    free(v32k);
+}
