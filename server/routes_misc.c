@@ -77,6 +77,10 @@ int route_metrics(http_request *r) {
     emit(&t, "quill_prompt_tokens_cached_total %llu\n", st.cached_tokens);
     metric(&t, "generated_tokens_total", "counter", "tokens generated");
     emit(&t, "quill_generated_tokens_total %llu\n", st.generated_tokens);
+    metric(&t, "draft_tokens_total", "counter", "tokens drafted by speculative decoding and checked");
+    emit(&t, "quill_draft_tokens_total %llu\n", st.drafted_tokens);
+    metric(&t, "draft_tokens_accepted_total", "counter", "drafted tokens the requests' generators drew");
+    emit(&t, "quill_draft_tokens_accepted_total %llu\n", st.accepted_tokens);
     metric(&t, "decode_steps_total", "counter", "forward passes of the engine");
     emit(&t, "quill_decode_steps_total %llu\n", st.steps);
     metric(&t, "decode_seconds_total", "counter", "time spent in forward passes");

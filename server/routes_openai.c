@@ -208,6 +208,10 @@ static cJSON *timings_object(const job *j) {
                             gen_ms > 0 && j->n_generated > 1 ? (j->n_generated - 1) / (gen_ms / 1e3) : 0);
     cJSON_AddNumberToObject(t, "queue_ms", j->t_start > 0 ? j->t_start - j->t_submit : 0);
     cJSON_AddNumberToObject(t, "slot", j->slot);
+    if (j->n_drafted) { /* speculative decoding, as llama-server names it */
+        cJSON_AddNumberToObject(t, "draft_n", j->n_drafted);
+        cJSON_AddNumberToObject(t, "draft_n_accepted", j->n_accepted);
+    }
     return t;
 }
 

@@ -36,6 +36,9 @@ typedef struct slot {
     int n_cache;
     bool generating;            /* the prompt is read; `pending` is evaluated next */
     int32_t pending;
+    int32_t *draft;             /* speculative decoding: tokens drafted to follow `pending`, in the */
+    int n_draft;                /* batch with it; `draft_row` is the row of the first */
+    int pending_row, draft_row;
     quill_generator *gen;       /* the library's loop, driven one step per batch */
     double last_used;
 } slot;
@@ -50,6 +53,7 @@ struct scheduler {
     int32_t *eog;               /* end-of-generation ids, masked for ignore_eos */
     int n_eog;
     quill_grammar_vocab *grammar_vocab;   /* shared by every request's grammar */
+    quill_drafter *drafter;     /* speculative decoding (one sequence per slot), or NULL */
 
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -59,8 +63,8 @@ struct scheduler {
     pthread_t thread;
     bool thread_started;
 
-    /* the step's batch: tokens, and for each row of logits its slot and the prompt position it
-     * follows (-1: a generated token's) */
+    /* the step's batch: tokens, and for each row of logits its slot (-1: a drafted token's row,
+     * read with its slot's first) and the prompt position it follows (-1: a generated token's) */
     int32_t *b_tok, *b_seq, *b_pos;
     bool *b_want;
     int *row_slot, *row_pos;
@@ -298,6 +302,28 @@ static void slot_next(scheduler *s, slot *sl, float *logits) {
     }
 }
 
+/* A generating slot's rows: its token's, then its draft's. The generator steps on them in order
+ * while it draws the drafted tokens (the same calls, hence the same bits, as without a draft);
+ * the cache then keeps what the last row used saw and forgets the rest of the draft. */
+static void slot_verify(scheduler *s, slot *sl) {
+    const int start = sl->n_cache - sl->n_draft - 1;    /* the position of the slot's token */
+    job *j = sl->job;
+    if (j) j->n_drafted += sl->n_draft;
+    s->st.drafted_tokens += (unsigned long long)sl->n_draft;
+    sl->n_cache = start + 1;
+    for (int i = 0; i <= sl->n_draft; i++) {
+        if (!sl->job || sl->job->cancelled) break;
+        sl->n_cache = start + i + 1;
+        const int row = i == 0 ? sl->pending_row : sl->draft_row + i - 1;
+        slot_next(s, sl, s->logits + (size_t)row * s->n_vocab);
+        if (!sl->job || i == sl->n_draft || sl->pending != sl->draft[i]) break;
+        sl->job->n_accepted++;
+        s->st.accepted_tokens++;
+    }
+    sl->n_draft = 0;
+    quill_seq_truncate(s->ctx, sl->id, sl->n_cache);
+}
+
 /* ---------------------------------------------------------------- the engine */
 
 static void *engine(void *arg) {
@@ -386,6 +412,36 @@ static void *engine(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
 
+        /* Speculative decoding where the batch has room: each generating slot's draft follows its
+         * token. Only this thread changes the slots, so drafting needs no lock. */
+        for (int i = 0; i < n_gen; i++) s->slots[s->row_slot[i]].pending_row = i;
+        for (int i = 0; i < n_gen && s->drafter; i++) {
+            slot *sl = &s->slots[s->row_slot[i]];
+            sl->n_draft = 0;
+            int max = s->p.n_batch - n;
+            if (max > s->p.draft_max) max = s->p.draft_max;
+            if (max > s->p.n_ctx - sl->n_cache - 1) max = s->p.n_ctx - sl->n_cache - 1;
+            const long left = sl->job->max_tokens > 0 ? sl->job->max_tokens - sl->job->n_generated - 1 : max;
+            if (left < max) max = (int)left;
+            if (max <= 0) continue;
+            /* the slot's tokens and the one drawn last (n_cache < n_ctx while it generates) */
+            sl->cache[sl->n_cache] = sl->pending;
+            quill_error derr;
+            if (quill_drafter_draft(s->drafter, sl->id, sl->cache, (size_t)sl->n_cache + 1, max, sl->draft, &sl->n_draft,
+                                    &derr))
+                sl->n_draft = 0; /* no draft: the step is plain decoding for this slot */
+            sl->draft_row = rows;
+            for (int k = 0; k < sl->n_draft; k++) {
+                s->b_tok[n] = sl->draft[k];
+                s->b_seq[n] = sl->id;
+                s->b_pos[n] = sl->n_cache + 1 + k;
+                s->b_want[n] = true;
+                s->row_pos[rows] = -1;
+                s->row_slot[rows++] = -1;
+                n++;
+            }
+        }
+
         quill_batch b = {n, s->b_tok, s->b_seq, s->b_pos, s->b_want};
         quill_error err;
         double t0 = now_ms();
@@ -406,7 +462,12 @@ static void *engine(void *arg) {
             sl->n_cache = s->b_pos[k] + 1;
         }
         for (int r = 0; r < rows; r++) {
+            if (s->row_slot[r] < 0) continue;
             slot *sl = &s->slots[s->row_slot[r]];
+            if (r < n_gen) {
+                slot_verify(s, sl);
+                continue;
+            }
             job *j = sl->job;
             if (!j || j->cancelled) continue;
             float *row = s->logits + (size_t)r * s->n_vocab;
@@ -446,7 +507,24 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
         scheduler_free(s);
         return st;
     }
+    if (p->lookup || p->draft_model) {
+        quill_draft_params dp = quill_draft_defaults();
+        dp.n_max = p->draft_max;
+        dp.n_min = p->draft_min;
+        dp.n_seq = p->n_slots;
+        dp.n_ctx = s->p.n_ctx;
+        dp.n_threads = p->n_threads;
+        st = p->lookup ? quill_drafter_new_lookup(&dp, &s->drafter, err)
+                       : quill_drafter_new_model(p->draft_model, m, &dp, &s->drafter, err);
+        if (st) {
+            scheduler_free(s);
+            return st;
+        }
+    }
     const size_t nb = (size_t)p->n_batch + (size_t)p->n_slots + 8;
+    /* rows of logits: a slot's token or the end of its prompt, and the drafts the batch has room for */
+    size_t draft_rows = s->drafter ? (size_t)p->n_slots * (size_t)p->draft_max : 0;
+    if (draft_rows > (size_t)p->n_batch) draft_rows = (size_t)p->n_batch;
     s->slots = calloc((size_t)p->n_slots, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);
     s->b_tok = malloc(nb * sizeof *s->b_tok);
@@ -455,14 +533,15 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
     s->b_want = malloc(nb * sizeof *s->b_want);
     s->row_slot = malloc(nb * sizeof *s->row_slot);
     s->row_pos = malloc(nb * sizeof *s->row_pos);
-    s->logits = malloc((size_t)(p->n_slots + 1 + ECHO_ROWS) * (size_t)s->n_vocab * sizeof *s->logits);
+    s->logits = malloc(((size_t)p->n_slots + 1 + ECHO_ROWS + draft_rows) * (size_t)s->n_vocab * sizeof *s->logits);
     s->raw = malloc((size_t)s->n_vocab * sizeof *s->raw);
     s->eog = malloc((size_t)s->n_vocab * sizeof *s->eog);
     bool ok = s->slots && s->queue && s->b_tok && s->b_seq && s->b_pos && s->b_want && s->row_slot && s->row_pos && s->logits &&
               s->raw && s->eog;
     for (int i = 0; ok && i < p->n_slots; i++) {
         s->slots[i].id = i;
-        ok = (s->slots[i].cache = malloc((size_t)s->p.n_ctx * sizeof(int32_t))) != NULL;
+        ok = (s->slots[i].cache = malloc((size_t)s->p.n_ctx * sizeof(int32_t))) != NULL &&
+             (!s->drafter || (s->slots[i].draft = malloc((size_t)p->draft_max * sizeof(int32_t))) != NULL);
     }
     if (!ok) {
         scheduler_free(s);
@@ -496,6 +575,7 @@ void scheduler_free(scheduler *s) {
     if (s->slots)
         for (int i = 0; i < s->p.n_slots; i++) {
             free(s->slots[i].cache);
+            free(s->slots[i].draft);
             quill_generator_free(s->slots[i].gen);
         }
     free(s->slots);
@@ -510,6 +590,7 @@ void scheduler_free(scheduler *s) {
     free(s->raw);
     free(s->eog);
     quill_grammar_vocab_free(s->grammar_vocab);
+    quill_drafter_free(s->drafter);
     quill_context_free(s->ctx);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);

@@ -38,7 +38,12 @@ static const char usage[] =
     "  --max-connections N   open connections (default 256)\n"
     "  --max-body BYTES      request body limit (default 4194304)\n"
     "  --max-tokens N        largest max_tokens a request may ask for (default: no limit but the context)\n"
-    "  --cors ORIGIN         allow browser requests from ORIGIN (e.g. https://example.com, or *)\n";
+    "  --cors ORIGIN         allow browser requests from ORIGIN (e.g. https://example.com, or *)\n"
+    "  -md, --model-draft F  speculative decoding with this draft model (same vocabulary), per request\n"
+    "                        while the step's batch has room; replies do not change\n"
+    "  --lookup              speculative decoding by n-gram lookup in each request's text (no model)\n"
+    "  --draft-max N         tokens drafted at most per request and step (default 16)\n"
+    "  --draft-min N         shorter drafts are not used (default 0)\n";
 
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
     char *end;
@@ -71,14 +76,19 @@ static char *read_text_file(const char *path, size_t limit) {
 static int parse_options(int argc, char **argv, server_config *c) {
     *c = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .n_batch = 64, .timeout_s = 600,
                          .read_timeout_s = 15, .max_per_client = 32, .max_queue = 64, .max_connections = 256, .max_depth = 64, .max_body = 4u << 20,
-                         .chat_format = "chatml"};
-    const char *key_file = NULL;
+                         .chat_format = "chatml", .draft_max = 16};
+    const char *key_file = NULL, *draft_option = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
             return -1;
         }
+        if (!strcmp(a, "--lookup")) {
+            c->lookup = true;
+            continue;
+        }
+        if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft-min")) draft_option = a;
         if (i + 1 >= argc) {
             fprintf(stderr, "quill serve: unknown option or missing value '%s' (see quill serve --help)\n", a);
             return 1;
@@ -103,6 +113,8 @@ static int parse_options(int argc, char **argv, server_config *c) {
         INT("--max-connections", "", 1, 65536, max_connections)
         INT("--max-body", "", 1024, 1L << 30, max_body)
         INT("--max-tokens", "", 1, 1 << 30, max_tokens)
+        INT("--draft-max", "--spec-draft-n-max", 1, QUILL_DRAFT_MAX, draft_max)
+        INT("--draft-min", "--spec-draft-n-min", 0, QUILL_DRAFT_MAX, draft_min)
 #undef INT
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model_path = v;
         else if (!strcmp(a, "--host")) c->host = v;
@@ -112,6 +124,7 @@ static int parse_options(int argc, char **argv, server_config *c) {
         else if (!strcmp(a, "--chat-template")) c->chat_template_path = v;
         else if (!strcmp(a, "--chat-format")) c->chat_format = v;
         else if (!strcmp(a, "--cors")) c->cors_origin = v;
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) c->model_draft = v;
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
             quill_error err;
             const bool keys = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
@@ -126,6 +139,18 @@ static int parse_options(int argc, char **argv, server_config *c) {
     }
     if (!c->model_path) {
         fprintf(stderr, "quill serve: no model given: use -m MODEL.gguf (see quill serve --help)\n");
+        return 1;
+    }
+    if (c->model_draft && c->lookup) {
+        fprintf(stderr, "quill serve: give one of -md/--model-draft and --lookup (two ways of drafting)\n");
+        return 1;
+    }
+    if (draft_option && !c->model_draft && !c->lookup) {
+        fprintf(stderr, "quill serve: %s applies to speculative decoding: add -md DRAFT.gguf or --lookup\n", draft_option);
+        return 1;
+    }
+    if (c->draft_min > c->draft_max) {
+        fprintf(stderr, "quill serve: --draft-min %d is more than --draft-max %d\n", c->draft_min, c->draft_max);
         return 1;
     }
     if (key_file) {
@@ -175,7 +200,12 @@ static quill_status load(server *s, quill_error *err) {
     } else {
         per_slot = hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
     }
-    scheduler_params sp = {c->n_slots, per_slot, c->n_threads, c->n_batch, c->max_queue, c->type_k, c->type_v};
+    scheduler_params sp = {c->n_slots, per_slot, c->n_threads, c->n_batch, c->max_queue, c->type_k, c->type_v,
+                           .lookup = c->lookup, .draft_max = c->draft_max, .draft_min = c->draft_min};
+    if (c->model_draft) {
+        if ((st = quill_model_load(c->model_draft, &s->draft_model, err))) return st;
+        sp.draft_model = s->draft_model;
+    }
     return scheduler_new(s->model, &sp, &s->sched, err);
 }
 
@@ -222,9 +252,11 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     atomic_store(&s->ready, true);
-    fprintf(stderr, "quill serve: ready in %.0f ms: %d slots of %d tokens, %s kernels%s\n", now_ms() - t0,
+    fprintf(stderr, "quill serve: ready in %.0f ms: %d slots of %d tokens, %s kernels%s%s%s\n", now_ms() - t0,
             s->cfg.n_slots, scheduler_n_ctx(s->sched), scheduler_kernels(s->sched),
-            s->api_key ? ", API key required" : "");
+            s->api_key ? ", API key required" : "",
+            s->cfg.lookup ? ", speculative decoding by n-gram lookup" : s->cfg.model_draft ? ", draft model " : "",
+            s->cfg.model_draft && !s->cfg.lookup ? s->cfg.model_draft : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "quill serve: %s: finishing\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -240,6 +272,7 @@ done:
     quill_context_free(s->embed_ctx);   /* after the HTTP side: no embedding runs any more */
     free(s->chat_template);
     quill_model_free(s->model);
+    quill_model_free(s->draft_model);   /* after the scheduler, whose drafter used it */
     free(s->model_id);
     free(s->api_key);
     pthread_mutex_destroy(&s->stats_mu);

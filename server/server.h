@@ -141,6 +141,7 @@ typedef struct job {
                                  * (the first has none: n_top -1); allocated before submission */
     size_t n_tokens, tokens_cap;
     int n_generated, n_cached, slot;
+    int n_drafted, n_accepted;  /* speculative decoding: tokens drafted and drawn as drafted */
     double t_start, t_first, t_end;   /* started in a slot, first token, finished (ms) */
     const char *finish_reason;  /* "stop" or "length" once done */
     bool done, cancelled;
@@ -158,11 +159,17 @@ typedef struct scheduler_params {
     int n_batch;                /* tokens per step: generating slots first, then prompt chunks */
     int max_queue;
     quill_type type_k, type_v;  /* the KV cache's types (-ctk, -ctv) */
+    /* Speculative decoding, per request while the step's batch has room: n-gram lookup, or a draft
+     * model (borrowed: it outlives the scheduler); off when neither is set. */
+    bool lookup;
+    quill_model *draft_model;
+    int draft_max, draft_min;
 } scheduler_params;
 
 typedef struct scheduler_stats {
     int n_slots, busy, queued;
     unsigned long long prompt_tokens, cached_tokens, generated_tokens, steps;
+    unsigned long long drafted_tokens, accepted_tokens;
     double decode_seconds, generation_seconds;
 } scheduler_stats;
 
@@ -194,6 +201,9 @@ typedef struct server_config {
     const char *model_path, *host, *alias, *api_key, *chat_template_path, *chat_format, *cors_origin;
     int port, n_ctx, n_slots, n_threads, n_batch, timeout_s, max_queue, max_connections, max_depth;
     int read_timeout_s;             /* a request's header and body must arrive within it */
+    const char *model_draft;        /* speculative decoding: a draft model, or n-gram lookup */
+    bool lookup;
+    int draft_max, draft_min;
     int max_per_client;             /* connections from one address */
     long max_tokens;
     size_t max_body;
@@ -220,6 +230,7 @@ typedef struct server {
     atomic_bool ready;              /* the model is loaded: /health says "ok" */
     atomic_bool stopping;
     quill_model *model;
+    quill_model *draft_model;       /* -md: speculative decoding's draft model, or NULL */
     const quill_tokenizer *tok;
     char *chat_template;
     chat_caps caps;
