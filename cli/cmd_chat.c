@@ -670,10 +670,12 @@ int cmd_chat(int argc, char **argv) {
         if (rep.oom) { cli_fail("out of memory"); goto done; }
         if (!raw && !conv_add(&conv, "assistant", rep.text ? rep.text : "", rep.len)) { cli_fail("out of memory"); goto done; }
         if (o.verbose) {
+            fprintf(stderr, "[%zu tokens in context]\n", cached.n);
             char draft[96];
             cli_draft_summary(draft, sizeof draft, &res, drafter != NULL);
-            fprintf(stderr, "[%zu tokens in context; generation: %d tokens, %.2f tok/s%s]\n", cached.n, res.n_generated,
-                    res.generation_ms > 0 ? res.n_generated / (res.generation_ms / 1e3) : 0.0, draft);
+            if (drafter)
+                fprintf(stderr, "[generation: %d tokens, %.2f tok/s%s]\n", res.n_generated,
+                        res.generation_ms > 0 ? res.n_generated / (res.generation_ms / 1e3) : 0.0, draft);
         }
         interrupted = 0;
     }

@@ -362,6 +362,21 @@ TEST(spec_lookup_drafts_from_the_sequence) {
     CHECK_EQ_INT(n, 0);
     CHECK(quill_drafter_draft(d, 1, seq, 12, 5, draft, &n, &err) == QUILL_E_ARG);
     quill_drafter_free(d);
+    /* the draft length follows what was taken: 1 of a 6-token draft, then at most 2; a draft taken
+     * whole lets the next one grow by 2 */
+    CHECK(quill_drafter_new_lookup(&p, &d, &err) == QUILL_OK);
+    CHECK(quill_drafter_draft(d, 0, seq, 12, 16, draft, &n, &err) == QUILL_OK);
+    CHECK_EQ_INT(n, 6);
+    int32_t longer[32];
+    memcpy(longer, seq, sizeof seq);
+    longer[12] = 12, longer[13] = 10; /* the first drafted token taken, then another */
+    CHECK(quill_drafter_draft(d, 0, longer, 14, 16, draft, &n, &err) == QUILL_OK);
+    CHECK_EQ_INT(n, 2);
+    memcpy(longer + 14, draft, 2 * sizeof *draft);
+    longer[16] = 5; /* both taken */
+    CHECK(quill_drafter_draft(d, 0, longer, 17, 16, draft, &n, &err) == QUILL_OK);
+    CHECK(n <= 4, "drafted %d after a whole draft of 2", n);
+    quill_drafter_free(d);
     /* n_min: a shorter draft is dropped */
     p.n_min = 4;
     CHECK(quill_drafter_new_lookup(&p, &d, &err) == QUILL_OK);

@@ -154,6 +154,10 @@ typedef struct {
     int32_t *tokens;            /* lookup: the sequence indexed; model: the tokens in the draft cache */
     size_t n, cap;
     ngram_cache cache;
+    /* the last draft (it followed tokens[0..last_at)) and the length the next one may have */
+    int32_t *last;
+    int n_last, limit;
+    size_t last_at;
 } seq_state;
 
 struct quill_drafter {
@@ -213,6 +217,7 @@ static quill_status drafter_alloc(draft_kind kind, const quill_draft_params *par
     }
     d->kind = kind;
     d->p = p;
+    for (int i = 0; i < p.n_seq; i++) d->seqs[i].limit = p.n_max;
     d->target_vocab = INT32_MAX;
     *out = d;
     return QUILL_OK;
@@ -280,6 +285,7 @@ void quill_drafter_free(quill_drafter *d) {
     if (!d) return;
     for (int i = 0; i < d->p.n_seq; i++) {
         free(d->seqs[i].tokens);
+        free(d->seqs[i].last);
         ngram_free(&d->seqs[i].cache);
     }
     free(d->seqs);
@@ -422,6 +428,18 @@ static quill_status model_draft(quill_drafter *d, int seq_id, seq_state *s, cons
     return QUILL_OK;
 }
 
+/* How long a sequence's drafts may be: a wrong draft costs the target model's rows and (with a
+ * draft model) its own evaluations, so the length follows what was accepted, as Hugging Face's
+ * assisted generation does: a draft taken whole lets the next one be 2 tokens longer (up to
+ * n_max), a draft cut short limits the next one to what was taken plus one. What was taken of the
+ * last draft shows in the sequence: the drafted tokens it now holds after where the draft began. */
+static void adapt_limit(const quill_drafter *d, seq_state *s, const int32_t *tokens, size_t n) {
+    if (!s->n_last || n <= s->last_at) return;
+    const int taken = (int)common_prefix(s->last, (size_t)s->n_last, tokens + s->last_at, n - s->last_at);
+    if (taken == s->n_last) s->limit = s->limit + 2 < d->p.n_max ? s->limit + 2 : d->p.n_max;
+    else s->limit = taken + 1;
+}
+
 quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens, int max,
                                  int32_t *draft, int *n_draft, quill_error *err) {
     if (n_draft) *n_draft = 0;
@@ -432,8 +450,17 @@ quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *token
     if (max > d->p.n_max) max = d->p.n_max;
     if (max <= 0 || n_tokens == 0) return QUILL_OK;
     seq_state *s = &d->seqs[seq];
+    adapt_limit(d, s, tokens, n_tokens);
+    if (max > s->limit) max = s->limit;
     quill_status st = d->kind == DRAFT_LOOKUP ? lookup_draft(d, s, tokens, n_tokens, max, draft, n_draft, err)
                                               : model_draft(d, seq, s, tokens, n_tokens, max, draft, n_draft, err);
     if (!st && *n_draft < d->p.n_min) *n_draft = 0;
+    s->n_last = 0;
+    if (!s->last) s->last = malloc((size_t)d->p.n_max * sizeof *s->last); /* (without it: no adapting) */
+    if (!st && *n_draft && s->last) {
+        memcpy(s->last, draft, (size_t)*n_draft * sizeof *draft);
+        s->n_last = *n_draft;
+        s->last_at = n_tokens;
+    }
     return st;
 }
