@@ -158,6 +158,7 @@ typedef struct {
     int32_t *last;
     int n_last, limit;
     size_t last_at;
+    int pause, backoff;         /* calls left without a draft, and the next pause's length */
 } seq_state;
 
 struct quill_drafter {
@@ -438,6 +439,14 @@ static void adapt_limit(const quill_drafter *d, seq_state *s, const int32_t *tok
     const int taken = (int)common_prefix(s->last, (size_t)s->n_last, tokens + s->last_at, n - s->last_at);
     if (taken == s->n_last) s->limit = s->limit + 2 < d->p.n_max ? s->limit + 2 : d->p.n_max;
     else s->limit = taken + 1;
+    /* Single tokens missed again and again (a draft model that never agrees, text that never
+     * repeats): drafting pauses for 1, 2, 4, ... 64 steps, then tries again. */
+    if (taken) {
+        s->backoff = 0;
+    } else if (s->n_last == 1) {
+        s->backoff = s->backoff ? (s->backoff < 64 ? s->backoff * 2 : 64) : 1;
+        s->pause = s->backoff;
+    }
 }
 
 quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens, int max,
@@ -451,6 +460,11 @@ quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *token
     if (max <= 0 || n_tokens == 0) return QUILL_OK;
     seq_state *s = &d->seqs[seq];
     adapt_limit(d, s, tokens, n_tokens);
+    s->n_last = 0;
+    if (s->pause > 0) {
+        s->pause--;
+        return QUILL_OK;
+    }
     if (max > s->limit) max = s->limit;
     quill_status st = d->kind == DRAFT_LOOKUP ? lookup_draft(d, s, tokens, n_tokens, max, draft, n_draft, err)
                                               : model_draft(d, seq, s, tokens, n_tokens, max, draft, n_draft, err);
