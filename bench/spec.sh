@@ -111,7 +111,7 @@ ref_run() { # model tag prompt-file [server options...]
     done
     awk -v n="$N" 'BEGIN { printf "{\"n_predict\": %d, \"temperature\": 0, \"cache_prompt\": false, \"prompt\": \"", n }
         { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); printf "%s%s", (NR > 1 ? "\\n" : ""), $0 } END { print "\"}" }' "$prompt" > "$tmp/req.json"
-    curl -sf "http://127.0.0.1:$PORT/completion" -H 'Content-Type: application/json' -d @"$tmp/req.json" > "$tmp/out.json" ||
+    curl -sf --max-time 900 "http://127.0.0.1:$PORT/completion" -H 'Content-Type: application/json' -d @"$tmp/req.json" > "$tmp/out.json" ||
         { kill "$pid"; die "llama-server's /completion failed ($*)"; }
     kill "$pid"
     wait "$pid" 2>/dev/null || true

@@ -407,6 +407,11 @@ QUILL_API int quill_drafter_n_min(const quill_drafter *d);
  * fewer than n_min). */
 QUILL_API quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens, int max,
                                            int32_t *draft, int *n_draft, quill_error *err);
+/* Brings the drafter up to tokens[0..n_tokens) without drafting (a draft model evaluates them):
+ * called with the prompt, it puts the draft model's prompt pass with the target's instead of in
+ * the first draft. Optional. */
+QUILL_API quill_status quill_drafter_prepare(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens,
+                                             quill_error *err);
 
 /* ---------------------------------------------------------------- generation */
 

@@ -399,6 +399,8 @@ quill_status quill_generate(quill_context *c, quill_sampler *sampler, const int3
         if (!st) res->n_prompt = (int)done;
     }
     if (p.prompt_trace) quill_context_set_trace(c, saved_trace, saved_trace_user);
+    /* a draft model reads the prompt in the prompt's time, not in the first draft's */
+    if (!st && !k.cancelled && p.drafter && !p.n_history) st = quill_drafter_prepare(p.drafter, 0, prompt, n_prompt, err);
     res->prompt_ms = now_ms() - t0;
     if (st || k.cancelled) goto done;
     quill_generator_begin(g, prompt, n_prompt);

@@ -415,7 +415,7 @@ static quill_status model_draft(quill_drafter *d, int seq_id, seq_state *s, cons
     if (st) return st;
     memcpy(s->tokens + keep, seq + keep, m * sizeof *seq);
     s->n = n;
-    for (;;) {
+    while (max > 0) {
         float p_best;
         int32_t t = argmax(d->logits, n_vocab, d->p.p_min > 0 ? &p_best : NULL);
         if (t >= d->target_vocab || (d->p.p_min > 0 && p_best < d->p.p_min)) break;
@@ -477,4 +477,14 @@ quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *token
         s->last_at = n_tokens;
     }
     return st;
+}
+
+quill_status quill_drafter_prepare(quill_drafter *d, int seq, const int32_t *tokens, size_t n_tokens, quill_error *err) {
+    if (!d || (!tokens && n_tokens)) return quill_fail(err, QUILL_E_ARG, "drafter: no drafter or sequence given");
+    if (seq < 0 || seq >= d->p.n_seq)
+        return quill_fail(err, QUILL_E_ARG, "drafter: sequence %d is outside 0..%d", seq, d->p.n_seq - 1);
+    if (n_tokens == 0) return QUILL_OK;
+    int none = 0;
+    return d->kind == DRAFT_LOOKUP ? lookup_sync(&d->seqs[seq], tokens, n_tokens, err)
+                                   : model_draft(d, seq, &d->seqs[seq], tokens, n_tokens, 0, NULL, &none, err);
 }
