@@ -465,7 +465,9 @@ quill_status quill_drafter_draft(quill_drafter *d, int seq, const int32_t *token
         s->pause--;
         return QUILL_OK;
     }
-    if (max > s->limit) max = s->limit;
+    /* (never below n_min: a shorter draft would be dropped, and the limit could not grow again) */
+    const int limit = s->limit > d->p.n_min ? s->limit : d->p.n_min;
+    if (max > limit) max = limit;
     quill_status st = d->kind == DRAFT_LOOKUP ? lookup_draft(d, s, tokens, n_tokens, max, draft, n_draft, err)
                                               : model_draft(d, seq, s, tokens, n_tokens, max, draft, n_draft, err);
     if (!st && *n_draft < d->p.n_min) *n_draft = 0;
