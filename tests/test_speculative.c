@@ -26,7 +26,7 @@ typedef struct {
 static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     run_out *r = user;
     if (token >= 0 && r->n_tokens < 1024) r->tokens[r->n_tokens++] = token;
-    if (r->len + len < sizeof r->text) {
+    if (len && r->len + len < sizeof r->text) { /* (text may be NULL when len is 0) */
         memcpy(r->text + r->len, text, len);
         r->len += len;
     }
