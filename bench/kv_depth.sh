@@ -1,8 +1,9 @@
 #!/bin/sh
 # quill against the reference at depth, per KV cache type: pairs of runs back to back (which goes
 # first alternates), each `quill bench -d DEPTH -p PP -n TG -r 1 -ctk T -ctv T` and
-# `llama-bench -d DEPTH -p PP -n TG -r 1 -ctk T -ctv T -fa 1` on the same model (the reference
-# needs flash attention for a quantized V cache; it is its default on the CPU anyway). Prints
+# `llama-bench -d DEPTH -p PP -n TG -r 1 -ctk T -ctv T -fa on` on the same model (the reference
+# needs flash attention for a quantized V cache; it is its default on the CPU anyway). llama-bench
+# has no f32 cache: quill's f32 runs against its default, f16. Prints
 # each pair, then per type and test the median speeds and the median ratio quill / reference with
 # its spread; `uptime` before and after.
 #
@@ -41,7 +42,9 @@ quill_run() { # type
     echo "$pp $tg"
 }
 ref_run() { # type
-    "$REF/llama-bench" -m "$MODEL" -t "$THREADS" -d "$DEPTH" -p "$PP" -n "$TG" -r 1 -ctk "$1" -ctv "$1" -fa 1 \
+    rt=$1
+    [ "$rt" = f32 ] && rt=f16
+    "$REF/llama-bench" -m "$MODEL" -t "$THREADS" -d "$DEPTH" -p "$PP" -n "$TG" -r 1 -ctk "$rt" -ctv "$rt" -fa on \
         -o jsonl > "$out/r.json" 2> "$out/r.err" || { cat "$out/r.err" >&2; die "llama-bench failed ($1)"; }
     pp=$(grep "\"n_prompt\": $PP," "$out/r.json" | sed -n 's/.*"avg_ts": *\([0-9.eE+-]*\).*/\1/p' | head -n 1)
     tg=$(grep "\"n_gen\": $TG," "$out/r.json" | grep '"n_prompt": 0,' | sed -n 's/.*"avg_ts": *\([0-9.eE+-]*\).*/\1/p' | head -n 1)
@@ -63,7 +66,7 @@ for t in $TYPES; do
 done
 echo "uptime after: $(uptime)"
 echo
-echo "| cache | test @ d$DEPTH | quill t/s | reference t/s | quill / reference (spread) |"
+echo "| cache (reference's) | test @ d$DEPTH | quill t/s | reference t/s | quill / reference (spread) |"
 echo "| --- | --- | ---: | ---: | ---: |"
 for t in $TYPES; do
     for col in pp tg; do
@@ -74,7 +77,8 @@ for t in $TYPES; do
             }
             $1 == t { k = col == "pp" ? 3 : 4; n++; q[n] = $k; r[n] = $(k + 2); x[n] = $k / $(k + 2)
                       lo = n == 1 || x[n] < lo ? x[n] : lo; hi = n == 1 || x[n] > hi ? x[n] : hi }
-            END { printf "| %s | %s%d | %.2f | %.2f | %.2fx (%.2f-%.2f) |\n", t, col, col == "pp" ? pp : tg,
+            END { printf "| %s%s | %s%d | %.2f | %.2f | %.2fx (%.2f-%.2f) |\n", t, t == "f32" ? " (f16)" : "", col,
+                         col == "pp" ? pp : tg,
                          median(q, n), median(r, n), median(x, n), lo, hi }' "$raw"
     done
 done
