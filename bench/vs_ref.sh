@@ -20,13 +20,21 @@
 #                               8 used, expert FFN 768, 32 heads, 4 KV heads of 128) or, with
 #                               SHAPE=gpt-oss, gpt-oss-20b's (n_embd 2880, 32 experts, 4 used, FFN
 #                               2880, 64 heads, 8 KV heads of 64, window 128), LAYERS of them.
+#   SHAPE=qwen35moe TYPES=q4_k_m TESTS="pp tg" bench/vs_ref.sh
+#                               hybrid recurrent: Qwen3.6-35B-A3B's layers (n_embd 2048; Gated
+#                               DeltaNet with 16 key and 32 value heads, state 128, 4 taps; every
+#                               fourth layer gated attention, 16 heads, 2 KV heads of 256; 256
+#                               experts, 8 used, expert FFN 512, a shared expert of 512) or, with
+#                               SHAPE=qwen35, a dense Qwen3.5 stack of the same attention and DeltaNet
+#                               shapes with an FFN of 6144; LAYERS of them (a multiple of 4 keeps
+#                               the real three-to-one mix).
 #
 # Environment (defaults in brackets):
 #   QUILL_BENCH_DIR  models and raw results [../quill-bench-models, beside the repository]: the
 #                    f16 model is made with `quill synth --like tinyllama-1.1b` (or the SHAPE's
 #                    synth options), the others from it with the reference's llama-quantize, each
 #                    only when absent
-#   SHAPE [tinyllama: tinyllama, qwen3moe or gpt-oss]   LAYERS [4: the MoE shapes' layer count]
+#   SHAPE [tinyllama: tinyllama, qwen3moe, gpt-oss, qwen35moe or qwen35]   LAYERS [4: the MoE shapes' layer count]
 #   ARCH [llama: with SHAPE=tinyllama, another dense family of that shape, e.g. granite or olmo2]
 #   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
 #   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
@@ -66,7 +74,13 @@ case $SHAPE in
     gpt-oss) SYNTH="--arch gpt-oss --embd 2880 --layers $LAYERS --heads 64 --kv-heads 8 --head-dim 64 --ff 2880
                     --experts 32 --experts-used 4 --window 128"
              SHAPE_NAME="gpt-oss-20b shape, $LAYERS layers"; GOALS="1.2 1.5 35" ;;
-    *) die "SHAPE is tinyllama, qwen3moe or gpt-oss, not '$SHAPE'" ;;
+    qwen35moe) SYNTH="--arch qwen35moe --embd 2048 --layers $LAYERS --heads 16 --kv-heads 2 --head-dim 256 --ff 512
+                      --experts 256 --experts-used 8 --expert-ff 512 --ssm-heads 16,32"
+               SHAPE_NAME="Qwen3.6-35B-A3B shape, $LAYERS layers"; GOALS="1.2 1.5 36" ;;
+    qwen35) SYNTH="--arch qwen35 --embd 2048 --layers $LAYERS --heads 16 --kv-heads 2 --head-dim 256 --ff 6144
+                   --ssm-heads 16,32"
+            SHAPE_NAME="dense Qwen3.5 shape (n_embd 2048, FFN 6144), $LAYERS layers"; GOALS="1.2 1.5 36" ;;
+    *) die "SHAPE is tinyllama, qwen3moe, gpt-oss, qwen35moe or qwen35, not '$SHAPE'" ;;
 esac
 number PAIRS "$PAIRS"; number PP "$PP"; number TG "$TG"; number BATCH_PP "$BATCH_PP"; number BATCH_TG "$BATCH_TG"
 [ "$PAIRS" -ge 1 ] || die "PAIRS must be at least 1"

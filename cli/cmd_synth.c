@@ -426,7 +426,7 @@ static int synth_usage(FILE *f) {
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
             "                   --vocab VOCAB.gguf [--head-dim N] [--window N] [--swa-pattern N] [--rope-base-swa B]\n"
             "                   [--softcap ATTN,FINAL] [--experts N --experts-used K [--expert-ff N]] [--mtp N]\n"
-            "                   [--ssm-in] [--shared-kv N] [--per-layer-input N] [--seed S]\n"
+            "                   [--ssm-in] [--ssm-heads K,V] [--shared-kv N] [--per-layer-input N] [--seed S]\n"
             "                   [--type f16|f32|bf16] [--ctx N] [--name NAME] -o OUT.gguf\n"
             "  Writes a model GGUF with random weights (deterministic for a seed) and the tokenizer of\n"
             "  VOCAB.gguf (every tokenizer.* key, chat template included). --arch: llama (default),\n"
@@ -438,7 +438,8 @@ static int synth_usage(FILE *f) {
             "  every other layer, YaRN), qwen35 (Gated DeltaNet layers, every fourth a gated attention\n"
             "  layer; --mtp N adds N MTP blocks), qwen35moe (its experts: 256, 8 used, and a shared one)\n"
             "  and qwen3next (512 experts, 10 used, a shared one; ssm_ba, plain RoPE; --ssm-in: the older\n"
-            "  files' fused ssm_in instead of attn_qkv and attn_gate), smollm3 (every\n"
+            "  files' fused ssm_in instead of attn_qkv and attn_gate; --ssm-heads K,V: DeltaNet key and\n"
+            "  value heads, by default --kv-heads and --heads), smollm3 (every\n"
             "  fourth layer unrotated), olmo2 (no input norms, q/k norms over the projections, post\n"
             "  norms; --window: OLMo 3's sliding layers), granite (multipliers), glm4 (biases, partial RoPE,\n"
             "  fused gate+up, post norms), exaone4 (no input norms, post norms; with 64 layers sliding\n"
@@ -461,7 +462,7 @@ int cmd_synth(int argc, char **argv) {
     const synth_arch *arch = &arches[0];
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
     long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, ssm_in = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
-    long shared_kv = -1, per_layer = 16;
+    long shared_kv = -1, per_layer = 16, ssm_k_heads = 0, ssm_v_heads = 0;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -536,6 +537,15 @@ int cmd_synth(int argc, char **argv) {
                 return cli_fail("synth: --per-layer-input needs a width from 0 to 4096 (gemma4)");
         } else if (!strcmp(a, "--ssm-in")) {
             ssm_in = 1;
+        } else if (!strcmp(a, "--ssm-heads")) {
+            char *comma = ++i < argc ? strchr(argv[i], ',') : NULL;
+            if (comma) *comma = 0;
+            bool ok = comma && cli_parse_long(argv[i], 1, 1024, &ssm_k_heads) &&
+                      cli_parse_long(comma + 1, 1, 1024, &ssm_v_heads) && ssm_v_heads % ssm_k_heads == 0;
+            if (comma) *comma = ',';
+            if (!ok)
+                return cli_fail("synth: --ssm-heads needs KEY,VALUE DeltaNet head counts from 1 to 1024, the value "
+                                "heads a multiple of the key heads");
         } else if (!strcmp(a, "--mtp")) {
             if (++i >= argc || !cli_parse_long(argv[i], 0, 16, &mtp))
                 return cli_fail("synth: --mtp needs a number of MTP blocks from 0 to 16 (qwen35)");
@@ -596,6 +606,11 @@ int cmd_synth(int argc, char **argv) {
                                                                     : hp.n_ff / n_used;
     if (n_expert && ff_exp < 1) return cli_fail("synth: --ff is narrower than the experts used");
     hybrid.grouped = !strcmp(arch->arch, "qwen3next");
+    if (ssm_k_heads && !is_hybrid) return cli_fail("synth: --ssm-heads is for qwen35, qwen35moe and qwen3next");
+    if (ssm_k_heads) {
+        hybrid.k_heads = ssm_k_heads;
+        hybrid.v_heads = ssm_v_heads;
+    }
     if (ssm_in && !hybrid.grouped) return cli_fail("synth: --ssm-in (the older fused q/k/v/z matrix) is for qwen3next");
     hybrid.fused_qkvz = ssm_in;
     hybrid.n_expert = n_expert;

@@ -102,10 +102,35 @@ static void key_block_q4_0_scalar(const uint8_t *block, int64_t hd, float *tile)
     }
 }
 
+/* x·y as quill_delta_rule_fn defines it: 8 chains of fused multiply-adds, added 4, 2, 1 apart */
+static float dot8_scalar(const float *x, const float *y, int64_t n) {
+    float part[8] = {0};
+    for (int64_t i = 0; i < n; i++) part[i % 8] = fmaf(x[i], y[i], part[i % 8]);
+    for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) part[j] += part[j + w];
+    return part[0];
+}
+
+static void delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
+                              const float *v, int64_t v_stride, const float *decay, const float *beta,
+                              int64_t gate_stride, float scale, float *out, int64_t out_stride) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *qt = q + t * qk_stride, *kt = k + t * qk_stride;
+        const float g = decay[t * gate_stride], b = beta[t * gate_stride];
+        for (int64_t j = 0; j < s; j++) {
+            float *row = state + j * s;
+            for (int64_t i = 0; i < s; i++) row[i] *= g;
+            const float delta = (v[t * v_stride + j] - dot8_scalar(row, kt, s)) * b;
+            for (int64_t i = 0; i < s; i++) row[i] = fmaf(kt[i], delta, row[i]);
+            out[t * out_stride + j] = dot8_scalar(row, qt, s) * scale;
+        }
+    }
+}
+
 static const quill_kernels scalar_table = {
     .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
     .softmax = softmax_scalar, .swiglu = swiglu_scalar, .key_block_q8_0 = key_block_q8_0_scalar,
-    .key_block_q4_0 = key_block_q4_0_scalar};
+    .key_block_q4_0 = key_block_q4_0_scalar, .delta_rule = delta_rule_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 
@@ -129,6 +154,7 @@ static void build_tables(void) {
         tables[SET_AVX2] = scalar_table;
         quill_kernels_install_avx2(&tables[SET_AVX2]);
         quill_kernels_install_avx2_exact(&tables[SET_AVX2]);
+        quill_kernels_install_recurrent_avx2(&tables[SET_AVX2]);
     }
     if (offered[SET_AVX512]) {
         /* Without VNNI (Skylake-SP; Cascade Lake lacks VBMI) the AVX2 exact products still beat
@@ -137,6 +163,7 @@ static void build_tables(void) {
         tables[SET_AVX512] = scalar_table;
         quill_kernels_install_avx512(&tables[SET_AVX512]);
         quill_kernels_install_avx2_exact(&tables[SET_AVX512]);
+        quill_kernels_install_recurrent_avx2(&tables[SET_AVX512]);
     }
     if (offered[SET_VNNI]) {
         tables[SET_VNNI] = tables[SET_AVX512];

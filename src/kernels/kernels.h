@@ -60,6 +60,18 @@ typedef void (*quill_softmax_fn)(float *x, int n, float s);
  * instruction set gives the same bits. */
 typedef void (*quill_swiglu_fn)(float *gate, const float *up, int64_t n);
 
+/* The Gated DeltaNet delta rule of one value head over n_tok tokens of one sequence, in order, on
+ * its state of s x s floats (row j: the state's column for value j). For token t (its q, k at
+ * t * qk_stride, v at t * v_stride, decay and beta at t * gate_stride, output at t * out_stride),
+ * every row j: m = row · decay; δ = (v[j] − m·k) · beta; row = m + k δ (fused); out[j] = (row·q) ·
+ * scale. Each dot product is 8 chains of fused multiply-adds (element i in chain i mod 8, in i
+ * order) added pairwise 4, 2, 1 apart, so every instruction set gives the same bits; a row depends
+ * on nothing but itself, so a set may run the rows in any order (the tokens of a row in order). */
+typedef void (*quill_delta_rule_fn)(float *state, int64_t s, int n_tok, const float *q, const float *k,
+                                    int64_t qk_stride, const float *v, int64_t v_stride, const float *decay,
+                                    const float *beta, int64_t gate_stride, float scale, float *out,
+                                    int64_t out_stride);
+
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in
  * the same order as `dot`, so its results are bit-identical to dequant + dot (tests check this);
@@ -95,6 +107,7 @@ typedef struct quill_kernels {
     quill_softmax_fn softmax;
     quill_swiglu_fn swiglu;
     quill_key_block_fn key_block_q8_0, key_block_q4_0;
+    quill_delta_rule_fn delta_rule;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
@@ -142,5 +155,7 @@ void quill_kernels_install_avx512(quill_kernels *k);
 void quill_kernels_install_avx2_exact(quill_kernels *k);
 void quill_kernels_install_vnni(quill_kernels *k);
 void quill_kernels_install_amx(quill_kernels *k);
+/* The recurrent layers' kernels on AVX2 (kernels_recurrent_avx2.c), for the avx2 and avx512 sets. */
+void quill_kernels_install_recurrent_avx2(quill_kernels *k);
 
 #endif

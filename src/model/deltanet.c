@@ -313,41 +313,34 @@ static void l2_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-/* The delta rule for one value head per item, the tokens in order (each on its sequence's state),
- * then the token's gated RMS norm of that head. */
+/* The delta rule for one value head per item: its gates for every token, then the kernel on each
+ * run of consecutive tokens of one sequence (a token's arithmetic is the same whatever the runs). */
 static void delta_heads(void *arg, int64_t h0, int64_t h1, int thread) {
+    (void)thread;
     const dn_job *j = arg;
     const quill_context *c = j->c;
     const quill_layer *L = j->L;
     const quill_arch_params *ap = &c->model->ap;
     const int64_t S = ap->ssm_state, H = ap->ssm_v_heads, key_dim = S * ap->ssm_k_heads, value_dim = S * H;
+    const int64_t conv_dim = ap->ssm_conv_dim;
     const float scale = 1.0f / sqrtf((float)S);
-    float *delta = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    quill_recurrent *r = c->rec;
     for (int64_t h = h0; h < h1; h++) {
         const int64_t kh = key_head(c->model, h), bw = c->model->arch->ssm_grouped ? 2 * H : H;
         for (int t = 0; t < j->n_tok; t++) {
-            const float *row = c->rec->mixed + (size_t)t * ap->ssm_conv_dim;
-            const float *q = row + kh * S, *k = row + key_dim + kh * S, *v = row + 2 * key_dim + h * S;
             float b, a;
-            beta_alpha(c->model, c->rec->beta + (size_t)t * bw, c->rec->alpha + (size_t)t * H, h, &b, &a);
-            const float beta = sigmoid_f(b);
-            const float g = softplus_f(a + L->ssm_dt[h]) * L->ssm_a[h];
-            const float decay = expf(g);
-            float *M = (float *)quill_recurrent_ssm(c, c->ub_seq[t], j->layer) + h * S * S; /* row jv: S[.][jv] */
-            for (int64_t i = 0; i < S * S; i++) M[i] *= decay;
-            for (int64_t jv = 0; jv < S; jv++) {
-                float sum = 0.0f;
-                for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * k[i];
-                delta[jv] = (v[jv] - sum) * beta;
-            }
-            for (int64_t jv = 0; jv < S; jv++)
-                for (int64_t i = 0; i < S; i++) M[jv * S + i] += k[i] * delta[jv];
-            float *o = c->rec->out + (size_t)t * value_dim + h * S;
-            for (int64_t jv = 0; jv < S; jv++) {
-                float sum = 0.0f;
-                for (int64_t i = 0; i < S; i++) sum += M[jv * S + i] * q[i];
-                o[jv] = sum * scale;
-            }
+            beta_alpha(c->model, r->beta + (size_t)t * bw, r->alpha + (size_t)t * H, h, &b, &a);
+            r->gate_beta[(size_t)t * H + h] = sigmoid_f(b);
+            r->decay[(size_t)t * H + h] = expf(softplus_f(a + L->ssm_dt[h]) * L->ssm_a[h]);
+        }
+        for (int t0 = 0, t1; t0 < j->n_tok; t0 = t1) {
+            for (t1 = t0 + 1; t1 < j->n_tok && c->ub_seq[t1] == c->ub_seq[t0]; t1++) {}
+            const float *row = r->mixed + (size_t)t0 * conv_dim;
+            float *M = (float *)quill_recurrent_ssm(c, c->ub_seq[t0], j->layer) + h * S * S;
+            c->kern->delta_rule(M, S, t1 - t0, row + kh * S, row + key_dim + kh * S, conv_dim,
+                                row + 2 * key_dim + h * S, conv_dim, r->decay + (size_t)t0 * H + h,
+                                r->gate_beta + (size_t)t0 * H + h, H, scale, r->out + (size_t)t0 * value_dim + h * S,
+                                value_dim);
         }
     }
 }

@@ -19,7 +19,7 @@ static int count_recurrent(const quill_model *m) {
 static size_t scratch_floats(const quill_model *m) {
     const quill_arch_params *ap = &m->ap;
     const size_t value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads), q_dim = (size_t)(m->hp.n_head * m->hp.head_dim);
-    return QUILL_UBATCH * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 2 * (size_t)ap->ssm_v_heads + 3 * q_dim);
+    return QUILL_UBATCH * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim);
 }
 
 double quill_recurrent_bytes(const quill_model *m, int n_seq, int n_ctx, bool reference) {
@@ -63,6 +63,8 @@ bool quill_recurrent_new(quill_context *c) {
         r->qfull = r->alpha + ub * heads;
         r->gate = r->qfull + ub * 2 * q_dim;
         r->qkvz = r->gate + ub * q_dim;
+        r->decay = r->qkvz + ub * ((size_t)ap->ssm_conv_dim + value_dim);
+        r->gate_beta = r->decay + ub * heads;
         r->bytes += scratch_floats(m) * sizeof(float);
     }
     return true;

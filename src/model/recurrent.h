@@ -37,6 +37,7 @@ struct quill_recurrent {
     float *mixed, *z, *beta, *alpha, *out; /* [ub][conv channels], [ub][value dim], [ub][v heads] x2, [ub][value dim] */
     float *qfull, *gate;        /* gated attention: [ub][2 q_dim], [ub][q_dim] */
     float *qkvz;                /* Qwen3-Next's fused ssm_in: [ub][conv channels + value dim] */
+    float *decay, *gate_beta;   /* the delta rule's e^g and σ(b): [ub][v heads] each */
     size_t bytes;               /* all of the above, for the memory estimate */
 };
 
