@@ -123,7 +123,7 @@ TEST(kernels_dot_matches_scalar_for_every_size) {
  * scalar loop. */
 TEST(kernels_weighted_sum_bit_identical_to_scalar) {
     const quill_kernels *scalar = quill_kernels_scalar();
-    const int64_t sizes[] = {8, 16, 48, 64, 128, 100, 256, 3};
+    const int64_t sizes[] = {8, 16, 48, 64, 128, 100, 256, 272, 3};
     const int heads[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
         const quill_kernels *kern = set_or_skip(isas[k]);

@@ -457,8 +457,16 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
  * time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                 int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
-    if (n % 16 || n > 128 || n == 0) {
+    if (n % 16 || n == 0) {
         quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride, accumulate);
+        return;
+    }
+    /* wider heads (Qwen 3.5's gated attention: 256) a block of 128 columns at a time: each column
+     * is its own chain, so the bits are those of one pass */
+    if (n > 128) {
+        for (int64_t d = 0; d < n; d += 128)
+            weighted_sum_avx512(wgt, wgt_stride, n_heads, v + d, n_rows, stride, n - d < 128 ? n - d : 128, out + d, out_stride,
+                      accumulate);
         return;
     }
     int h = 0;
