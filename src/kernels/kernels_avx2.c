@@ -457,10 +457,69 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
         }                                                                                           \
     }
 
+/* q2_K: each sub-block of 16 has its own scale and min (d·sc·q is exact, so the multiply then
+ * subtract rounds as the dequantizer's) */
+static inline __attribute__((always_inline)) void q2_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q2_K *bl = row;
+    const __m128i three = _mm_set1_epi8(3);
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(bl[ib].d), dmin = half_to_float(bl[ib].dmin);
+        const uint8_t *q = bl[ib].qs, *sc = bl[ib].scales;
+        const float *xb = x + ib * QK_K;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2)
+                for (int k = 0; k < 2; k++, sc++, xb += 16) {
+                    __m256 dl = _mm256_set1_ps(d * (float)(*sc & 0xF)), ml = _mm256_set1_ps(dmin * (float)(*sc >> 4)), v[2];
+                    u8x16_to_ps(_mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three), v);
+                    acc16(_mm256_sub_ps(_mm256_mul_ps(dl, v[0]), ml), _mm256_sub_ps(_mm256_mul_ps(dl, v[1]), ml), xb, xs,
+                          a, b, NT);
+                }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
+/* q3_K: sub-blocks of 16, each weight 4 lower where its hmask bit is clear */
+static inline __attribute__((always_inline)) void q3_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q3_K *bl = row;
+    const __m128i three = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
+    __m256 a[4], b[4];
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d_all = half_to_float(bl[ib].d);
+        int8_t scales[16];
+        quill_q3_K_scales(bl[ib].scales, scales);
+        const uint8_t *q = bl[ib].qs;
+        const float *xb = x + ib * QK_K;
+        int is = 0;
+        unsigned m = 1;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+                for (int k = 0; k < 2; k++, xb += 16) {
+                    __m256 dl = _mm256_set1_ps(d_all * (float)scales[is++]), v[2];
+                    __m128i lo = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    __m128i hm = _mm_loadu_si128((const __m128i *)(bl[ib].hmask + 16 * k));
+                    __m128i clear = _mm_cmpeq_epi8(_mm_and_si128(hm, _mm_set1_epi8((char)m)), _mm_setzero_si128());
+                    i8x16_to_ps(_mm_sub_epi8(lo, _mm_and_si128(clear, four)), v);
+                    acc16(_mm256_mul_ps(v[0], dl), _mm256_mul_ps(v[1], dl), xb, xs, a, b, NT);
+                }
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
+}
+
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
+FUSED_DISPATCH(vec_dot_q2_K, q2_K_nt)
+FUSED_DISPATCH(vec_dot_q3_K, q3_K_nt)
 
 /* hb heads (up to 4) × 16 dims at a time (2·hb accumulators): each row's 16 values are loaded
  * once for the hb heads, where a head at a time loaded them once per head. */

@@ -399,6 +399,67 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
     finish(a, b, out, os, NT);
 }
 
+/* q2_K: 32 elements are two sub-blocks of 16 with their own scale and min (d·sc·q is exact, so the
+ * multiply then subtract rounds as the dequantizer's) */
+static inline __attribute__((always_inline)) void q2_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q2_K *bl = row;
+    const __m128i three = _mm_set1_epi8(3);
+    __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = half_to_float(bl[ib].d), dmin = half_to_float(bl[ib].dmin);
+        const uint8_t *q = bl[ib].qs, *sc = bl[ib].scales;
+        const float *xb = x + ib * QK_K;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2, sc += 2, xb += 32) {
+                __m512 w[2];
+                for (int k = 0; k < 2; k++) {
+                    __m128i v = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    w[k] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * (float)(sc[k] & 0xF)), bytes_to_ps(v)),
+                                         _mm512_set1_ps(dmin * (float)(sc[k] >> 4)));
+                }
+                acc_chunk(w[0], w[1], xb, xs, a, b, NT);
+            }
+    }
+    finish(a, b, out, os, NT);
+}
+
+/* q3_K: likewise two sub-blocks of 16 per chunk, each weight 4 lower where its hmask bit is clear */
+static inline __attribute__((always_inline)) void q3_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
+                                                          float *out, int64_t os, int NT) {
+    const block_q3_K *bl = row;
+    const __m128i three = _mm_set1_epi8(3);
+    const __m512i four = _mm512_set1_epi32(4);
+    __m512 a[MAX_NT], b[MAX_NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d_all = half_to_float(bl[ib].d);
+        int8_t scales[16];
+        quill_q3_K_scales(bl[ib].scales, scales);
+        const uint8_t *q = bl[ib].qs;
+        const float *xb = x + ib * QK_K;
+        int is = 0;
+        unsigned m = 1;
+        for (int half = 0; half < 2; half++, q += 32)
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1, xb += 32) {
+                __m512 w[2];
+                for (int k = 0; k < 2; k++) {
+                    __m128i v = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * k)), shift), three);
+                    __m512i vi = _mm512_cvtepu8_epi32(v);
+                    __mmask16 set = _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(bl[ib].hmask + 16 * k)),
+                                                       _mm_set1_epi8((char)m));
+                    vi = _mm512_mask_sub_epi32(vi, (__mmask16)~set, vi, four);
+                    w[k] = _mm512_mul_ps(_mm512_set1_ps(d_all * (float)scales[is++]), _mm512_cvtepi32_ps(vi));
+                }
+                acc_chunk(w[0], w[1], xb, xs, a, b, NT);
+            }
+    }
+    finish(a, b, out, os, NT);
+}
+
 /* Token groups of 8, then the remainder with its exact count, so every call is specialised. */
 #define FUSED_DISPATCH(name, impl)                                                                  \
     static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
@@ -423,6 +484,8 @@ FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
 FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
+FUSED_DISPATCH(vec_dot_q2_K, q2_K_nt)
+FUSED_DISPATCH(vec_dot_q3_K, q3_K_nt)
 
 /* hb heads of nv vectors of values each (nv·hb <= 16 accumulators, in registers across all rows):
  * each row of values is loaded once for the hb heads, and the hb·nv chains of fused
