@@ -6,7 +6,9 @@
  * batch and thread count.
  *
  * An instruction-set file defines `static inline int32_t slot_dot(const int8_t *q, const int16_t
- * *a, int width)` (Σ q[i]·a[i] for i < width, width 16 or 32) and then instantiates
+ * *a, int width)` (Σ q[i]·a[i] for i < width, width 16 or 32) and `static inline
+ * quill_exact_unpack_fn unpack_fast(uint32_t type)` (a vector unpacker of the type, writing the
+ * same codes and scales as exact_unpack.c's, or NULL), and then instantiates
  * QUILL_UNPACKED_KERNELS(sfx), which defines unpacked_matmul_<sfx>_<type> for every such type and
  * install_unpacked_<sfx>(k). */
 #ifndef QUILL_EXACT_UNPACKED_H
@@ -52,7 +54,8 @@ static void unpacked_quantize_tokens(void *ctx, int64_t t0, int64_t t1, int thre
         int8_t q[UNPACK_COLS];                                                                       \
         float s[UNPACK_COLS / 16], acc[UNPACK_TOKENS];                                               \
         const int kb = slot_width(j->type), per = block_elems(j->type);                              \
-        const quill_exact_unpack_fn unpack = quill_exact_unpack_for(j->type);                        \
+        const quill_exact_unpack_fn unpack =                                                         \
+            unpack_fast(j->type) ? unpack_fast(j->type) : quill_exact_unpack_for(j->type);           \
         for (int64_t r = r0; r < r1; r++) {                                                          \
             const uint8_t *row = j->w + (size_t)r * j->row_bytes;                                    \
             for (int t = 0; t < j->n_tok; t++) acc[t] = 0;                                           \

@@ -475,6 +475,8 @@ static size_t exact_scratch(int64_t cols, int n_tok) {
 
 /* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
 
+#include "kernels/unpack_simd.h"
+
 static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
     __m256i acc = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)),
                                     _mm256_loadu_si256((const __m256i *)a));

@@ -91,6 +91,8 @@ static size_t vnni_scratch(int64_t cols, int n_tok) {
 
 /* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
 
+#include "kernels/unpack_simd.h"
+
 static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
     if (width == 32)
         return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)q)),
