@@ -65,17 +65,22 @@ static void swiglu_scalar(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
 
+/* group g's f16 scales of a quantized key block, one per position */
+static void key_block_scales(const uint8_t *scales, int64_t g, float *s) {
+    for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
+        uint16_t h;
+        memcpy(&h, scales + 2 * ((size_t)g * QUILL_KEY_BLOCK + (size_t)p), 2);
+        s[p] = quill_f16_to_f32(h);
+    }
+}
+
 /* q8_0 key block: codes int8 [hd][KEY_BLOCK], then the f16 scales [hd / 32][KEY_BLOCK] */
 static void key_block_q8_0_scalar(const uint8_t *block, int64_t hd, float *tile) {
     const int8_t *codes = (const int8_t *)block;
     const uint8_t *scales = block + (size_t)hd * QUILL_KEY_BLOCK;
     for (int64_t g = 0; g < hd / 32; g++) {
         float s[QUILL_KEY_BLOCK];
-        for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
-            uint16_t h;
-            memcpy(&h, scales + 2 * ((size_t)g * QUILL_KEY_BLOCK + (size_t)p), 2);
-            s[p] = quill_f16_to_f32(h);
-        }
+        key_block_scales(scales, g, s);
         for (int64_t d = g * 32; d < g * 32 + 32; d++)
             for (int p = 0; p < QUILL_KEY_BLOCK; p++)
                 tile[d * QUILL_KEY_BLOCK + p] = (float)codes[d * QUILL_KEY_BLOCK + p] * s[p];
@@ -88,11 +93,7 @@ static void key_block_q4_0_scalar(const uint8_t *block, int64_t hd, float *tile)
     const uint8_t *scales = block + (size_t)hd / 2 * QUILL_KEY_BLOCK;
     for (int64_t g = 0; g < hd / 32; g++) {
         float s[QUILL_KEY_BLOCK];
-        for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
-            uint16_t h;
-            memcpy(&h, scales + 2 * ((size_t)g * QUILL_KEY_BLOCK + (size_t)p), 2);
-            s[p] = quill_f16_to_f32(h);
-        }
+        key_block_scales(scales, g, s);
         for (int64_t d = g * 32; d < g * 32 + 32; d += 2)
             for (int p = 0; p < QUILL_KEY_BLOCK; p++) {
                 const uint8_t b = block[d / 2 * QUILL_KEY_BLOCK + p];
@@ -111,9 +112,9 @@ static float dot8_scalar(const float *x, const float *y, int64_t n) {
     return part[0];
 }
 
-static void delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
-                              const float *v, int64_t v_stride, const float *decay, const float *beta,
-                              int64_t gate_stride, float scale, float *out, int64_t out_stride) {
+void quill_delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
+                             const float *v, int64_t v_stride, const float *decay, const float *beta,
+                             int64_t gate_stride, float scale, float *out, int64_t out_stride) {
     for (int t = 0; t < n_tok; t++) {
         const float *qt = q + t * qk_stride, *kt = k + t * qk_stride;
         const float g = decay[t * gate_stride], b = beta[t * gate_stride];
@@ -130,7 +131,7 @@ static void delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q
 static const quill_kernels scalar_table = {
     .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
     .softmax = softmax_scalar, .swiglu = swiglu_scalar, .key_block_q8_0 = key_block_q8_0_scalar,
-    .key_block_q4_0 = key_block_q4_0_scalar, .delta_rule = delta_rule_scalar};
+    .key_block_q4_0 = key_block_q4_0_scalar, .delta_rule = quill_delta_rule_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

@@ -71,6 +71,10 @@ typedef void (*quill_delta_rule_fn)(float *state, int64_t s, int n_tok, const fl
                                     int64_t qk_stride, const float *v, int64_t v_stride, const float *decay,
                                     const float *beta, int64_t gate_stride, float scale, float *out,
                                     int64_t out_stride);
+/* The plain version, the model of every set's (kernels.c). */
+void quill_delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
+                             const float *v, int64_t v_stride, const float *decay, const float *beta,
+                             int64_t gate_stride, float scale, float *out, int64_t out_stride);
 
 /* The same products straight from a quantized row: out[t * out_stride] = dot(row, x_t). Each
  * fused kernel unpacks weights into registers exactly as its dequantizer would and accumulates in

@@ -54,30 +54,12 @@ static inline float sum_chains(__m256 p) {
 ROWS_KERNEL(4)
 ROWS_KERNEL(1)
 
-/* x·y in the defined order, for state sizes that are not a multiple of 8 */
-static float dot8(const float *x, const float *y, int64_t n) {
-    float part[8] = {0};
-    for (int64_t i = 0; i < n; i++) part[i % 8] = fmaf(x[i], y[i], part[i % 8]);
-    for (int w = 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) part[j] += part[j + w];
-    return part[0];
-}
-
 static void delta_rule_avx2(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
                             const float *v, int64_t v_stride, const float *decay, const float *beta,
                             int64_t gate_stride, float scale, float *out, int64_t out_stride) {
-    if (s % 8) {
-        for (int t = 0; t < n_tok; t++) {
-            const float *qt = q + t * qk_stride, *kt = k + t * qk_stride;
-            const float g = decay[t * gate_stride], b = beta[t * gate_stride];
-            for (int64_t j = 0; j < s; j++) {
-                float *row = state + j * s;
-                for (int64_t i = 0; i < s; i++) row[i] *= g;
-                const float delta = (v[t * v_stride + j] - dot8(row, kt, s)) * b;
-                for (int64_t i = 0; i < s; i++) row[i] = fmaf(kt[i], delta, row[i]);
-                out[t * out_stride + j] = dot8(row, qt, s) * scale;
-            }
-        }
+    if (s % 8) {   /* state sizes that are not a multiple of 8: the plain kernel, the same bits */
+        quill_delta_rule_scalar(state, s, n_tok, q, k, qk_stride, v, v_stride, decay, beta, gate_stride, scale, out,
+                                out_stride);
         return;
     }
     int64_t j = 0;
