@@ -54,7 +54,7 @@ static inline float sum_chains(__m256 p) {
 ROWS_KERNEL(4)
 ROWS_KERNEL(1)
 
-static void delta_rule_avx2(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
+static void delta_rule_rows(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
                             const float *v, int64_t v_stride, const float *decay, const float *beta,
                             int64_t gate_stride, float scale, float *out, int64_t out_stride) {
     if (s % 8) {   /* state sizes that are not a multiple of 8: the plain kernel, the same bits */
@@ -69,5 +69,5 @@ static void delta_rule_avx2(float *state, int64_t s, int n_tok, const float *q, 
         rows1(state, s, j, n_tok, q, k, qk_stride, v, v_stride, decay, beta, gate_stride, scale, out, out_stride);
 }
 
-void quill_kernels_install_recurrent_avx2(quill_kernels *k) { k->delta_rule = delta_rule_avx2; }
+void quill_kernels_install_recurrent_avx2(quill_kernels *k) { k->delta_rule = delta_rule_rows; }
 #endif
