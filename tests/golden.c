@@ -187,3 +187,22 @@ bool copy_metadata(quill_gguf_writer *w, const quill_gguf *g, const char *skip_k
     }
     return true;
 }
+
+quill_gguf_writer *writer_from_model(const char *shared, const char *name, quill_gguf **g) {
+    char *path = path_join(shared, name);
+    quill_error err = {0};
+    quill_status st = quill_gguf_open(path, g, &err);
+    free(path);
+    if (st != QUILL_OK) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return NULL;
+    }
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    if (!w || !copy_metadata(w, *g, NULL)) {
+        test_fail(__FILE__, __LINE__, "%s: copying the metadata", name);
+        quill_gguf_writer_free(w);
+        quill_gguf_close(*g);
+        return NULL;
+    }
+    return w;
+}

@@ -51,5 +51,8 @@ bool refdump_load(const char *prefix, int n_prompt, refdump_out *r);
 /* Variants of a model file: adds every metadata key of g to w but `skip_key` (NULL: all);
  * false when the writer refuses one. */
 bool copy_metadata(quill_gguf_writer *w, const quill_gguf *g, const char *skip_key);
+/* `shared`/models/NAME opened into *g, and a new writer holding all its metadata; NULL (a test
+ * failure recorded, nothing left open) when the file cannot be read. */
+quill_gguf_writer *writer_from_model(const char *shared, const char *name, quill_gguf **g);
 
 #endif

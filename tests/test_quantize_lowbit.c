@@ -70,19 +70,11 @@ TEST(quantize_lowbit_files_identical_to_reference) {
 TEST(quantize_lowbit_iq3_s_edge_blocks_identical_to_reference) {
     REQUIRE_SHARED(shared);
     CHECK(quill_iq3s_ready_for_tests(), "iq3_s neighbour lists did not fit");
-    char *src = path_join(shared, "models/synth-k-f32.gguf");
-    char *in = path_join(tmp_dir(), "iq3s-edges-f32.gguf");
     quill_gguf *g = NULL;
+    quill_gguf_writer *w = writer_from_model(shared, "models/synth-k-f32.gguf", &g);
+    if (!w) return;
+    char *in = path_join(tmp_dir(), "iq3s-edges-f32.gguf");
     quill_error err = {0};
-    quill_status st = quill_gguf_open(src, &g, &err);
-    free(src);
-    if (st != QUILL_OK) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        free(in);
-        return;
-    }
-    quill_gguf_writer *w = quill_gguf_writer_new();
-    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     float *edited = NULL;
     uint64_t rng = 77;
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
@@ -108,7 +100,7 @@ TEST(quantize_lowbit_iq3_s_edge_blocks_identical_to_reference) {
         }
         quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, edited);
     }
-    st = quill_gguf_writer_write(w, in, &err);
+    quill_status st = quill_gguf_writer_write(w, in, &err);
     quill_gguf_writer_free(w);
     quill_gguf_close(g);
     free(edited);
@@ -123,19 +115,11 @@ TEST(quantize_lowbit_iq3_s_edge_blocks_identical_to_reference) {
  * shared exponent and every fp4 level get exercised. */
 TEST(quantize_lowbit_mxfp4_experts_identical_to_reference) {
     REQUIRE_SHARED(shared);
-    char *src = path_join(shared, "models/synth-k-f32.gguf");
-    char *in = path_join(tmp_dir(), "experts-f32.gguf");
     quill_gguf *g = NULL;
+    quill_gguf_writer *w = writer_from_model(shared, "models/synth-k-f32.gguf", &g);
+    if (!w) return;
+    char *in = path_join(tmp_dir(), "experts-f32.gguf");
     quill_error err = {0};
-    quill_status st = quill_gguf_open(src, &g, &err);
-    free(src);
-    if (st != QUILL_OK) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        free(in);
-        return;
-    }
-    quill_gguf_writer *w = quill_gguf_writer_new();
-    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
         quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
@@ -155,7 +139,7 @@ TEST(quantize_lowbit_mxfp4_experts_identical_to_reference) {
         }
         quill_gguf_writer_add_tensor(w, names[k], QUILL_TYPE_F32, 3, ne[k], data[k]);
     }
-    st = quill_gguf_writer_write(w, in, &err);
+    quill_status st = quill_gguf_writer_write(w, in, &err);
     quill_gguf_writer_free(w);
     quill_gguf_close(g);
     for (int k = 0; k < 3; k++) free(data[k]);

@@ -245,18 +245,11 @@ TEST(types_lowbit_unaligned) {
  * loads and runs: quill verify finds the fast path within its tolerance of float64. */
 TEST(types_lowbit_model_runs) {
     REQUIRE_SHARED(shared);
-    char *src = path_join(shared, "models/synth-k-f32.gguf"), *dst = path_join(tmp_dir(), "lowbit-model.gguf");
     quill_gguf *g = NULL;
+    quill_gguf_writer *w = writer_from_model(shared, "models/synth-k-f32.gguf", &g);
+    if (!w) return;
+    char *dst = path_join(tmp_dir(), "lowbit-model.gguf");
     quill_error err = {0};
-    quill_status st = quill_gguf_open(src, &g, &err);
-    free(src);
-    if (st != QUILL_OK) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        free(dst);
-        return;
-    }
-    quill_gguf_writer *w = quill_gguf_writer_new();
-    CHECK(copy_metadata(w, g, NULL), "copying the metadata");
     uint64_t rng = 7;
     size_t next = 0;
     bool used[N_LOWBIT] = {false};
@@ -291,7 +284,7 @@ TEST(types_lowbit_model_runs) {
         quill_gguf_writer_add_tensor(w, t->name, lt->type, t->n_dims, t->ne, data[n_data]);
         n_data++;
     }
-    st = quill_gguf_writer_write(w, dst, &err);
+    quill_status st = quill_gguf_writer_write(w, dst, &err);
     quill_gguf_writer_free(w);
     quill_gguf_close(g);
     for (size_t i = 0; i < n_data; i++) free(data[i]);
