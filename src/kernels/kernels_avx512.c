@@ -520,10 +520,7 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
  * time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                 int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
-    if (n % 16 || n == 0) {
-        quill_weighted_sum_scalar(wgt, wgt_stride, n_heads, v, n_rows, stride, n, out, out_stride, accumulate);
-        return;
-    }
+    if (n == 0) return;
     /* wider heads (Qwen 3.5's gated attention: 256) a block of 128 columns at a time: each column
      * is its own chain, so the bits are those of one pass */
     if (n > 128) {
@@ -548,17 +545,25 @@ static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_head
         }
         return;
     }
+    /* other widths one head at a time, the last vector masked to the columns that exist (a lane
+     * is its own chain, so a width that is no multiple of 16, as stories260K's 8, costs no bits) */
+    const int nv = (int)((n + 15) / 16);
+    const __mmask16 last = (__mmask16)(0xFFFFu >> (16 * nv - n));
     for (; h < n_heads; h++) {
         const float *w = wgt + h * wgt_stride;
+        float *o = out + h * out_stride;
         __m512 acc[8];
-        const int nv = (int)(n / 16);
-        for (int i = 0; i < nv; i++) acc[i] = accumulate ? _mm512_loadu_ps(out + h * out_stride + 16 * i) : _mm512_setzero_ps();
+        for (int i = 0; i < nv; i++) {
+            const __mmask16 m = i == nv - 1 ? last : 0xFFFF;
+            acc[i] = accumulate ? _mm512_maskz_loadu_ps(m, o + 16 * i) : _mm512_setzero_ps();
+        }
         for (int p = 0; p < n_rows; p++) {
             const __m512 wp = _mm512_set1_ps(w[p]);
             const float *vp = v + p * stride;
-            for (int i = 0; i < nv; i++) acc[i] = _mm512_fmadd_ps(wp, _mm512_loadu_ps(vp + 16 * i), acc[i]);
+            for (int i = 0; i < nv; i++)
+                acc[i] = _mm512_fmadd_ps(wp, _mm512_maskz_loadu_ps(i == nv - 1 ? last : 0xFFFF, vp + 16 * i), acc[i]);
         }
-        for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[i]);
+        for (int i = 0; i < nv; i++) _mm512_mask_storeu_ps(o + 16 * i, i == nv - 1 ? last : 0xFFFF, acc[i]);
     }
 }
 
