@@ -10,9 +10,11 @@
 #                               q2_K and a q4_0 draft of the same weights, and with --lookup on a
 #                               prompt that repeats; stories260K with --lookup on story openings
 #   CASES="stories" bench/spec.sh    only some cases (tinyllama-q2_k tinyllama-q4_0
-#                               tinyllama-lookup stories, and the reference's llama-server without
-#                               and with its own speculative decoding: ref-tinyllama-q2_k
-#                               ref-tinyllama-q4_0 ref-stories, its draft-simple and ngram-cache
+#                               tinyllama-lookup stories, tinyllama-f16-q8_0 (an f16 target with a
+#                               q8_0 draft: copies that agree on most greedy tokens even with random
+#                               weights), and the reference's llama-server without and with its own
+#                               speculative decoding: ref-tinyllama-q2_k ref-tinyllama-q4_0
+#                               ref-tinyllama-f16-q8_0 ref-stories, its draft-simple and ngram-cache
 #                               types, a server started per run, speed from its reply's timings)
 #
 # Environment (defaults in brackets): QUILL_BENCH_DIR [../quill-bench-models: tinyllama-f16 made
@@ -33,7 +35,7 @@ PAIRS=${PAIRS:-3}
 N=${N:-128}
 THREADS=${THREADS:-2}
 DRAFT_MAX=${DRAFT_MAX:-16}
-CASES=${CASES:-tinyllama-q2_k tinyllama-q4_0 tinyllama-lookup stories ref-tinyllama-q2_k ref-tinyllama-q4_0 ref-stories}
+CASES=${CASES:-tinyllama-q2_k tinyllama-q4_0 tinyllama-lookup tinyllama-f16-q8_0 stories ref-tinyllama-q2_k ref-tinyllama-q4_0 ref-tinyllama-f16-q8_0 ref-stories}
 PORT=${PORT:-18431}
 
 die() { echo "spec.sh: $*" >&2; exit 1; }
@@ -49,9 +51,10 @@ trap 'rm -rf "$tmp"' EXIT
 needs_tinyllama=false
 for c in $CASES; do
     case $c in
-        tinyllama-q2_k | tinyllama-q4_0 | tinyllama-lookup | ref-tinyllama-q2_k | ref-tinyllama-q4_0) needs_tinyllama=true ;;
+        tinyllama-q2_k | tinyllama-q4_0 | tinyllama-lookup | tinyllama-f16-q8_0) needs_tinyllama=true ;;
+        ref-tinyllama-q2_k | ref-tinyllama-q4_0 | ref-tinyllama-f16-q8_0) needs_tinyllama=true ;;
         stories | ref-stories) ;;
-        *) die "CASES lists tinyllama-q2_k, tinyllama-q4_0, tinyllama-lookup, stories or their ref- versions, not '$c'" ;;
+        *) die "CASES lists tinyllama-q2_k, tinyllama-q4_0, tinyllama-lookup, tinyllama-f16-q8_0, stories or their ref- versions, not '$c'" ;;
     esac
 done
 if $needs_tinyllama; then
@@ -189,6 +192,11 @@ for c in $CASES; do
             "$tmp/story.txt" -md "$DIR/tinyllama-q2_k.gguf" --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" ;;
         ref-tinyllama-q4_0) pairs "reference: TinyLlama q8_0, draft-simple q4_0" "$DIR/tinyllama-q8_0.gguf" \
             "$tmp/story.txt" -md "$DIR/tinyllama-q4_0.gguf" --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" ;;
+        tinyllama-f16-q8_0) make_f16 "$f16"
+            pairs "TinyLlama f16, -md q8_0" "$f16" "$tmp/story.txt" -md "$DIR/tinyllama-q8_0.gguf" --draft-max "$DRAFT_MAX" ;;
+        ref-tinyllama-f16-q8_0) make_f16 "$f16"
+            pairs "reference: TinyLlama f16, draft-simple q8_0" "$f16" "$tmp/story.txt" -md "$DIR/tinyllama-q8_0.gguf" \
+            --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" ;;
         ref-stories) pairs "reference: stories260K, ngram-cache (3 story openings)" "$SHARED/models/stories260K.gguf" \
             "$tmp/s1.txt $tmp/s2.txt $tmp/s3.txt" --spec-type ngram-cache --spec-draft-n-max "$DRAFT_MAX" ;;
     esac

@@ -3,6 +3,7 @@
  * bit for bit against dequantize-then-dot of the same kernel set. */
 #include "test.h"
 
+#include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "tensor/types_internal.h"
 
@@ -275,4 +276,61 @@ TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
             }
         }
     }
+}
+
+/* Whole-matrix products of float weights (f32, f16, bf16): each (row, token) result has the bits
+ * of dequantize + the set's dot, for widths around the chunk and step sizes (masked tails),
+ * row counts around the panel size, 1 to 40 tokens, two matrices per call, with and without
+ * threads. */
+TEST(kernels_float_matmul_bit_identical_to_dequant_then_dot) {
+    const char *const sets[] = {"avx2", "avx512", "vnni"};
+    const uint32_t types[] = {QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_BF16};
+    const int64_t widths[] = {1, 15, 32, 33, 100, 512, 545, 1100};
+    const int64_t row_counts[] = {1, 4, 7};
+    const int toks[] = {1, 2, 3, 5, 40};
+    quill_pool *pool = quill_pool_new(2);
+    CHECK(pool != NULL, "a pool of 2 threads");
+    int checked = 0;
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+        const quill_kernels *kern = set_or_skip(sets[k]);
+        if (!kern) continue;
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const uint32_t type = types[ti];
+            if (!kern->matmul[type]) continue;
+            for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+                for (size_t ri = 0; ri < sizeof row_counts / sizeof row_counts[0]; ri++)
+                    for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
+                        const int64_t cols = widths[wi], rows = row_counts[ri];
+                        const int nt = toks[ni];
+                        const size_t rb = quill_row_size(type, cols);
+                        uint8_t *w[2] = {malloc(rb * (size_t)rows), malloc(rb * (size_t)rows)};
+                        float *x = malloc((size_t)(cols * nt) * sizeof *x), *row = malloc((size_t)cols * sizeof *row);
+                        float *y[2], *ref = malloc((size_t)(rows * nt) * sizeof *ref);
+                        for (int i = 0; i < 2; i++) {
+                            for (int64_t r = 0; r < rows; r++) random_row(type, w[i] + (size_t)r * rb, cols);
+                            y[i] = malloc((size_t)(rows * nt) * sizeof *y[i]);
+                        }
+                        for (int64_t i = 0; i < cols * nt; i++) x[i] = rndf();
+                        bool same = true;
+                        for (int threaded = 0; threaded < 2; threaded++) {
+                            quill_matrix m[2] = {{w[0], rb, rows, y[0]}, {w[1], rb, rows, y[1]}};
+                            kern->matmul[type](m, 2, cols, x, nt, threaded ? pool : NULL, NULL);
+                            for (int i = 0; i < 2; i++)
+                                for (int64_t r = 0; r < rows; r++) {
+                                    quill_kernels_dequant(kern, type)(w[i] + (size_t)r * rb, row, cols);
+                                    kern->dot(row, x, cols, nt, cols, ref + r, rows);
+                                    for (int t = 0; t < nt; t++)
+                                        same = same && memcmp(&ref[(size_t)t * (size_t)rows + (size_t)r],
+                                                              &y[i][(size_t)t * (size_t)rows + (size_t)r], sizeof(float)) == 0;
+                                }
+                        }
+                        CHECK(same, "%s %s product of %lld x %lld, %d tokens differs from dequant + dot", sets[k],
+                              quill_type_traits_of(type)->name, (long long)rows, (long long)cols, nt);
+                        free(w[0]); free(w[1]); free(x); free(row); free(y[0]); free(y[1]); free(ref);
+                        checked++;
+                    }
+        }
+    }
+    quill_pool_free(pool);
+    if (quill_kernels_for("avx512")) CHECK(checked > 0, "the avx512 set multiplies float matrices whole");
 }

@@ -376,8 +376,9 @@ TEST(kernels_amx_selected_by_default) {
     /* non-AMX types and the f32 path stay on the AVX-512 kernels */
     const quill_kernels *avx512 = quill_kernels_for("avx512");
     CHECK(avx512 != NULL, "a CPU with AMX offers the avx512 set");
-    CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL && k->matmul[QUILL_TYPE_BF16] == NULL,
-          "float types must keep the exact f32 path");
+    CHECK(k->matmul[QUILL_TYPE_F16] == avx512->matmul[QUILL_TYPE_F16] && k->matmul[QUILL_TYPE_F32] == avx512->matmul[QUILL_TYPE_F32] &&
+              k->matmul[QUILL_TYPE_BF16] == avx512->matmul[QUILL_TYPE_BF16],
+          "float types keep the avx512 set's f32 products");
     CHECK(k->dot == avx512->dot, "AVX-512 dot");
     CHECK(k->matmul[QUILL_TYPE_Q4_0] != avx512->matmul[QUILL_TYPE_Q4_0] && k->matmul_scratch != avx512->matmul_scratch,
           "the tile products replace the AVX-512 set's (AVX2) ones, with their own scratch");
@@ -387,7 +388,9 @@ TEST(kernels_vnni_offered_after_amx) {
     const quill_kernels *k = set_or_skip("vnni");
     if (!k) return;
     CHECK(quill_kernels_best() == (quill_kernels_for("amx") ? quill_kernels_for("amx") : k), "default: amx, else vnni");
-    CHECK(k->matmul[QUILL_TYPE_F16] == NULL && k->matmul[QUILL_TYPE_F32] == NULL, "float types keep the f32 path");
+    CHECK(k->matmul[QUILL_TYPE_F16] == quill_kernels_for("avx512")->matmul[QUILL_TYPE_F16] &&
+              k->matmul[QUILL_TYPE_F32] == quill_kernels_for("avx512")->matmul[QUILL_TYPE_F32],
+          "float types keep the avx512 set's f32 products");
     CHECK(k->matmul[QUILL_TYPE_Q4_0] != NULL && k->matmul[QUILL_TYPE_Q6_K] != NULL, "quantized products");
     CHECK(k->dot == quill_kernels_for("avx512")->dot, "the avx512 set's f32 kernels");
 }
@@ -397,7 +400,7 @@ static void exact_products_registered(const quill_kernels *k) {
     for (size_t ti = 0; ti < N_TYPES; ti++)
         CHECK(k->matmul[amx_types[ti]] != NULL, "a product for %s", quill_type_traits_of(amx_types[ti])->name);
     for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++)
-        if (!quill_exact_supported(type))
+        if (!quill_exact_supported(type) && type != QUILL_TYPE_F32 && type != QUILL_TYPE_F16 && type != QUILL_TYPE_BF16)
             CHECK(k->matmul[type] == NULL, "%s has no exact product, yet the %s set has one",
                   quill_type_traits_of(type) ? quill_type_traits_of(type)->name : "?", k->isa);
 }

@@ -2,6 +2,7 @@
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
 #include "kernels/kernels_simd.h"
 #include "base/exp_poly.h"
+#include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
 #if defined(__x86_64__)
@@ -55,6 +56,210 @@ static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int
     default: break;
     }
 }
+
+/* ---------------------------------------------------------------- float weights, whole matrices
+ *
+ * f32, f16 and bf16 matrices, row by row, were dequantized a row at a time and dotted with the
+ * tokens up to 4 at a time: 2 accumulators per token, so one token's product was two chains of
+ * fused multiply-adds waiting on each other (latency-bound at about a quarter of the FMA unit),
+ * and a batch read each weight once per 4 tokens. Here a panel of FLOAT_ROWS rows goes through
+ * the columns a chunk at a time, converted once to f32 in L1, and every token of the call is
+ * multiplied with it 2 at a time (16 chains); its sums wait in a small array between chunks.
+ * Each (row, token) accumulator receives the same fused multiply-adds in the same order as
+ * dot_nt's (the same even and odd 16-column halves of each 32, the same masked tail, the same
+ * final reduction), and storing an accumulator between chunks is exact: the bits are those of
+ * dequantize + dot, whatever the batch, the thread count or the other matrices of the call. */
+#define FLOAT_ROWS 4
+#define FLOAT_CHUNK 512 /* columns converted at a time: 4 rows x 2 KiB */
+#define FLOAT_TOKENS 32 /* tokens whose sums a panel keeps at a time */
+
+typedef struct {
+    uint32_t type;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const float *x;
+    int n_tok;
+    float *y;
+} float_job;
+
+/* Columns [k0, k0 + n) of a row as f32 into dst, zero beyond n up to a multiple of 32. The next
+ * two chunks' lines are asked for: a panel reads its rows a chunk at a time, 4 short runs that the
+ * hardware prefetchers did not follow (one token's product waited on memory for 82 % of its time). */
+static inline void float_chunk(uint32_t type, const uint8_t *row, int64_t k0, int64_t n, int64_t cols, float *dst) {
+    const size_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const uint8_t *ahead = row + (size_t)(k0 + FLOAT_CHUNK) * es, *end = row + (size_t)cols * es;
+    for (size_t at = 0; at < 2 * FLOAT_CHUNK * es && ahead + at < end; at += 64) _mm_prefetch((const char *)(ahead + at), _MM_HINT_T0);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v;
+        if (type == QUILL_TYPE_F32) v = _mm512_maskz_loadu_ps(m, (const float *)row + k0 + i);
+        else {
+            const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k0 + i);
+            v = type == QUILL_TYPE_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+        _mm512_store_ps(dst + i, v);
+    }
+    for (int64_t i = (n + 15) / 16 * 16; i < (n + 31) / 32 * 32; i += 16) _mm512_store_ps(dst + i, _mm512_setzero_ps());
+}
+
+/* NT (1 or 2) tokens against the panel's chunk: `steps` whole 32-column steps, then a tail of
+ * `tail` columns (masked, as dot_nt's). acc[t][r][0..1]: the token's accumulators for row r. */
+static inline __attribute__((always_inline)) void float_panel_tokens(const float (*wc)[FLOAT_CHUNK], const float *x,
+                                                                     int64_t xs, int64_t steps, int64_t tail,
+                                                                     __m512 (*acc)[FLOAT_ROWS][2], const int NT) {
+    __m512 a[2][FLOAT_ROWS], b[2][FLOAT_ROWS];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) a[t][r] = acc[t][r][0], b[t][r] = acc[t][r][1];
+    for (int64_t s = 0; s < steps; s++) {
+        __m512 x0[2], x1[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            x0[t] = _mm512_loadu_ps(x + t * xs + 32 * s);
+            x1[t] = _mm512_loadu_ps(x + t * xs + 32 * s + 16);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) {
+            const __m512 w0 = _mm512_load_ps(wc[r] + 32 * s), w1 = _mm512_load_ps(wc[r] + 32 * s + 16);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm512_fmadd_ps(w0, x0[t], a[t][r]);
+                b[t][r] = _mm512_fmadd_ps(w1, x1[t], b[t][r]);
+            }
+        }
+    }
+    if (tail) {
+        const __mmask16 m0 = tail >= 16 ? 0xFFFF : (__mmask16)((1u << tail) - 1);
+        const __mmask16 m1 = tail <= 16 ? 0 : (__mmask16)((1u << (tail - 16)) - 1);
+        const int64_t i = 32 * steps;
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) {
+            const __m512 w0 = _mm512_load_ps(wc[r] + i), w1 = _mm512_load_ps(wc[r] + i + 16);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + t * xs + i), a[t][r]);
+                b[t][r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + t * xs + i + 16), b[t][r]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) acc[t][r][0] = a[t][r], acc[t][r][1] = b[t][r];
+}
+
+/* 16 weights of a row from column i as f32, lanes off in m read as zero. */
+static inline __attribute__((always_inline)) __m512 float_weights(uint32_t type, const uint8_t *row, int64_t i,
+                                                                  __mmask16 m) {
+    if (type == QUILL_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    return type == QUILL_TYPE_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* One token: the panel's rows straight from memory, converted in registers, each row one stream
+ * read front to back (the chunks above, made for reuse across tokens, only cost a token alone). */
+static inline __attribute__((always_inline)) void float_panel_one(const float_job *j, int64_t r0, int nr,
+                                                                  const uint32_t type) {
+    const uint8_t *row[FLOAT_ROWS];
+    for (int r = 0; r < FLOAT_ROWS; r++) row[r] = j->w + (size_t)(r0 + (r < nr ? r : 0)) * j->row_bytes;
+    __m512 a[FLOAT_ROWS], b[FLOAT_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < FLOAT_ROWS; r++) a[r] = b[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    /* the rows are 4 runs of a few KiB each, too short for the hardware prefetchers: the next
+     * panel's rows (the bytes that follow, as a matrix's rows do) are fetched as one run, at the
+     * pace this panel reads */
+    const int64_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const uint8_t *next = j->w + (size_t)(r0 + FLOAT_ROWS) * j->row_bytes;
+    const uint8_t *end = j->w + (size_t)j->rows * j->row_bytes;
+    for (; i + 32 <= j->cols; i += 32) {
+        const __m512 x0 = _mm512_loadu_ps(j->x + i), x1 = _mm512_loadu_ps(j->x + i + 16);
+        const uint8_t *ahead = next + (size_t)(FLOAT_ROWS * i * es);
+#pragma GCC unroll 8
+        for (int l = 0; l < FLOAT_ROWS * 32 * (int)es / 64; l++)
+            if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) {
+            a[r] = _mm512_fmadd_ps(float_weights(type, row[r], i, 0xFFFF), x0, a[r]);
+            b[r] = _mm512_fmadd_ps(float_weights(type, row[r], i + 16, 0xFFFF), x1, b[r]);
+        }
+    }
+    if (i < j->cols) {
+        const int64_t rest = j->cols - i;
+        const __mmask16 m0 = rest >= 16 ? 0xFFFF : (__mmask16)((1u << rest) - 1);
+        const __mmask16 m1 = rest <= 16 ? 0 : (__mmask16)((1u << (rest - 16)) - 1);
+        const __m512 x0 = _mm512_maskz_loadu_ps(m0, j->x + i), x1 = _mm512_maskz_loadu_ps(m1, j->x + i + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) {
+            a[r] = _mm512_fmadd_ps(float_weights(type, row[r], i, m0), x0, a[r]);
+            b[r] = _mm512_fmadd_ps(float_weights(type, row[r], i + 16, m1), x1, b[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) j->y[r0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
+}
+
+static inline __attribute__((always_inline)) void float_panels(const float_job *j, int64_t p0, int64_t p1,
+                                                               const uint32_t type) {
+    if (j->n_tok == 1) {
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t r0 = p * FLOAT_ROWS;
+            float_panel_one(j, r0, j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS, type);
+        }
+        return;
+    }
+    _Alignas(64) float wc[FLOAT_ROWS][FLOAT_CHUNK];
+    _Alignas(64) __m512 acc[FLOAT_TOKENS][FLOAT_ROWS][2];
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * FLOAT_ROWS;
+        const int nr = j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS;
+        for (int tg = 0; tg < j->n_tok; tg += FLOAT_TOKENS) {
+            const int ntg = j->n_tok - tg < FLOAT_TOKENS ? j->n_tok - tg : FLOAT_TOKENS;
+            for (int t = 0; t < ntg; t++)
+                for (int r = 0; r < FLOAT_ROWS; r++) acc[t][r][0] = acc[t][r][1] = _mm512_setzero_ps();
+            for (int64_t k0 = 0; k0 < j->cols; k0 += FLOAT_CHUNK) {
+                const int64_t n = j->cols - k0 < FLOAT_CHUNK ? j->cols - k0 : FLOAT_CHUNK;
+                /* a panel's missing rows (the matrix's last) repeat its first: computed, not stored */
+                for (int r = 0; r < FLOAT_ROWS; r++)
+                    float_chunk(type, j->w + (size_t)(r0 + (r < nr ? r : 0)) * j->row_bytes, k0, n, j->cols, wc[r]);
+                const float *x = j->x + (size_t)tg * (size_t)j->cols + k0;
+                const int64_t steps = n / 32, tail = n % 32;
+                int t = 0;
+                for (; t + 2 <= ntg; t += 2)
+                    float_panel_tokens((const float (*)[FLOAT_CHUNK])wc, x + (size_t)t * (size_t)j->cols, j->cols,
+                                       steps, tail, acc + t, 2);
+                if (t < ntg)
+                    float_panel_tokens((const float (*)[FLOAT_CHUNK])wc, x + (size_t)t * (size_t)j->cols, j->cols,
+                                       steps, tail, acc + t, 1);
+            }
+            for (int t = 0; t < ntg; t++)
+                for (int r = 0; r < nr; r++)
+                    j->y[(size_t)(tg + t) * (size_t)j->rows + (size_t)(r0 + r)] =
+                        _mm512_reduce_add_ps(_mm512_add_ps(acc[t][r][0], acc[t][r][1]));
+        }
+    }
+}
+
+#define FLOAT_TASK(sfx, ID)                                                                          \
+    static void float_panels_##sfx(void *ctx, int64_t p0, int64_t p1, int thread) {                  \
+        (void)thread;                                                                                \
+        float_panels(ctx, p0, p1, QUILL_TYPE_##ID);                                                  \
+    }                                                                                                \
+    static void float_matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                                   quill_pool *pool, void *scratch) {                                \
+        (void)scratch;                                                                               \
+        float_job jobs[QUILL_MATMUL_MAX_MATS];                                                       \
+        quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];                                                \
+        for (int i = 0; i < n_mats; i++) {                                                           \
+            jobs[i] = (float_job){QUILL_TYPE_##ID, m[i].w, m[i].row_bytes, m[i].rows, cols, x, n_tok, m[i].y}; \
+            tasks[i] = (quill_pool_task){float_panels_##sfx, &jobs[i], (m[i].rows + FLOAT_ROWS - 1) / FLOAT_ROWS}; \
+        }                                                                                            \
+        quill_pool_run_joined(pool, tasks, n_mats, 4);                                               \
+    }
+FLOAT_TASK(f32, F32)
+FLOAT_TASK(f16, F16)
+FLOAT_TASK(bf16, BF16)
 
 static void dequant_f16(const void *src, float *y, int64_t n) {
     const uint16_t *h = src;
@@ -711,5 +916,10 @@ static void key_block_q4_0_avx512(const uint8_t *block, int64_t hd, float *tile)
     }
 }
 
-void quill_kernels_install_avx512(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx512); }
+void quill_kernels_install_avx512(quill_kernels *k) {
+    QUILL_INSTALL_SIMD(k, avx512);
+    k->matmul[QUILL_TYPE_F32] = float_matmul_f32;
+    k->matmul[QUILL_TYPE_F16] = float_matmul_f16;
+    k->matmul[QUILL_TYPE_BF16] = float_matmul_bf16;
+}
 #endif
