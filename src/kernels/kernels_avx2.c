@@ -1,11 +1,13 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
 #include "kernels/kernels_simd.h"
 #include "base/exp_poly.h"
+#include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -49,6 +51,185 @@ static void dot_avx2(const float *w, const float *x, int64_t n, int n_tok, int64
     default: break;
     }
 }
+
+/* ---------------------------------------------------------------- float weights, whole matrices
+ *
+ * As kernels_avx512.c's (see there), in 8 lanes: a panel of FLOAT_ROWS rows a chunk of columns at
+ * a time, converted once to f32, tokens 2 at a time against 2 of its rows (the 16 registers hold 8
+ * accumulators, 4 activation and 2 weight vectors), one token straight from memory. Each (row,
+ * token) pair gets dot_nt's operations in dot_nt's order: the even and odd 8-column halves of each
+ * 16, the last n mod 16 columns summed one by one apart, then hsum256(a + b) + that sum. */
+#define FLOAT_ROWS 4
+#define FLOAT_CHUNK 512
+#define FLOAT_TOKENS 32
+
+typedef struct {
+    uint32_t type;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const float *x;
+    int n_tok;
+    float *y;
+} float_job;
+
+static inline __attribute__((always_inline)) __m256 float_weights8(uint32_t type, const uint8_t *row, int64_t i) {
+    if (type == QUILL_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    return type == QUILL_TYPE_F16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float float_weight(uint32_t type, const uint8_t *row, int64_t i) {
+    if (type == QUILL_TYPE_F32) return ((const float *)row)[i];
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    return type == QUILL_TYPE_F16 ? half_to_float(h) : quill_bfloat_to_float(h);
+}
+
+/* Columns [k0, k0 + n) of a row as f32 into dst; the next two chunks' lines asked for. */
+static inline void float_chunk(uint32_t type, const uint8_t *row, int64_t k0, int64_t n, int64_t cols, float *dst) {
+    const size_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const uint8_t *ahead = row + (size_t)(k0 + FLOAT_CHUNK) * es, *end = row + (size_t)cols * es;
+    for (size_t at = 0; at < 2 * FLOAT_CHUNK * es && ahead + at < end; at += 64) _mm_prefetch((const char *)(ahead + at), _MM_HINT_T0);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_store_ps(dst + i, float_weights8(type, row, k0 + i));
+    for (; i < n; i++) dst[i] = float_weight(type, row, k0 + i);
+}
+
+/* NT (1 or 2) tokens against rows r0, r0 + 1 of the chunk: `steps` 16-column steps, then (the
+ * matrix's last chunk) `tail` columns one by one into tail[t][r]. */
+static inline __attribute__((always_inline)) void float_pair_tokens(const float (*wc)[FLOAT_CHUNK], int r0, const float *x,
+                                                                    int64_t xs, int64_t steps, int64_t tail,
+                                                                    __m256 (*acc)[FLOAT_ROWS][2],
+                                                                    float (*tails)[FLOAT_ROWS], const int NT) {
+    __m256 a[2][2], b[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) a[t][r] = acc[t][r0 + r][0], b[t][r] = acc[t][r0 + r][1];
+    for (int64_t s = 0; s < steps; s++) {
+        __m256 x0[2], x1[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            x0[t] = _mm256_loadu_ps(x + t * xs + 16 * s);
+            x1[t] = _mm256_loadu_ps(x + t * xs + 16 * s + 8);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            const __m256 w0 = _mm256_load_ps(wc[r0 + r] + 16 * s), w1 = _mm256_load_ps(wc[r0 + r] + 16 * s + 8);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm256_fmadd_ps(w0, x0[t], a[t][r]);
+                b[t][r] = _mm256_fmadd_ps(w1, x1[t], b[t][r]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            acc[t][r0 + r][0] = a[t][r], acc[t][r0 + r][1] = b[t][r];
+            const float *w = wc[r0 + r] + 16 * steps, *xt = x + t * xs + 16 * steps;
+            float sum = tails[t][r0 + r];
+            for (int64_t i = 0; i < tail; i++) sum += w[i] * xt[i];
+            tails[t][r0 + r] = sum;
+        }
+}
+
+static inline __attribute__((always_inline)) void float_panel_one(const float_job *j, int64_t r0, int nr,
+                                                                  const uint32_t type) {
+    const uint8_t *row[FLOAT_ROWS];
+    for (int r = 0; r < FLOAT_ROWS; r++) row[r] = j->w + (size_t)(r0 + (r < nr ? r : 0)) * j->row_bytes;
+    __m256 a[FLOAT_ROWS], b[FLOAT_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < FLOAT_ROWS; r++) a[r] = b[r] = _mm256_setzero_ps();
+    const int64_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const uint8_t *next = j->w + (size_t)(r0 + FLOAT_ROWS) * j->row_bytes;
+    const uint8_t *end = j->w + (size_t)j->rows * j->row_bytes;
+    int64_t i = 0;
+    for (; i + 16 <= j->cols; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(j->x + i), x1 = _mm256_loadu_ps(j->x + i + 8);
+        const uint8_t *ahead = next + (size_t)(FLOAT_ROWS * i * es);
+#pragma GCC unroll 4
+        for (int l = 0; l < FLOAT_ROWS * 16 * (int)es / 64; l++)
+            if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int r = 0; r < FLOAT_ROWS; r++) {
+            a[r] = _mm256_fmadd_ps(float_weights8(type, row[r], i), x0, a[r]);
+            b[r] = _mm256_fmadd_ps(float_weights8(type, row[r], i + 8), x1, b[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float tail = 0;
+        for (int64_t k = i; k < j->cols; k++) {
+            const float w = float_weight(type, row[r], k);
+            tail += w * j->x[k];
+        }
+        j->y[r0 + r] = hsum256(_mm256_add_ps(a[r], b[r])) + tail;
+    }
+}
+
+static inline __attribute__((always_inline)) void float_panels(const float_job *j, int64_t p0, int64_t p1,
+                                                               const uint32_t type) {
+    if (j->n_tok == 1) {
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t r0 = p * FLOAT_ROWS;
+            float_panel_one(j, r0, j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS, type);
+        }
+        return;
+    }
+    _Alignas(32) float wc[FLOAT_ROWS][FLOAT_CHUNK];
+    _Alignas(32) __m256 acc[FLOAT_TOKENS][FLOAT_ROWS][2];
+    float tails[FLOAT_TOKENS][FLOAT_ROWS];
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * FLOAT_ROWS;
+        const int nr = j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS;
+        for (int tg = 0; tg < j->n_tok; tg += FLOAT_TOKENS) {
+            const int ntg = j->n_tok - tg < FLOAT_TOKENS ? j->n_tok - tg : FLOAT_TOKENS;
+            for (int t = 0; t < ntg; t++)
+                for (int r = 0; r < FLOAT_ROWS; r++) acc[t][r][0] = acc[t][r][1] = _mm256_setzero_ps(), tails[t][r] = 0;
+            for (int64_t k0 = 0; k0 < j->cols; k0 += FLOAT_CHUNK) {
+                const int64_t n = j->cols - k0 < FLOAT_CHUNK ? j->cols - k0 : FLOAT_CHUNK;
+                for (int r = 0; r < FLOAT_ROWS; r++)
+                    float_chunk(type, j->w + (size_t)(r0 + (r < nr ? r : 0)) * j->row_bytes, k0, n, j->cols, wc[r]);
+                const float *x = j->x + (size_t)tg * (size_t)j->cols + k0;
+                const int64_t steps = n / 16, tail = n % 16;
+                const float (*w)[FLOAT_CHUNK] = (const float (*)[FLOAT_CHUNK])wc;
+                for (int r = 0; r < FLOAT_ROWS; r += 2) {
+                    int t = 0;
+                    for (; t + 2 <= ntg; t += 2)
+                        float_pair_tokens(w, r, x + (size_t)t * (size_t)j->cols, j->cols, steps, tail, acc + t, tails + t, 2);
+                    if (t < ntg)
+                        float_pair_tokens(w, r, x + (size_t)t * (size_t)j->cols, j->cols, steps, tail, acc + t, tails + t, 1);
+                }
+            }
+            for (int t = 0; t < ntg; t++)
+                for (int r = 0; r < nr; r++)
+                    j->y[(size_t)(tg + t) * (size_t)j->rows + (size_t)(r0 + r)] =
+                        hsum256(_mm256_add_ps(acc[t][r][0], acc[t][r][1])) + tails[t][r];
+        }
+    }
+}
+
+#define FLOAT_TASK(sfx, ID)                                                                          \
+    static void float_panels_##sfx(void *ctx, int64_t p0, int64_t p1, int thread) {                  \
+        (void)thread;                                                                                \
+        float_panels(ctx, p0, p1, QUILL_TYPE_##ID);                                                  \
+    }                                                                                                \
+    static void float_matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                                   quill_pool *pool, void *scratch) {                                \
+        (void)scratch;                                                                               \
+        float_job jobs[QUILL_MATMUL_MAX_MATS];                                                       \
+        quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];                                                \
+        for (int i = 0; i < n_mats; i++) {                                                           \
+            jobs[i] = (float_job){QUILL_TYPE_##ID, m[i].w, m[i].row_bytes, m[i].rows, cols, x, n_tok, m[i].y}; \
+            tasks[i] = (quill_pool_task){float_panels_##sfx, &jobs[i], (m[i].rows + FLOAT_ROWS - 1) / FLOAT_ROWS}; \
+        }                                                                                            \
+        quill_pool_run_joined(pool, tasks, n_mats, 4);                                               \
+    }
+FLOAT_TASK(f32, F32)
+FLOAT_TASK(f16, F16)
+FLOAT_TASK(bf16, BF16)
 
 static void dequant_f16(const void *src, float *y, int64_t n) {
     const uint16_t *h = src;
@@ -744,5 +925,10 @@ static void key_block_q4_0_avx2(const uint8_t *block, int64_t hd, float *tile) {
     }
 }
 
-void quill_kernels_install_avx2(quill_kernels *k) { QUILL_INSTALL_SIMD(k, avx2); }
+void quill_kernels_install_avx2(quill_kernels *k) {
+    QUILL_INSTALL_SIMD(k, avx2);
+    k->matmul[QUILL_TYPE_F32] = float_matmul_f32;
+    k->matmul[QUILL_TYPE_F16] = float_matmul_f16;
+    k->matmul[QUILL_TYPE_BF16] = float_matmul_bf16;
+}
 #endif
