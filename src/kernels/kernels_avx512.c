@@ -71,7 +71,7 @@ static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int
  * dequantize + dot, whatever the batch, the thread count or the other matrices of the call. */
 #define FLOAT_ROWS 4
 #define FLOAT_CHUNK 512 /* columns converted at a time: 4 rows x 2 KiB */
-#define FLOAT_TOKENS 32 /* tokens whose sums a panel keeps at a time */
+#define FLOAT_TOKENS 36 /* tokens whose sums a panel keeps at a time (6 passes of FLOAT_NT) */
 
 typedef struct {
     uint32_t type;
@@ -103,51 +103,51 @@ static inline void float_chunk(uint32_t type, const uint8_t *row, int64_t k0, in
     for (int64_t i = (n + 15) / 16 * 16; i < (n + 31) / 32 * 32; i += 16) _mm512_store_ps(dst + i, _mm512_setzero_ps());
 }
 
-/* NT (1 or 2) tokens against the panel's chunk: `steps` whole 32-column steps, then a tail of
- * `tail` columns (masked, as dot_nt's). acc[t][r][0..1]: the token's accumulators for row r. */
+/* NT (1..FLOAT_NT) tokens against the panel's chunk, one half of every 32 columns (parity 0: the
+ * first 16, dot_nt's `a`; 1: the last 16, its `b`): `steps` whole 32-column steps, then the tail
+ * of `tail` columns, masked as dot_nt masks it. A half's chains are independent of the other
+ * half's, so the halves take turns: one register per (row, token) instead of two, and 4 x 6 of
+ * them share each weight and activation load. acc[t][r][parity]: the pair's accumulator. */
+#define FLOAT_NT 6
 static inline __attribute__((always_inline)) void float_panel_tokens(const float (*wc)[FLOAT_CHUNK], const float *x,
                                                                      int64_t xs, int64_t steps, int64_t tail,
-                                                                     __m512 (*acc)[FLOAT_ROWS][2], const int NT) {
-    __m512 a[2][FLOAT_ROWS], b[2][FLOAT_ROWS];
-#pragma GCC unroll 2
+                                                                     __m512 (*acc)[FLOAT_ROWS][2], const int parity,
+                                                                     const int NT) {
+    __m512 a[FLOAT_NT][FLOAT_ROWS];
+#pragma GCC unroll 6
     for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-        for (int r = 0; r < FLOAT_ROWS; r++) a[t][r] = acc[t][r][0], b[t][r] = acc[t][r][1];
+        for (int r = 0; r < FLOAT_ROWS; r++) a[t][r] = acc[t][r][parity];
+    const int64_t half = 16 * parity;
     for (int64_t s = 0; s < steps; s++) {
-        __m512 x0[2], x1[2];
-#pragma GCC unroll 2
-        for (int t = 0; t < NT; t++) {
-            x0[t] = _mm512_loadu_ps(x + t * xs + 32 * s);
-            x1[t] = _mm512_loadu_ps(x + t * xs + 32 * s + 16);
-        }
+        __m512 w[FLOAT_ROWS];
 #pragma GCC unroll 4
-        for (int r = 0; r < FLOAT_ROWS; r++) {
-            const __m512 w0 = _mm512_load_ps(wc[r] + 32 * s), w1 = _mm512_load_ps(wc[r] + 32 * s + 16);
-#pragma GCC unroll 2
-            for (int t = 0; t < NT; t++) {
-                a[t][r] = _mm512_fmadd_ps(w0, x0[t], a[t][r]);
-                b[t][r] = _mm512_fmadd_ps(w1, x1[t], b[t][r]);
-            }
+        for (int r = 0; r < FLOAT_ROWS; r++) w[r] = _mm512_load_ps(wc[r] + 32 * s + half);
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) {
+            const __m512 xt = _mm512_loadu_ps(x + t * xs + 32 * s + half);
+#pragma GCC unroll 4
+            for (int r = 0; r < FLOAT_ROWS; r++) a[t][r] = _mm512_fmadd_ps(w[r], xt, a[t][r]);
         }
     }
     if (tail) {
-        const __mmask16 m0 = tail >= 16 ? 0xFFFF : (__mmask16)((1u << tail) - 1);
-        const __mmask16 m1 = tail <= 16 ? 0 : (__mmask16)((1u << (tail - 16)) - 1);
-        const int64_t i = 32 * steps;
+        const int64_t rest = tail - half;
+        const __mmask16 m = rest >= 16 ? 0xFFFF : rest <= 0 ? 0 : (__mmask16)((1u << rest) - 1);
+        const int64_t i = 32 * steps + half;
+        __m512 w[FLOAT_ROWS];
 #pragma GCC unroll 4
-        for (int r = 0; r < FLOAT_ROWS; r++) {
-            const __m512 w0 = _mm512_load_ps(wc[r] + i), w1 = _mm512_load_ps(wc[r] + i + 16);
-#pragma GCC unroll 2
-            for (int t = 0; t < NT; t++) {
-                a[t][r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + t * xs + i), a[t][r]);
-                b[t][r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + t * xs + i + 16), b[t][r]);
-            }
+        for (int r = 0; r < FLOAT_ROWS; r++) w[r] = _mm512_load_ps(wc[r] + i);
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) {
+            const __m512 xt = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < FLOAT_ROWS; r++) a[t][r] = _mm512_fmadd_ps(w[r], xt, a[t][r]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 6
     for (int t = 0; t < NT; t++)
 #pragma GCC unroll 4
-        for (int r = 0; r < FLOAT_ROWS; r++) acc[t][r][0] = a[t][r], acc[t][r][1] = b[t][r];
+        for (int r = 0; r < FLOAT_ROWS; r++) acc[t][r][parity] = a[t][r];
 }
 
 /* 16 weights of a row from column i as f32, lanes off in m read as zero. */
@@ -225,13 +225,19 @@ static inline __attribute__((always_inline)) void float_panels(const float_job *
                     float_chunk(type, j->w + (size_t)(r0 + (r < nr ? r : 0)) * j->row_bytes, k0, n, j->cols, wc[r]);
                 const float *x = j->x + (size_t)tg * (size_t)j->cols + k0;
                 const int64_t steps = n / 32, tail = n % 32;
-                int t = 0;
-                for (; t + 2 <= ntg; t += 2)
-                    float_panel_tokens((const float (*)[FLOAT_CHUNK])wc, x + (size_t)t * (size_t)j->cols, j->cols,
-                                       steps, tail, acc + t, 2);
-                if (t < ntg)
-                    float_panel_tokens((const float (*)[FLOAT_CHUNK])wc, x + (size_t)t * (size_t)j->cols, j->cols,
-                                       steps, tail, acc + t, 1);
+                for (int parity = 0; parity < 2; parity++)
+                    for (int t = 0; t < ntg; t += FLOAT_NT) {
+                        const float *xt = x + (size_t)t * (size_t)j->cols;
+                        const float (*w)[FLOAT_CHUNK] = (const float (*)[FLOAT_CHUNK])wc;
+                        switch (ntg - t < FLOAT_NT ? ntg - t : FLOAT_NT) {
+                        case 6: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 6); break;
+                        case 5: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 5); break;
+                        case 4: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 4); break;
+                        case 3: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 3); break;
+                        case 2: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 2); break;
+                        default: float_panel_tokens(w, xt, j->cols, steps, tail, acc + t, parity, 1); break;
+                        }
+                    }
             }
             for (int t = 0; t < ntg; t++)
                 for (int r = 0; r < nr; r++)
