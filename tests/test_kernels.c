@@ -287,7 +287,7 @@ TEST(kernels_float_matmul_bit_identical_to_dequant_then_dot) {
     const uint32_t types[] = {QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_BF16};
     const int64_t widths[] = {1, 15, 32, 33, 100, 512, 545, 1100};
     const int64_t row_counts[] = {1, 4, 7};
-    const int toks[] = {1, 2, 3, 5, 40};
+    const int toks[] = {1, 2, 3, 5, 8, 16, 17, 40};
     quill_pool *pool = quill_pool_new(2);
     CHECK(pool != NULL, "a pool of 2 threads");
     int checked = 0;

@@ -200,12 +200,77 @@ static inline __attribute__((always_inline)) void float_panel_one(const float_jo
     for (int r = 0; r < nr; r++) j->y[r0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
 }
 
+/* A few tokens (a server's step, a speculative draft being checked): 2 rows at a time straight
+ * from memory, NT (1..4) tokens of [t0, t0 + NT) against them, both halves at once (4 x NT
+ * accumulators); the next token group reads the 2 rows again from L1. Converting each chunk once
+ * for the panel, as prompts do, cost 2 tokens as much as 2 tokens alone. */
+#define FLOAT_FEW 16
+static inline __attribute__((always_inline)) void float_pair_few(const float_job *j, int64_t r0, int nr, int t0,
+                                                                 const uint32_t type, const int NT) {
+    const uint8_t *row[2] = {j->w + (size_t)r0 * j->row_bytes, j->w + (size_t)(r0 + (nr > 1)) * j->row_bytes};
+    __m512 a[4][2], b[4][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a[t][0] = a[t][1] = b[t][0] = b[t][1] = _mm512_setzero_ps();
+    const float *x = j->x + (size_t)t0 * (size_t)j->cols;
+    const int64_t xs = j->cols, es = type == QUILL_TYPE_F32 ? 4 : 2;
+    /* the next pair's rows follow these: fetched as one run at the pace these are read */
+    const uint8_t *next = j->w + (size_t)(r0 + 2) * j->row_bytes, *end = j->w + (size_t)j->rows * j->row_bytes;
+    int64_t i = 0;
+    for (; i + 32 <= j->cols; i += 32) {
+        if (t0 == 0) {
+            const uint8_t *ahead = next + (size_t)(2 * i * es);
+#pragma GCC unroll 4
+            for (int l = 0; l < 2 * 32 * (int)es / 64; l++)
+                if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            const __m512 w0 = float_weights(type, row[r], i, 0xFFFF), w1 = float_weights(type, row[r], i + 16, 0xFFFF);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs + i), a[t][r]);
+                b[t][r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + i + 16), b[t][r]);
+            }
+        }
+    }
+    if (i < j->cols) {
+        const int64_t rest = j->cols - i;
+        const __mmask16 m0 = rest >= 16 ? 0xFFFF : (__mmask16)((1u << rest) - 1);
+        const __mmask16 m1 = rest <= 16 ? 0 : (__mmask16)((1u << (rest - 16)) - 1);
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            const __m512 w0 = float_weights(type, row[r], i, m0), w1 = float_weights(type, row[r], i + 16, m1);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + t * xs + i), a[t][r]);
+                b[t][r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + t * xs + i + 16), b[t][r]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < nr; r++)
+            j->y[(size_t)(t0 + t) * (size_t)j->rows + (size_t)(r0 + r)] = _mm512_reduce_add_ps(_mm512_add_ps(a[t][r], b[t][r]));
+}
+
+static inline __attribute__((always_inline)) void float_panel_few(const float_job *j, int64_t r0, int nr,
+                                                                  const uint32_t type) {
+    for (int r = 0; r < nr; r += 2)
+        for (int t = 0; t < j->n_tok; t += 4) switch (j->n_tok - t < 4 ? j->n_tok - t : 4) {
+            case 4: float_pair_few(j, r0 + r, nr - r < 2 ? nr - r : 2, t, type, 4); break;
+            case 3: float_pair_few(j, r0 + r, nr - r < 2 ? nr - r : 2, t, type, 3); break;
+            case 2: float_pair_few(j, r0 + r, nr - r < 2 ? nr - r : 2, t, type, 2); break;
+            default: float_pair_few(j, r0 + r, nr - r < 2 ? nr - r : 2, t, type, 1); break;
+            }
+}
+
 static inline __attribute__((always_inline)) void float_panels(const float_job *j, int64_t p0, int64_t p1,
                                                                const uint32_t type) {
-    if (j->n_tok == 1) {
+    if (j->n_tok <= FLOAT_FEW) {
         for (int64_t p = p0; p < p1; p++) {
             const int64_t r0 = p * FLOAT_ROWS;
-            float_panel_one(j, r0, j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS, type);
+            const int nr = j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS;
+            if (j->n_tok == 1) float_panel_one(j, r0, nr, type);
+            else float_panel_few(j, r0, nr, type);
         }
         return;
     }
