@@ -48,7 +48,9 @@ static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t 
             memcpy(blk, &h1, 2);
             break;
         case QUILL_TYPE_TQ1_0: case QUILL_TYPE_TQ2_0: memcpy(blk + tr->type_size - 2, &h1, 2); break;
-        case QUILL_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rnd() % 8); break;
+        case QUILL_TYPE_MXFP4: /* now and then the subnormal scales (e = 0, 1) and the smallest normal one */
+            blk[0] = (uint8_t)(rnd() % 16 ? 118 + rnd() % 8 : rnd() % 3);
+            break;
         case QUILL_TYPE_IQ1_M: /* the half's nibbles top the four scale words */
             for (int q = 0; q < 4; q++) blk[48 + 2 * q + 1] = (uint8_t)((blk[48 + 2 * q + 1] & 0xF) | ((h1 >> (4 * q)) & 0xF) << 4);
             break;

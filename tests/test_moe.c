@@ -13,8 +13,9 @@
 /* more than a MoE micro-batch (QUILL_UBATCH_MOE, 256): one batch is cut in two */
 #define N_TOK 300
 
-/* Small MoE models in F32 and in Q4_K_M by quill's quantizer, made once: a qwen3moe (16 experts,
- * 4 used) and a gpt-oss (8 experts, 2 used, window 5, sinks, biases). */
+/* Small MoE models in F32, in Q4_K_M and in MXFP4_MOE (experts mxfp4, the rest q8_0) by quill's
+ * quantizer, made once: a qwen3moe (16 experts, 4 used) and a gpt-oss (8 experts, 2 used, window 5,
+ * sinks, biases). */
 static const char *const moe_synth[] = {
     "--arch qwen3moe --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --experts 16 --experts-used 4 "
     "--expert-ff 96 --seed 3",
@@ -22,17 +23,20 @@ static const char *const moe_synth[] = {
     "--seed 3",
 };
 
-static bool moe_models(const char *shared, int which, char *f32, char *q4, size_t cap) {
+static bool moe_models(const char *shared, int which, char *f32, char *q4, char *mx, size_t cap) {
     snprintf(f32, cap, "%s/moe-%d-f32.gguf", tmp_dir(), which);
     snprintf(q4, cap, "%s/moe-%d-q4_k_m.gguf", tmp_dir(), which);
-    FILE *f = fopen(q4, "rb");
+    snprintf(mx, cap, "%s/moe-%d-mxfp4_moe.gguf", tmp_dir(), which);
+    FILE *f = fopen(mx, "rb");
     if (f) {
         fclose(f);
         return true;
     }
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q4_k_m",
-             quill_bin(), moe_synth[which], shared, f32, quill_bin(), f32, q4);
+    snprintf(cmd, sizeof cmd,
+             "%s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q4_k_m && "
+             "%s quantize %s %s mxfp4_moe",
+             quill_bin(), moe_synth[which], shared, f32, quill_bin(), f32, q4, quill_bin(), f32, mx);
     const int rc = run_cmd(cmd, &out, true);
     if (rc != 0) test_fail(__FILE__, __LINE__, "making the MoE models failed (exit %d): %.2000s", rc, out);
     free(out);
@@ -96,11 +100,11 @@ static float *logits_of(const char *model, how h, int threads, bool repack) {
 
 TEST(moe_logits_bitwise_invariant_to_batch_threads_sequences_and_layout) {
     REQUIRE_SHARED(shared);
-    char f32[2][512], q4[2][512];
+    char f32[2][512], q4[2][512], mx[2][512];
     for (int i = 0; i < 2; i++)
-        if (!moe_models(shared, i, f32[i], q4[i], sizeof f32[i])) return;
-    const char *models[] = {f32[0], q4[0], f32[1], q4[1]};
-    for (int k = 0; k < 4; k++) {
+        if (!moe_models(shared, i, f32[i], q4[i], mx[i], sizeof f32[i])) return;
+    const char *models[] = {f32[0], q4[0], f32[1], q4[1], mx[1]};
+    for (int k = 0; k < 5; k++) {
         quill_model *m;
         quill_error err;
         CHECK(quill_model_load(models[k], &m, &err) == QUILL_OK, "%s", err.message);
@@ -155,8 +159,8 @@ static bool variant(const char *src, const char *dst, const char *key, uint32_t 
 
 TEST(moe_bad_files_are_refused_by_name) {
     REQUIRE_SHARED(shared);
-    char f32[512], q4[512], bad[600];
-    if (!moe_models(shared, 0, f32, q4, sizeof f32)) return;
+    char f32[512], q4[512], mx[512], bad[600];
+    if (!moe_models(shared, 0, f32, q4, mx, sizeof f32)) return;
     snprintf(bad, sizeof bad, "%s/moe-bad.gguf", tmp_dir());
     const int64_t oss_bias[] = {96, 7, 1};
     const int64_t gate_7[] = {256, 96, 7}, gate_2d[] = {256, 96, 1}, down_t[] = {256, 96, 16}, router[] = {256, 15, 1};
@@ -193,8 +197,8 @@ TEST(moe_bad_files_are_refused_by_name) {
         {"gpt-oss.rope.dimension_count", 32, NULL, NULL, NULL, "gpt-oss.rope.dimension_count = 32 must be the head size 64"},
     };
     const size_t first_oss = 11;
-    char oss[512], oss_q4[512];
-    if (!moe_models(shared, 1, oss, oss_q4, sizeof oss)) return;
+    char oss[512], oss_q4[512], oss_mx[512];
+    if (!moe_models(shared, 1, oss, oss_q4, oss_mx, sizeof oss)) return;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(variant(i < first_oss ? f32 : oss, bad, cases[i].key, cases[i].value, cases[i].drop, cases[i].reshape,
                       cases[i].ne),
@@ -333,8 +337,8 @@ TEST(moe_bench_bytes_per_token_count_the_used_experts) {
 TEST(moe_verify_is_clean) {
     REQUIRE_SHARED(shared);
     for (int which = 0; which < 2; which++) {
-        char f32[512], q4[512];
-        if (!moe_models(shared, which, f32, q4, sizeof f32)) return;
+        char f32[512], q4[512], mx[512];
+        if (!moe_models(shared, which, f32, q4, mx, sizeof f32)) return;
         const char *models[] = {f32, q4};
         for (int k = 0; k < 2; k++) {
             char cmd[1200], *out = NULL;

@@ -132,7 +132,7 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
             const quill_task_fn fn = few                ? few
                                      : packed           ? (nt == 1 ? quill_vnni_decode_packed_fn(type) : quill_vnni_gemm_packed_fn(type))
                                                         : (nt == 1 ? decode_fn(type) : gemm_fn(type));
-            /* packed q4_0 decodes a group of tiles at a time (q4_0_group), one token or a few */
+            /* packed q4_0 and mxfp4 decode a group of tiles at a time (nibble_group), one token or a few */
             const int per_item = (nt == 1 || few) && packed ? quill_vnni_pack_group(type) : 1;
             const int64_t tiles = (m[i].rows + TR - 1) / TR;
             tasks[i] = (quill_pool_task){fn, &dj[i], (tiles + per_item - 1) / per_item};
@@ -169,6 +169,7 @@ MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
 MATMUL_FN(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
 MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
+MATMUL_FN(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -185,6 +186,7 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_packed[QUILL_TYPE_Q4_K] = matmul_packed_q4_K;
     k->matmul_packed[QUILL_TYPE_Q5_K] = matmul_packed_q5_K;
     k->matmul_packed[QUILL_TYPE_Q6_K] = matmul_packed_q6_K;
+    k->matmul_packed[QUILL_TYPE_MXFP4] = matmul_packed_mxfp4;
 }
 
 

@@ -24,6 +24,9 @@
  *         4i..4i+3 of each row (low nibbles: columns 4i..4i+3, high nibbles: 16 + 4i..16 + 4i + 3).
  *         (All the tile's scales before all its codes made two streams of a tile, which the
  *         hardware prefetcher followed at about half the rate of one: bench/README.md.)
+ *   mxfp4: as q4_0 (groups of 4 tiles, 4 registers of the file's nibble bytes per block), but a
+ *         block's scales are the 16 rows' E8M0 exponent bytes (16 bytes; the chunk's padded to 64),
+ *         which no f16 holds; the loops turn nibbles into codes fp4 value + 12 by a byte permute.
  *         Tiles go in groups of 4 (PACK_GROUP; the last group holds what is left), interleaved
  *         chunk by chunk: the group's chunk is its n tiles' scales, one after the other, then per
  *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
@@ -45,18 +48,23 @@
 
 static bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4;
 }
 
-/* Bytes of a chunk's scales (q4_0, q8_0): 32 per block, padded to a cache line. */
-static inline size_t chunk_scale_bytes(int64_t blocks) { return ((size_t)blocks * 32 + 63) & ~(size_t)63; }
+/* Bytes of a block's scales for the 16 rows (q4_0, q8_0: f16 d; mxfp4: the exponent byte). */
+static inline size_t block_scale_bytes(uint32_t type) { return type == QUILL_TYPE_MXFP4 ? 16 : 32; }
 
-/* Code registers per 32-column block (q4_0, q8_0). */
+/* Bytes of a chunk's scales (q4_0, q8_0, mxfp4), padded to a cache line. */
+static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
+    return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
+}
+
+/* Code registers per 32-column block (q4_0, q8_0, mxfp4). */
 static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
 
-/* Bytes of a packed chunk of `blocks` blocks (q4_0, q8_0), and where the chunk of column k0 begins. */
+/* Bytes of a packed chunk of `blocks` blocks (q4_0, q8_0, mxfp4), and where the chunk of column k0 begins. */
 static inline size_t packed_chunk_bytes(uint32_t type, int64_t blocks) {
-    return chunk_scale_bytes(blocks) + (size_t)blocks * (size_t)packed_regs(type) * 64;
+    return chunk_scale_bytes(type, blocks) + (size_t)blocks * (size_t)packed_regs(type) * 64;
 }
 static inline size_t packed_chunk_at(uint32_t type, int64_t k0) {
     return (size_t)(k0 / CW) * packed_chunk_bytes(type, CW / 32);
@@ -75,9 +83,9 @@ static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
     return packed_chunk_at(type, cols) + (cols % CW ? packed_chunk_bytes(type, cols % CW / 32) : 0);
 }
 
-/* Tiles per group in the layout of q4_0 and q8_0 (see above). */
+/* Tiles per group in the layout of q4_0, mxfp4 and q8_0 (see above). */
 #define PACK_GROUP 4
-static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 ? PACK_GROUP : 1; }
+static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4 ? PACK_GROUP : 1; }
 
 /* Where tile `tile` (of `tiles`) of a packed q4_0 or q8_0 matrix keeps its chunk from column k0:
  * the group's chunk, at byte `chunk`, holds n tiles, this one the i-th. */
@@ -92,11 +100,11 @@ static inline packed_place place_chunk(uint32_t type, int64_t tiles, size_t tile
     return (packed_place){(size_t)first * tile_bytes + (size_t)n * packed_chunk_at(type, k0), n, (int)(tile - first)};
 }
 /* In that chunk (of `blocks` blocks), the byte where the tile's scales begin, and its block b's codes. */
-static inline size_t place_scales(packed_place p, int64_t blocks) {
-    return p.chunk + (size_t)p.i * chunk_scale_bytes(blocks);
+static inline size_t place_scales(uint32_t type, packed_place p, int64_t blocks) {
+    return p.chunk + (size_t)p.i * chunk_scale_bytes(type, blocks);
 }
 static inline size_t place_codes(uint32_t type, packed_place p, int64_t blocks, int64_t b) {
-    return p.chunk + (size_t)p.n * chunk_scale_bytes(blocks) +
+    return p.chunk + (size_t)p.n * chunk_scale_bytes(type, blocks) +
            ((size_t)p.n * (size_t)b + (size_t)p.i) * (size_t)packed_regs(type) * 64;
 }
 
@@ -125,7 +133,7 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
             for (int64_t k0 = 0; k0 < cols; k0 += CW) {
                 const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
                 const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
-                memset((uint8_t *)dst + place_scales(pl, blocks), 0, chunk_scale_bytes(blocks));
+                memset((uint8_t *)dst + place_scales(type, pl, blocks), 0, chunk_scale_bytes(type, blocks));
                 for (int64_t b = 0; b < blocks; b++)
                     memset((uint8_t *)dst + place_codes(type, pl, blocks, b), 0, (size_t)packed_regs(type) * 64);
             }
@@ -193,7 +201,13 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                 const int64_t blocks = (cols - k0 < CW ? cols - k0 : CW) / 32;
                 const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
                 uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, blocks, in_chunk);
-                memcpy((uint8_t *)dst + place_scales(pl, blocks) + (size_t)in_chunk * 32 + (size_t)r * 2, b, 2); /* d */
+                uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, blocks) + (size_t)in_chunk * block_scale_bytes(type);
+                if (type == QUILL_TYPE_MXFP4) {
+                    scales[r] = ((const block_mxfp4 *)b)->e;
+                    for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + offsetof(block_mxfp4, qs) + 4 * i, 0);
+                    continue;
+                }
+                memcpy(scales + (size_t)r * 2, b, 2); /* d */
                 if (type == QUILL_TYPE_Q8_0)
                     for (int i = 0; i < 8; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
                 else
@@ -210,7 +224,9 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
  * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) q4_0 read in groups of 4
  * tiles (2026-11-26): 4 KiB non-temporal and nothing further, below. */
 static inline size_t packed_ahead(uint32_t type) {
-    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 ? 4096 : 8192;
+    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4
+               ? 4096
+               : 8192;
 }
 /* q4_0 and q8_0 prefetch their lines near as non-temporal (2 threads +1.4 % and +2.5 % against
  * T0, one thread even), and into L2 further ahead, PACKED_FAR: a core's misses to L1 are few (its
@@ -222,13 +238,13 @@ static inline size_t packed_ahead(uint32_t type) {
  * 0.98x and 1.045x in two runs. The k-quants, whose near prefetch goes through L2, measured slower
  * with it: q4_K_M 0.93x, q6_K 0.89x (and 0.96x, 0.90x with a non-temporal near prefetch besides);
  * 64 KiB ahead, or into L2 instead of the near prefetch, was slower for every type.
- * q4_0 read in groups of 4 tiles (q4_0_group) no longer gains from the L2 prefetch: its lines
+ * q4_0 read in groups of 4 tiles (nibble_group) no longer gains from the L2 prefetch: its lines
  * non-temporal 4 KiB ahead and nothing else, against 8 KiB + L2 16 KiB, tg128 2 threads 1.08x
  * (7 of 8 rounds) with T0 4 KiB and 1.02x more non-temporal (7 of 8), one thread 1.07x and
  * 0.99x; non-temporal 2 KiB and 6 KiB ahead 0.98x and 0.995x against 4 KiB. */
 #define PACKED_FAR 16384
 static inline __attribute__((always_inline)) void prefetch_ahead(uint32_t type, const __m512i *at) {
-    if (type == QUILL_TYPE_Q4_0) {
+    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4) {
         _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
     } else if (type == QUILL_TYPE_Q8_0) {
         _mm_prefetch((const char *)at + PACKED_FAR, _MM_HINT_T1);
@@ -248,13 +264,49 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
     return acc;
 }
 
+/* mxfp4's codes, fp4 value + code_bias, for each nibble: vpermb reads an index's low 6 bits, so
+ * the 16 values repeat 4 times and a nibble needs no masking. */
+static inline __m512i fp4_table(void) {
+    return _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quill_kvalues_fp4)),
+                           _mm512_set1_epi8((char)code_bias(QUILL_TYPE_MXFP4)));
+}
+
+/* The codes of packed nibble register i of 4 (q4_0, mxfp4; `fp4` is fp4_table()'s): low nibbles
+ * to *lo, high ones to *hi. */
+static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, const __m512i *v, int i, __m512i fp4,
+                                                                 __m512i *lo, __m512i *hi) {
+    if (type != QUILL_TYPE_MXFP4) {
+        nibble_codes(v, NULL, i, lo, hi);
+        return;
+    }
+    __m512i w = _mm512_load_si512(v + i);
+    __asm__("" : "+v"(w)); /* one load for both uses (see nibble_codes) */
+    *lo = _mm512_permutexvar_epi8(w, fp4);
+    *hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(w, 4), fp4);
+}
+
+/* The 16 rows' scales of block b of a packed chunk whose scales begin at `scales` (q4_0, q8_0:
+ * f16 d; mxfp4: the E8M0 byte e as quill_e8m0_half_to_float reads it, 2^(e - 128): the bits
+ * (e - 1) << 23, or for e < 2 the subnormal 2^21 << e). */
+static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type, const uint8_t *scales, int64_t b) {
+    if (type != QUILL_TYPE_MXFP4)
+        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + (size_t)b * block_scale_bytes(type))));
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(scales + (size_t)b * 16)));
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
+}
+
 /* q4_0's decoding of one group of n (1..PACK_GROUP) tiles: each activation word broadcast serves
  * the n tiles. One tile at a time, a block's 16 broadcasts and 4 code loads (8 as gcc compiled
  * them) outnumbered its 16 vpdpbusd on a machine that issues two vector loads and two vpdpbusd
  * per cycle: 17-19 cycles per tile and block where the products take 8. Grouped, tg128 1.06x
- * with one thread, 1.00-1.01x with two (bench/README.md, seventeenth session). */
-static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j, int64_t group, const int n) {
-    const uint32_t type = QUILL_TYPE_Q4_0;
+ * with one thread, 1.00-1.01x with two (bench/README.md, seventeenth session). mxfp4 the same, its
+ * nibbles through its table. */
+static inline __attribute__((always_inline)) void nibble_group(const decode_job *j, int64_t group, const int n,
+                                                               const uint32_t type) {
+    const __m512i fp4 = fp4_table();
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     const __m512i z = _mm512_setzero_si512();
@@ -263,7 +315,7 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
     for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
         const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
-        const size_t scale_bytes = chunk_scale_bytes(blocks);
+        const size_t scale_bytes = chunk_scale_bytes(type, blocks);
         const uint8_t *chunk = base + (size_t)n * packed_chunk_at(type, k0);
         /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
         for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64) prefetch_ahead(type, (const __m512i *)(chunk + at));
@@ -273,9 +325,7 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
         _Alignas(64) float sbuf[PACK_GROUP][CW / 32][TR];
 #pragma GCC unroll 4
         for (int t = 0; t < n; t++)
-            for (int64_t b = 0; b < blocks; b++)
-                _mm512_store_ps(sbuf[t][b],
-                                _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + t * scale_bytes + b * 32))));
+            for (int64_t b = 0; b < blocks; b++) _mm512_store_ps(sbuf[t][b], packed_scales(type, chunk + t * scale_bytes, b));
         const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
         for (int64_t b = 0; b < blocks; b++) {
             const int64_t blk = k0 / 32 + b;
@@ -299,7 +349,7 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
 #pragma GCC unroll 4
                 for (int t = 0; t < n; t++) {
                     __m512i lo, hi;
-                    nibble_codes(v + 4 * t, NULL, i, &lo, &hi);
+                    packed_nibbles(type, v + 4 * t, i, fp4, &lo, &hi);
                     lo_h[t] = _mm512_dpbusd_epi32(lo_h[t], lo, h_lo);
                     hi_h[t] = _mm512_dpbusd_epi32(hi_h[t], hi, h_hi);
                     lo_l[t] = _mm512_dpbusd_epi32(lo_l[t], lo, l_lo);
@@ -323,7 +373,7 @@ static inline __attribute__((always_inline)) void q4_0_group(const decode_job *j
 }
 
 /* The sums of tokens [t0, t0 + n) against one tile's block (its codes unpacked in lo, hi). */
-static inline __attribute__((always_inline)) void few_tokens(const planes *P, int64_t blk, const __m512i lo[4],
+static inline __attribute__((always_inline)) void few_tokens(uint32_t type, const planes *P, int64_t blk, const __m512i lo[4],
                                                              const __m512i hi[4], __m512 sc, float (*acc)[TR], int t0,
                                                              const int n) {
     const __m512i z = _mm512_setzero_si512();
@@ -340,13 +390,13 @@ static inline __attribute__((always_inline)) void few_tokens(const planes *P, in
             sl[0] = dpbusd_bcast(sl[0], lo[q], l + 4 * q);
             sl[c] = dpbusd_bcast(sl[c], hi[q], l + 16 + 4 * q);
         }
-        _mm512_store_ps(acc[t], slot_step(QUILL_TYPE_Q4_0, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
+        _mm512_store_ps(acc[t], slot_step(type, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
                                           _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc, NULL));
     }
     __asm__ volatile("" ::: "memory"); /* one block of tokens at a time: gcc interleaved 8 and spilled */
 }
 
-/* q4_0's decoding of a few tokens (the streams of a server's step): q4_0_group with each block's
+/* q4_0's decoding of a few tokens (the streams of a server's step): nibble_group with each block's
  * codes loaded and unpacked once for all n_tok tokens, and the group read front to back with the
  * same prefetches as for one token. The batch loop (gemm_packed_impl) unpacks a chunk into L1 and
  * fetches the next chunk's lines just before using them: at 4 tokens a third of its samples sat on
@@ -357,9 +407,9 @@ static inline __attribute__((always_inline)) void few_tokens(const planes *P, in
  * 1.10-1.13x, and 16 tokens 1.07-1.10x against the word products. The tokens go 4 at a time
  * (few_tokens): all 8 unrolled together, gcc spilled their operands and 8 tokens ran 0.9x. */
 #define FEW_TOKENS 16
-static inline __attribute__((always_inline)) void q4_0_group_few(const decode_job *j, int64_t group, const int n,
-                                                                 const int n_tok) {
-    const uint32_t type = QUILL_TYPE_Q4_0;
+static inline __attribute__((always_inline)) void nibble_group_few(const decode_job *j, int64_t group, const int n,
+                                                                   const int n_tok, const uint32_t type) {
+    const __m512i fp4 = fp4_table();
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     _Alignas(64) float acc[PACK_GROUP][FEW_TOKENS][TR];
@@ -367,7 +417,7 @@ static inline __attribute__((always_inline)) void q4_0_group_few(const decode_jo
         for (int t = 0; t < n_tok; t++) _mm512_store_ps(acc[i][t], _mm512_setzero_ps());
     for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
         const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
-        const size_t scale_bytes = chunk_scale_bytes(blocks);
+        const size_t scale_bytes = chunk_scale_bytes(type, blocks);
         const uint8_t *chunk = base + (size_t)n * packed_chunk_at(type, k0);
         for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64) prefetch_ahead(type, (const __m512i *)(chunk + at));
         const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
@@ -380,9 +430,9 @@ static inline __attribute__((always_inline)) void q4_0_group_few(const decode_jo
             for (int i = 0; i < n; i++) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) nibble_codes(v + 4 * i, NULL, q, &lo[q], &hi[q]);
-                const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(chunk + i * scale_bytes + b * 32)));
-#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
+                for (int q = 0; q < 4; q++) packed_nibbles(type, v + 4 * i, q, fp4, &lo[q], &hi[q]);
+                const __m512 sc = packed_scales(type, chunk + i * scale_bytes, b);
+#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(type, P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
                 FEW_BLOCK(0) FEW_BLOCK(4) FEW_BLOCK(8) FEW_BLOCK(12)
 #undef FEW_BLOCK
             }
@@ -399,47 +449,55 @@ static inline __attribute__((always_inline)) void q4_0_group_few(const decode_jo
 
 /* Groups [t0, t1) of a packed q4_0 matrix for 2..FEW_TOKENS tokens; each count a copy of its own,
  * so that the token loop unrolls. */
-static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok) {
+static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok,
+                                                            const uint32_t type) {
     const int64_t left = (j->rows + TR - 1) / TR - g * PACK_GROUP;
     /* the tiles go one at a time: their count need not be a constant (a copy per count and
      * token count made the file's compile several times longer) */
-    q4_0_group_few(j, g, left < PACK_GROUP ? (int)left : PACK_GROUP, n_tok);
+    nibble_group_few(j, g, left < PACK_GROUP ? (int)left : PACK_GROUP, n_tok, type);
 }
-static void few_packed_q4_0(void *arg, int64_t t0, int64_t t1, int thread) {
-    (void)thread;
+static inline __attribute__((always_inline)) void few_packed(void *arg, int64_t t0, int64_t t1, const uint32_t type) {
     const decode_job *j = arg;
     for (int64_t g = t0; g < t1; g++) switch (j->n_tok) {
-        case 2: few_group(j, g, 2); break;
-        case 3: few_group(j, g, 3); break;
-        case 4: few_group(j, g, 4); break;
-        case 5: few_group(j, g, 5); break;
-        case 6: few_group(j, g, 6); break;
-        case 7: few_group(j, g, 7); break;
-        case 8: few_group(j, g, 8); break;
-        case 9: few_group(j, g, 9); break;
-        case 10: few_group(j, g, 10); break;
-        case 11: few_group(j, g, 11); break;
-        case 12: few_group(j, g, 12); break;
-        case 13: few_group(j, g, 13); break;
-        case 14: few_group(j, g, 14); break;
-        case 15: few_group(j, g, 15); break;
-        case 16: few_group(j, g, 16); break;
+        case 2: few_group(j, g, 2, type); break;
+        case 3: few_group(j, g, 3, type); break;
+        case 4: few_group(j, g, 4, type); break;
+        case 5: few_group(j, g, 5, type); break;
+        case 6: few_group(j, g, 6, type); break;
+        case 7: few_group(j, g, 7, type); break;
+        case 8: few_group(j, g, 8, type); break;
+        case 9: few_group(j, g, 9, type); break;
+        case 10: few_group(j, g, 10, type); break;
+        case 11: few_group(j, g, 11, type); break;
+        case 12: few_group(j, g, 12, type); break;
+        case 13: few_group(j, g, 13, type); break;
+        case 14: few_group(j, g, 14, type); break;
+        case 15: few_group(j, g, 15, type); break;
+        case 16: few_group(j, g, 16, type); break;
         default: break;
         }
 }
+static void few_packed_q4_0(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    few_packed(arg, t0, t1, QUILL_TYPE_Q4_0);
+}
+static void few_packed_mxfp4(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
+    few_packed(arg, t0, t1, QUILL_TYPE_MXFP4);
+}
 
-/* Tiles [t0, t1) of the matrix; for q4_0 groups [t0, t1) instead (q4_0_group). */
+/* Tiles [t0, t1) of the matrix; for q4_0 and mxfp4 groups [t0, t1) instead (nibble_group). */
 static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                      uint32_t type) {
     if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
-    if (type == QUILL_TYPE_Q4_0) {
+    if (pack_group(type) > 1) {
         const int64_t tiles = (j->rows + TR - 1) / TR;
         for (int64_t g = t0; g < t1; g++) {
             const int64_t left = tiles - g * PACK_GROUP;
-            if (left >= 4) q4_0_group(j, g, 4);
-            else if (left == 3) q4_0_group(j, g, 3);
-            else if (left == 2) q4_0_group(j, g, 2);
-            else q4_0_group(j, g, 1);
+            if (left >= 4) nibble_group(j, g, 4, type);
+            else if (left == 3) nibble_group(j, g, 3, type);
+            else if (left == 2) nibble_group(j, g, 2, type);
+            else nibble_group(j, g, 1, type);
         }
         return;
     }
@@ -500,9 +558,9 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
             for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
                 const int64_t chunk_blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
                 const uint8_t *chunk = base + packed_chunk_at(type, k0);
-                const __m512i *codes = (const __m512i *)(chunk + chunk_scale_bytes(chunk_blocks));
+                const __m512i *codes = (const __m512i *)(chunk + chunk_scale_bytes(type, chunk_blocks));
                 /* every line read is prefetched once, ahead: the scales' with the chunk's first block */
-                for (size_t at = 0; at < chunk_scale_bytes(chunk_blocks); at += 64)
+                for (size_t at = 0; at < chunk_scale_bytes(type, chunk_blocks); at += 64)
                     prefetch_ahead(type, (const __m512i *)(chunk + at));
                 /* (a scale per block: all the chunk's scales first, as q4_0 takes them, measured
                  * 0.94-0.98x for q8_0's twice as many codes per scale) */
@@ -548,7 +606,7 @@ static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, 
     }
     const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
     const packed_place pl = place_chunk(type, tiles, tile_bytes, tile, k0);
-    prefetch_bytes(j->w + place_scales(pl, blocks), chunk_scale_bytes(blocks));
+    prefetch_bytes(j->w + place_scales(type, pl, blocks), chunk_scale_bytes(type, blocks));
     for (int64_t b = 0; b < blocks; b++)
         prefetch_bytes(j->w + place_codes(type, pl, blocks, b), (size_t)packed_regs(type) * 64);
 }
@@ -562,6 +620,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     _Alignas(64) float tile_acc[VNNI_TOKENS + TBW][TR];
+    const __m512i fp4 = fp4_table();
     /* q4_0's groups interleave their tiles chunk by chunk: with few tokens (batched decoding) the
      * loop takes a group's tiles chunk by chunk as well, so that it reads the group front to back
      * once; tile by tile it went through each group four times, a quarter of it each time (4
@@ -604,15 +663,14 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                         }
                 } else {
                     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
-                    const uint16_t *scales = (const uint16_t *)(j->w + place_scales(pl, cw / 32));
-                    for (int b = 0; b < cw / 32; b++)
-                        _mm512_store_ps(sbuf[b], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))));
+                    const uint8_t *scales = j->w + place_scales(type, pl, cw / 32);
+                    for (int b = 0; b < cw / 32; b++) _mm512_store_ps(sbuf[b], packed_scales(type, scales, b));
                     if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
                         w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
                     } else {
                         for (int b = 0; b < cw / 32; b++) {
                             const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
-                            for (int i = 0; i < 4; i++) nibble_codes(v, NULL, i, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                            for (int i = 0; i < 4; i++) packed_nibbles(type, v, i, fp4, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
                         }
                     }
                 }
@@ -637,12 +695,20 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
 
 TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
 TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
+/* mxfp4 is no type of the specialised kernels (QUILL_EXACT_TYPES) but is packed */
+DECODE_PACKED_TASK(mxfp4, MXFP4)
+GEMM_PACKED_TASK(mxfp4, MXFP4)
 
 size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
 int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
-quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) { return decode_packed_fn(type); }
-quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) { return gemm_packed_fn(type); }
+quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
+    return type == QUILL_TYPE_MXFP4 ? decode_packed_mxfp4 : decode_packed_fn(type);
+}
+quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
+    return type == QUILL_TYPE_MXFP4 ? gemm_packed_mxfp4 : gemm_packed_fn(type);
+}
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
-    return type == QUILL_TYPE_Q4_0 && n_tok >= 2 && n_tok <= FEW_TOKENS ? few_packed_q4_0 : NULL;
+    if (n_tok < 2 || n_tok > FEW_TOKENS) return NULL;
+    return type == QUILL_TYPE_Q4_0 ? few_packed_q4_0 : type == QUILL_TYPE_MXFP4 ? few_packed_mxfp4 : NULL;
 }
 #endif

@@ -70,7 +70,7 @@
     X(ctx, TQ2_0, tq2_0, QK_K, sizeof(block_tq2_0), 1, 1, 0, 2,                                                    \
       EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, MXFP4, mxfp4, QK_MXFP4, sizeof(block_mxfp4), 1, 1, 0, 2,                                                \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 12, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, NVFP4, nvfp4, QK_NVFP4, sizeof(block_nvfp4), 1, 0, 0, 0, NO_EXACT)                                      \
     X(ctx, Q1_0, q1_0, QK1_0, sizeof(block_q1_0), 1, 1, 0, 2,                                                      \
       EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
