@@ -373,7 +373,7 @@ static inline __attribute__((always_inline)) void nibble_group(const decode_job 
 }
 
 /* The sums of tokens [t0, t0 + n) against one tile's block (its codes unpacked in lo, hi). */
-static inline __attribute__((always_inline)) void few_tokens(uint32_t type, const planes *P, int64_t blk, const __m512i lo[4],
+static inline __attribute__((always_inline)) void few_tokens(const planes *P, int64_t blk, const __m512i lo[4],
                                                              const __m512i hi[4], __m512 sc, float (*acc)[TR], int t0,
                                                              const int n) {
     const __m512i z = _mm512_setzero_si512();
@@ -390,7 +390,8 @@ static inline __attribute__((always_inline)) void few_tokens(uint32_t type, cons
             sl[0] = dpbusd_bcast(sl[0], lo[q], l + 4 * q);
             sl[c] = dpbusd_bcast(sl[c], hi[q], l + 16 + 4 * q);
         }
-        _mm512_store_ps(acc[t], slot_step(type, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
+        /* (q4_0's f32 step is mxfp4's: neither has minimums, and the bias comes with the planes) */
+        _mm512_store_ps(acc[t], slot_step(QUILL_TYPE_Q4_0, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
                                           _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc, NULL));
     }
     __asm__ volatile("" ::: "memory"); /* one block of tokens at a time: gcc interleaved 8 and spilled */
@@ -419,20 +420,22 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
         const int64_t blocks = (j->cols - k0 < CW ? j->cols - k0 : CW) / 32;
         const size_t scale_bytes = chunk_scale_bytes(type, blocks);
         const uint8_t *chunk = base + (size_t)n * packed_chunk_at(type, k0);
-        for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64) prefetch_ahead(type, (const __m512i *)(chunk + at));
+        /* (mxfp4 prefetches as q4_0 does: a constant, so that no test of the type is left) */
+        for (size_t at = 0; at < (size_t)n * scale_bytes; at += 64)
+            prefetch_ahead(QUILL_TYPE_Q4_0, (const __m512i *)(chunk + at));
         const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
         for (int64_t b = 0; b < blocks; b++) {
             const int64_t blk = k0 / 32 + b;
             const __m512i *v = codes + 4 * n * b;
 #pragma GCC unroll 16
-            for (int i = 0; i < 4 * n; i++) prefetch_ahead(type, v + i);
+            for (int i = 0; i < 4 * n; i++) prefetch_ahead(QUILL_TYPE_Q4_0, v + i);
 #pragma GCC unroll 1
             for (int i = 0; i < n; i++) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) packed_nibbles(type, v + 4 * i, q, fp4, &lo[q], &hi[q]);
                 const __m512 sc = packed_scales(type, chunk + i * scale_bytes, b);
-#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(type, P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
+#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
                 FEW_BLOCK(0) FEW_BLOCK(4) FEW_BLOCK(8) FEW_BLOCK(12)
 #undef FEW_BLOCK
             }
@@ -447,8 +450,8 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
     }
 }
 
-/* Groups [t0, t1) of a packed q4_0 matrix for 2..FEW_TOKENS tokens; each count a copy of its own,
- * so that the token loop unrolls. */
+/* Groups [t0, t1) of a packed q4_0 or mxfp4 matrix for 2..FEW_TOKENS tokens; each count a copy of
+ * its own, so that the token loop unrolls. */
 static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok,
                                                             const uint32_t type) {
     const int64_t left = (j->rows + TR - 1) / TR - g * PACK_GROUP;
@@ -456,8 +459,13 @@ static inline __attribute__((always_inline)) void few_group(const decode_job *j,
      * token count made the file's compile several times longer) */
     nibble_group_few(j, g, left < PACK_GROUP ? (int)left : PACK_GROUP, n_tok, type);
 }
-static inline __attribute__((always_inline)) void few_packed(void *arg, int64_t t0, int64_t t1, const uint32_t type) {
+static void few_packed(void *arg, int64_t t0, int64_t t1, int thread) {
+    (void)thread;
     const decode_job *j = arg;
+    /* q4_0 or mxfp4, read here rather than a constant: a copy of the 15 token counts per type
+     * doubled the file's compile (clang with the sanitizers: minutes), for a branch per block and
+     * tile that the loop does not feel beside its tokens' products */
+    const uint32_t type = j->type;
     for (int64_t g = t0; g < t1; g++) switch (j->n_tok) {
         case 2: few_group(j, g, 2, type); break;
         case 3: few_group(j, g, 3, type); break;
@@ -476,14 +484,6 @@ static inline __attribute__((always_inline)) void few_packed(void *arg, int64_t 
         case 16: few_group(j, g, 16, type); break;
         default: break;
         }
-}
-static void few_packed_q4_0(void *arg, int64_t t0, int64_t t1, int thread) {
-    (void)thread;
-    few_packed(arg, t0, t1, QUILL_TYPE_Q4_0);
-}
-static void few_packed_mxfp4(void *arg, int64_t t0, int64_t t1, int thread) {
-    (void)thread;
-    few_packed(arg, t0, t1, QUILL_TYPE_MXFP4);
 }
 
 /* Tiles [t0, t1) of the matrix; for q4_0 and mxfp4 groups [t0, t1) instead (nibble_group). */
@@ -709,6 +709,6 @@ quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
 }
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
     if (n_tok < 2 || n_tok > FEW_TOKENS) return NULL;
-    return type == QUILL_TYPE_Q4_0 ? few_packed_q4_0 : type == QUILL_TYPE_MXFP4 ? few_packed_mxfp4 : NULL;
+    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4 ? few_packed : NULL;
 }
 #endif
