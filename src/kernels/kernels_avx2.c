@@ -169,12 +169,62 @@ static inline __attribute__((always_inline)) void float_panel_one(const float_jo
     }
 }
 
+/* A few tokens: 2 rows at a time straight from memory against NT (1, 2) tokens of [t0, t0 + NT),
+ * the next token pair reading the 2 rows again from L1 (as kernels_avx512.c's float_pair_few). */
+#define FLOAT_FEW 16
+static inline __attribute__((always_inline)) void float_pair_few(const float_job *j, int64_t r0, int nr, int t0,
+                                                                 const uint32_t type, const int NT) {
+    const uint8_t *row[2] = {j->w + (size_t)r0 * j->row_bytes, j->w + (size_t)(r0 + (nr > 1)) * j->row_bytes};
+    __m256 a[2][2], b[2][2];
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; t++) a[t][0] = a[t][1] = b[t][0] = b[t][1] = _mm256_setzero_ps();
+    const float *x = j->x + (size_t)t0 * (size_t)j->cols;
+    const int64_t xs = j->cols, es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const uint8_t *next = j->w + (size_t)(r0 + 2) * j->row_bytes, *end = j->w + (size_t)j->rows * j->row_bytes;
+    int64_t i = 0;
+    for (; i + 16 <= j->cols; i += 16) {
+        if (t0 == 0) {
+            const uint8_t *ahead = next + (size_t)(2 * i * es);
+            for (int l = 0; l < 2 * 16 * (int)es / 64; l++)
+                if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            const __m256 w0 = float_weights8(type, row[r], i), w1 = float_weights8(type, row[r], i + 8);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++) {
+                a[t][r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + i), a[t][r]);
+                b[t][r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + i + 8), b[t][r]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < nr; r++) {
+            float tail = 0;
+            for (int64_t k = i; k < j->cols; k++) {
+                const float w = float_weight(type, row[r], k);
+                tail += w * x[t * xs + k];
+            }
+            j->y[(size_t)(t0 + t) * (size_t)j->rows + (size_t)(r0 + r)] = hsum256(_mm256_add_ps(a[t][r], b[t][r])) + tail;
+        }
+}
+
 static inline __attribute__((always_inline)) void float_panels(const float_job *j, int64_t p0, int64_t p1,
                                                                const uint32_t type) {
-    if (j->n_tok == 1) {
+    if (j->n_tok <= FLOAT_FEW) {
         for (int64_t p = p0; p < p1; p++) {
             const int64_t r0 = p * FLOAT_ROWS;
-            float_panel_one(j, r0, j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS, type);
+            const int nr = j->rows - r0 < FLOAT_ROWS ? (int)(j->rows - r0) : FLOAT_ROWS;
+            if (j->n_tok == 1) {
+                float_panel_one(j, r0, nr, type);
+                continue;
+            }
+            for (int r = 0; r < nr; r += 2)
+                for (int t = 0; t < j->n_tok; t += 2) {
+                    const int pr = nr - r < 2 ? nr - r : 2;
+                    if (j->n_tok - t >= 2) float_pair_few(j, r0 + r, pr, t, type, 2);
+                    else float_pair_few(j, r0 + r, pr, t, type, 1);
+                }
         }
         return;
     }
