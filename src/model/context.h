@@ -15,6 +15,9 @@
 #define QUILL_UBATCH_MOE 256
 #define QUILL_UBATCH_MAX QUILL_UBATCH_MOE
 
+/* The most tokens of one expert that a thread multiplies at a time (ffn_moe.c). */
+#define QUILL_EXPERT_TOKENS 64
+
 /* The key cache of one KV head is blocks of KEY_BLOCK positions, each dimension-major: key
  * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK (see forward.c). */
 #define KEY_BLOCK QUILL_KEY_BLOCK
@@ -63,6 +66,11 @@ struct quill_context {
      * gathered [token][n_embd]; each slot's expert output [token][slot][n_embd] */
     float *moe_logits, *moe_weight, *moe_in, *moe_out;
     float *moe_shared_gate;         /* [token]: the shared expert's sigmoid gate */
+    /* MoE micro-batches' experts in parallel (ffn_moe.c): per thread, room for a chunk of
+     * QUILL_EXPERT_TOKENS of one expert's tokens: their inputs [token][n_embd] (then its outputs),
+     * gate and up [token][n_ff_exp], then the products' scratch; expert_scratch_bytes apart */
+    uint8_t *expert_scratch;
+    size_t expert_scratch_bytes;
     int32_t *moe_expert, *moe_pairs, *moe_start;
     float *thread_scratch;          /* per thread: a dequantized row or attention scores */
     size_t thread_scratch_len;

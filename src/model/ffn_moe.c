@@ -117,10 +117,70 @@ static void shared_expert(quill_context *c, const quill_layer *L, int layer, int
     quill_trace(c, "ffn_shexp", layer, c->moe_in, 2, d, n_tok, 1);
 }
 
+/* The FFN of expert e for its (token, slot) pairs [0, m): out[pair] = down(act(gate(x) · up(x))).
+ * One product over the pool per step (decoding: a few experts, each split over the threads). */
+static void expert_over_pool(quill_context *c, const quill_layer *L, int64_t e, const int32_t *pairs, int m) {
+    const int64_t k = c->model->ap.n_expert_used, d = c->hp->n_embd, ff = c->model->ap.n_ff_exp;
+    for (int i = 0; i < m; i++)
+        memcpy(c->moe_in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
+    const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
+    const quill_weight down = quill_weight_expert(&L->w_down, e);
+    quill_announce(c, (const quill_weight *[]){&down}, 1, m);
+    quill_matmuls(c, (const quill_weight *[]){&gate, &up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->moe_in, m);
+    if (L->gate_exps_bias) add_row(c->ffn_gate, L->gate_exps_bias + e * ff, ff, m);
+    if (L->up_exps_bias) add_row(c->ffn_up, L->up_exps_bias + e * ff, ff, m);
+    quill_gated_activation(c, c->ffn_gate, c->ffn_up, m, ff);
+    quill_matmul(c, &down, c->ffn_gate, m, c->moe_in);
+    if (L->down_exps_bias) add_row(c->moe_in, L->down_exps_bias + e * d, d, m);
+    for (int i = 0; i < m; i++)
+        memcpy(c->moe_out + (size_t)pairs[i] * d, c->moe_in + (size_t)i * d, (size_t)d * sizeof(float));
+}
+
+/* Prompts: one item per expert, each thread running whole experts with its own scratch
+ * (QUILL_EXPERT_TOKENS tokens at a time). With 256 experts and ~2 tokens each in a micro-batch,
+ * three parallel products per expert were ~750 waits per layer, and each product's last tiles left
+ * a thread idle (2 threads: the second thread spun 15 % of a prompt); one loop over the experts has
+ * one wait. A (row, token) product does not depend on the tokens beside it or on the thread
+ * (kernels.h), so the bits are the same. */
+typedef struct {
+    quill_context *c;
+    const quill_layer *L;
+} experts_job;
+
+static void expert_items(void *arg, int64_t e0, int64_t e1, int thread) {
+    const experts_job *j = arg;
+    quill_context *c = j->c;
+    const quill_layer *L = j->L;
+    const int64_t k = c->model->ap.n_expert_used, d = c->hp->n_embd, ff = c->model->ap.n_ff_exp;
+    uint8_t *mine = c->expert_scratch + (size_t)thread * c->expert_scratch_bytes;
+    const size_t et = QUILL_EXPERT_TOKENS, f = sizeof(float);
+    float *in = (float *)mine, *g = (float *)(mine + ((et * (size_t)d * f + 63) & ~(size_t)63));
+    float *u = (float *)((uint8_t *)g + ((et * (size_t)ff * f + 63) & ~(size_t)63));
+    void *scratch = (uint8_t *)u + ((et * (size_t)ff * f + 63) & ~(size_t)63);
+    for (int64_t e = e0; e < e1; e++) {
+        const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
+        const quill_weight down = quill_weight_expert(&L->w_down, e);
+        for (int p0 = c->moe_start[e]; p0 < c->moe_start[e + 1]; p0 += (int)et) {
+            const int m = c->moe_start[e + 1] - p0 < (int)et ? c->moe_start[e + 1] - p0 : (int)et;
+            const int32_t *pairs = c->moe_pairs + p0;
+            for (int i = 0; i < m; i++)
+                memcpy(in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * f);
+            quill_matmuls_here(c, (const quill_weight *[]){&gate, &up}, (float *[]){g, u}, 2, in, m, scratch, thread);
+            if (L->gate_exps_bias) add_row(g, L->gate_exps_bias + e * ff, ff, m);
+            if (L->up_exps_bias) add_row(u, L->up_exps_bias + e * ff, ff, m);
+            quill_gated_activation_here(c, g, u, m, ff);
+            quill_matmuls_here(c, (const quill_weight *[]){&down}, (float *[]){in}, 1, g, m, scratch, thread);
+            if (L->down_exps_bias) add_row(in, L->down_exps_bias + e * d, d, m);
+            for (int i = 0; i < m; i++)
+                memcpy(c->moe_out + (size_t)pairs[i] * d, in + (size_t)i * d, (size_t)d * f);
+        }
+    }
+}
+
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
     const quill_arch *a = c->model->arch;
     const quill_arch_params *ap = &c->model->ap;
-    const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd, ff = ap->n_ff_exp;
+    const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd;
     quill_matmul(c, &L->w_router, c->xb, n_tok, c->moe_logits);
     quill_trace(c, "ffn_moe_logits", layer, c->moe_logits, 2, n_expert, n_tok, 1);
     if (L->router_bias) {
@@ -149,23 +209,12 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
     for (int64_t e = n_expert; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
 
-    for (int64_t e = 0; e < n_expert; e++) {
-        const int m = start[e + 1] - start[e];
-        if (m == 0) continue;
-        const int32_t *pairs = c->moe_pairs + start[e];
-        for (int i = 0; i < m; i++)
-            memcpy(c->moe_in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
-        const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
-        const quill_weight down = quill_weight_expert(&L->w_down, e);
-        quill_announce(c, (const quill_weight *[]){&down}, 1, m);
-        quill_matmuls(c, (const quill_weight *[]){&gate, &up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->moe_in, m);
-        if (L->gate_exps_bias) add_row(c->ffn_gate, L->gate_exps_bias + e * ff, ff, m);
-        if (L->up_exps_bias) add_row(c->ffn_up, L->up_exps_bias + e * ff, ff, m);
-        quill_gated_activation(c, c->ffn_gate, c->ffn_up, m, ff);
-        quill_matmul(c, &down, c->ffn_gate, m, c->moe_in);
-        if (L->down_exps_bias) add_row(c->moe_in, L->down_exps_bias + e * d, d, m);
-        for (int i = 0; i < m; i++)
-            memcpy(c->moe_out + (size_t)pairs[i] * d, c->moe_in + (size_t)i * d, (size_t)d * sizeof(float));
+    if (n_tok > 1) {
+        experts_job j = {c, L};
+        quill_pool_run(c->pool, expert_items, &j, n_expert, 1);
+    } else {
+        for (int64_t e = 0; e < n_expert; e++)
+            if (start[e + 1] > start[e]) expert_over_pool(c, L, e, c->moe_pairs + start[e], start[e + 1] - start[e]);
     }
     quill_trace(c, "ffn_moe_down", layer, c->moe_out, 3, d, k, n_tok);
     if (L->ffn == QUILL_FFN_MOE_SHARED) shared_expert(c, L, layer, n_tok);

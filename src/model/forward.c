@@ -69,17 +69,28 @@ static quill_matmul_fn matrix_product(const quill_context *c, const quill_weight
     return c->kern->matmul[w->type];
 }
 
-/* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
-void quill_matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+/* y = W · x over the pool, or (pool NULL) on the calling thread with its scratch: `thread` indexes
+ * the dequantized-row scratch, `scratch` is the kernel's. */
+static void matmul_on(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y,
+                      quill_pool *pool, void *scratch, int thread) {
     quill_matrix m;
     const quill_matmul_fn product = matrix_product(c, w, y, &m);
     if (product) {
-        product(&m, 1, w->cols, x, n_tok, c->pool, c->matmul_scratch);
+        product(&m, 1, w->cols, x, n_tok, pool, scratch);
         return;
     }
     matmul_job j = {w, x, n_tok, y, quill_kernels_dequant(c->kern, w->type), c->kern->vec_dot[w->type], c};
+    if (!pool) {
+        matmul_rows(&j, 0, w->rows, thread);
+        return;
+    }
     int64_t grain = w->rows / (c->n_threads * 16);
-    quill_pool_run(c->pool, matmul_rows, &j, w->rows, grain < 1 ? 1 : grain);
+    quill_pool_run(pool, matmul_rows, &j, w->rows, grain < 1 ? 1 : grain);
+}
+
+/* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
+void quill_matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    matmul_on(c, w, x, n_tok, y, c->pool, c->matmul_scratch, 0);
 }
 
 /* How many of w[0..n), from the first, go to the kernel as one product (matmuls); their matrices
@@ -96,16 +107,26 @@ static int product_group(const quill_context *c, const quill_weight *const *w, f
 /* The products of n weights with the same input, y[i] = W[i] · x. Neighbours of one type go to
  * the kernel together: the input is then quantized once and their rows make one parallel loop (q,
  * k and v: one wait instead of three per layer and token). Same results as one by one. */
-void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
-                   int n_tok) {
+static void matmuls_on(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                       int n_tok, quill_pool *pool, void *scratch, int thread) {
     for (int i = 0; i < n;) {
         quill_matrix m[QUILL_MATMUL_MAX_MATS];
         quill_matmul_fn joined;
         const int group = product_group(c, w + i, y + i, n - i, m, &joined);
-        if (group == 1) quill_matmul(c, w[i], x, n_tok, y[i]);
-        else joined(m, group, w[i]->cols, x, n_tok, c->pool, c->matmul_scratch);
+        if (group == 1) matmul_on(c, w[i], x, n_tok, y[i], pool, scratch, thread);
+        else joined(m, group, w[i]->cols, x, n_tok, pool, scratch);
         i += group;
     }
+}
+
+void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                   int n_tok) {
+    matmuls_on(c, w, y, n, x, n_tok, c->pool, c->matmul_scratch, 0);
+}
+
+void quill_matmuls_here(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                        int n_tok, void *scratch, int thread) {
+    matmuls_on(c, w, y, n, x, n_tok, NULL, scratch, thread);
 }
 
 /* Tokens up to which a pass announces each coming product to the pool (quill_pool_warm): few
@@ -263,11 +284,20 @@ static void swiglu_oai_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width) {
+static void gated_activation_on(const quill_context *c, quill_pool *pool, float *gate, const float *up, int n_tok,
+                                int64_t width) {
     swiglu_job j = {c->kern, gate, up, width};
     const quill_activation act = c->model->arch->act;
-    quill_pool_run(c->pool, act == QUILL_ACT_GELU_TANH ? geglu_rows : act == QUILL_ACT_SWIGLU_OAI ? swiglu_oai_rows : swiglu_rows,
+    quill_pool_run(pool, act == QUILL_ACT_GELU_TANH ? geglu_rows : act == QUILL_ACT_SWIGLU_OAI ? swiglu_oai_rows : swiglu_rows,
                    &j, n_tok, 1);
+}
+
+void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width) {
+    gated_activation_on(c, c->pool, gate, up, n_tok, width);
+}
+
+void quill_gated_activation_here(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width) {
+    gated_activation_on(c, NULL, gate, up, n_tok, width);
 }
 
 typedef struct {

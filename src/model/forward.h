@@ -27,6 +27,11 @@ void quill_matmul(const quill_context *c, const quill_weight *w, const float *x,
  * kernel together (the input quantized once, one parallel loop). Same results as one by one. */
 void quill_matmuls(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
                    int n_tok);
+/* quill_matmuls on the calling thread alone, for parallel items that are products themselves (one
+ * expert's tokens each, ffn_moe.c): `scratch` holds kern->matmul_scratch(cols, n_tok) bytes,
+ * `thread` indexes thread_scratch. Same results. */
+void quill_matmuls_here(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                        int n_tok, void *scratch, int thread);
 /* Announces the first product that quill_matmuls(w, n) will run to the pool, so that idle threads
  * prefetch its first bytes (only for few tokens, where products wait for memory). */
 void quill_announce(const quill_context *c, const quill_weight *const *w, int n, int n_tok);
@@ -38,6 +43,8 @@ void quill_trace(const quill_context *c, const char *name, int layer, const floa
 /* gate[t][i] = act(gate[t][i]) · up[t][i] for t < n_tok, i < width, in parallel over tokens, with
  * the architecture's activation (each token's bits independent of the split). */
 void quill_gated_activation(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width);
+/* The same on the calling thread alone. */
+void quill_gated_activation_here(const quill_context *c, float *gate, const float *up, int n_tok, int64_t width);
 
 /* How many of a layer's wq, wk, wv it computes: q alone when it reads an earlier layer's cache,
  * q and k when V is K's projection. */
