@@ -254,8 +254,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     c->n_threads = n_threads;
     c->n_seq = n_seq;
     c->reference = p && p->reference;
-    /* (the hybrids' recurrent scratch, recurrent.c, is sized for QUILL_UBATCH) */
-    c->ubatch = m->ap.n_expert && !m->arch->hybrid ? QUILL_UBATCH_MOE : QUILL_UBATCH;
+    c->ubatch = quill_model_ubatch(m);
     c->kern = kern;
     c->type_k = type_k;
     c->type_v = type_v;

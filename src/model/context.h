@@ -14,6 +14,8 @@
  * rows serves 4x more tokens at 256 (the products' cost per token falls with more tokens). */
 #define QUILL_UBATCH_MOE 256
 #define QUILL_UBATCH_MAX QUILL_UBATCH_MOE
+/* A model's micro-batch: QUILL_UBATCH_MOE with experts (hybrids too), else QUILL_UBATCH. */
+static inline int quill_model_ubatch(const quill_model *m) { return m->ap.n_expert ? QUILL_UBATCH_MOE : QUILL_UBATCH; }
 
 /* The most tokens of one expert that a thread multiplies at a time (ffn_moe.c). */
 #define QUILL_EXPERT_TOKENS 64

@@ -19,7 +19,7 @@ static int count_recurrent(const quill_model *m) {
 static size_t scratch_floats(const quill_model *m) {
     const quill_arch_params *ap = &m->ap;
     const size_t value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads), q_dim = (size_t)(m->hp.n_head * m->hp.head_dim);
-    return QUILL_UBATCH * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim);
+    return (size_t)quill_model_ubatch(m) * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim);
 }
 
 double quill_recurrent_bytes(const quill_model *m, int n_seq, int n_ctx, bool reference) {
@@ -51,7 +51,7 @@ bool quill_recurrent_new(quill_context *c) {
     r->bytes = (size_t)c->n_seq * (r->seq_bytes + (size_t)c->n_ctx * sizeof(int32_t));
     if (!c->reference) {
         const quill_arch_params *ap = &m->ap;
-        const size_t ub = QUILL_UBATCH, value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads);
+        const size_t ub = (size_t)quill_model_ubatch(m), value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads);
         const size_t q_dim = (size_t)(m->hp.n_head * m->hp.head_dim), heads = (size_t)ap->ssm_v_heads;
         float *f = malloc(scratch_floats(m) * sizeof(float));
         if (!f) return false;
