@@ -792,17 +792,38 @@ static inline __attribute__((always_inline)) void weighted_heads(const int nv, c
         for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + h * out_stride + 16 * i, acc[h * nv + i]);
 }
 
+/* Value rows of one block of wide heads (see below): 32 rows of 256 floats, 32 KiB. */
+#define WIDE_ROWS 32
+
 /* Heads of 64 dims (the usual size) four at a time, the rest together; other sizes one head at a
  * time. */
 static void weighted_sum_avx512(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
                                 int64_t stride, int64_t n, float *out, int64_t out_stride, bool accumulate) {
     if (n == 0) return;
     /* wider heads (Qwen 3.5's gated attention: 256) a block of 128 columns at a time: each column
-     * is its own chain, so the bits are those of one pass */
-    if (n > 128) {
-        for (int64_t d = 0; d < n; d += 128)
-            weighted_sum_avx512(wgt, wgt_stride, n_heads, v + d, n_rows, stride, n - d < 128 ? n - d : 128, out + d, out_stride,
-                      accumulate);
+     * is its own chain, so the bits are those of one pass. The rows go WIDE_ROWS at a time through
+     * every head and block of columns, the chains resumed from `out` (the same bits): one head after
+     * another over all the rows read a generation step's values from memory once per head (8
+     * heads of 256 per KV head, 4096 positions: 32 MiB a KV head per token), a block of rows once. */
+    if (n > 128 || (n == 128 && n_rows > WIDE_ROWS)) {
+        for (int p = 0; p < n_rows; p += WIDE_ROWS) {
+            const int rows = n_rows - p < WIDE_ROWS ? n_rows - p : WIDE_ROWS;
+            for (int64_t d = 0; d < n; d += 128) {
+                const int64_t width = n - d < 128 ? n - d : 128;
+                if (width < 128) {
+                    weighted_sum_avx512(wgt + p, wgt_stride, n_heads, v + p * stride + d, rows, stride, width, out + d,
+                                        out_stride, accumulate || p > 0);
+                    continue;
+                }
+                int h = 0;
+                for (; h + 2 <= n_heads; h += 2)
+                    weighted_heads(8, 2, wgt + h * wgt_stride + p, wgt_stride, v + p * stride + d, rows, stride,
+                                   out + h * out_stride + d, out_stride, accumulate || p > 0);
+                if (h < n_heads)
+                    weighted_heads(8, 1, wgt + h * wgt_stride + p, wgt_stride, v + p * stride + d, rows, stride,
+                                   out + h * out_stride + d, out_stride, accumulate || p > 0);
+            }
+        }
         return;
     }
     int h = 0;
