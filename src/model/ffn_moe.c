@@ -209,7 +209,11 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
     for (int64_t e = n_expert; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
 
-    if (n_tok > 1) {
+    /* (whole experts per thread need enough of them to share out: Mixtral's 8 on 16 threads
+     * would leave half the threads idle) */
+    int active = 0;
+    for (int64_t e = 0; e < n_expert; e++) active += start[e + 1] > start[e];
+    if (n_tok > 1 && active >= 4 * c->n_threads) {
         experts_job j = {c, L};
         quill_pool_run(c->pool, expert_items, &j, n_expert, 1);
     } else {
