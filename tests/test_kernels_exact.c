@@ -20,12 +20,13 @@ static uint32_t rnd(void) { return test_rand(&rng_state); }
 static float rndf(void) { return test_randf(&rng_state); }
 
 /* The types with exact products: the specialised kernels' eight, then the low-bit types of the
- * unpacking kernels (exact_unpacked.h). */
+ * unpacking kernels (exact_unpacked.h), q2_K (minimums per 16 columns) and q3_K last. */
 static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0,   QUILL_TYPE_Q4_1,    QUILL_TYPE_Q5_0,   QUILL_TYPE_Q5_1,
                                      QUILL_TYPE_Q8_0,   QUILL_TYPE_Q4_K,    QUILL_TYPE_Q5_K,   QUILL_TYPE_Q6_K,
                                      QUILL_TYPE_MXFP4,  QUILL_TYPE_TQ2_0,   QUILL_TYPE_TQ1_0,  QUILL_TYPE_Q1_0,
                                      QUILL_TYPE_Q2_0,   QUILL_TYPE_IQ2_XXS, QUILL_TYPE_IQ2_XS, QUILL_TYPE_IQ2_S,
-                                     QUILL_TYPE_IQ3_XXS, QUILL_TYPE_IQ3_S,  QUILL_TYPE_IQ1_S,  QUILL_TYPE_IQ1_M};
+                                     QUILL_TYPE_IQ3_XXS, QUILL_TYPE_IQ3_S,  QUILL_TYPE_IQ1_S,  QUILL_TYPE_IQ1_M,
+                                     QUILL_TYPE_Q2_K,    QUILL_TYPE_Q3_K};
 #define N_TYPES (sizeof amx_types / sizeof amx_types[0])
 
 /* Random valid rows: random bytes, then a finite moderate half scale (and min) in every block. */
@@ -43,6 +44,8 @@ static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t 
         case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case QUILL_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        case QUILL_TYPE_Q2_K: memcpy(blk + 80, &h1, 2); memcpy(blk + 82, &h2, 2); break;
+        case QUILL_TYPE_Q3_K: memcpy(blk + 108, &h1, 2); break;
         case QUILL_TYPE_Q1_0: case QUILL_TYPE_Q2_0: case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS:
         case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: case QUILL_TYPE_IQ3_S: case QUILL_TYPE_IQ1_S:
             memcpy(blk, &h1, 2);

@@ -127,6 +127,40 @@ static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, c
     }
 }
 
+/* The scales of q2_K and q3_K super-blocks for 16 rows (rows in lanes), from 16 bytes of each row
+ * as words w[0..3]: q2_K's 16 scale bytes (4-bit scale, 4-bit minimum), with d and dmin in `dm`;
+ * q3_K's 12 bytes of 6-bit scales from byte 2 of the window, which ends with d (the 16 bytes
+ * before the block's end: a read past it could leave the mapping). */
+static inline __m512i window_byte(const __m512i w[4], int p) {
+    return _mm512_and_si512(_mm512_srli_epi32(w[p / 4], (unsigned)(8 * (p % 4))), _mm512_set1_epi32(0xFF));
+}
+static inline __attribute__((always_inline)) void lowbit_scales(uint32_t type, const __m512i w[4], __m512i dm,
+                                                                float (*s)[TR], float (*m)[TR]) {
+    const __m512i low = _mm512_set1_epi32(0xF);
+    if (type == QUILL_TYPE_Q2_K) {
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        for (int i = 0; i < 16; i++) {
+            const __m512i b = window_byte(w, i);
+            _mm512_store_ps(s[i], _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(b, low))));
+            _mm512_store_ps(m[i], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4))));
+        }
+        return;
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[3], 16)));
+    for (int i = 0; i < 16; i++) { /* as quill_q3_K_scales */
+        const __m512i lo = i < 8 ? _mm512_and_si512(window_byte(w, 2 + i), low) : _mm512_srli_epi32(window_byte(w, 2 + i - 8), 4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(window_byte(w, 2 + 8 + (i & 3)), (unsigned)(2 * (i >> 2))),
+                                            _mm512_set1_epi32(3));
+        const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+        _mm512_store_ps(s[i], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+    }
+}
+/* Where lowbit_scales' 16 bytes start in a block, and (q2_K) its d and dmin. */
+#define Q3_K_SCALE_WINDOW (offsetof(block_q3_K, d) + 2 - 16)
+_Static_assert(offsetof(block_q3_K, d) + 2 == sizeof(block_q3_K) && offsetof(block_q3_K, scales) == Q3_K_SCALE_WINDOW + 2,
+               "q3_K: 12 scale bytes, then d, end the block");
+
 /* Always inlined: as a call (gcc's choice for this switch over the types) each 32-column step of
  * the decoding loop paid a vzeroupper and the shuffling of live registers around it, 1.27x the
  * q4_0 loop's time from cache. */
@@ -154,6 +188,19 @@ static inline __attribute__((always_inline)) void unpack_scales(const tile_src *
         __m512i w[5] = {z, z, z, z, z}; /* kquant_scales reads a fifth word for q6_K only */
         for (int i = 0; i < 4; i++) w[i] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + 4 * i, 1);
         kquant_scales(t->type, w, s, m);
+        break;
+    }
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K: {
+        const uint8_t *b = t->w + (size_t)(k0 / 256) * block_bytes(t->type);
+        const size_t at = t->type == QUILL_TYPE_Q2_K ? 0 : Q3_K_SCALE_WINDOW;
+        const __m512i z = _mm512_setzero_si512();
+        __m512i w[4];
+        for (int i = 0; i < 4; i++) w[i] = _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + at + 4 * i, 1);
+        const __m512i dm = t->type == QUILL_TYPE_Q2_K
+                               ? _mm512_mask_i32gather_epi32(z, t->mask, t->idx, b + offsetof(block_q2_K, d), 1)
+                               : z;
+        lowbit_scales(t->type, w, dm, s, m);
         break;
     }
     case QUILL_TYPE_Q6_K: {
@@ -237,6 +284,26 @@ static inline __attribute__((always_inline)) __m512i codes64(uint32_t type, cons
         const __m512i bit = _mm512_and_si512(_mm512_srlv_epi64(qh, sh), _mm512_set1_epi8(1));
         return _mm512_or_si512(lo, _mm512_slli_epi16(bit, 4));
     }
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K: {
+        /* column 32j + l of a 128-column half h is bits 2j, 2j + 1 of qs[32h + l]; q3_K's third bit
+         * is bit 4h + j of hmask[l] (u = q + 4) */
+        const int h = (int)(k % 256) / 128, j = (int)(k % 128) / 32;
+        const uint8_t *qs = type == QUILL_TYPE_Q2_K ? ((const block_q2_K *)row + k / 256)->qs
+                                                    : ((const block_q3_K *)row + k / 256)->qs;
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+        __m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j + 2,
+                                                                            2 * j, 2 * j, 2 * j, 2 * j)),
+                                     _mm512_set1_epi8(3));
+        if (type == QUILL_TYPE_Q3_K) {
+            const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const block_q3_K *)row + k / 256)->hmask));
+            const int b = 4 * h + j;
+            const __m512i bit = _mm512_and_si512(_mm512_srlv_epi64(hm, _mm512_set_epi64(b + 1, b + 1, b + 1, b + 1, b, b, b, b)),
+                                                 _mm512_set1_epi8(1));
+            u = _mm512_or_si512(u, _mm512_slli_epi16(bit, 2));
+        }
+        return u;
+    }
     default: {
         /* q6_K: columns 0-63 of a 128-half take the low nibbles of ql, 64-127 the high, and two
          * bits of qh each (shifted by 0, 2, 4, 6 for its four 32-column quarters) */
@@ -268,10 +335,11 @@ typedef struct {
     __m512i *hx, *lx;      /* per 16 columns: their 16 h (l) bytes in each 128-bit lane */
     int32_t *bias_sum;     /* per slot (the type's sub-block): bias·Σa, see lane_sums */
     float *da, *sf;        /* per block of 32: scale, da·Σa */
+    float *sf16;           /* per 16 columns: da·Σa, the minimums' term of q2_K's sub-blocks of 16 */
 } planes;
 
 static inline size_t planes_bytes(int64_t cols) {
-    return (size_t)cols * 10 + (size_t)(cols / 16) * 4 + (size_t)(cols / 32) * 8 + 64;
+    return (size_t)cols * 10 + (size_t)(cols / 16) * 8 + (size_t)(cols / 32) * 8 + 64;
 }
 
 /* The planes of one token in scratch (64-byte aligned). */
@@ -283,7 +351,8 @@ static inline planes planes_at(void *scratch, int64_t cols) {
     P.bias_sum = (int32_t *)(P.lx + cols / 16);
     P.da = (float *)(P.bias_sum + cols / 16);
     P.sf = P.da + cols / 32;
-    P.h = (int8_t *)(P.sf + cols / 32);
+    P.sf16 = P.sf + cols / 32;
+    P.h = (int8_t *)(P.sf16 + cols / 16);
     P.l = P.h + cols;
     return P;
 }
@@ -313,6 +382,7 @@ static inline void quantize_planes(uint32_t type, const float *x, int64_t cols, 
                 for (int p = 0; p < 8; p++) words[(size_t)(blk * 16 + 8 * i + p) * (size_t)words_stride] = pairs[p];
             }
             part[i] = _mm512_reduce_add_epi32(a[i]);
+            P->sf16[2 * blk + i] = P->da[blk] * (float)part[i];
         }
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
@@ -327,6 +397,11 @@ static inline void quantize_planes(uint32_t type, const float *x, int64_t cols, 
             P->lx[blk * 2 + q] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(l + 16 * q)));
         }
     }
+}
+
+/* da·Σa over a slot for the minimums' term: its block of 32's, or for slots of 16 (q2_K) its own. */
+static inline float min_term(const planes *P, int slot_width, int64_t slot_k, int64_t blk) {
+    return slot_width == 16 ? P->sf16[slot_k] : P->sf[blk];
 }
 
 /* Decoding works on four rows at a time in one register, each row in its own 128-bit lane
@@ -368,6 +443,13 @@ static inline __attribute__((always_inline)) void row_kquant_scales(uint32_t typ
                                                                     int64_t k0, float (*s)[TR], float (*m)[TR]) {
     const size_t at = (size_t)(k0 / 256) * block_bytes(type);
     __m512i w[5];
+    if (type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K) {
+        __m512i dm[4];
+        words16(rp, at + (type == QUILL_TYPE_Q2_K ? 0 : Q3_K_SCALE_WINDOW), w);
+        if (type == QUILL_TYPE_Q2_K) words16(rp, at + sizeof(block_q2_K) - 16, dm); /* its word 3 is d, dmin */
+        lowbit_scales(type, w, type == QUILL_TYPE_Q2_K ? dm[3] : w[3], s, m);
+        return;
+    }
     if (type == QUILL_TYPE_Q6_K) {
         __m512i dw[4];
         words16(rp, at + offsetof(block_q6_K, scales), w);
@@ -588,7 +670,7 @@ typedef struct {
 static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const uint8_t *const rp[TR], int64_t k,
                                                             const planes *P, __m512i ch[4], __m512i cl[4]) {
     const int parts_per_slot = slot_width(type) / 16, n_slots = window_width(type) / slot_width(type);
-    if (type == QUILL_TYPE_Q6_K) {
+    if (type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K) {
         const __m512i H = _mm512_loadu_si512(P->h + k), L = _mm512_loadu_si512(P->l + k);
         group_sums(type, rp, k, H, L, ch, cl);
         return;
@@ -723,7 +805,8 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                     const int64_t blk = (k + s * kb) / 32;
                     const __m512 sc = _mm512_load_ps(sbuf[slot]);
                     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc);
-                    if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[slot]), _mm512_set1_ps(P->sf[blk]), acc);
+                    if (has_min(type))
+                        acc = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[slot]), _mm512_set1_ps(min_term(P, kb, slot_k, blk)), acc);
                 }
             }
         }
@@ -797,6 +880,8 @@ static inline __attribute__((always_inline)) void prefetch_next_tile(const tile_
 /* Tokens from which a pass takes the word products: their weights' widening, once per chunk, costs
  * about as much as a token's byte products, which for each token are twice as many. */
 #define WORD_TOKENS 16
+/* The word products keep da·Σa per 32 columns: q2_K's minimums of 16 columns take the byte ones. */
+static inline bool word_products(uint32_t type) { return !(has_min(type) && slot_width(type) == 16); }
 
 /* The tokens of a pass against one chunk of a row tile: n slots of kb columns from column k0,
  * their codes in wbuf (per 4 columns, the 16 rows' 4 unsigned codes, rows in lanes) and their
@@ -835,7 +920,7 @@ static inline __attribute__((always_inline)) void gemm_block(const decode_job *j
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(pt[t]->da[blk])),
                                      acc[t]);
             if (has_min(type))
-                acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(pt[t]->sf[blk]), acc[t]);
+                acc[t] = _mm512_fnmadd_ps(_mm512_load_ps(mbuf[i]), _mm512_set1_ps(min_term(pt[t], kb, slot_k, blk)), acc[t]);
         }
     }
 #pragma GCC unroll 8
@@ -922,7 +1007,7 @@ static inline __attribute__((always_inline)) void widen(uint32_t type, const __m
 static inline __attribute__((always_inline)) void gemm_chunk_any(const decode_job *j, uint32_t type, int64_t k0, int cw,
                                                                  const __m512i *wbuf, __m512i *wbuf16, float (*sbuf)[TR],
                                                                  float (*mbuf)[TR], float (*accbuf)[TR]) {
-    if (j->n_tok >= WORD_TOKENS) {
+    if (j->word_a) {
         widen(type, wbuf, cw / 4, wbuf16);
         gemm_chunk_words(j, type, k0, cw / slot_width(type), wbuf16, sbuf, mbuf, accbuf);
     } else {

@@ -14,8 +14,9 @@
  *   - per sub-block the integer C = Σ q·a, which A keeps below 2^24: exact in f32, whatever the
  *     order of the adds;
  *   - then in f32, sub-block after sub-block: acc = fma(C, s·da, acc), with s the sub-block's
- *     scale (d, or d·sc for k-quants), and for the types with minimums (q4_K, q5_K; q4_1, q5_1 add
- *     theirs) acc = fma(-m, da·Σa, acc); y = acc.
+ *     scale (d, or d·sc for k-quants), and for the types with minimums (q4_K, q5_K, q2_K; q4_1,
+ *     q5_1 add theirs) acc = fma(-m, da·Σa, acc), Σa the sum of the sub-block's activation codes
+ *     (of its block of 32: the sub-block for all but q2_K, whose sub-blocks are 16); y = acc.
  * Every step is a function of that row and that token alone, so any kernel that keeps to it is
  * bitwise batch- and thread-invariant, and equal to every other one.
  *
@@ -122,33 +123,32 @@ bool quill_exact_matmul_model(uint32_t type, const void *w, size_t row_bytes, in
     int8_t *q = malloc((size_t)cols);
     int16_t *a = malloc((size_t)cols * sizeof *a);
     float *s = malloc((size_t)(cols / kb) * sizeof *s), *m = malloc((size_t)(cols / kb) * sizeof *m);
-    float *da = malloc((size_t)(cols / 32) * sizeof *da), *sf = malloc((size_t)(cols / 32) * sizeof *sf);
-    const bool ok = q && a && s && m && da && sf;
+    float *da = malloc((size_t)(cols / 32) * sizeof *da);
+    const bool ok = q && a && s && m && da;
     for (int t = 0; ok && t < n_tok; t++) {
         for (int64_t blk = 0; blk < cols / 32; blk++) {
             int32_t sum;
             da[blk] = quantize_block(x + t * cols + blk * 32, type, a + blk * 32, &sum);
-            sf[blk] = da[blk] * (float)sum;
         }
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *row = (const uint8_t *)w + r * row_bytes;
             if (exact_unpacked(type)) {
-                quill_exact_unpack_for(type)(row, cols, q, s);
+                quill_exact_unpack_for(type)(row, cols, q, s, m);
             } else {
                 row_codes(type, row, cols, q);
                 row_scales(type, row, (int)(cols / kb), s, m);
             }
             float acc = 0;
             for (int64_t i = 0; i < cols / kb; i++) {
-                int32_t c = 0;
-                for (int k = 0; k < kb; k++) c += q[i * kb + k] * a[i * kb + k];
+                int32_t c = 0, sum = 0;
+                for (int k = 0; k < kb; k++) c += q[i * kb + k] * a[i * kb + k], sum += a[i * kb + k];
                 const int64_t blk = i * kb / 32;
                 acc = fmaf((float)c, s[i] * da[blk], acc);
-                if (has_min(type)) acc = fmaf(-m[i], sf[blk], acc);
+                if (has_min(type)) acc = fmaf(-m[i], da[blk] * (float)sum, acc);
             }
             y[(size_t)t * rows + r] = acc;
         }
     }
-    free(q), free(a), free(s), free(m), free(da), free(sf);
+    free(q), free(a), free(s), free(m), free(da);
     return ok;
 }

@@ -17,7 +17,8 @@ static inline float half_at(const uint8_t *p) {
     return quill_half_to_float(h);
 }
 
-void quill_exact_unpack_mxfp4(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_mxfp4(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_MXFP4; b++, row += sizeof(block_mxfp4), q += QK_MXFP4) {
         const block_mxfp4 *blk = (const block_mxfp4 *)row;
         s[b] = quill_e8m0_half_to_float(blk->e);
@@ -28,7 +29,8 @@ void quill_exact_unpack_mxfp4(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
-void quill_exact_unpack_q1_0(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_q1_0(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK1_0; b++, row += sizeof(block_q1_0), q += QK1_0) {
         const float d = half_at(row);
         for (int i = 0; i < QK1_0 / 32; i++) *s++ = d;
@@ -36,11 +38,44 @@ void quill_exact_unpack_q1_0(const uint8_t *row, int64_t n, int8_t *q, float *s)
     }
 }
 
-void quill_exact_unpack_q2_0(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_q2_0(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK2_0; b++, row += sizeof(block_q2_0), q += QK2_0) {
         const float d = half_at(row);
         for (int i = 0; i < QK2_0 / 32; i++) *s++ = d;
         for (int j = 0; j < QK2_0; j++) q[j] = (int8_t)(((row[2 + j / 4] >> (2 * (j % 4))) & 3) - 1);
+    }
+}
+
+/* q2_K and q3_K: column 32j + l of a 128-column half h takes bits 2j, 2j + 1 of qs[32h + l]; each
+ * 16 columns have their own scale (q2_K: 4 bits and a 4-bit minimum, q3_K: 6 bits less 32), as
+ * their dequantizers (types.c) read them. */
+void quill_exact_unpack_q2_K(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_q2_K)) {
+        const block_q2_K *blk = (const block_q2_K *)row;
+        const float d = half_at(row + offsetof(block_q2_K, d)), dmin = half_at(row + offsetof(block_q2_K, dmin));
+        for (int i = 0; i < QK_K / 16; i++) {
+            *s++ = d * (float)(blk->scales[i] & 0xF);
+            *mins++ = dmin * (float)(blk->scales[i] >> 4);
+        }
+        for (int c = 0; c < QK_K; c++) *q++ = (int8_t)((blk->qs[32 * (c / 128) + c % 32] >> (2 * (c % 128 / 32))) & 3);
+    }
+}
+
+/* q3_K's third bit: bit 4h + j of hmask[l] for that column, clear meaning 4 lower. */
+void quill_exact_unpack_q3_K(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
+    for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_q3_K)) {
+        const block_q3_K *blk = (const block_q3_K *)row;
+        const float d = half_at(row + offsetof(block_q3_K, d));
+        int8_t sc[16];
+        quill_q3_K_scales(blk->scales, sc);
+        for (int i = 0; i < QK_K / 16; i++) *s++ = d * (float)sc[i];
+        for (int c = 0; c < QK_K; c++) {
+            const int h = c / 128, j = c % 128 / 32, l = c % 32;
+            const int lo = (blk->qs[32 * h + l] >> (2 * j)) & 3;
+            *q++ = (int8_t)(lo - ((blk->hmask[l] >> (4 * h + j)) & 1 ? 0 : 4));
+        }
     }
 }
 
@@ -50,7 +85,8 @@ static inline int8_t trit(uint8_t byte, int t) {
     return (int8_t)((((uint8_t)(byte * pow3[t])) * 3 >> 8) - 1);
 }
 
-void quill_exact_unpack_tq1_0(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_tq1_0(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     enum { QS = sizeof(((block_tq1_0 *)0)->qs), QH = sizeof(((block_tq1_0 *)0)->qh) };
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_tq1_0)) {
         const block_tq1_0 *blk = (const block_tq1_0 *)row;
@@ -66,7 +102,8 @@ void quill_exact_unpack_tq1_0(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
-void quill_exact_unpack_tq2_0(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_tq2_0(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_tq2_0)) {
         const block_tq2_0 *blk = (const block_tq2_0 *)row;
         const float d = half_at(row + offsetof(block_tq2_0, d));
@@ -85,7 +122,8 @@ static inline void signed_group(uint64_t grid, uint8_t signs, int8_t *q) {
     }
 }
 
-void quill_exact_unpack_iq2_xxs(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq2_xxs(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_xxs)) {
         const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++) {
@@ -99,7 +137,8 @@ void quill_exact_unpack_iq2_xxs(const uint8_t *row, int64_t n, int8_t *q, float 
     }
 }
 
-void quill_exact_unpack_iq2_xs(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq2_xs(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_xs)) {
         block_iq2_xs blk;
         memcpy(&blk, row, sizeof blk);
@@ -115,7 +154,8 @@ void quill_exact_unpack_iq2_xs(const uint8_t *row, int64_t n, int8_t *q, float *
     }
 }
 
-void quill_exact_unpack_iq2_s(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq2_s(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_s)) {
         const block_iq2_s *blk = (const block_iq2_s *)row;
         const float d = half_at(row);
@@ -129,7 +169,8 @@ void quill_exact_unpack_iq2_s(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
-void quill_exact_unpack_iq3_xxs(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq3_xxs(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq3_xxs)) {
         const float d = half_at(row);
         const uint8_t *qs = row + 2, *scales_and_signs = row + 2 + QK_K / 4;
@@ -146,7 +187,8 @@ void quill_exact_unpack_iq3_xxs(const uint8_t *row, int64_t n, int8_t *q, float 
     }
 }
 
-void quill_exact_unpack_iq3_s(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq3_s(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq3_s)) {
         const block_iq3_s *blk = (const block_iq3_s *)row;
         const float d = half_at(row);
@@ -169,7 +211,8 @@ static inline void iq1_group(uint64_t grid, bool minus, int8_t *q) {
     for (int j = 0; j < 8; j++) q[j] = (int8_t)(8 * (int8_t)(grid >> (8 * j)) + (minus ? -1 : 1));
 }
 
-void quill_exact_unpack_iq1_s(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq1_s(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq1_s)) {
         block_iq1_s blk;
         memcpy(&blk, row, sizeof blk);
@@ -183,7 +226,8 @@ void quill_exact_unpack_iq1_s(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
-void quill_exact_unpack_iq1_m(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+void quill_exact_unpack_iq1_m(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq1_m)) {
         block_iq1_m blk;
         memcpy(&blk, row, sizeof blk);

@@ -85,10 +85,13 @@ static const exact_type exact_types[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(EXACT_R
 
 /* The unpacking kernels' view of a row (exact = 2): the signed integer codes q of columns
  * [0, n) (n whole blocks, from the block at `row`) and the scale of each slot of slot_width
- * columns, such that the weight is s·q; the exact products then sum Σq·a per slot exactly and add
- * fma(C, s·da, acc) slot after slot, as exact_scalar.c defines. */
-typedef void (*quill_exact_unpack_fn)(const uint8_t *row, int64_t n, int8_t *q, float *s);
-#define QUILL_DECLARE_UNPACK_(sfx, ID) void quill_exact_unpack_##sfx(const uint8_t *row, int64_t n, int8_t *q, float *s);
+ * columns, and for the types with minimums (q2_K) the minimum m of each slot, such that the weight
+ * is s·q - m (m untouched for the others); the exact products then sum Σq·a per slot exactly and
+ * add fma(C, s·da, acc) slot after slot, and fma(-m, da·Σa, acc) with Σa the slot's activation
+ * codes' sum, as exact_scalar.c defines. */
+typedef void (*quill_exact_unpack_fn)(const uint8_t *row, int64_t n, int8_t *q, float *s, float *m);
+#define QUILL_DECLARE_UNPACK_(sfx, ID)                                                               \
+    void quill_exact_unpack_##sfx(const uint8_t *row, int64_t n, int8_t *q, float *s, float *m);
 QUILL_UNPACKED_EXACT_TYPES(QUILL_DECLARE_UNPACK_)
 #undef QUILL_DECLARE_UNPACK_
 /* The unpacker of a type, or NULL (exact_unpack.c). */
@@ -98,12 +101,15 @@ static inline bool exact_unpacked(uint32_t type) {
 }
 
 /* Columns an unpacking kernel unpacks at a time (a multiple of every block size), and tokens per
- * pass over a matrix: its scratch holds a pass's activation codes. */
+ * pass over a matrix: its scratch holds a pass's activation codes, their scales per 32 columns and
+ * their sums per 16 (the minimums' term). */
 #define UNPACK_COLS 2048
 #define UNPACK_TOKENS 64
 static inline size_t unpacked_scratch(int64_t cols, int n_tok) {
     const size_t pass = (size_t)(n_tok < UNPACK_TOKENS ? n_tok : UNPACK_TOKENS);
-    return pass * ((size_t)cols * sizeof(int16_t) + (size_t)(cols / 32) * sizeof(float)) + 64;
+    return pass * ((size_t)cols * sizeof(int16_t) + (size_t)(cols / 32) * sizeof(float) +
+                   (size_t)(cols / 16) * sizeof(int32_t)) +
+           64;
 }
 /* Whether a type has exact products (the facts below are only defined for those). */
 static inline bool exact_supported(uint32_t type) { return type < QUILL_TYPE_COUNT && exact_types[type].slot_width; }

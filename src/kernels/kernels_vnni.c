@@ -6,7 +6,23 @@
 
 #if defined(__x86_64__)
 
-TYPED_TASKS(decode, DECODE_TASK, DECODE_CASE)
+/* q2_K and q3_K: types of the unpacking kernels (exact = 2) that this set also decodes and runs in
+ * batches from the file's rows, as q6_K (their sub-blocks are 16 columns too): the unpacking
+ * kernels' per-slot sums and scalar unpacking made a q2_K token ~15x slower than the f32 product
+ * it replaced. Same bits as the model's, as every exact kernel. */
+#define FILE_DECODED_LOWBIT(M) M(q2_K, Q2_K) M(q3_K, Q3_K)
+#define TYPED_TASKS_LOWBIT(prefix, TASK, CASE)                                                       \
+    QUILL_EXACT_TYPES(TASK)                                                                          \
+    FILE_DECODED_LOWBIT(TASK)                                                                        \
+    static quill_task_fn prefix##_fn(uint32_t type) {                                                \
+        switch (type) {                                                                              \
+        QUILL_EXACT_TYPES(CASE)                                                                      \
+        FILE_DECODED_LOWBIT(CASE)                                                                    \
+        default: return NULL;                                                                        \
+        }                                                                                            \
+    }
+
+TYPED_TASKS_LOWBIT(decode, DECODE_TASK, DECODE_CASE)
 
 quill_task_fn quill_avx512_decode_fn(uint32_t type) { return decode_fn(type); }
 
@@ -45,7 +61,7 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
     }
 }
 
-TYPED_TASKS(gemm, GEMM_TASK, GEMM_CASE)
+TYPED_TASKS_LOWBIT(gemm, GEMM_TASK, GEMM_CASE)
 
 typedef struct {
     uint32_t type;
@@ -117,7 +133,7 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
         const int nt = n_tok - t0 < VNNI_TOKENS ? n_tok - t0 : VNNI_TOKENS;
         const int padded = (nt + TBW - 1) / TBW * TBW;
         for (int t = 0; t < nt; t++) P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
-        const bool by_words = nt >= WORD_TOKENS;
+        const bool by_words = nt >= WORD_TOKENS && word_products(type);
         int32_t *word_a = by_words ? (int32_t *)words : NULL;
         float *word_da = by_words ? (float *)(words + (size_t)padded * (size_t)cols * 2) : NULL;
         float *word_sf = by_words ? word_da + (size_t)padded * (size_t)(cols / 32) : NULL;
@@ -164,6 +180,7 @@ static void vnni_matmul_packed(uint32_t type, const quill_matrix *m, int n_mats,
 #define MATMUL_VNNI(sfx, ID) MATMUL_FN(matmul_vnni_##sfx, vnni_matmul, QUILL_TYPE_##ID)
 #define INSTALL_VNNI(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_vnni_##sfx;
 QUILL_EXACT_TYPES(MATMUL_VNNI)
+FILE_DECODED_LOWBIT(MATMUL_VNNI)
 MATMUL_FN(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
 MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
@@ -178,6 +195,7 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_scratch = vnni_scratch;
     QUILL_EXACT_TYPES(INSTALL_VNNI)
     QUILL_UNPACKED_EXACT_TYPES(INSTALL_UNPACKED)
+    FILE_DECODED_LOWBIT(INSTALL_VNNI)
     k->packed_layout = "vnni16";
     k->pack_bytes = quill_vnni_pack_bytes;
     k->pack = quill_vnni_pack;

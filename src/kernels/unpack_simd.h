@@ -17,7 +17,8 @@ static inline void unpack_nibbles_lut(const uint8_t *qs, __m128i table, int8_t *
     _mm_storeu_si128((__m128i *)(q + 16), _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), low)));
 }
 
-static void unpack_mxfp4_simd(const uint8_t *row, int64_t n, int8_t *q, float *s) {
+static void unpack_mxfp4_simd(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
     const __m128i table = _mm_loadu_si128((const __m128i *)quill_kvalues_fp4);
     for (int64_t b = 0; b < n / QK_MXFP4; b++, row += sizeof(block_mxfp4), q += QK_MXFP4) {
         const block_mxfp4 *blk = (const block_mxfp4 *)row;

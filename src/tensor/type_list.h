@@ -37,8 +37,10 @@
     X(ctx, Q8_0, q8_0, QK8_0, sizeof(block_q8_0), 1, 1, 2, 1,                                                      \
       EXACT(32, 128, 127 * 32, false, EXACT_SCALE_D, 0, 0))                                                        \
     X(ctx, Q8_1, q8_1, QK8_1, sizeof(block_q8_1), 0, 0, 0, 0, NO_EXACT)                                            \
-    X(ctx, Q2_K, q2_K, QK_K, sizeof(block_q2_K), 1, 1, 2, 0, NO_EXACT)                                             \
-    X(ctx, Q3_K, q3_K, QK_K, sizeof(block_q3_K), 1, 1, 2, 0, NO_EXACT)                                             \
+    X(ctx, Q2_K, q2_K, QK_K, sizeof(block_q2_K), 1, 1, 2, 2,                                                       \
+      EXACT(16, 0, QMAX, true, EXACT_SCALE_UNPACKED, 0, 0))                                                        \
+    X(ctx, Q3_K, q3_K, QK_K, sizeof(block_q3_K), 1, 1, 2, 2,                                                       \
+      EXACT(16, 4, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, Q4_K, q4_K, QK_K, sizeof(block_q4_K), 1, 1, 2, 1, EXACT(32, 0, QMAX, true, EXACT_SCALE_K4, 0, 0))       \
     X(ctx, Q5_K, q5_K, QK_K, sizeof(block_q5_K), 1, 1, 1, 1, EXACT(32, 0, 127 * 128, true, EXACT_SCALE_K4, 0, 0))  \
     X(ctx, Q6_K, q6_K, QK_K, sizeof(block_q6_K), 1, 1, 2, 1, EXACT(16, 32, QMAX, false, EXACT_SCALE_Q6_K, 0, 0))   \
