@@ -665,12 +665,52 @@ typedef struct {
     const float *word_da, *word_sf;
 } decode_job;
 
+/* q2_K and q3_K decode transposed, as q4_K: a byte of qs holds the codes of four columns 32 apart
+ * (bits 2j, 2j + 1 for column 32j + l of a 128-column half, l < 32; q3_K's third bits likewise in
+ * hmask, bit 4h + j), so words16 puts 4 consecutive columns of each row in its lane for each j, and
+ * every vpdpbusd adds 4 products of one row: the slots' sums come out with rows in lanes, without
+ * group_sums' reduction (q6_K's way, which these types measured ~2 % slower with). */
+static inline __attribute__((always_inline)) void lowbit_lane_sums(uint32_t type, const uint8_t *const rp[TR],
+                                                                   int64_t k, const planes *P, __m512i ch[4],
+                                                                   __m512i cl[4]) {
+    const size_t at = (size_t)(k / 256) * block_bytes(type);
+    const int h = (int)(k % 256) / 128, j0 = (int)(k % 128) / 32;
+    const size_t qs = (type == QUILL_TYPE_Q2_K ? offsetof(block_q2_K, qs) : offsetof(block_q3_K, qs)) + 32 * (size_t)h;
+    const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    for (int s = 0; s < 4; s++) ch[s] = cl[s] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        _Alignas(64) __m512i w[4], hm[4];
+        words16(rp, at + qs + 16 * (size_t)i, w);
+        if (type == QUILL_TYPE_Q3_K) words16(rp, at + offsetof(block_q3_K, hmask) + 16 * (size_t)i, hm);
+#pragma GCC unroll 2
+        for (int jj = 0; jj < 2; jj++) {
+            const int j = j0 + jj, slot = 2 * jj + i;
+            __m512i sh = ch[slot], sl = cl[slot];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512i u = _mm512_and_si512(_mm512_srli_epi32(w[g], (unsigned)(2 * j)), three);
+                if (type == QUILL_TYPE_Q3_K) /* u | (hmask bit 4h + j moved to bit 2) */
+                    u = _mm512_ternarylogic_epi32(u, shift16(hm[g], 2 - (4 * h + j)), four, 0xF8);
+                const int64_t col = k + 32 * jj + 16 * i + 4 * g;
+                sh = _mm512_dpbusd_epi32(sh, u, bcast4(P->h + col));
+                sl = _mm512_dpbusd_epi32(sl, u, bcast4(P->l + col));
+            }
+            ch[slot] = sh, cl[slot] = sl;
+        }
+    }
+}
+
 /* Exact sums Σu·h and Σu·l (u the unsigned codes) of the 16 rows of rp over each slot of the
  * window_width(type) columns from k, rows in lanes: ch[s], cl[s] for slot s. */
 static inline __attribute__((always_inline)) void lane_sums(uint32_t type, const uint8_t *const rp[TR], int64_t k,
                                                             const planes *P, __m512i ch[4], __m512i cl[4]) {
     const int parts_per_slot = slot_width(type) / 16, n_slots = window_width(type) / slot_width(type);
-    if (type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K) {
+    if (type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K) {
+        lowbit_lane_sums(type, rp, k, P, ch, cl);
+        return;
+    }
+    if (type == QUILL_TYPE_Q6_K) {
         const __m512i H = _mm512_loadu_si512(P->h + k), L = _mm512_loadu_si512(P->l + k);
         group_sums(type, rp, k, H, L, ch, cl);
         return;

@@ -2,8 +2,8 @@
  * and slot scales (type list rows with exact = 2). Per row tile, each chunk of UNPACK_COLS columns
  * is unpacked once and serves every token of the pass; per slot the integer sum C = Σq·a is exact
  * (act_max keeps it below 2^24) whatever the vector width that forms it, and the f32 steps
- * acc = fma(C, s·da, acc) (and fma(-m, da·Σa, acc) for minimums) run slot after slot as in exact_scalar.c: the model's bits, for any
- * batch and thread count.
+ * acc = fma(C, s·da, acc) (and fma(-m, da·Σa, acc) for minimums) run slot after slot as in
+ * exact_scalar.c: the model's bits, for any batch and thread count.
  *
  * An instruction-set file defines `static inline int32_t slot_dot(const int8_t *q, const int16_t
  * *a, int width)` (Σ q[i]·a[i] for i < width, width 16 or 32) and `static inline

@@ -7,9 +7,9 @@
 #if defined(__x86_64__)
 
 /* q2_K and q3_K: types of the unpacking kernels (exact = 2) that this set also decodes and runs in
- * batches from the file's rows, as q6_K (their sub-blocks are 16 columns too): the unpacking
- * kernels' per-slot sums and scalar unpacking made a q2_K token ~15x slower than the f32 product
- * it replaced. Same bits as the model's, as every exact kernel. */
+ * batches from the file's rows (exact_avx512.h: codes64, lowbit_lane_sums, lowbit_scales; slots of
+ * 16 as q6_K's): the unpacking kernels' scalar unpacking and per-slot sums made a q2_K token ~15x
+ * slower than the f32 product they replaced. The same bits as the model's. */
 #define FILE_DECODED_LOWBIT(M) M(q2_K, Q2_K) M(q3_K, Q3_K)
 #define TYPED_TASKS_LOWBIT(prefix, TASK, CASE)                                                       \
     QUILL_EXACT_TYPES(TASK)                                                                          \

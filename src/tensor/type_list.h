@@ -13,7 +13,8 @@
  *   decodes, quantizes: 1 or 0 (literal tokens: they select code with QUILL_IF)
  *   exact     0: no exact products; 1: exact products by the sets' specialised kernels (each exact
  *             kernel file unpacks the type itself); 2: exact products by the unpacking kernels
- *             (kernels_exact.h), from quill_exact_unpack_<sfx> (exact_unpack.c)
+ *             (kernels_exact.h), from quill_exact_unpack_<sfx> (exact_unpack.c); the vnni set
+ *             runs q2_K and q3_K in its own loops besides (kernels_vnni.c)
  *   vector    what the avx2 and avx512 files define for it: 0 nothing, 1 dequant_<sfx> (a vector
  *             dequantizer, bit-identical to to_float), 2 that and vec_dot_<sfx> (kernels_simd.h)
  *   facts     for exact types EXACT(slot_width, code_bias, act_max, has_min, scales, qs, qh), as
