@@ -140,6 +140,7 @@ static inline __attribute__((always_inline)) void lowbit_scales(uint32_t type, c
     if (type == QUILL_TYPE_Q2_K) {
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
         const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             const __m512i b = window_byte(w, i);
             _mm512_store_ps(s[i], _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(b, low))));
@@ -148,6 +149,7 @@ static inline __attribute__((always_inline)) void lowbit_scales(uint32_t type, c
         return;
     }
     const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[3], 16)));
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++) { /* as quill_q3_K_scales */
         const __m512i lo = i < 8 ? _mm512_and_si512(window_byte(w, 2 + i), low) : _mm512_srli_epi32(window_byte(w, 2 + i - 8), 4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(window_byte(w, 2 + 8 + (i & 3)), (unsigned)(2 * (i >> 2))),
@@ -839,8 +841,8 @@ static inline __attribute__((always_inline)) void decode_impl(const decode_job *
                 for (int s = 0; s < n_slots; s++) {
                     const int64_t slot_k = (k + s * kb) / kb; /* the slot's index in the row */
                     /* C = Σq·a = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
-                    const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ch[s], 8), cl[s]),
-                                                         _mm512_set1_epi32(P->bias_sum[slot_k]));
+                    __m512i sub = _mm512_add_epi32(_mm512_slli_epi32(ch[s], 8), cl[s]);
+                    if (code_bias(type)) sub = _mm512_sub_epi32(sub, _mm512_set1_epi32(P->bias_sum[slot_k]));
                     const int slot = (c + s * kb) / kb;
                     const int64_t blk = (k + s * kb) / 32;
                     const __m512 sc = _mm512_load_ps(sbuf[slot]);
