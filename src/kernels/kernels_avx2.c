@@ -1,7 +1,7 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
 #include "kernels/kernels_simd.h"
+#include "kernels/float_products.h"
 #include "base/exp_poly.h"
-#include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
 #if defined(__x86_64__)
@@ -63,15 +63,6 @@ static void dot_avx2(const float *w, const float *x, int64_t n, int n_tok, int64
 #define FLOAT_CHUNK 512
 #define FLOAT_TOKENS 32
 
-typedef struct {
-    uint32_t type;
-    const uint8_t *w;
-    size_t row_bytes;
-    int64_t rows, cols;
-    const float *x;
-    int n_tok;
-    float *y;
-} float_job;
 
 static inline __attribute__((always_inline)) __m256 float_weights8(uint32_t type, const uint8_t *row, int64_t i) {
     if (type == QUILL_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
@@ -261,25 +252,7 @@ static inline __attribute__((always_inline)) void float_panels(const float_job *
     }
 }
 
-#define FLOAT_TASK(sfx, ID)                                                                          \
-    static void float_panels_##sfx(void *ctx, int64_t p0, int64_t p1, int thread) {                  \
-        (void)thread;                                                                                \
-        float_panels(ctx, p0, p1, QUILL_TYPE_##ID);                                                  \
-    }                                                                                                \
-    static void float_matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
-                                   quill_pool *pool, void *scratch) {                                \
-        (void)scratch;                                                                               \
-        float_job jobs[QUILL_MATMUL_MAX_MATS];                                                       \
-        quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];                                                \
-        for (int i = 0; i < n_mats; i++) {                                                           \
-            jobs[i] = (float_job){QUILL_TYPE_##ID, m[i].w, m[i].row_bytes, m[i].rows, cols, x, n_tok, m[i].y}; \
-            tasks[i] = (quill_pool_task){float_panels_##sfx, &jobs[i], (m[i].rows + FLOAT_ROWS - 1) / FLOAT_ROWS}; \
-        }                                                                                            \
-        quill_pool_run_joined(pool, tasks, n_mats, 4);                                               \
-    }
-FLOAT_TASK(f32, F32)
-FLOAT_TASK(f16, F16)
-FLOAT_TASK(bf16, BF16)
+QUILL_FLOAT_PRODUCTS()
 
 static void dequant_f16(const void *src, float *y, int64_t n) {
     const uint16_t *h = src;
@@ -977,8 +950,6 @@ static void key_block_q4_0_avx2(const uint8_t *block, int64_t hd, float *tile) {
 
 void quill_kernels_install_avx2(quill_kernels *k) {
     QUILL_INSTALL_SIMD(k, avx2);
-    k->matmul[QUILL_TYPE_F32] = float_matmul_f32;
-    k->matmul[QUILL_TYPE_F16] = float_matmul_f16;
-    k->matmul[QUILL_TYPE_BF16] = float_matmul_bf16;
+    QUILL_INSTALL_FLOAT_PRODUCTS(k);
 }
 #endif
