@@ -9,7 +9,8 @@
  * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
  * amx on AVX-512 VNNI and the tile unit (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, with
  * exact_avx512.h); the low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) by the
- * unpacking kernels of exact_unpacked.h on AVX2 and AVX-512. Float weights (f32, f16, bf16)
+ * unpacking kernels of exact_unpacked.h on AVX2 and AVX-512 (the vnni set packs mxfp4 at load and
+ * multiplies it as it does q4_0, kernels_vnni_pack.c). Float weights (f32, f16, bf16)
  * keep the row path's arithmetic, but avx2 and avx512 run it a whole matrix at a time (panels of
  * rows against several tokens, the bits of dequantize + dot). The per-type lists come from
  * tensor/type_list.h. Either way each (row, token)
