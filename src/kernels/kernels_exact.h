@@ -37,7 +37,8 @@ typedef struct {
     int block_bytes;
     int slot_width;    /* elements of a sub-block, which share one scale: a tile product each */
     int code_bias;     /* what makes the type's codes unsigned bytes (0 when they already are; mxfp4's
-                        * 12 serves the vnni set's packed layout, whose codes are fp4 values + 12) */
+                        * 12 serves the vnni set's packed layout, whose codes are fp4 values + 12; the
+                        * other types of the unpacking kernels: 128, for the vnni set's batch loop) */
     int act_max;       /* the largest activation code for its products: see below */
     bool has_min;      /* value = s·q - m per sub-block (q4_1 and q5_1 add theirs: m is the negated minimum) */
     exact_scale_layout scales;

@@ -63,6 +63,62 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
 
 TYPED_TASKS_LOWBIT(gemm, GEMM_TASK, GEMM_CASE)
 
+#include "kernels/unpack_simd.h"
+
+/* The batch loop for the types of the unpacking kernels (exact = 2): gemm_impl's, with each row's
+ * codes from its unpacker (u = q + code_bias: 128, mxfp4's 12) and its slot scales put in rows-in-lanes
+ * order. The unpacking kernels' per-token horizontal sums took pp512 of a qwen3moe-shaped IQ3_M
+ * file to 0.5x the reference's. */
+static inline __attribute__((always_inline)) void gemm_unpacked_impl(const decode_job *j, int64_t t0, int64_t t1,
+                                                                     uint32_t type) {
+    const int kb = slot_width(type), per = block_elems(type);
+    const quill_exact_unpack_fn unpack = unpack_fast(type) ? unpack_fast(type) : quill_exact_unpack_for(type);
+    _Alignas(64) int8_t rowbuf[TR][CW];
+    _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
+    _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
+    _Alignas(64) float accbuf[VNNI_TOKENS + TBW][TR];
+    float srow[CW / 16], mrow[CW / 16];
+    const __m512i row_at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(CW));
+    const __m256i bias = _mm256_set1_epi8((char)code_bias(type));
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        const uint8_t *w0 = j->w + (size_t)r0 * j->row_bytes;
+        memset(accbuf, 0, (size_t)(j->n_tok + TBW) * sizeof accbuf[0]);
+        for (int64_t k0 = 0; k0 < j->cols; k0 += CW) {
+            const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
+            /* rows past the matrix repeat its first row: their lanes are computed and never stored */
+            for (int r = 0; r < TR; r++) {
+                const uint8_t *row = w0 + (size_t)(r < nr ? r : 0) * j->row_bytes;
+                unpack(row + (size_t)(k0 / per) * block_bytes(type), cw, rowbuf[r], srow, mrow);
+                for (int i = 0; i < cw; i += 32) {
+                    __m256i *at = (__m256i *)(rowbuf[r] + i);
+                    _mm256_store_si256(at, _mm256_add_epi8(_mm256_load_si256(at), bias));
+                }
+                for (int i = 0; i < cw / kb; i++) {
+                    sbuf[i][r] = srow[i];
+                    if (has_min(type)) mbuf[i][r] = mrow[i];
+                }
+            }
+            for (int g = 0; g < cw / 4; g++) wbuf[g] = _mm512_i32gather_epi32(row_at, rowbuf[0] + 4 * g, 1);
+            gemm_chunk_any(j, type, k0, cw, wbuf, wbuf16, sbuf, mbuf, accbuf);
+        }
+        for (int t = 0; t < j->n_tok; t++)
+            _mm512_mask_storeu_ps(j->y + (size_t)t * (size_t)j->rows + r0, (__mmask16)((1u << nr) - 1),
+                                  _mm512_load_ps(accbuf[t]));
+    }
+}
+#define GEMM_UNPACKED_TASK(sfx, ID) TYPED_TASK(gemm_unpacked, gemm_unpacked_impl, sfx, QUILL_TYPE_##ID)
+#define GEMM_UNPACKED_CASE(sfx, ID) case QUILL_TYPE_##ID: return gemm_unpacked_##sfx;
+QUILL_UNPACKED_EXACT_TYPES(GEMM_UNPACKED_TASK)
+static quill_task_fn gemm_unpacked_fn(uint32_t type) {
+    switch (type) {
+    QUILL_UNPACKED_EXACT_TYPES(GEMM_UNPACKED_CASE)
+    default: return NULL;
+    }
+}
+
 typedef struct {
     uint32_t type;
     const float *x; /* the pass's first token */
@@ -107,8 +163,6 @@ static size_t vnni_scratch(int64_t cols, int n_tok) {
 
 /* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
 
-#include "kernels/unpack_simd.h"
-
 static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
     if (width == 32)
         return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)q)),
@@ -119,7 +173,7 @@ static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
 }
 QUILL_UNPACKED_ROWS_(vnni)
 #define UNPACKED_MATMUL(tsfx, ID) QUILL_UNPACKED_MATMUL_(vnni, ID)
-#define INSTALL_UNPACKED(tsfx, ID) k->matmul[QUILL_TYPE_##ID] = unpacked_matmul_vnni_##ID;
+#define INSTALL_UNPACKED(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_unpacked_##sfx;
 QUILL_UNPACKED_EXACT_TYPES(UNPACKED_MATMUL)
 
 static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, int n_mats, int64_t cols,
@@ -145,9 +199,10 @@ static void vnni_matmul_from(uint32_t type, bool packed, const quill_matrix *m, 
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
             dj[i] = (decode_job){type, m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y, word_a, word_da, word_sf};
             const quill_task_fn few = packed ? quill_vnni_few_packed_fn(type, nt) : NULL;
-            const quill_task_fn fn = few                ? few
-                                     : packed           ? (nt == 1 ? quill_vnni_decode_packed_fn(type) : quill_vnni_gemm_packed_fn(type))
-                                                        : (nt == 1 ? decode_fn(type) : gemm_fn(type));
+            quill_task_fn fn = few                ? few
+                               : packed           ? (nt == 1 ? quill_vnni_decode_packed_fn(type) : quill_vnni_gemm_packed_fn(type))
+                                                  : (nt == 1 ? decode_fn(type) : gemm_fn(type));
+            if (!fn) fn = gemm_unpacked_fn(type); /* the unpacking kernels' types, in batches */
             /* packed q4_0 and mxfp4 decode a group of tiles at a time (nibble_group), one token or a few */
             const int per_item = (nt == 1 || few) && packed ? quill_vnni_pack_group(type) : 1;
             const int64_t tiles = (m[i].rows + TR - 1) / TR;
@@ -181,6 +236,15 @@ static void vnni_matmul_packed(uint32_t type, const quill_matrix *m, int n_mats,
 #define INSTALL_VNNI(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_vnni_##sfx;
 QUILL_EXACT_TYPES(MATMUL_VNNI)
 FILE_DECODED_LOWBIT(MATMUL_VNNI)
+/* The unpacking kernels' types: one token by the unpacking kernel (each row unpacked once, for the
+ * one token), batches by the batch loop above. */
+#define MATMUL_UNPACKED(sfx, ID)                                                                     \
+    static void matmul_unpacked_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                                      quill_pool *pool, void *scratch) {                             \
+        if (n_tok == 1) unpacked_matmul_vnni_##ID(m, n_mats, cols, x, n_tok, pool, scratch);         \
+        else vnni_matmul(QUILL_TYPE_##ID, m, n_mats, cols, x, n_tok, pool, scratch);                 \
+    }
+QUILL_UNPACKED_EXACT_TYPES(MATMUL_UNPACKED)
 MATMUL_FN(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
 MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
 MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)

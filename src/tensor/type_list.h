@@ -47,18 +47,18 @@
     X(ctx, Q6_K, q6_K, QK_K, sizeof(block_q6_K), 1, 1, 2, 1, EXACT(16, 32, QMAX, false, EXACT_SCALE_Q6_K, 0, 0))   \
     X(ctx, Q8_K, q8_K, QK_K, sizeof(block_q8_K), 0, 0, 0, 0, NO_EXACT)                                             \
     X(ctx, IQ2_XXS, iq2_xxs, QK_K, sizeof(block_iq2_xxs), 1, 0, 0, 2,                                              \
-      EXACT(32, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+      EXACT(32, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ2_XS, iq2_xs, QK_K, sizeof(block_iq2_xs), 1, 0, 0, 2,                                                 \
-      EXACT(16, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+      EXACT(16, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ3_XXS, iq3_xxs, QK_K, sizeof(block_iq3_xxs), 1, 0, 0, 2,                                              \
-      EXACT(32, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+      EXACT(32, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ1_S, iq1_s, QK_K, sizeof(block_iq1_s), 1, 0, 0, 2,                                                    \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, IQ4_NL, iq4_nl, QK4_NL, sizeof(block_iq4_nl), 1, 1, 1, 0, NO_EXACT)                                     \
     X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 1, 0, 2,                                                    \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, IQ2_S, iq2_s, QK_K, sizeof(block_iq2_s), 1, 0, 0, 2,                                                    \
-      EXACT(16, 0, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                   \
+      EXACT(16, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ4_XS, iq4_xs, QK_K, sizeof(block_iq4_xs), 1, 1, 1, 0, NO_EXACT)                                       \
     X(ctx, I8, i8, 1, 1, 0, 0, 0, 0, NO_EXACT)                                                                     \
     X(ctx, I16, i16, 1, 2, 0, 0, 0, 0, NO_EXACT)                                                                   \
@@ -66,19 +66,19 @@
     X(ctx, I64, i64, 1, 8, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, F64, f64, 1, 8, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, IQ1_M, iq1_m, QK_K, sizeof(block_iq1_m), 1, 0, 0, 2,                                                    \
-      EXACT(16, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(16, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, BF16, bf16, 1, 2, 1, 1, 1, 0, NO_EXACT)                                                                 \
     X(ctx, TQ1_0, tq1_0, QK_K, sizeof(block_tq1_0), 1, 1, 0, 2,                                                    \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, TQ2_0, tq2_0, QK_K, sizeof(block_tq2_0), 1, 1, 0, 2,                                                    \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, MXFP4, mxfp4, QK_MXFP4, sizeof(block_mxfp4), 1, 1, 0, 2,                                                \
       EXACT(32, 12, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
     X(ctx, NVFP4, nvfp4, QK_NVFP4, sizeof(block_nvfp4), 1, 0, 0, 0, NO_EXACT)                                      \
     X(ctx, Q1_0, q1_0, QK1_0, sizeof(block_q1_0), 1, 1, 0, 2,                                                      \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                       \
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, Q2_0, q2_0, QK2_0, sizeof(block_q2_0), 1, 1, 0, 2,                                                      \
-      EXACT(32, 0, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))
+      EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))
 
 /* QUILL_IF(flag, code...): the code when flag is the token 1, nothing when it is 0. */
 #define QUILL_IF(flag, ...) QUILL_IF_##flag(__VA_ARGS__)
