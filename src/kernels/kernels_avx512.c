@@ -78,9 +78,8 @@ static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int
  * two chunks' lines are asked for: a panel reads its rows a chunk at a time, 4 short runs that the
  * hardware prefetchers did not follow (one token's product waited on memory for 82 % of its time). */
 static inline void float_chunk(uint32_t type, const uint8_t *row, int64_t k0, int64_t n, int64_t cols, float *dst) {
-    const size_t es = type == QUILL_TYPE_F32 ? 4 : 2;
-    const uint8_t *ahead = row + (size_t)(k0 + FLOAT_CHUNK) * es, *end = row + (size_t)cols * es;
-    for (size_t at = 0; at < 2 * FLOAT_CHUNK * es && ahead + at < end; at += 64) _mm_prefetch((const char *)(ahead + at), _MM_HINT_T0);
+    const size_t es = (size_t)float_elem_bytes(type);
+    float_prefetch(row + (size_t)(k0 + FLOAT_CHUNK) * es, 2 * FLOAT_CHUNK * es, row + (size_t)cols * es);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 v;
@@ -162,15 +161,12 @@ static inline __attribute__((always_inline)) void float_panel_one(const float_jo
     /* the rows are 4 runs of a few KiB each, too short for the hardware prefetchers: the next
      * panel's rows (the bytes that follow, as a matrix's rows do) are fetched as one run, at the
      * pace this panel reads */
-    const int64_t es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const int64_t es = float_elem_bytes(type);
     const uint8_t *next = j->w + (size_t)(r0 + FLOAT_ROWS) * j->row_bytes;
     const uint8_t *end = j->w + (size_t)j->rows * j->row_bytes;
     for (; i + 32 <= j->cols; i += 32) {
         const __m512 x0 = _mm512_loadu_ps(j->x + i), x1 = _mm512_loadu_ps(j->x + i + 16);
-        const uint8_t *ahead = next + (size_t)(FLOAT_ROWS * i * es);
-#pragma GCC unroll 8
-        for (int l = 0; l < FLOAT_ROWS * 32 * (int)es / 64; l++)
-            if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
+        float_prefetch(next + (size_t)(FLOAT_ROWS * i * es), (size_t)(FLOAT_ROWS * 32 * es), end);
 #pragma GCC unroll 4
         for (int r = 0; r < FLOAT_ROWS; r++) {
             a[r] = _mm512_fmadd_ps(float_weights(type, row[r], i, 0xFFFF), x0, a[r]);
@@ -203,17 +199,12 @@ static inline __attribute__((always_inline)) void float_pair_few(const float_job
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) a[t][0] = a[t][1] = b[t][0] = b[t][1] = _mm512_setzero_ps();
     const float *x = j->x + (size_t)t0 * (size_t)j->cols;
-    const int64_t xs = j->cols, es = type == QUILL_TYPE_F32 ? 4 : 2;
+    const int64_t xs = j->cols, es = float_elem_bytes(type);
     /* the next pair's rows follow these: fetched as one run at the pace these are read */
     const uint8_t *next = j->w + (size_t)(r0 + 2) * j->row_bytes, *end = j->w + (size_t)j->rows * j->row_bytes;
     int64_t i = 0;
     for (; i + 32 <= j->cols; i += 32) {
-        if (t0 == 0) {
-            const uint8_t *ahead = next + (size_t)(2 * i * es);
-#pragma GCC unroll 4
-            for (int l = 0; l < 2 * 32 * (int)es / 64; l++)
-                if (ahead + 64 * l < end) _mm_prefetch((const char *)(ahead + 64 * l), _MM_HINT_T0);
-        }
+        if (t0 == 0) float_prefetch(next + (size_t)(2 * i * es), (size_t)(2 * 32 * es), end);
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++) {
             const __m512 w0 = float_weights(type, row[r], i, 0xFFFF), w1 = float_weights(type, row[r], i + 16, 0xFFFF);
