@@ -48,14 +48,25 @@
 
 static bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S;
 }
+
+/* The k-quants' layout (by super-block) rather than the chunks of 32-column blocks; iq3_s has
+ * 256-column blocks too but is packed as 32-column ones, one chunk per block. */
+static inline bool kblock_type(uint32_t type) {
+    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
+}
+
+/* Nibbles turned into codes by a table (vpermb) rather than q4_0's arithmetic. */
+static inline bool table_nibbles(uint32_t type) { return type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S; }
 
 /* Bytes of a block's scales for the 16 rows (q4_0, q8_0: f16 d; mxfp4: the exponent byte). */
 static inline size_t block_scale_bytes(uint32_t type) { return type == QUILL_TYPE_MXFP4 ? 16 : 32; }
 
-/* Bytes of a chunk's scales (q4_0, q8_0, mxfp4), padded to a cache line. */
+/* Bytes of a chunk's scales (q4_0, q8_0, mxfp4, iq3_s), padded to a cache line. iq3_s's chunk is
+ * one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
 static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
+    if (type == QUILL_TYPE_IQ3_S) return 128;
     return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
 }
 
@@ -79,13 +90,13 @@ static inline int half_window_reg(uint32_t type, int c, int h) {
 }
 
 static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
-    if (is_kquant(type)) return (size_t)(cols / 256) * (size_t)kblock_regs(type) * 64;
+    if (kblock_type(type)) return (size_t)(cols / 256) * (size_t)kblock_regs(type) * 64;
     return packed_chunk_at(type, cols) + (cols % CW ? packed_chunk_bytes(type, cols % CW / 32) : 0);
 }
 
 /* Tiles per group in the layout of q4_0, mxfp4 and q8_0 (see above). */
 #define PACK_GROUP 4
-static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4 ? PACK_GROUP : 1; }
+static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 || table_nibbles(type) ? PACK_GROUP : 1; }
 
 /* Where tile `tile` (of `tiles`) of a packed q4_0 or q8_0 matrix keeps its chunk from column k0:
  * the group's chunk, at byte `chunk`, holds n tiles, this one the i-th. */
@@ -113,6 +124,10 @@ size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
     return (size_t)((rows + TR - 1) / TR) * packed_tile_bytes(type, cols);
 }
 
+/* iq3_s's code, an odd integer of -15..15 (a grid byte 1..15 with its sign), as a nibble: the
+ * magnitude's (|q| - 1) / 2 in the low 3 bits, the sign in the top one (iq3s_table's order). */
+static inline uint8_t iq3_nibble(int8_t q) { return (uint8_t)(q > 0 ? (q - 1) / 2 : 8 + (-q - 1) / 2); }
+
 /* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
 static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *bytes, uint8_t flip) {
     uint32_t v;
@@ -127,7 +142,7 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
     const int64_t nb = cols / 32, tiles = (rows + TR - 1) / TR;
     for (int64_t tile = tile0; tile < tile1; tile++) {
         uint8_t *t = (uint8_t *)dst + (size_t)tile * tb;
-        if (is_kquant(type)) {
+        if (kblock_type(type)) {
             memset(t, 0, tb);
         } else { /* the tile's pieces of its group: its scales and its registers of each block */
             for (int64_t k0 = 0; k0 < cols; k0 += CW) {
@@ -195,6 +210,26 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                 }
                 continue;
             }
+            if (type == QUILL_TYPE_IQ3_S) {
+                for (int64_t k0 = 0; k0 < cols; k0 += 256) {
+                    const uint8_t *b = row + (size_t)(k0 / 256) * sizeof(block_iq3_s);
+                    int8_t q[256];
+                    float unused[8];
+                    quill_exact_unpack_iq3_s(b, 256, q, unused, NULL);
+                    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                    uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, 8);
+                    put_word(scales, 0, r, b + offsetof(block_iq3_s, scales), 0);
+                    memcpy(scales + 64 + (size_t)r * 2, b, 2); /* d */
+                    for (int blk = 0; blk < 8; blk++) {
+                        uint8_t nib[16]; /* as mxfp4's bytes: code j low, code 16 + j high */
+                        for (int i = 0; i < 16; i++)
+                            nib[i] = (uint8_t)(iq3_nibble(q[32 * blk + i]) | iq3_nibble(q[32 * blk + 16 + i]) << 4);
+                        uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, 8, blk);
+                        for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, nib + 4 * i, 0);
+                    }
+                }
+                continue;
+            }
             for (int64_t blk = 0; blk < nb; blk++) {
                 const uint8_t *b = row + (size_t)blk * block_bytes(type);
                 const int64_t k0 = blk * 32 / CW * CW, in_chunk = blk % (CW / 32);
@@ -224,7 +259,7 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
  * (Into L2 16-32 KiB ahead and into L1 1-2 KiB ahead: 0-15 % slower.) q4_0 read in groups of 4
  * tiles (2026-11-26): 4 KiB non-temporal and nothing further, below. */
 static inline size_t packed_ahead(uint32_t type) {
-    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4
+    return type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || table_nibbles(type)
                ? 4096
                : 8192;
 }
@@ -244,7 +279,7 @@ static inline size_t packed_ahead(uint32_t type) {
  * 0.99x; non-temporal 2 KiB and 6 KiB ahead 0.98x and 0.995x against 4 KiB. */
 #define PACKED_FAR 16384
 static inline __attribute__((always_inline)) void prefetch_ahead(uint32_t type, const __m512i *at) {
-    if (type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4) {
+    if (type == QUILL_TYPE_Q4_0 || table_nibbles(type)) {
         _mm_prefetch((const char *)at + packed_ahead(type), _MM_HINT_NTA);
     } else if (type == QUILL_TYPE_Q8_0) {
         _mm_prefetch((const char *)at + PACKED_FAR, _MM_HINT_T1);
@@ -264,31 +299,40 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
     return acc;
 }
 
-/* mxfp4's codes, fp4 value + code_bias, for each nibble: vpermb reads an index's low 6 bits, so
- * the 16 values repeat 4 times and a nibble needs no masking. */
-static inline __m512i fp4_table(void) {
-    return _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quill_kvalues_fp4)),
-                           _mm512_set1_epi8((char)code_bias(QUILL_TYPE_MXFP4)));
+/* The codes (value + code_bias) of the nibbles of the table types: mxfp4's fp4 values, iq3_s's
+ * odd -15..15 (iq3_nibble's order). vpermb reads an index's low 6 bits, so the 16 values repeat 4
+ * times and a nibble needs no masking. */
+static const int8_t iq3s_table[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15};
+static inline __m512i nibble_table(uint32_t type) {
+    const int8_t *values = type == QUILL_TYPE_IQ3_S ? iq3s_table : quill_kvalues_fp4;
+    return _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)values)),
+                           _mm512_set1_epi8((char)code_bias(type)));
 }
 
-/* The codes of packed nibble register i of 4 (q4_0, mxfp4; `fp4` is fp4_table()'s): low nibbles
- * to *lo, high ones to *hi. */
-static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, const __m512i *v, int i, __m512i fp4,
+/* The codes of packed nibble register i of 4 (q4_0, mxfp4, iq3_s; `table` is nibble_table()'s):
+ * low nibbles to *lo, high ones to *hi. */
+static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, const __m512i *v, int i, __m512i table,
                                                                  __m512i *lo, __m512i *hi) {
-    if (type != QUILL_TYPE_MXFP4) {
+    if (!table_nibbles(type)) {
         nibble_codes(v, NULL, i, lo, hi);
         return;
     }
     __m512i w = _mm512_load_si512(v + i);
     __asm__("" : "+v"(w)); /* one load for both uses (see nibble_codes) */
-    *lo = _mm512_permutexvar_epi8(w, fp4);
-    *hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(w, 4), fp4);
+    *lo = _mm512_permutexvar_epi8(w, table);
+    *hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(w, 4), table);
 }
 
 /* The 16 rows' scales of block b of a packed chunk whose scales begin at `scales` (q4_0, q8_0:
  * f16 d; mxfp4: the E8M0 byte e as quill_e8m0_half_to_float reads it, 2^(e - 128): the bits
  * (e - 1) << 23, or for e < 2 the subnormal 2^21 << e). */
 static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type, const uint8_t *scales, int64_t b) {
+    if (type == QUILL_TYPE_IQ3_S) { /* d · (1 + 2 sc), sc the nibble b of the row's scale word, as the unpacker */
+        const __m512i words = _mm512_load_si512((const __m512i *)scales);
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(words, (unsigned)(4 * b)), _mm512_set1_epi32(0xF));
+        const __m512i odd = _mm512_add_epi32(_mm512_slli_epi32(sc, 1), _mm512_set1_epi32(1));
+        return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 64))), _mm512_cvtepi32_ps(odd));
+    }
     if (type != QUILL_TYPE_MXFP4)
         return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + (size_t)b * block_scale_bytes(type))));
     const __m512i e = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(scales + (size_t)b * 16)));
@@ -306,7 +350,7 @@ static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type,
  * nibbles through its table. */
 static inline __attribute__((always_inline)) void nibble_group(const decode_job *j, int64_t group, const int n,
                                                                const uint32_t type) {
-    const __m512i fp4 = fp4_table();
+    const __m512i table = nibble_table(type);
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     const __m512i z = _mm512_setzero_si512();
@@ -349,7 +393,7 @@ static inline __attribute__((always_inline)) void nibble_group(const decode_job 
 #pragma GCC unroll 4
                 for (int t = 0; t < n; t++) {
                     __m512i lo, hi;
-                    packed_nibbles(type, v + 4 * t, i, fp4, &lo, &hi);
+                    packed_nibbles(type, v + 4 * t, i, table, &lo, &hi);
                     lo_h[t] = _mm512_dpbusd_epi32(lo_h[t], lo, h_lo);
                     hi_h[t] = _mm512_dpbusd_epi32(hi_h[t], hi, h_hi);
                     lo_l[t] = _mm512_dpbusd_epi32(lo_l[t], lo, l_lo);
@@ -410,7 +454,7 @@ static inline __attribute__((always_inline)) void few_tokens(const planes *P, in
 #define FEW_TOKENS 16
 static inline __attribute__((always_inline)) void nibble_group_few(const decode_job *j, int64_t group, const int n,
                                                                    const int n_tok, const uint32_t type) {
-    const __m512i fp4 = fp4_table();
+    const __m512i table = nibble_table(type);
     const uint8_t *base = j->w + (size_t)group * PACK_GROUP * packed_tile_bytes(type, j->cols);
     const planes *P = j->P;
     _Alignas(64) float acc[PACK_GROUP][FEW_TOKENS][TR];
@@ -433,7 +477,7 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
             for (int i = 0; i < n; i++) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) packed_nibbles(type, v + 4 * i, q, fp4, &lo[q], &hi[q]);
+                for (int q = 0; q < 4; q++) packed_nibbles(type, v + 4 * i, q, table, &lo[q], &hi[q]);
                 const __m512 sc = packed_scales(type, chunk + i * scale_bytes, b);
 #define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
                 FEW_BLOCK(0) FEW_BLOCK(4) FEW_BLOCK(8) FEW_BLOCK(12)
@@ -450,7 +494,7 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
     }
 }
 
-/* Groups [t0, t1) of a packed q4_0 or mxfp4 matrix for 2..FEW_TOKENS tokens; each count a copy of
+/* Groups [t0, t1) of a packed q4_0, mxfp4 or iq3_s matrix for 2..FEW_TOKENS tokens; each count a copy of
  * its own, so that the token loop unrolls. */
 static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok,
                                                             const uint32_t type) {
@@ -462,7 +506,7 @@ static inline __attribute__((always_inline)) void few_group(const decode_job *j,
 static void few_packed(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const decode_job *j = arg;
-    /* q4_0 or mxfp4, read here rather than a constant: a copy of the 15 token counts per type
+    /* q4_0, mxfp4 or iq3_s, read here rather than a constant: a copy of the 15 token counts per type
      * doubled the file's compile (clang with the sanitizers: minutes), for a branch per block and
      * tile that the loop does not feel beside its tokens' products */
     const uint32_t type = j->type;
@@ -486,7 +530,7 @@ static void few_packed(void *arg, int64_t t0, int64_t t1, int thread) {
         }
 }
 
-/* Tiles [t0, t1) of the matrix; for q4_0 and mxfp4 groups [t0, t1) instead (nibble_group). */
+/* Tiles [t0, t1) of the matrix; for q4_0, mxfp4 and iq3_s groups [t0, t1) instead (nibble_group). */
 static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                      uint32_t type) {
     if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
@@ -531,7 +575,7 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
                                     k / 32, _mm512_load_ps(s[sl]), NULL);
                 }
             }
-        } else if (is_kquant(type)) {
+        } else if (kblock_type(type)) {
             for (int64_t sb = 0; sb < j->cols / 256; sb++) {
                 const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
                 const __m512i z = _mm512_setzero_si512();
@@ -599,7 +643,7 @@ static inline __attribute__((always_inline)) void prefetch_chunk(uint32_t type, 
                                                                  int64_t tile, int64_t k0) {
     const int64_t tiles = (j->rows + TR - 1) / TR;
     if (tile >= tiles) return;
-    if (is_kquant(type)) {
+    if (kblock_type(type)) {
         prefetch_bytes(j->w + (size_t)tile * tile_bytes + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64,
                        (size_t)kblock_regs(type) * 64);
         return;
@@ -620,7 +664,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
     _Alignas(64) __m512i wbuf[CW / 4], wbuf16[CW / 2];
     _Alignas(64) float sbuf[CW / 16][TR], mbuf[CW / 16][TR];
     _Alignas(64) float tile_acc[VNNI_TOKENS + TBW][TR];
-    const __m512i fp4 = fp4_table();
+    const __m512i table = nibble_table(type);
     /* q4_0's groups interleave their tiles chunk by chunk: with few tokens (batched decoding) the
      * loop takes a group's tiles chunk by chunk as well, so that it reads the group front to back
      * once; tile by tile it went through each group four times, a quarter of it each time (4
@@ -648,7 +692,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                     for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
                     kquant_scales(type, hw, sbuf, NULL);
                     for (int sl = 0; sl < 16; sl++) q6_codes(v + 5 + 3 * sl, wbuf + 4 * sl);
-                } else if (is_kquant(type)) {
+                } else if (kblock_type(type)) {
                     const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
                     __m512i hw[5] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
                                      _mm512_load_si512(v + 3), _mm512_setzero_si512()};
@@ -670,7 +714,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                     } else {
                         for (int b = 0; b < cw / 32; b++) {
                             const __m512i *v = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, b));
-                            for (int i = 0; i < 4; i++) packed_nibbles(type, v, i, fp4, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
+                            for (int i = 0; i < 4; i++) packed_nibbles(type, v, i, table, &wbuf[8 * b + i], &wbuf[8 * b + 4 + i]);
                         }
                     }
                 }
@@ -695,20 +739,26 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
 
 TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
 TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
-/* mxfp4 is no type of the specialised kernels (QUILL_EXACT_TYPES) but is packed */
+/* mxfp4 and iq3_s are no types of the specialised kernels (QUILL_EXACT_TYPES) but are packed */
 DECODE_PACKED_TASK(mxfp4, MXFP4)
 GEMM_PACKED_TASK(mxfp4, MXFP4)
+DECODE_PACKED_TASK(iq3_s, IQ3_S)
+GEMM_PACKED_TASK(iq3_s, IQ3_S)
 
 size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
 int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
 quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
-    return type == QUILL_TYPE_MXFP4 ? decode_packed_mxfp4 : decode_packed_fn(type);
+    return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
+           : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
+                                      : decode_packed_fn(type);
 }
 quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
-    return type == QUILL_TYPE_MXFP4 ? gemm_packed_mxfp4 : gemm_packed_fn(type);
+    return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
+           : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
+                                      : gemm_packed_fn(type);
 }
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
     if (n_tok < 2 || n_tok > FEW_TOKENS) return NULL;
-    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_MXFP4 ? few_packed : NULL;
+    return type == QUILL_TYPE_Q4_0 || table_nibbles(type) ? few_packed : NULL;
 }
 #endif
