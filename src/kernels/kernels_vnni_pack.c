@@ -32,6 +32,12 @@
  *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
  *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
  *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
+ *   iq3_s: as mxfp4, but each code (an odd -15..15: a grid byte with its sign) is a nibble of
+ *         its own, looked up once here instead of in the 512-word grid at every use (the grid's
+ *         gathers were 39 % of a token: bench/README.md); a chunk is one file block, its scales
+ *         the 16 rows' 4 bytes of sub-block scales, then their d (f16). 4.25 bits a weight
+ *         against the file's 3.44: the one layout larger than its file (pack.c leaves it out when
+ *         memory is short).
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).

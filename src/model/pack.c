@@ -9,6 +9,7 @@
 #include "gguf/gguf_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -62,6 +63,36 @@ static void read_ahead(const quill_weight *w, long page) {
     (void)madvise((void *)from, len, MADV_WILLNEED);
 }
 
+/* What the system can still give (MemAvailable: free memory and reclaimable cache, the model
+ * file's own pages among them), or SIZE_MAX when /proc does not say. */
+static size_t available_memory(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[128];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    return found && kb < SIZE_MAX / 1024 ? (size_t)kb * 1024 : SIZE_MAX;
+}
+
+/* Bytes of the packed copy of every matrix in list, each page-aligned; a type whose copy is larger
+ * than its rows in the file (iq3_s: 4.25 bits a weight against 3.44) only when `grow`. at[i] is
+ * where matrix i goes, SIZE_MAX for a matrix left in the file's layout. */
+static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, bool grow, size_t *at) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        quill_weight *w = list[i];
+        size_t bytes = k->pack_bytes(w->type, w->rows, w->cols);
+        if (bytes > (size_t)w->rows * w->row_bytes * 21 / 20 + 4096 && !grow) bytes = 0;
+        /* experts 64-byte aligned (the pack's promise), the matrices page-aligned */
+        w->packed_expert_bytes = (bytes + 63) & ~(size_t)63;
+        at[i] = bytes ? total : SIZE_MAX;
+        total += (w->packed_expert_bytes * (size_t)w->n_expert + 4095) & ~(size_t)4095;
+    }
+    return total;
+}
+
 static bool repack_disabled(void) {
     const char *v = getenv("QUILL_REPACK");
     return v && strcmp(v, "0") == 0;
@@ -79,14 +110,19 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
     const int cap = 2 + 18 * (int)m->hp.n_layer;
     quill_weight **list = malloc((size_t)cap * sizeof *list);
     size_t *at = malloc((size_t)cap * sizeof *at);
-    size_t total = 0;
     int n = list && at ? model_weights(m, list, cap) : 0;
-    for (int i = 0; i < n; i++) {
-        /* experts 64-byte aligned (the pack's promise), the matrices page-aligned */
-        const size_t bytes = k->pack_bytes(list[i]->type, list[i]->rows, list[i]->cols);
-        list[i]->packed_expert_bytes = (bytes + 63) & ~(size_t)63;
-        at[i] = bytes ? total : SIZE_MAX;
-        total += (list[i]->packed_expert_bytes * (size_t)list[i]->n_expert + 4095) & ~(size_t)4095;
+    size_t total = plan_packing(list, n, k, true, at);
+    /* A copy larger than the file's rows is faster to read but must fit: a model chosen in a
+     * low-bit type to fit in memory keeps those matrices in the file's layout rather than swap. */
+    const size_t available = available_memory();
+    if (total > available) {
+        const size_t fitting = plan_packing(list, n, k, false, at);
+        if (fitting < total)
+            quill_log(QUILL_LOG_WARN,
+                      "repacking every matrix needs %.1f MB, %.1f MB available: the types whose copy is larger "
+                      "than the file's rows (iq3_s) stay in the file's layout, more slowly",
+                      total / 1e6, available / 1e6);
+        total = fitting;
     }
     void *mem = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
     if (mem == MAP_FAILED) {
