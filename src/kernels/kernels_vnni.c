@@ -252,6 +252,7 @@ MATMUL_FN(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
 MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
 MATMUL_FN(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
 MATMUL_FN(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
+MATMUL_FN(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -271,6 +272,7 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_packed[QUILL_TYPE_Q6_K] = matmul_packed_q6_K;
     k->matmul_packed[QUILL_TYPE_MXFP4] = matmul_packed_mxfp4;
     k->matmul_packed[QUILL_TYPE_IQ3_S] = matmul_packed_iq3_s;
+    k->matmul_packed[QUILL_TYPE_IQ3_XXS] = matmul_packed_iq3_xxs;
 }
 
 

@@ -32,12 +32,12 @@
  *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
  *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
  *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
- *   iq3_s: as mxfp4, but each code (an odd -15..15: a grid byte with its sign) is a nibble of
- *         its own, looked up once here instead of in the 512-word grid at every use (the grid's
- *         gathers were 39 % of a token: bench/README.md); a chunk is one file block, its scales
- *         the 16 rows' 4 bytes of sub-block scales, then their d (f16). 4.25 bits a weight
- *         against the file's 3.44: the one layout larger than its file (pack.c leaves it out when
- *         memory is short).
+ *   iq3_s, iq3_xxs (the grid types): as mxfp4, but each code (a grid byte, one of 8 levels,
+ *         with its sign) is a nibble of its own, looked up once here instead of in the grid at
+ *         every use (iq3_s's gathers were 39 % of a token: bench/README.md); a chunk is one file
+ *         block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16).
+ *         4.25 bits a weight against the file's 3.44 and 3.06: the layouts larger than their file
+ *         (pack.c leaves them out when memory is short).
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
@@ -54,25 +54,28 @@
 
 static bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS;
 }
 
-/* The k-quants' layout (by super-block) rather than the chunks of 32-column blocks; iq3_s has
- * 256-column blocks too but is packed as 32-column ones, one chunk per block. */
+/* The k-quants' layout (by super-block) rather than the chunks of 32-column blocks; the grid
+ * types have 256-column blocks too but are packed as 32-column ones, one chunk per block. */
 static inline bool kblock_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
 }
 
+/* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed): packed as nibbles. */
+static inline bool grid_nibbles(uint32_t type) { return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS; }
+
 /* Nibbles turned into codes by a table (vpermb) rather than q4_0's arithmetic. */
-static inline bool table_nibbles(uint32_t type) { return type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S; }
+static inline bool table_nibbles(uint32_t type) { return type == QUILL_TYPE_MXFP4 || grid_nibbles(type); }
 
 /* Bytes of a block's scales for the 16 rows (q4_0, q8_0: f16 d; mxfp4: the exponent byte). */
 static inline size_t block_scale_bytes(uint32_t type) { return type == QUILL_TYPE_MXFP4 ? 16 : 32; }
 
-/* Bytes of a chunk's scales (q4_0, q8_0, mxfp4, iq3_s), padded to a cache line. iq3_s's chunk is
- * one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
+/* Bytes of a chunk's scales (q4_0, q8_0, mxfp4, grid types), padded to a cache line. A grid
+ * type's chunk is one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
 static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
-    if (type == QUILL_TYPE_IQ3_S) return 128;
+    if (grid_nibbles(type)) return 128;
     return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
 }
 
@@ -130,9 +133,13 @@ size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
     return (size_t)((rows + TR - 1) / TR) * packed_tile_bytes(type, cols);
 }
 
-/* iq3_s's code, an odd integer of -15..15 (a grid byte 1..15 with its sign), as a nibble: the
- * magnitude's (|q| - 1) / 2 in the low 3 bits, the sign in the top one (iq3s_table's order). */
-static inline uint8_t iq3_nibble(int8_t q) { return (uint8_t)(q > 0 ? (q - 1) / 2 : 8 + (-q - 1) / 2); }
+/* The 16 codes of a grid type's nibbles: its 8 grid levels (every byte of its grid is one of
+ * them: the packed products' tests, on random blocks, read every grid entry), then their negatives. */
+static const int8_t iq3s_levels[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15};
+static const int8_t iq3xxs_levels[16] = {4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62};
+static inline const int8_t *grid_levels(uint32_t type) {
+    return type == QUILL_TYPE_IQ3_S ? iq3s_levels : iq3xxs_levels;
+}
 
 /* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
 static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *bytes, uint8_t flip) {
@@ -144,6 +151,9 @@ static inline void put_word(uint8_t *dst, size_t reg, int r, const uint8_t *byte
 
 void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
                      int64_t tile0, int64_t tile1) {
+    uint8_t nibble_of[256] = {0}; /* a grid type's code (as a byte) to its nibble */
+    if (grid_nibbles(type))
+        for (int i = 0; i < 16; i++) nibble_of[(uint8_t)grid_levels(type)[i]] = (uint8_t)i;
     const size_t tb = packed_tile_bytes(type, cols);
     const int64_t nb = cols / 32, tiles = (rows + TR - 1) / TR;
     for (int64_t tile = tile0; tile < tile1; tile++) {
@@ -216,20 +226,26 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                 }
                 continue;
             }
-            if (type == QUILL_TYPE_IQ3_S) {
+            if (grid_nibbles(type)) {
                 for (int64_t k0 = 0; k0 < cols; k0 += 256) {
-                    const uint8_t *b = row + (size_t)(k0 / 256) * sizeof(block_iq3_s);
+                    const uint8_t *b = row + (size_t)(k0 / 256) * block_bytes(type);
                     int8_t q[256];
                     float unused[8];
-                    quill_exact_unpack_iq3_s(b, 256, q, unused, NULL);
+                    quill_exact_unpack_for(type)(b, 256, q, unused, NULL);
                     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
                     uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, 8);
-                    put_word(scales, 0, r, b + offsetof(block_iq3_s, scales), 0);
+                    uint8_t sub[4]; /* sub-block b's 4-bit scale in bits 4b..4b+3 */
+                    if (type == QUILL_TYPE_IQ3_S) {
+                        memcpy(sub, b + offsetof(block_iq3_s, scales), 4);
+                    } else { /* iq3_xxs: the top 4 bits of each sub-block's scale-and-signs word */
+                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(b[2 + 64 + 8 * i + 3] >> 4 | (b[2 + 64 + 8 * i + 7] >> 4) << 4);
+                    }
+                    put_word(scales, 0, r, sub, 0);
                     memcpy(scales + 64 + (size_t)r * 2, b, 2); /* d */
                     for (int blk = 0; blk < 8; blk++) {
                         uint8_t nib[16]; /* as mxfp4's bytes: code j low, code 16 + j high */
                         for (int i = 0; i < 16; i++)
-                            nib[i] = (uint8_t)(iq3_nibble(q[32 * blk + i]) | iq3_nibble(q[32 * blk + 16 + i]) << 4);
+                            nib[i] = (uint8_t)(nibble_of[(uint8_t)q[32 * blk + i]] | nibble_of[(uint8_t)q[32 * blk + 16 + i]] << 4);
                         uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, 8, blk);
                         for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, nib + 4 * i, 0);
                     }
@@ -305,17 +321,16 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
     return acc;
 }
 
-/* The codes (value + code_bias) of the nibbles of the table types: mxfp4's fp4 values, iq3_s's
- * odd -15..15 (iq3_nibble's order). vpermb reads an index's low 6 bits, so the 16 values repeat 4
- * times and a nibble needs no masking. */
-static const int8_t iq3s_table[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15};
+/* The codes (value + code_bias) of the nibbles of the table types: mxfp4's fp4 values, a grid
+ * type's levels. vpermb reads an index's low 6 bits, so the 16 values repeat 4 times and a nibble
+ * needs no masking. */
 static inline __m512i nibble_table(uint32_t type) {
-    const int8_t *values = type == QUILL_TYPE_IQ3_S ? iq3s_table : quill_kvalues_fp4;
+    const int8_t *values = grid_nibbles(type) ? grid_levels(type) : quill_kvalues_fp4;
     return _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)values)),
                            _mm512_set1_epi8((char)code_bias(type)));
 }
 
-/* The codes of packed nibble register i of 4 (q4_0, mxfp4, iq3_s; `table` is nibble_table()'s):
+/* The codes of packed nibble register i of 4 (q4_0, mxfp4, grid types; `table` is nibble_table()'s):
  * low nibbles to *lo, high ones to *hi. */
 static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, const __m512i *v, int i, __m512i table,
                                                                  __m512i *lo, __m512i *hi) {
@@ -333,11 +348,15 @@ static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, 
  * f16 d; mxfp4: the E8M0 byte e as quill_e8m0_half_to_float reads it, 2^(e - 128): the bits
  * (e - 1) << 23, or for e < 2 the subnormal 2^21 << e). */
 static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type, const uint8_t *scales, int64_t b) {
-    if (type == QUILL_TYPE_IQ3_S) { /* d · (1 + 2 sc), sc the nibble b of the row's scale word, as the unpacker */
+    if (grid_nibbles(type)) { /* sc the nibble b of the row's scale word; the unpacker's steps */
         const __m512i words = _mm512_load_si512((const __m512i *)scales);
         const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(words, (unsigned)(4 * b)), _mm512_set1_epi32(0xF));
-        const __m512i odd = _mm512_add_epi32(_mm512_slli_epi32(sc, 1), _mm512_set1_epi32(1));
-        return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 64))), _mm512_cvtepi32_ps(odd));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 64)));
+        if (type == QUILL_TYPE_IQ3_S) /* d · (1 + 2 sc) */
+            return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(sc, 1), _mm512_set1_epi32(1))));
+        /* iq3_xxs: d · (0.5 + sc) · 0.5 */
+        const __m512 half = _mm512_set1_ps(0.5f);
+        return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(half, _mm512_cvtepi32_ps(sc))), half);
     }
     if (type != QUILL_TYPE_MXFP4)
         return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + (size_t)b * block_scale_bytes(type))));
@@ -500,7 +519,7 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
     }
 }
 
-/* Groups [t0, t1) of a packed q4_0, mxfp4 or iq3_s matrix for 2..FEW_TOKENS tokens; each count a copy of
+/* Groups [t0, t1) of a packed q4_0, mxfp4 or a grid type matrix for 2..FEW_TOKENS tokens; each count a copy of
  * its own, so that the token loop unrolls. */
 static inline __attribute__((always_inline)) void few_group(const decode_job *j, int64_t g, const int n_tok,
                                                             const uint32_t type) {
@@ -512,7 +531,7 @@ static inline __attribute__((always_inline)) void few_group(const decode_job *j,
 static void few_packed(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const decode_job *j = arg;
-    /* q4_0, mxfp4 or iq3_s, read here rather than a constant: a copy of the 15 token counts per type
+    /* q4_0, mxfp4 or a grid type, read here rather than a constant: a copy of the 15 token counts per type
      * doubled the file's compile (clang with the sanitizers: minutes), for a branch per block and
      * tile that the loop does not feel beside its tokens' products */
     const uint32_t type = j->type;
@@ -536,7 +555,7 @@ static void few_packed(void *arg, int64_t t0, int64_t t1, int thread) {
         }
 }
 
-/* Tiles [t0, t1) of the matrix; for q4_0, mxfp4 and iq3_s groups [t0, t1) instead (nibble_group). */
+/* Tiles [t0, t1) of the matrix; for q4_0, mxfp4 and the grid types groups [t0, t1) instead (nibble_group). */
 static inline __attribute__((always_inline)) void decode_packed_impl(const decode_job *j, int64_t t0, int64_t t1,
                                                                      uint32_t type) {
     if (!packed_type(type)) return; /* never called: TYPED_TASKS instantiates every type */
@@ -745,22 +764,26 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
 
 TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
 TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
-/* mxfp4 and iq3_s are no types of the specialised kernels (QUILL_EXACT_TYPES) but are packed */
+/* mxfp4 and the grid types are no types of the specialised kernels (QUILL_EXACT_TYPES) but are packed */
 DECODE_PACKED_TASK(mxfp4, MXFP4)
 GEMM_PACKED_TASK(mxfp4, MXFP4)
 DECODE_PACKED_TASK(iq3_s, IQ3_S)
 GEMM_PACKED_TASK(iq3_s, IQ3_S)
+DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
+GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
 
 size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
 int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
 quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
+           : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
                                       : decode_packed_fn(type);
 }
 quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
+           : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
                                       : gemm_packed_fn(type);
 }
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
