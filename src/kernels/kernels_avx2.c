@@ -743,6 +743,23 @@ static inline __attribute__((always_inline)) void weighted_x16(const int hb, con
     }
 }
 
+/* hb heads (up to 4) of 8 dims: one accumulator each, in registers (the general loop's array of
+ * run-time length sat in memory, each row waiting on a store's forwarding). */
+static inline __attribute__((always_inline)) void weighted_x8(const int hb, const float *wgt, int64_t wgt_stride,
+                                                              const float *v, int n_rows, int64_t stride, float *out,
+                                                              int64_t out_stride, bool accumulate) {
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < hb; h++) acc[h] = accumulate ? _mm256_loadu_ps(out + h * out_stride) : _mm256_setzero_ps();
+    for (int p = 0; p < n_rows; p++) {
+        const __m256 vp = _mm256_loadu_ps(v + p * stride);
+#pragma GCC unroll 4
+        for (int h = 0; h < hb; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(wgt[h * wgt_stride + p]), vp, acc[h]);
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < hb; h++) _mm256_storeu_ps(out + h * out_stride, acc[h]);
+}
+
 /* Every output is one chain of fused multiply-adds over the rows in order, as in the scalar
  * version, however heads and dims are grouped. */
 static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,
@@ -776,6 +793,19 @@ static void weighted_sum_avx2(const float *wgt, int64_t wgt_stride, int n_heads,
             }
             h = n_heads;
         }
+    }
+    if (n == 8) { /* stories260K's heads: 4 at a time, their chains in registers (see weighted_x8) */
+        for (; h + 4 <= n_heads; h += 4)
+            weighted_x8(4, wgt + h * wgt_stride, wgt_stride, v, n_rows, stride, out + h * out_stride, out_stride, accumulate);
+        const float *wh = wgt + h * wgt_stride;
+        float *oh = out + h * out_stride;
+        switch (n_heads - h) {
+        case 3: weighted_x8(3, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        case 2: weighted_x8(2, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        case 1: weighted_x8(1, wh, wgt_stride, v, n_rows, stride, oh, out_stride, accumulate); break;
+        default: break;
+        }
+        return;
     }
     const int nv = (int)(n / 8);
     for (; h < n_heads; h++) {
