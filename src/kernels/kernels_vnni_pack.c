@@ -1,6 +1,7 @@
 /* The vnni set's load-time layout: packing a matrix once into the order its loops read it, and
  * the decoding and batch loops over the packed copy (exact_avx512.h describes the sets). */
 #include "kernels/exact_avx512.h"
+#include "kernels/unpack_simd.h"
 
 #if defined(__x86_64__)
 
@@ -231,7 +232,7 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                     const uint8_t *b = row + (size_t)(k0 / 256) * block_bytes(type);
                     int8_t q[256];
                     float unused[8];
-                    quill_exact_unpack_for(type)(b, 256, q, unused, NULL);
+                    (unpack_fast(type) ? unpack_fast(type) : quill_exact_unpack_for(type))(b, 256, q, unused, NULL);
                     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
                     uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, 8);
                     uint8_t sub[4]; /* sub-block b's 4-bit scale in bits 4b..4b+3 */
