@@ -239,7 +239,8 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                     if (type == QUILL_TYPE_IQ3_S) {
                         memcpy(sub, b + offsetof(block_iq3_s, scales), 4);
                     } else { /* iq3_xxs: the top 4 bits of each sub-block's scale-and-signs word */
-                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(b[2 + 64 + 8 * i + 3] >> 4 | (b[2 + 64 + 8 * i + 7] >> 4) << 4);
+                        const uint8_t *words = b + 2 + QK_K / 4;
+                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(words[8 * i + 3] >> 4 | (words[8 * i + 7] >> 4) << 4);
                     }
                     put_word(scales, 0, r, sub, 0);
                     memcpy(scales + 64 + (size_t)r * 2, b, 2); /* d */
