@@ -8,8 +8,9 @@
 
 /* q2_K and q3_K: types of the unpacking kernels (exact = 2) that this set also decodes and runs in
  * batches from the file's rows (exact_avx512.h: codes64, lowbit_lane_sums, lowbit_scales; slots of
- * 16 as q6_K's): the unpacking kernels' scalar unpacking and per-slot sums made a q2_K token ~15x
- * slower than the f32 product they replaced. The same bits as the model's. */
+ * 16 as q6_K's) when they are not packed (kernels_vnni_pack.c), QUILL_REPACK=0: the unpacking
+ * kernels' scalar unpacking and per-slot sums made a q2_K token ~15x slower than the f32 product
+ * they replaced. The same bits as the model's. */
 #define FILE_DECODED_LOWBIT(M) M(q2_K, Q2_K) M(q3_K, Q3_K)
 #define TYPED_TASKS_LOWBIT(prefix, TASK, CASE)                                                       \
     QUILL_EXACT_TYPES(TASK)                                                                          \
@@ -253,6 +254,8 @@ MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
 MATMUL_FN(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
 MATMUL_FN(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
 MATMUL_FN(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
+MATMUL_FN(matmul_packed_q2_K, vnni_matmul_packed, QUILL_TYPE_Q2_K)
+MATMUL_FN(matmul_packed_q3_K, vnni_matmul_packed, QUILL_TYPE_Q3_K)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -273,6 +276,8 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_packed[QUILL_TYPE_MXFP4] = matmul_packed_mxfp4;
     k->matmul_packed[QUILL_TYPE_IQ3_S] = matmul_packed_iq3_s;
     k->matmul_packed[QUILL_TYPE_IQ3_XXS] = matmul_packed_iq3_xxs;
+    k->matmul_packed[QUILL_TYPE_Q2_K] = matmul_packed_q2_K;
+    k->matmul_packed[QUILL_TYPE_Q3_K] = matmul_packed_q3_K;
 }
 
 

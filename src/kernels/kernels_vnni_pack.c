@@ -7,7 +7,7 @@
 
 /* ---------------------------------------------------------------- the load-time layout
  *
- * q4_0, q8_0 and q4_K matrices are copied once, at load, into the order the vnni loops read them
+ * q4_0, q8_0 and the k-quants' matrices are copied once, at load, into the order the vnni loops read them
  * (the reference implementation likewise repacks q4_0 and q4_K into interleaved rows on x86). From
  * the file's rows a tile of 16 rows is 16 strided streams, each read 18 or 34 bytes at a time,
  * with the scales among the codes: the decoding loop spent most of its time waiting on those
@@ -50,19 +50,36 @@
  *         bits of u = q + 32 of columns 16s + 0..3 (low nibbles) and 16s + 8..11 (high), of
  *         16s + 4..7 and 16s + 12..15, then the top 2 bits of all 16 (column 16s + 4g + j: bits
  *         2g, 2g + 1 of byte j).
- * The same bytes as the file's rows (a q6_K scale word more per super-block), plus the scales'
- * padding and the last tile's missing rows. */
+ *   q2_K: per super-block, 4 registers of its 16 scale bytes (4-bit scale, 4-bit minimum) as
+ *         lowbit_scales reads them, 1 of its d and dmin; then per 16-column sub-block s one
+ *         register of codes: byte j of a row's lane holds the code of column 16s + 4g + j at bits
+ *         2g, 2g + 1, so that (v >> 2g) & 3 is vpdpbusd's operand of columns 16s + 4g..4g + 3.
+ *         (The file's bytes hold four columns 32 apart, which the decoding loop from the file
+ *         transposed from 16 strided rows at every use: words16.)
+ *   q3_K: per super-block, 4 registers of the 16 bytes that end the block (its 12 scale bytes,
+ *         then d), as lowbit_scales reads them; then per pair of sub-blocks 2p, 2p + 1 three
+ *         registers: the low 2 bits of u = q + 4 of sub-block 2p, then of 2p + 1, as q2_K's
+ *         codes, then their third bits (hmask): column 16(2p + i) + 4g + j at bit 4i + g of byte j.
+ * The same bytes as the file's rows (a q6_K scale word more per super-block, q3_K's 2 bytes of its
+ * window), plus the scales' padding and the last tile's missing rows. */
 
 static bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
+           type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K;
 }
 
 /* The k-quants' layout (by super-block) rather than the chunks of 32-column blocks; the grid
  * types have 256-column blocks too but are packed as 32-column ones, one chunk per block. */
 static inline bool kblock_type(uint32_t type) {
-    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K;
+    return type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_Q2_K ||
+           type == QUILL_TYPE_Q3_K;
 }
+
+/* The k-quants of 2-bit codes (q3_K with a third bit apart), in sub-blocks of 16. */
+static inline bool lowbit_type(uint32_t type) { return type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K; }
+/* Registers of a packed q2_K or q3_K super-block before its codes: the scale words (q2_K: and d, dmin). */
+static inline int lowbit_head(uint32_t type) { return type == QUILL_TYPE_Q2_K ? 5 : 4; }
 
 /* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed): packed as nibbles. */
 static inline bool grid_nibbles(uint32_t type) { return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS; }
@@ -93,7 +110,11 @@ static inline size_t packed_chunk_at(uint32_t type, int64_t k0) {
 
 /* Registers of a packed k-quant super-block; in q4_K and q5_K, where window c's half h begins. */
 static inline int kblock_regs(uint32_t type) {
-    return type == QUILL_TYPE_Q4_K ? 4 + 32 : type == QUILL_TYPE_Q5_K ? 4 + 40 : 5 + 48;
+    return type == QUILL_TYPE_Q4_K   ? 4 + 32
+           : type == QUILL_TYPE_Q5_K ? 4 + 40
+           : type == QUILL_TYPE_Q2_K ? 5 + 16
+           : type == QUILL_TYPE_Q3_K ? 4 + 24
+                                     : 5 + 48;
 }
 static inline int half_window_reg(uint32_t type, int c, int h) {
     return 4 + (2 * c + h) * (type == QUILL_TYPE_Q5_K ? 5 : 4);
@@ -227,6 +248,37 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                 }
                 continue;
             }
+            if (lowbit_type(type)) {
+                for (int64_t sb = 0; sb < cols / 256; sb++) {
+                    const uint8_t *b = row + (size_t)sb * block_bytes(type);
+                    uint8_t *d = t + (size_t)sb * (size_t)kblock_regs(type) * 64;
+                    const uint8_t *head = type == QUILL_TYPE_Q2_K ? b : b + Q3_K_SCALE_WINDOW;
+                    for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, head + 4 * i, 0);
+                    if (type == QUILL_TYPE_Q2_K) put_word(d, 4, r, b + offsetof(block_q2_K, d), 0);
+                    int8_t q[256];
+                    float unused_s[16], unused_m[16];
+                    quill_exact_unpack_for(type)(b, 256, q, unused_s, unused_m);
+                    uint8_t third[4] = {0}; /* q3_K: the third bits of a pair of sub-blocks */
+                    for (int sl = 0; sl < 16; sl++) {
+                        uint8_t low[4] = {0};
+                        for (int j = 0; j < 4; j++)
+                            for (int g = 0; g < 4; g++) {
+                                const int u = q[16 * sl + 4 * g + j] + code_bias(type);
+                                low[j] |= (uint8_t)((u & 3) << (2 * g));
+                                third[j] |= (uint8_t)((u >> 2) << (4 * (sl % 2) + g));
+                            }
+                        if (type == QUILL_TYPE_Q2_K) {
+                            put_word(d, (size_t)(5 + sl), r, low, 0);
+                            continue;
+                        }
+                        put_word(d, (size_t)(4 + 3 * (sl / 2) + sl % 2), r, low, 0);
+                        if (sl % 2 == 0) continue;
+                        put_word(d, (size_t)(4 + 3 * (sl / 2) + 2), r, third, 0);
+                        memset(third, 0, sizeof third);
+                    }
+                }
+                continue;
+            }
             if (grid_nibbles(type)) {
                 for (int64_t k0 = 0; k0 < cols; k0 += 256) {
                     const uint8_t *b = row + (size_t)(k0 / 256) * block_bytes(type);
@@ -319,8 +371,26 @@ static inline __attribute__((always_inline)) __m512 slot_step(uint32_t type, __m
                                                              const float *m) {
     const __m512i sub = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ch, 8), cl), _mm512_set1_epi32(P->bias_sum[slot_k]));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sub), _mm512_mul_ps(sc, _mm512_set1_ps(P->da[blk])), acc);
-    if (has_min(type)) acc = _mm512_fnmadd_ps(_mm512_load_ps(m), _mm512_set1_ps(P->sf[blk]), acc);
+    if (has_min(type)) /* da·Σa of the slot's 32 columns, or of its 16 (q2_K) */
+        acc = _mm512_fnmadd_ps(_mm512_load_ps(m), _mm512_set1_ps(min_term(P, slot_width(type), slot_k, blk)), acc);
     return acc;
+}
+
+/* The unsigned codes of sub-block s of a packed q2_K or q3_K super-block at v: columns
+ * 16s + 4g..4g + 3 to g[g], rows in lanes. */
+static inline __attribute__((always_inline)) void lowbit_codes(uint32_t type, const __m512i *v, int s, __m512i g[4]) {
+    const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i *at = type == QUILL_TYPE_Q2_K ? v + 5 + s : v + 4 + 3 * (s / 2) + s % 2;
+    __m512i w = _mm512_load_si512(at);
+    __asm__("" : "+v"(w)); /* one load for the four uses (see nibble_codes) */
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        g[i] = _mm512_and_si512(_mm512_srli_epi16(w, (unsigned)(2 * i)), three);
+        if (type == QUILL_TYPE_Q3_K) { /* u | (third bit 4(s % 2) + i moved to bit 2): a | (b & c) */
+            const __m512i third = _mm512_load_si512(v + 4 + 3 * (s / 2) + 2);
+            g[i] = _mm512_ternarylogic_epi32(g[i], shift16(third, 2 - (4 * (s % 2) + i)), four, 0xF8);
+        }
+    }
 }
 
 /* The codes (value + code_bias) of the nibbles of the table types: mxfp4's fp4 values, a grid
@@ -579,7 +649,33 @@ static inline __attribute__((always_inline)) void decode_packed_impl(const decod
         const int64_t r0 = tile * TR;
         const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
         __m512 acc = _mm512_setzero_ps();
-        if (type == QUILL_TYPE_Q6_K) {
+        if (lowbit_type(type)) {
+            for (int64_t sb = 0; sb < j->cols / 256; sb++) {
+                const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
+                const __m512i z = _mm512_setzero_si512();
+                for (int i = 0; i < lowbit_head(type); i++) prefetch_ahead(type, v + i);
+                const __m512i hw[4] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                       _mm512_load_si512(v + 3)};
+                _Alignas(64) float s[16][TR], m[16][TR];
+                lowbit_scales(type, hw, type == QUILL_TYPE_Q2_K ? _mm512_load_si512(v + 4) : z, s, m);
+                const __m512i *codes = v + lowbit_head(type);
+                for (int sl = 0; sl < 16; sl++) {
+                    if (type == QUILL_TYPE_Q2_K) prefetch_ahead(type, codes + sl);
+                    else if (sl % 2 == 0)
+                        for (int i = 0; i < 3; i++) prefetch_ahead(type, codes + 3 * (sl / 2) + i);
+                    const int64_t k = sb * 256 + 16 * sl;
+                    __m512i g[4], h[2] = {z, z}, l[2] = {z, z};
+                    lowbit_codes(type, v, sl, g);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        h[q & 1] = _mm512_dpbusd_epi32(h[q & 1], g[q], bcast4(P->h + k + 4 * q));
+                        l[q & 1] = _mm512_dpbusd_epi32(l[q & 1], g[q], bcast4(P->l + k + 4 * q));
+                    }
+                    acc = slot_step(type, acc, _mm512_add_epi32(h[0], h[1]), _mm512_add_epi32(l[0], l[1]), P, k / 16,
+                                    k / 32, _mm512_load_ps(s[sl]), m[sl]);
+                }
+            }
+        } else if (type == QUILL_TYPE_Q6_K) {
             for (int64_t sb = 0; sb < j->cols / 256; sb++) {
                 const __m512i *v = (const __m512i *)(base + (size_t)sb * (size_t)kblock_regs(type) * 64);
                 const __m512i z = _mm512_setzero_si512();
@@ -713,7 +809,14 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                 float(*accbuf)[TR] = by_group ? group_acc[tile - first] : tile_acc;
                 const int cw = j->cols - k0 < CW ? (int)(j->cols - k0) : CW;
                 const __m512i *w = wbuf;
-                if (type == QUILL_TYPE_Q6_K) {
+                if (lowbit_type(type)) {
+                    const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
+                    const __m512i hw[4] = {_mm512_load_si512(v), _mm512_load_si512(v + 1), _mm512_load_si512(v + 2),
+                                           _mm512_load_si512(v + 3)};
+                    lowbit_scales(type, hw, type == QUILL_TYPE_Q2_K ? _mm512_load_si512(v + 4) : _mm512_setzero_si512(),
+                                  sbuf, mbuf);
+                    for (int sl = 0; sl < 16; sl++) lowbit_codes(type, v, sl, wbuf + 4 * sl);
+                } else if (type == QUILL_TYPE_Q6_K) {
                     const __m512i *v = (const __m512i *)(base + (size_t)(k0 / 256) * (size_t)kblock_regs(type) * 64);
                     __m512i hw[5];
                     for (int i = 0; i < 5; i++) hw[i] = _mm512_load_si512(v + i);
@@ -773,6 +876,11 @@ DECODE_PACKED_TASK(iq3_s, IQ3_S)
 GEMM_PACKED_TASK(iq3_s, IQ3_S)
 DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
 GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
+/* nor q2_K and q3_K (the unpacking kernels' types, which the vnni set also runs in loops of its own) */
+DECODE_PACKED_TASK(q2_K, Q2_K)
+GEMM_PACKED_TASK(q2_K, Q2_K)
+DECODE_PACKED_TASK(q3_K, Q3_K)
+GEMM_PACKED_TASK(q3_K, Q3_K)
 
 size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
 int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
@@ -780,12 +888,16 @@ quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
+           : type == QUILL_TYPE_Q2_K  ? decode_packed_q2_K
+           : type == QUILL_TYPE_Q3_K  ? decode_packed_q3_K
                                       : decode_packed_fn(type);
 }
 quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
+           : type == QUILL_TYPE_Q2_K  ? gemm_packed_q2_K
+           : type == QUILL_TYPE_Q3_K  ? gemm_packed_q3_K
                                       : gemm_packed_fn(type);
 }
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
