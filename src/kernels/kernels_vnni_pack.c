@@ -255,26 +255,32 @@ void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t row
                     const uint8_t *head = type == QUILL_TYPE_Q2_K ? b : b + Q3_K_SCALE_WINDOW;
                     for (int i = 0; i < 4; i++) put_word(d, (size_t)i, r, head + 4 * i, 0);
                     if (type == QUILL_TYPE_Q2_K) put_word(d, 4, r, b + offsetof(block_q2_K, d), 0);
-                    int8_t q[256];
-                    float unused_s[16], unused_m[16];
-                    quill_exact_unpack_for(type)(b, 256, q, unused_s, unused_m);
-                    uint8_t third[4] = {0}; /* q3_K: the third bits of a pair of sub-blocks */
+                    /* sub-block s is columns 32jj + 16(s % 2) + 0..15 of the 128-column half h =
+                     * s / 8 (jj = s % 8 / 2): bits 2jj, 2jj + 1 of qs[32h + 16(s % 2) + ..], q3_K's
+                     * third bit (set: u = q + 4 >= 4) bit 4h + jj of hmask[16(s % 2) + ..]. A word
+                     * at a time: byte j of group g's word is column 16s + 4g + j's byte. */
+                    const uint8_t *qs = b + (type == QUILL_TYPE_Q2_K ? offsetof(block_q2_K, qs) : offsetof(block_q3_K, qs));
+                    const uint8_t *hmask = b + offsetof(block_q3_K, hmask);
+                    uint32_t third = 0; /* q3_K: the third bits of a pair of sub-blocks */
                     for (int sl = 0; sl < 16; sl++) {
-                        uint8_t low[4] = {0};
-                        for (int j = 0; j < 4; j++)
-                            for (int g = 0; g < 4; g++) {
-                                const int u = q[16 * sl + 4 * g + j] + code_bias(type);
-                                low[j] |= (uint8_t)((u & 3) << (2 * g));
-                                third[j] |= (uint8_t)((u >> 2) << (4 * (sl % 2) + g));
-                            }
+                        const int h = sl / 8, jj = sl % 8 / 2, at = 16 * (sl % 2);
+                        uint32_t low = 0;
+                        for (int g = 0; g < 4; g++) {
+                            uint32_t v;
+                            memcpy(&v, qs + 32 * h + at + 4 * g, 4);
+                            low |= ((v >> (2 * jj)) & 0x03030303u) << (2 * g);
+                            if (type == QUILL_TYPE_Q2_K) continue;
+                            memcpy(&v, hmask + at + 4 * g, 4);
+                            third |= ((v >> (4 * h + jj)) & 0x01010101u) << (4 * (sl % 2) + g);
+                        }
                         if (type == QUILL_TYPE_Q2_K) {
-                            put_word(d, (size_t)(5 + sl), r, low, 0);
+                            put_word(d, (size_t)(5 + sl), r, (const uint8_t *)&low, 0);
                             continue;
                         }
-                        put_word(d, (size_t)(4 + 3 * (sl / 2) + sl % 2), r, low, 0);
+                        put_word(d, (size_t)(4 + 3 * (sl / 2) + sl % 2), r, (const uint8_t *)&low, 0);
                         if (sl % 2 == 0) continue;
-                        put_word(d, (size_t)(4 + 3 * (sl / 2) + 2), r, third, 0);
-                        memset(third, 0, sizeof third);
+                        put_word(d, (size_t)(4 + 3 * (sl / 2) + 2), r, (const uint8_t *)&third, 0);
+                        third = 0;
                     }
                 }
                 continue;
