@@ -1,9 +1,9 @@
 /* The vnni set's load-time layout: packing a matrix once into the order its loops read it, and
  * the decoding and batch loops over the packed copy (exact_avx512.h describes the sets). */
 #include "kernels/exact_avx512.h"
-#include "kernels/unpack_simd.h"
 
 #if defined(__x86_64__)
+#include "kernels/unpack_simd.h"
 
 /* ---------------------------------------------------------------- the load-time layout
  *
