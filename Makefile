@@ -132,13 +132,17 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libquill.a
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 
 # The tile unit's costs on this machine, apart from quill (see bench/amx_probe.c and bench/README.md),
-# the vnni set's one-token product on one matrix, apart from the model (bench/decode_probe.c), and
+# the vnni set's one-token product on one matrix, apart from the model (bench/decode_probe.c), a
+# set's one-token product of an unpacked type from the file's rows (bench/unpack_probe.c), and
 # what a streaming loop with a product's work per line keeps of a plain read (bench/stream_probe.c).
-bench-probe: $(BUILD)/amx_probe $(BUILD)/decode_probe $(BUILD)/stream_probe
+bench-probe: $(BUILD)/amx_probe $(BUILD)/decode_probe $(BUILD)/stream_probe $(BUILD)/unpack_probe
 $(BUILD)/stream_probe: bench/stream_probe.c cli/plain_read.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/decode_probe: bench/decode_probe.c $(BUILD)/libquill.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
+$(BUILD)/unpack_probe: bench/unpack_probe.c $(BUILD)/libquill.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 $(BUILD)/amx_probe: bench/amx_probe.c
