@@ -1,14 +1,18 @@
 /* Vector unpackers for the unpacking kernels (exact_unpacked.h): the same codes and scales as
- * exact_unpack.c's plain ones, with byte shuffles and (iq3_s) gathers: AVX2, which every x86 set
- * that includes this has. Included
- * by the instruction-set files, which are compiled with their ISA flags. MXFP4 experts (gpt-oss)
- * spent 76 % of a token in the plain unpacker's table lookups. */
+ * exact_unpack.c's plain ones (the same float operations in the same order), with byte shuffles,
+ * compares and grid words from table loads: AVX2, which every x86 set that includes this has.
+ * Included by the instruction-set files, which are compiled with their ISA flags. MXFP4 experts
+ * (gpt-oss) spent 76 % of a token in the plain unpacker's table lookups; the grid and ternary
+ * types' one-token products were 4-12x slower with the plain ones (bench/README.md). */
 #ifndef QUILL_UNPACK_SIMD_H
 #define QUILL_UNPACK_SIMD_H
 
 #include "kernels/kernels_exact.h"
 #include "tensor/types_internal.h"
 
+/* empty elsewhere: files built for every target (kernels_vnni_pack.c) include it before their own
+ * x86 guard */
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 /* 16 bytes of nibbles to 32 codes: the low nibbles' values first, then the high ones' */
@@ -324,4 +328,5 @@ static inline quill_exact_unpack_fn unpack_fast(uint32_t type) {
     }
 }
 
+#endif /* __x86_64__ */
 #endif
