@@ -10,8 +10,7 @@
 #include "kernels/kernels_exact.h"
 #include "tensor/types_internal.h"
 
-/* empty elsewhere: files built for every target (kernels_vnni_pack.c) include it before their own
- * x86 guard */
+/* empty on other targets, so that files built for every target may include it unguarded */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
