@@ -139,6 +139,11 @@ QUILL_API const char *quill_context_kernels(const quill_context *c);
  * made at load (the vnni set's "vnni16"; QUILL_REPACK=0 in the environment turns copying off), and
  * then, for diagnostics such as /proc/self/smaps, where that copy is mapped (*start, *bytes). */
 QUILL_API const char *quill_context_weight_layout(const quill_context *c, const void **start, size_t *bytes);
+/* A mixture-of-experts model's expert tensors are copied into that layout by a thread of their own
+ * after the first context is made, so that it need not wait for them; until an expert's copy is
+ * complete it is read from the file (the same results, bit for bit, more slowly). This waits
+ * until every copy is complete (quill bench does before it measures). */
+QUILL_API void quill_context_wait_layout(quill_context *c);
 /* Forgets cached tokens of sequence 0 from position `pos` on (0 clears the conversation). */
 QUILL_API void quill_context_truncate(quill_context *c, int pos);
 QUILL_API void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user);

@@ -48,10 +48,14 @@ static void prompt_tokens(int32_t *t, int n, int salt) {
 }
 
 /* Sequence 0's logits for every prompt position: in one batch, token by token, or in batches shared
- * with a second sequence (its tokens interleaved, batches of 7); NULL after a test failure. */
+ * with a second sequence (its tokens interleaved, batches of 7); NULL after a test failure. The
+ * weights in the file's layout, in the kernel set's copy (complete: waited for), or as the copy
+ * stands (the experts copied by a thread of their own while the prompt runs). */
 typedef enum { ONE_BATCH, TOKEN_BY_TOKEN, SHARED_BATCHES } how;
+typedef enum { FILE_LAYOUT, PACKED, WHILE_PACKING } layout;
 
-static float *logits_of(const char *model, how h, int threads, bool repack) {
+static float *logits_of(const char *model, how h, int threads, layout lay) {
+    const bool repack = lay != FILE_LAYOUT;
     quill_model *m;
     quill_context *c;
     quill_error err;
@@ -64,6 +68,7 @@ static float *logits_of(const char *model, how h, int threads, bool repack) {
         test_fail(__FILE__, __LINE__, "%s", err.message);
         return NULL;
     }
+    if (lay == PACKED) quill_context_wait_layout(c);
     const int64_t nv = quill_model_hparams(m)->n_vocab;
     float *out = malloc((size_t)N_TOK * (size_t)nv * sizeof *out);
     float *tmp = malloc((size_t)2 * N_TOK * (size_t)nv * sizeof *tmp);
@@ -110,18 +115,21 @@ TEST(moe_logits_bitwise_invariant_to_batch_threads_sequences_and_layout) {
         CHECK(quill_model_load(models[k], &m, &err) == QUILL_OK, "%s", err.message);
         const size_t n = (size_t)N_TOK * (size_t)quill_model_hparams(m)->n_vocab * sizeof(float);
         quill_model_free(m);
-        float *base = logits_of(models[k], ONE_BATCH, 2, true);
-        float *single = logits_of(models[k], TOKEN_BY_TOKEN, 1, true);
-        float *shared_b = logits_of(models[k], SHARED_BATCHES, 2, true);
-        float *unpacked = logits_of(models[k], ONE_BATCH, 1, false);
-        CHECK(base && single && shared_b && unpacked);
-        if (base && single && shared_b && unpacked) {
+        float *base = logits_of(models[k], ONE_BATCH, 2, PACKED);
+        float *single = logits_of(models[k], TOKEN_BY_TOKEN, 1, PACKED);
+        float *shared_b = logits_of(models[k], SHARED_BATCHES, 2, PACKED);
+        float *unpacked = logits_of(models[k], ONE_BATCH, 1, FILE_LAYOUT);
+        float *early = logits_of(models[k], TOKEN_BY_TOKEN, 2, WHILE_PACKING);
+        CHECK(base && single && shared_b && unpacked && early);
+        if (base && single && shared_b && unpacked && early) {
+            CHECK(!memcmp(base, early, n), "%s: read while its experts are copied, the model's logits differ",
+                  models[k]);
             CHECK(!memcmp(base, single, n), "%s: one batch on 2 threads and token by token on 1 differ", models[k]);
             CHECK(!memcmp(base, shared_b, n), "%s: sharing batches with another sequence changes the logits",
                   models[k]);
             CHECK(!memcmp(base, unpacked, n), "%s: the packed and the file's layout differ", models[k]);
         }
-        free(base), free(single), free(shared_b), free(unpacked);
+        free(base), free(single), free(shared_b), free(unpacked), free(early);
     }
 }
 

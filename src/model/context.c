@@ -355,6 +355,10 @@ int quill_context_n_ctx(const quill_context *c) { return c->n_ctx; }
 
 const char *quill_context_kernels(const quill_context *c) { return c->reference ? "reference" : c->kern->isa; }
 
+void quill_context_wait_layout(quill_context *c) {
+    if (c && c->packed) quill_model_finish_packing(c->model, false);
+}
+
 const char *quill_context_weight_layout(const quill_context *c, const void **start, size_t *bytes) {
     if (start) *start = c->packed ? c->model->packed_mem : NULL;
     if (bytes) *bytes = c->packed ? c->model->packed_size : 0;

@@ -17,14 +17,20 @@ typedef struct {
     const uint8_t *packed; /* the same matrix in the model's packed layout (pack.c), or NULL */
     int64_t n_expert;      /* 1 for a plain matrix */
     size_t expert_bytes, packed_expert_bytes;
+    /* an expert tensor's copy is made in the background (pack.c): expert e's packed copy serves
+     * once expert_ready[e] is set (NULL: every expert's, when packed is set) */
+    const uint8_t *expert_ready;
 } quill_weight;
 
-/* Expert e of a 3-D expert tensor, as a plain matrix. */
+/* Expert e of a 3-D expert tensor, as a plain matrix: its packed copy when it is complete, else
+ * the file's rows (the same products, bit for bit). */
 static inline quill_weight quill_weight_expert(const quill_weight *w, int64_t e) {
     quill_weight v = *w;
     v.n_expert = 1;
     v.data = w->data + (size_t)e * w->expert_bytes;
-    v.packed = w->packed ? w->packed + (size_t)e * w->packed_expert_bytes : NULL;
+    const bool ready = !w->expert_ready || __atomic_load_n(&w->expert_ready[e], __ATOMIC_ACQUIRE);
+    v.packed = w->packed && ready ? w->packed + (size_t)e * w->packed_expert_bytes : NULL;
+    v.expert_ready = NULL;
     return v;
 }
 
@@ -144,8 +150,10 @@ quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, in
 quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
                                 quill_error *err);
 
-/* Frees the packed copies of the weights (pack.c), if any. */
+/* Frees the packed copies of the weights (pack.c), if any, after stopping their copier. */
 void quill_model_unpack(quill_model *m);
+/* Waits until the expert tensors' copies are complete (stop: cuts them short instead). */
+void quill_model_finish_packing(quill_model *m, bool stop);
 
 /* Gemma 4's per-layer features (per_layer.c). Before the layers are bound: each layer's heads, head
  * size, FFN width, window and KV sharing, from the per-layer keys. */
@@ -251,6 +259,10 @@ struct quill_model {
     const char *packed_layout;
     void *packed_mem;
     size_t packed_size;
+    /* the expert tensors' copies, made by a thread of their own after the first context's creation
+     * (pack.c): its state, and the experts' ready flags */
+    struct quill_expert_packer *expert_packer;
+    uint8_t *expert_ready;
 };
 
 #endif

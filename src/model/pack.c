@@ -94,6 +94,66 @@ static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, b
     return total;
 }
 
+/* The experts' copier: the plan's matrices (the expert tensors among them are left to it). */
+struct quill_expert_packer {
+    const quill_model *m;
+    const quill_kernels *k;
+    quill_weight **list;
+    size_t *at;
+    int n;
+    long page; /* the file's page size when it is mapped, else 0 */
+    int stop;  /* set when the model is freed before the copies are done */
+    pthread_t thread;
+};
+
+/* Packs matrix w (an expert tensor expert by expert, each marked ready when its copy is complete),
+ * on pool or (NULL) on this thread alone; the file's pages of what is packed leave the process as
+ * it goes (whole pages inside the matrix only), expert by expert, so that a 3-D tensor's file pages
+ * and its copy are not both resident (a qwen3moe IQ3_M layer's peak: +86 MB); not the embedding's
+ * when the output reuses it, which every token reads a row of. Stops early when *stop is set. */
+static void pack_matrix(const quill_model *m, const quill_kernels *k, quill_weight *w, quill_pool *pool, long page,
+                        const int *stop) {
+    const int64_t tiles = (w->rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS;
+    const bool drop = page > 0 && w->data != m->token_embd.data;
+    const uintptr_t page_mask = ~((uintptr_t)page - 1);
+    uintptr_t dropped = ((uintptr_t)w->data + (uintptr_t)page - 1) & page_mask;
+    for (int64_t e = 0; e < w->n_expert; e++) {
+        if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) return;
+        quill_weight expert = *w;
+        expert.n_expert = 1;
+        expert.data = w->data + (size_t)e * w->expert_bytes;
+        pack_job j = {k, &expert, (uint8_t *)w->packed + (size_t)e * w->packed_expert_bytes};
+        if (pool) quill_pool_run(pool, pack_tiles, &j, tiles, tiles / (4 * quill_pool_size(pool)) + 1);
+        else pack_tiles(&j, 0, tiles, 0);
+        if (w->expert_ready) __atomic_store_n((uint8_t *)&w->expert_ready[e], 1, __ATOMIC_RELEASE);
+        const uintptr_t to = ((uintptr_t)expert.data + (size_t)w->rows * w->row_bytes) & page_mask;
+        if (drop && to > dropped) {
+            (void)madvise((void *)dropped, to - dropped, MADV_DONTNEED);
+            dropped = to;
+        }
+    }
+}
+
+/* Every expert tensor of the plan, one after another (on pool, or NULL: this thread), the next
+ * ones' file pages asked for ahead. */
+static void pack_experts_of(struct quill_expert_packer *a, quill_pool *pool) {
+    for (int i = 0; i < a->n; i++) {
+        quill_weight *w = a->list[i];
+        if (a->at[i] == SIZE_MAX || !w->expert_ready) continue;
+        if (a->page > 0)
+            for (int r = i + 1, ahead = 0; r < a->n && ahead < PACK_READ_AHEAD; r++)
+                if (a->at[r] != SIZE_MAX && a->list[r]->expert_ready) read_ahead(a->list[r], a->page), ahead++;
+        pack_matrix(a->m, a->k, w, pool, a->page, &a->stop);
+    }
+}
+
+static void *pack_experts(void *arg) {
+    struct quill_expert_packer *a = arg;
+    pack_experts_of(a, NULL);
+    if (!__atomic_load_n(&a->stop, __ATOMIC_RELAXED)) (void)mprotect(a->m->packed_mem, a->m->packed_size, PROT_READ);
+    return NULL;
+}
+
 static bool repack_disabled(void) {
     const char *v = getenv("QUILL_REPACK");
     return v && strcmp(v, "0") == 0;
@@ -136,44 +196,67 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
     }
     /* generation streams these once per token: 2 MiB pages spare a TLB miss every 4 KiB */
     (void)madvise(mem, total, MADV_HUGEPAGE);
-    const bool mapped = quill_gguf_is_mapped(m->gguf);
-    const long page = sysconf(_SC_PAGESIZE);
-    for (int i = 0; i < n; i++) {
-        quill_weight *w = list[i];
-        if (mapped && page > 0)
-            for (int k = i == 0 ? 1 : i + PACK_READ_AHEAD; k <= i + PACK_READ_AHEAD && k < n; k++)
-                if (at[k] != SIZE_MAX) read_ahead(list[k], page);
-        if (at[i] == SIZE_MAX) continue;
-        const int64_t tiles = (w->rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS;
-        /* the file's pages of this matrix leave the process as it is packed (whole pages inside it
-         * only), expert by expert, so that a 3-D tensor's file pages and its copy are not both
-         * resident (a qwen3moe IQ3_M layer's peak: +86 MB); not the embedding's when the output
-         * reuses it, which every token reads a row of */
-        const bool drop = mapped && page > 0 && w->data != m->token_embd.data;
-        const uintptr_t page_mask = ~((uintptr_t)page - 1);
-        uintptr_t dropped = ((uintptr_t)w->data + (uintptr_t)page - 1) & page_mask;
-        for (int64_t e = 0; e < w->n_expert; e++) {
-            const quill_weight expert = quill_weight_expert(w, e);
-            pack_job j = {k, &expert, (uint8_t *)mem + at[i] + (size_t)e * w->packed_expert_bytes};
-            quill_pool_run(pool, pack_tiles, &j, tiles, tiles / (4 * quill_pool_size(pool)) + 1);
-            const uintptr_t to = ((uintptr_t)expert.data + (size_t)w->rows * w->row_bytes) & page_mask;
-            if (drop && to > dropped) {
-                (void)madvise((void *)dropped, to - dropped, MADV_DONTNEED);
-                dropped = to;
-            }
-        }
-        w->packed = (uint8_t *)mem + at[i];
-    }
-    (void)mprotect(mem, total, PROT_READ);
     m->packed_mem = mem;
     m->packed_size = total;
     m->packed_layout = k->packed_layout;
+    /* the plain matrices now, on the pool; the expert tensors (most of a MoE model, of which a
+     * prompt reads only some) by a thread of their own, so that the first context is made
+     * without waiting for them: until its copy is complete an expert is read from the file */
+    int64_t n_flags = 0;
+    for (int i = 0; i < n; i++)
+        if (at[i] != SIZE_MAX && list[i]->n_expert > 1) n_flags += list[i]->n_expert;
+    m->expert_ready = n_flags ? calloc((size_t)n_flags, 1) : NULL;
+    struct quill_expert_packer *bg = n_flags && m->expert_ready ? calloc(1, sizeof *bg) : NULL;
+    const bool mapped = quill_gguf_is_mapped(m->gguf);
+    const long page = mapped ? sysconf(_SC_PAGESIZE) : 0;
+    int64_t flag = 0;
+    for (int i = 0; i < n; i++) {
+        quill_weight *w = list[i];
+        if (at[i] == SIZE_MAX) continue;
+        w->packed = (uint8_t *)mem + at[i];
+        if (bg && w->n_expert > 1) {
+            w->expert_ready = m->expert_ready + flag;
+            flag += w->n_expert;
+            continue;
+        }
+        if (page > 0)
+            for (int r = i + 1; r <= i + PACK_READ_AHEAD && r < n; r++)
+                if (at[r] != SIZE_MAX) read_ahead(list[r], page);
+        pack_matrix(m, k, w, pool, page, NULL);
+    }
+    if (bg) {
+        *bg = (struct quill_expert_packer){.m = m, .k = k, .list = list, .at = at, .n = n, .page = page};
+        if (pthread_create(&bg->thread, NULL, pack_experts, bg) == 0) {
+            m->expert_packer = bg;
+            pthread_mutex_unlock(&pack_lock);
+            return true;
+        }
+        pack_experts_of(bg, pool); /* no thread: the experts here and now */
+        free(bg);
+    }
+    (void)mprotect(mem, total, PROT_READ);
     free(list);
     free(at);
     pthread_mutex_unlock(&pack_lock);
     return true;
 }
 
+void quill_model_finish_packing(quill_model *m, bool stop) {
+    pthread_mutex_lock(&pack_lock);
+    struct quill_expert_packer *bg = m->expert_packer;
+    if (bg) {
+        if (stop) __atomic_store_n(&bg->stop, 1, __ATOMIC_RELAXED);
+        pthread_join(bg->thread, NULL);
+        free(bg->list);
+        free(bg->at);
+        free(bg);
+        m->expert_packer = NULL;
+    }
+    pthread_mutex_unlock(&pack_lock);
+}
+
 void quill_model_unpack(quill_model *m) {
+    quill_model_finish_packing(m, true);
     if (m->packed_mem) munmap(m->packed_mem, m->packed_size);
+    free(m->expert_ready);
 }
