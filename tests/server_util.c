@@ -146,7 +146,9 @@ bool http_do(int port, const char *method, const char *path, const char *headers
     while (ok && buf) {
         struct pollfd p = {fd, POLLIN, 0};
         int left = (int)((timeout_s - (mono_s() - t0)) * 1000);
-        if (left <= 0 || poll(&p, 1, left) <= 0) {
+        const int ready = left > 0 ? poll(&p, 1, left) : 0;
+        if (ready < 0 && errno == EINTR) continue; /* a signal (a child server's exit) is no failure */
+        if (ready <= 0) {
             ok = false;
             break;
         }
