@@ -733,6 +733,7 @@ fail:
 
 void quill_model_free(quill_model *m) {
     if (!m) return;
+    quill_model_unpack(m); /* first: the experts' copier reads the layers */
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
             quill_layer *L = &m->layers[l];
@@ -749,7 +750,6 @@ void quill_model_free(quill_model *m) {
     free(m->ap.rope_factors);
     free(m->ap.rope_factors_long);
     quill_tokenizer_free(m->tokenizer);
-    quill_model_unpack(m);
     quill_gguf_close(m->gguf);
     free(m);
 }
