@@ -11,12 +11,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static inline float half_at(const uint8_t *p) {
-    quill_half h;
-    memcpy(&h, p, 2);
-    return quill_half_to_float(h);
-}
-
 void quill_exact_unpack_mxfp4(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
     (void)mins;
     for (int64_t b = 0; b < n / QK_MXFP4; b++, row += sizeof(block_mxfp4), q += QK_MXFP4) {

@@ -91,6 +91,12 @@ static const exact_type exact_types[QUILL_TYPE_COUNT] = {QUILL_TYPE_LIST(EXACT_R
  * add fma(C, s·da, acc) slot after slot, and fma(-m, da·Σa, acc) with Σa the slot's activation
  * codes' sum, as exact_scalar.c defines. */
 typedef void (*quill_exact_unpack_fn)(const uint8_t *row, int64_t n, int8_t *q, float *s, float *m);
+/* The f16 at p (a block's scale, at any alignment), as f32: the unpackers' d. */
+static inline float half_at(const uint8_t *p) {
+    quill_half h;
+    memcpy(&h, p, 2);
+    return quill_half_to_float(h);
+}
 #define QUILL_DECLARE_UNPACK_(sfx, ID)                                                               \
     void quill_exact_unpack_##sfx(const uint8_t *row, int64_t n, int8_t *q, float *s, float *m);
 QUILL_UNPACKED_EXACT_TYPES(QUILL_DECLARE_UNPACK_)

@@ -46,9 +46,7 @@ static void unpack_iq3_s_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     const __m256i shifts = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), one = _mm256_set1_epi32(1);
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq3_s)) {
         const block_iq3_s *blk = (const block_iq3_s *)row;
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
             const int sc = ib % 2 ? blk->scales[ib / 2] >> 4 : blk->scales[ib / 2] & 0xF;
             *s++ = d * (float)(1 + 2 * sc);
@@ -78,9 +76,7 @@ static inline __m256i grid4(const uint64_t *grid, uint32_t i0, uint32_t i1, uint
 static void unpack_iq2_xxs_simd(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
     (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_xxs)) {
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
             uint32_t idx, aux;
             memcpy(&idx, row + 2 + 8 * ib, 4);
@@ -97,9 +93,7 @@ static void unpack_iq2_xs_simd(const uint8_t *row, int64_t n, int8_t *q, float *
     (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_xs)) {
         const block_iq2_xs *blk = (const block_iq2_xs *)row;
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
             const uint8_t sc = blk->scales[ib];
             *s++ = d * (0.5f + (float)(sc & 0xF)) * 0.25f;
@@ -120,9 +114,7 @@ static void unpack_iq2_s_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq2_s)) {
         const block_iq2_s *blk = (const block_iq2_s *)row;
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
             *s++ = d * (0.5f + (float)(blk->scales[ib] & 0xF)) * 0.25f;
             *s++ = d * (0.5f + (float)(blk->scales[ib] >> 4)) * 0.25f;
@@ -143,9 +135,7 @@ static void unpack_iq3_xxs_simd(const uint8_t *row, int64_t n, int8_t *q, float 
     (void)mins;
     const uint32_t *g = quill_iq3xxs_grid;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq3_xxs)) {
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         const uint8_t *qs = row + 2, *scales_and_signs = row + 2 + QK_K / 4;
         for (int ib = 0; ib < QK_K / 32; ib++, qs += 8, q += 32) {
             uint32_t aux;
@@ -169,9 +159,7 @@ static void unpack_iq1_s_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq1_s)) {
         const block_iq1_s *blk = (const block_iq1_s *)row;
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
             uint16_t qh16;
             uint32_t lo;
@@ -220,9 +208,7 @@ static void unpack_q1_0_simd(const uint8_t *row, int64_t n, int8_t *q, float *s,
     (void)mins;
     const __m256i ones = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < n / QK1_0; b++, row += sizeof(block_q1_0)) {
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int i = 0; i < QK1_0 / 32; i++, q += 32) {
             *s++ = d;
             uint32_t bits;
@@ -242,9 +228,7 @@ static void unpack_q2_0_simd(const uint8_t *row, int64_t n, int8_t *q, float *s,
     const __m256i field = _mm256_set1_epi32((int)0xC0300C03u), low = _mm256_set1_epi8(0x0F);
     const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(-1, 0, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0));
     for (int64_t b = 0; b < n / QK2_0; b++, row += sizeof(block_q2_0)) {
-        quill_half dh;
-        memcpy(&dh, row, 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row);
         for (int i = 0; i < QK2_0 / 32; i++, q += 32) {
             *s++ = d;
             const __m256i bytes = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(row + 2 + 8 * i)));
@@ -261,9 +245,7 @@ static void unpack_tq2_0_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_tq2_0)) {
         const block_tq2_0 *blk = (const block_tq2_0 *)row;
-        quill_half dh;
-        memcpy(&dh, row + offsetof(block_tq2_0, d), 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row + offsetof(block_tq2_0, d));
         for (int i = 0; i < QK_K / 32; i++) *s++ = d;
         for (int j = 0; j < QK_K / 4; j += 32) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(blk->qs + j));
@@ -290,9 +272,7 @@ static void unpack_tq1_0_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     const __m256i pow_qh = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_tq1_0)) {
         const block_tq1_0 *blk = (const block_tq1_0 *)row;
-        quill_half dh;
-        memcpy(&dh, row + offsetof(block_tq1_0, d), 2);
-        const float d = quill_half_to_float(dh);
+        const float d = half_at(row + offsetof(block_tq1_0, d));
         for (int i = 0; i < QK_K / 32; i++) *s++ = d;
         const __m128i a = _mm_loadu_si128((const __m128i *)blk->qs), bb = _mm_loadu_si128((const __m128i *)(blk->qs + 16)),
                       c = _mm_loadu_si128((const __m128i *)(blk->qs + 32));

@@ -81,7 +81,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
         c->moe_shared_gate = carve(mem, &at, ub * f);
         const size_t et = QUILL_EXPERT_TOKENS, ff_exp = (size_t)ap->n_ff_exp, widest_in = d > ff_exp ? d : ff_exp;
         const size_t products = c->kern->matmul_scratch ? c->kern->matmul_scratch((int64_t)widest_in, (int)et) : 0;
-        c->expert_scratch_bytes = ((et * d * f + 63) & ~(size_t)63) + 2 * ((et * ff_exp * f + 63) & ~(size_t)63) +
+        c->expert_scratch_bytes = quill_expert_part(et * d) + 2 * quill_expert_part(et * ff_exp) +
                                   ((products + 63) & ~(size_t)63);
         c->expert_scratch = carve(mem, &at, (size_t)c->n_threads * c->expert_scratch_bytes);
     }

@@ -19,6 +19,9 @@ static inline int quill_model_ubatch(const quill_model *m) { return m->ap.n_expe
 
 /* The most tokens of one expert that a thread multiplies at a time (ffn_moe.c). */
 #define QUILL_EXPERT_TOKENS 64
+/* Bytes of one part of a thread's expert scratch (context.h: expert_scratch) holding `n` floats,
+ * rounded up so that the next part starts 64-byte aligned. */
+static inline size_t quill_expert_part(size_t n) { return (n * sizeof(float) + 63) & ~(size_t)63; }
 
 /* The key cache of one KV head is blocks of KEY_BLOCK positions, each dimension-major: key
  * (d, pos) at block pos / KEY_BLOCK, d · KEY_BLOCK + pos % KEY_BLOCK (see forward.c). */

@@ -117,23 +117,33 @@ static void shared_expert(quill_context *c, const quill_layer *L, int layer, int
     quill_trace(c, "ffn_shexp", layer, c->moe_in, 2, d, n_tok, 1);
 }
 
-/* The FFN of expert e for its (token, slot) pairs [0, m): out[pair] = down(act(gate(x) · up(x))).
- * One product over the pool per step (decoding: a few experts, each split over the threads). */
-static void expert_over_pool(quill_context *c, const quill_layer *L, int64_t e, const int32_t *pairs, int m) {
+/* The FFN of expert e for its (token, slot) pairs [0, m): out[pair] = down(act(gate(x) · up(x))),
+ * with in [m][n_embd], g and u [m][n_ff_exp] as room. Over the pool (scratch NULL: decoding, a few
+ * experts, each product split over the threads), or on the calling thread with the kernel's
+ * `scratch` (prompts: whole experts per thread, below). */
+static void expert_ffn(quill_context *c, const quill_layer *L, int64_t e, const int32_t *pairs, int m, float *in,
+                       float *g, float *u, void *scratch, int thread) {
     const int64_t k = c->model->ap.n_expert_used, d = c->hp->n_embd, ff = c->model->ap.n_ff_exp;
     for (int i = 0; i < m; i++)
-        memcpy(c->moe_in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
+        memcpy(in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
     const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
     const quill_weight down = quill_weight_expert(&L->w_down, e);
-    quill_announce(c, (const quill_weight *[]){&down}, 1, m);
-    quill_matmuls(c, (const quill_weight *[]){&gate, &up}, (float *[]){c->ffn_gate, c->ffn_up}, 2, c->moe_in, m);
-    if (L->gate_exps_bias) add_row(c->ffn_gate, L->gate_exps_bias + e * ff, ff, m);
-    if (L->up_exps_bias) add_row(c->ffn_up, L->up_exps_bias + e * ff, ff, m);
-    quill_gated_activation(c, c->ffn_gate, c->ffn_up, m, ff);
-    quill_matmul(c, &down, c->ffn_gate, m, c->moe_in);
-    if (L->down_exps_bias) add_row(c->moe_in, L->down_exps_bias + e * d, d, m);
+    const quill_weight *gate_up[] = {&gate, &up}, *down_only[] = {&down};
+    if (scratch) {
+        quill_matmuls_here(c, gate_up, (float *[]){g, u}, 2, in, m, scratch, thread);
+    } else {
+        quill_announce(c, down_only, 1, m);
+        quill_matmuls(c, gate_up, (float *[]){g, u}, 2, in, m);
+    }
+    if (L->gate_exps_bias) add_row(g, L->gate_exps_bias + e * ff, ff, m);
+    if (L->up_exps_bias) add_row(u, L->up_exps_bias + e * ff, ff, m);
+    if (scratch) quill_gated_activation_here(c, g, u, m, ff);
+    else quill_gated_activation(c, g, u, m, ff);
+    if (scratch) quill_matmuls_here(c, down_only, (float *[]){in}, 1, g, m, scratch, thread);
+    else quill_matmul(c, &down, g, m, in);
+    if (L->down_exps_bias) add_row(in, L->down_exps_bias + e * d, d, m);
     for (int i = 0; i < m; i++)
-        memcpy(c->moe_out + (size_t)pairs[i] * d, c->moe_in + (size_t)i * d, (size_t)d * sizeof(float));
+        memcpy(c->moe_out + (size_t)pairs[i] * d, in + (size_t)i * d, (size_t)d * sizeof(float));
 }
 
 /* Prompts: one item per expert, each thread running whole experts with its own scratch
@@ -150,31 +160,16 @@ typedef struct {
 static void expert_items(void *arg, int64_t e0, int64_t e1, int thread) {
     const experts_job *j = arg;
     quill_context *c = j->c;
-    const quill_layer *L = j->L;
-    const int64_t k = c->model->ap.n_expert_used, d = c->hp->n_embd, ff = c->model->ap.n_ff_exp;
+    const size_t et = QUILL_EXPERT_TOKENS, d = (size_t)c->hp->n_embd, ff = (size_t)c->model->ap.n_ff_exp;
     uint8_t *mine = c->expert_scratch + (size_t)thread * c->expert_scratch_bytes;
-    const size_t et = QUILL_EXPERT_TOKENS, f = sizeof(float);
-    float *in = (float *)mine, *g = (float *)(mine + ((et * (size_t)d * f + 63) & ~(size_t)63));
-    float *u = (float *)((uint8_t *)g + ((et * (size_t)ff * f + 63) & ~(size_t)63));
-    void *scratch = (uint8_t *)u + ((et * (size_t)ff * f + 63) & ~(size_t)63);
-    for (int64_t e = e0; e < e1; e++) {
-        const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
-        const quill_weight down = quill_weight_expert(&L->w_down, e);
+    float *in = (float *)mine, *g = (float *)(mine + quill_expert_part(et * d));
+    float *u = (float *)((uint8_t *)g + quill_expert_part(et * ff));
+    void *scratch = (uint8_t *)u + quill_expert_part(et * ff);
+    for (int64_t e = e0; e < e1; e++)
         for (int p0 = c->moe_start[e]; p0 < c->moe_start[e + 1]; p0 += (int)et) {
             const int m = c->moe_start[e + 1] - p0 < (int)et ? c->moe_start[e + 1] - p0 : (int)et;
-            const int32_t *pairs = c->moe_pairs + p0;
-            for (int i = 0; i < m; i++)
-                memcpy(in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * f);
-            quill_matmuls_here(c, (const quill_weight *[]){&gate, &up}, (float *[]){g, u}, 2, in, m, scratch, thread);
-            if (L->gate_exps_bias) add_row(g, L->gate_exps_bias + e * ff, ff, m);
-            if (L->up_exps_bias) add_row(u, L->up_exps_bias + e * ff, ff, m);
-            quill_gated_activation_here(c, g, u, m, ff);
-            quill_matmuls_here(c, (const quill_weight *[]){&down}, (float *[]){in}, 1, g, m, scratch, thread);
-            if (L->down_exps_bias) add_row(in, L->down_exps_bias + e * d, d, m);
-            for (int i = 0; i < m; i++)
-                memcpy(c->moe_out + (size_t)pairs[i] * d, in + (size_t)i * d, (size_t)d * f);
+            expert_ffn(c, j->L, e, c->moe_pairs + p0, m, in, g, u, scratch, thread);
         }
-    }
 }
 
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
@@ -218,7 +213,9 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
         quill_pool_run(c->pool, expert_items, &j, n_expert, 1);
     } else {
         for (int64_t e = 0; e < n_expert; e++)
-            if (start[e + 1] > start[e]) expert_over_pool(c, L, e, c->moe_pairs + start[e], start[e + 1] - start[e]);
+            if (start[e + 1] > start[e])
+                expert_ffn(c, L, e, c->moe_pairs + start[e], start[e + 1] - start[e], c->moe_in, c->ffn_gate,
+                           c->ffn_up, NULL, 0);
     }
     quill_trace(c, "ffn_moe_down", layer, c->moe_out, 3, d, k, n_tok);
     if (L->ffn == QUILL_FFN_MOE_SHARED) shared_expert(c, L, layer, n_tok);
