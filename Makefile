@@ -5,6 +5,12 @@
 # (the prerequisite rules below would otherwise make their first object the default goal)
 .DEFAULT_GOAL := all
 
+# Every target builds on all online cores unless told otherwise: an explicit -jN (or -j1) on the
+# command line wins, and a sub-make that already shares a jobserver adds nothing.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
@@ -87,7 +93,8 @@ test: all
 deps:
 	./scripts/install-deps.sh
 
-run: all
+# The main job needs only the CLI (not the test suite).
+run: $(BUILD)/quill
 	./$(BUILD)/quill run -m ../shared/models/stories260K.gguf -p "Once upon a time" -n 64 --temp 0
 
 # Batched decoding measured as the reference's llama-batched-bench does it (bench/vs_ref.sh).
