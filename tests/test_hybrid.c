@@ -166,12 +166,14 @@ TEST(hybrid_logits_match_the_reference_and_float64) {
         }
         free(fast); free(exact); free(fast_q); free(exact_q); free(r.logits); free(rq.logits);
         CHECK(ok, "%s: evaluation failed or the vocabulary differs", name);
-        /* the MoE variants' random routers make them less well conditioned: both implementations
-         * move further from float64 there, the reference more. The delta rule's sums in plain order,
-         * as one chain of fused multiply-adds, or as 8 chains (the kernels') put qwen35moe's logits
-         * 0.98, 1.3 and 3.0e-5 from float64: there the fast path gets the reference's distance too */
+        /* The MoE variants' random routers make them less well conditioned: every f32 implementation
+         * moves further from float64 there. The delta rule's sums in plain order, as one chain of
+         * fused multiply-adds, or as 8 chains (the kernels') put qwen35moe's logits 0.98, 1.3 and
+         * 3.0e-5 from float64, on every kernel set; the reference's own distance depends on its CPU
+         * variant (1.7e-5 with its AVX2 build, 3.0e-5 with its AVX-512 ones), so it cannot be the
+         * bound. 4e-5 stays well inside f32's 1e-4 and far below what a wrong layer gives. */
         const bool moe = strstr(cases[c].synth, "--experts") != NULL;
-        const double bound = moe ? 1e-5 + ref_vs_exact : 1e-5;
+        const double bound = moe ? 4e-5 : 1e-5;
         CHECK(vs_exact < bound, "%s: fast path %.3g from float64 (bound %.3g)", name, vs_exact, bound);
         CHECK(vs_ref < 1e-5 + ref_vs_exact, "%s: logits %.3g from the reference implementation's (it is %.3g from float64)",
               name, vs_ref, ref_vs_exact);

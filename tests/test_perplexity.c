@@ -236,6 +236,10 @@ static double after(const char *text, const char *label) {
 /* |a - b| below half a unit of b's 4th significant digit */
 static bool same_4_digits(double a, double b) { return fabs(a - b) <= 0.5 * pow(10, floor(log10(fabs(b))) - 3); }
 
+/* The reference's F32 perplexity depends on its CPU variant: the AVX-512 ones agree with float64 to
+ * 5 digits, the AVX2 (haswell) one rounds (4.4176 against the float64 path's 4.41825 on this text).
+ * quill must agree with the reference to 4 significant digits, or, where the reference is the one
+ * that strays, be at least as close to float64 as it is and agree with float64 to 4 digits. */
 TEST(perplexity_equals_reference_on_f32) {
     REQUIRE_SHARED(shared);
     char *model = stories(shared), args[2048], cmd[4096];
@@ -245,12 +249,21 @@ TEST(perplexity_equals_reference_on_f32) {
     char *log = run_reference(shared, args, "Final estimate", &rc);
     snprintf(cmd, sizeof cmd, "%s perplexity %s -t 2 --json 2>/dev/null", quill_bin(), args);
     cJSON *j = run_json(cmd);
-    const double ref = after(log, "Final estimate: PPL = "), mine = j ? json_at(j, "ppl", NULL) : NAN;
+    snprintf(cmd, sizeof cmd, "%s perplexity %s -t 2 --exact --json 2>/dev/null", quill_bin(), args);
+    cJSON *jx = run_json(cmd);
+    const double ref = after(log, "Final estimate: PPL = "), mine = j ? json_at(j, "ppl", NULL) : NAN,
+                 exact = jx ? json_at(jx, "ppl", NULL) : NAN;
     free(model);
     free(log);
     cJSON_Delete(j);
+    cJSON_Delete(jx);
     CHECK(rc == 0 && isfinite(ref), "llama-perplexity failed (exit %d)", rc);
-    CHECK(same_4_digits(mine, ref), "quill %.6f, reference %.6f: not the same to 4 significant digits", mine, ref);
+    CHECK(isfinite(exact), "quill perplexity --exact gave no perplexity");
+    const bool as_reference = same_4_digits(mine, ref);
+    const bool closer_to_float64 = fabs(mine - exact) <= fabs(ref - exact) && same_4_digits(mine, exact);
+    CHECK(as_reference || closer_to_float64,
+          "quill %.6f, reference %.6f, float64 %.6f: neither the reference's to 4 significant digits nor closer to float64",
+          mine, ref, exact);
 }
 
 TEST(perplexity_base_files_cross_with_reference) {
