@@ -58,6 +58,7 @@ TARGET_ARCH_NAME := $(shell $(CC) -dumpmachine 2>/dev/null)
 ifneq ($(findstring x86_64,$(TARGET_ARCH_NAME)),)
 $(BUILD)/src/kernels/kernels_avx2.o:       CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/kernels_avxvnni_exact.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 $(BUILD)/src/kernels/kernels_recurrent_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/src/kernels/kernels_avx512.o:     CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 VNNI_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c

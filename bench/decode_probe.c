@@ -3,7 +3,8 @@
  *
  *   build/decode_probe TYPE ROWS COLS [THREADS [SECONDS [COPIES]]]      e.g. q4_0 64 2048 1
  *
- * prints the packed bytes read per second. COPIES matrices of ROWS x COLS are cycled through, so
+ * prints the packed bytes read per second (QUILL_ISA: another set that reads the layout, avx2 or
+ * avxvnni). COPIES matrices of ROWS x COLS are cycled through, so
  * that the total exceeds the caches when it is large (~1 GB).
  *
  * When the copies total 256 MiB or more, passes over all of them alternate with passes of a plain
@@ -67,9 +68,10 @@ int main(int argc, char **argv) {
     const int threads = argc > 4 ? atoi(argv[4]) : 1;
     const double seconds = argc > 5 ? atof(argv[5]) : 2.0;
     int copies = argc > 6 ? atoi(argv[6]) : 1;
-    const quill_kernels *k = quill_kernels_for("vnni");
+    const char *isa = getenv("QUILL_ISA") && *getenv("QUILL_ISA") ? getenv("QUILL_ISA") : "vnni";
+    const quill_kernels *k = quill_kernels_for(isa);
     if (type == QUILL_TYPE_COUNT || !k || !k->pack_bytes || !k->pack_bytes(type, rows, cols) || copies < 1) {
-        fprintf(stderr, "decode_probe: no packed vnni product for %s here\n", argv[1]);
+        fprintf(stderr, "decode_probe: no packed %s product for %s here\n", isa, argv[1]);
         return 1;
     }
     const size_t row_bytes = quill_row_size(type, cols), pb = k->pack_bytes(type, rows, cols);

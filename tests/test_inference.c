@@ -486,7 +486,7 @@ static const char *context_kernels(const char *model_path) {
  * lacks is reported as skipped (test_kernel_choice.c checks that asking for it is an error). */
 TEST(infer_every_instruction_set) {
     REQUIRE_SHARED(shared);
-    const char *isas[] = {"scalar", "avx2", "avx512", "vnni", "amx"};
+    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "vnni", "amx"};
     const char *cases[] = {"synth-k-q4_0", "synth-k-q4_k_m", "synth-k-f16"};
     const char *saved = getenv("QUILL_ISA");
     char *restore = saved ? strdup(saved) : NULL;

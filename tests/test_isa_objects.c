@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 /* The instruction-set files: their objects get ISA flags (Makefile) and must show them. */
-static const char *const isa_objects[] = {"kernels_avx2.o", "kernels_avx2_exact.o", "kernels_avx512.o",
-                                          "kernels_vnni.o",  "kernels_vnni_pack.o",  "kernels_amx.o",
-                                          "kernels_recurrent_avx2.o"};
+static const char *const isa_objects[] = {"kernels_avx2.o",      "kernels_avx2_exact.o", "kernels_avxvnni_exact.o",
+                                          "kernels_avx512.o",    "kernels_vnni.o",       "kernels_vnni_pack.o",
+                                          "kernels_amx.o",       "kernels_recurrent_avx2.o"};
 
 static bool is_isa_object(const char *path) {
     const char *base = strrchr(path, '/');

@@ -105,8 +105,20 @@ static const quill_kernels *set_or_skip(const char *isa) {
         const quill_kernels *k = set_or_skip("avx2");                                                \
         if (k) check(k);                                                                             \
     }                                                                                                \
+    TEST(kernels_avxvnni_##check) {                                                                  \
+        const quill_kernels *k = set_or_skip("avxvnni");                                             \
+        if (k) check(k);                                                                             \
+    }                                                                                                \
     TEST(kernels_avx512_##check) {                                                                   \
         const quill_kernels *k = set_or_skip("avx512");                                              \
+        if (k) check(k);                                                                             \
+    }                                                                                                \
+    TEST(kernels_dotprod_##check) {                                                                  \
+        const quill_kernels *k = set_or_skip("dotprod");                                             \
+        if (k) check(k);                                                                             \
+    }                                                                                                \
+    TEST(kernels_i8mm_##check) {                                                                     \
+        const quill_kernels *k = set_or_skip("i8mm");                                                \
         if (k) check(k);                                                                             \
     }
 
@@ -545,5 +557,16 @@ static void packed_products(const quill_kernels *k) {
 
 TEST(kernels_vnni_packed_products) {
     const quill_kernels *k = set_or_skip("vnni");
+    if (k) packed_products(k);
+}
+
+/* The avx2 and avxvnni sets read the vnni set's layout as two halves of 8 rows per tile. */
+TEST(kernels_avx2_packed_products) {
+    const quill_kernels *k = set_or_skip("avx2");
+    if (k) packed_products(k);
+}
+
+TEST(kernels_avxvnni_packed_products) {
+    const quill_kernels *k = set_or_skip("avxvnni");
     if (k) packed_products(k);
 }

@@ -49,6 +49,8 @@ static quill_cpu_features detect(void) {
         f.avx512vbmi = c & (1u << 1);
         f.avx512vnni = c & (1u << 11);
     }
+    unsigned a1, b1, c1, d1; /* leaf 7, sub-leaf 1: EAX AVX-VNNI (4), on the AVX state alone */
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avxvnni = a1 & (1u << 4);
     if ((xcr & XCR0_AMX) == XCR0_AMX && (d & (1u << 24)) &&
         syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) {
         f.amx_tile = true;

@@ -10,6 +10,8 @@ typedef struct {
     /* each true only when the operating system also saves the registers it uses (XCR0) */
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vbmi, avx512vnni;
+    /* VEX vpdpbusd on 256-bit registers (Alder Lake and later client chips, Zen 4 and 5) */
+    bool avxvnni;
     /* the tile unit, and Linux's permission for this process to use its 8 KiB of state */
     bool amx_tile, amx_bf16;
 } quill_cpu_features;

@@ -136,8 +136,8 @@ static const quill_kernels scalar_table = {
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 
 /* The sets, fastest first. */
-enum { SET_AMX, SET_VNNI, SET_AVX512, SET_AVX2, SET_SCALAR, N_SETS };
-static const char *const set_names[N_SETS] = {"amx", "vnni", "avx512", "avx2", "scalar"};
+enum { SET_AMX, SET_VNNI, SET_AVX512, SET_AVXVNNI, SET_AVX2, SET_SCALAR, N_SETS };
+static const char *const set_names[N_SETS] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "scalar"};
 static quill_kernels tables[N_SETS];
 static bool offered[N_SETS];
 
@@ -147,6 +147,7 @@ static void build_tables(void) {
 #if defined(__x86_64__)
     const quill_cpu_features *f = quill_cpu_features_get();
     offered[SET_AVX2] = f->avx2 && f->fma && f->f16c;
+    offered[SET_AVXVNNI] = offered[SET_AVX2] && f->avxvnni;
     offered[SET_AVX512] = offered[SET_AVX2] && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
     /* both decode on the vector unit with VNNI byte products and VBMI byte permutes */
     offered[SET_VNNI] = offered[SET_AVX512] && f->avx512vbmi && f->avx512vnni;
@@ -156,6 +157,12 @@ static void build_tables(void) {
         quill_kernels_install_avx2(&tables[SET_AVX2]);
         quill_kernels_install_avx2_exact(&tables[SET_AVX2]);
         quill_kernels_install_recurrent_avx2(&tables[SET_AVX2]);
+        quill_kernels_install_avx2_packed(&tables[SET_AVX2]);
+    }
+    if (offered[SET_AVXVNNI]) {
+        /* the avx2 set with its exact products' sums by VEX vpdpbusd */
+        tables[SET_AVXVNNI] = tables[SET_AVX2];
+        quill_kernels_install_avxvnni_exact(&tables[SET_AVXVNNI]);
     }
     if (offered[SET_AVX512]) {
         /* Without VNNI (Skylake-SP; Cascade Lake lacks VBMI) the AVX2 exact products still beat
@@ -214,7 +221,7 @@ quill_status quill_kernels_choose(const quill_kernels **out, quill_error *err) {
     *out = NULL;
     return quill_fail(err, QUILL_E_ARG,
                       "QUILL_ISA=%.32s: %s; this CPU offers %s (unset QUILL_ISA to use the fastest, %s)", name,
-                      known ? "this CPU lacks that kernel set" : "no such kernel set (amx, vnni, avx512, avx2, scalar)",
+                      known ? "this CPU lacks that kernel set" : "no such kernel set (amx, vnni, avx512, avxvnni, avx2, scalar)",
                       list, quill_kernels_best()->isa);
 }
 

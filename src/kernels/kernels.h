@@ -1,6 +1,6 @@
 /* Compute kernels, one table per instruction set, one entry per tensor type.
  *
- * The sets, fastest first: amx, vnni, avx512, avx2 and scalar (kernels.c builds them from what the
+ * The sets, fastest first: amx, vnni, avx512, avxvnni, avx2 and scalar (kernels.c builds them from what the
  * CPU offers; $QUILL_ISA forces one). By default a matrix-vector or matrix-matrix product is
  * computed row by row: the weight row is dequantized to f32 (bit-identical to the type's
  * to_float), then dotted with every token's activations in f32; that is all the scalar set does.
@@ -138,7 +138,7 @@ typedef struct quill_kernels {
 /* Rows per tile of the packed layouts. */
 #define QUILL_PACK_ROWS 16
 
-/* The fastest kernels this CPU runs: amx > vnni > avx512 > avx2 > scalar. */
+/* The fastest kernels this CPU runs: amx > vnni > avx512 > avxvnni > avx2 > scalar. */
 const quill_kernels *quill_kernels_best(void);
 /* The kernels of one set by name, or NULL when the name is unknown or this CPU lacks the set. */
 const quill_kernels *quill_kernels_for(const char *isa);
@@ -160,6 +160,11 @@ void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads
 void quill_kernels_install_avx2(quill_kernels *k);
 void quill_kernels_install_avx512(quill_kernels *k);
 void quill_kernels_install_avx2_exact(quill_kernels *k);
+/* The avx2 set's products from the vnni set's load-time layout (kernels_avx2_exact.c). */
+void quill_kernels_install_avx2_packed(quill_kernels *k);
+/* The avxvnni set: the avx2 set with kernels_avx2_exact.c's products (packed ones included) built
+ * for AVX-VNNI. */
+void quill_kernels_install_avxvnni_exact(quill_kernels *k);
 void quill_kernels_install_vnni(quill_kernels *k);
 void quill_kernels_install_amx(quill_kernels *k);
 /* The recurrent layers' kernels on AVX2 (kernels_recurrent_avx2.c), for the avx2 and avx512 sets. */

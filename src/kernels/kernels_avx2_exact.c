@@ -25,6 +25,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+/* kernels_avxvnni_exact.c builds this file again with QUILL_AVXVNNI 1 (and -mavxvnni): the
+ * avxvnni set, whose sums take VEX vpdpbusd where these take vpmaddubsw and vpmaddwd. */
+#ifndef QUILL_AVXVNNI
+#define QUILL_AVXVNNI 0
+#endif
+
 #define TR 8             /* weight rows per tile: one per 32-bit lane */
 #define MAX_WINDOW 256   /* columns unpacked at a time: one k-quant super-block */
 #define PASS_TOKENS 256  /* tokens per pass over the weights: their accumulators live on the stack */
@@ -353,12 +359,28 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
  * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. */
 static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, const planes *P,
                                                               int64_t k, __m256 *acc) {
-    const int kb = slot_width(type), n_slots = window_width(type) / kb, per = sums_per_lane16(type);
+    const int kb = slot_width(type), n_slots = window_width(type) / kb;
+#if !QUILL_AVXVNNI
+    const int per = sums_per_lane16(type);
     const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+#endif
 #pragma GCC unroll 16
     for (int i = 0; i < n_slots; i++) {
         const int64_t col = k + (int64_t)i * kb, blk = col / 32;
         __m256i ch = _mm256_setzero_si256(), cl = ch;
+#if QUILL_AVXVNNI
+        /* vpdpbusd adds its four products u·x into the 32-bit lane without saturating: whole codes,
+         * q8_0's 8-bit ones too, and no 16-bit partial sums (at most 32 · 255 · 128 < 2^31) */
+#pragma GCC unroll 8
+        for (int g = 0; g < kb / 4; g++) {
+            int32_t h4, l4;
+            memcpy(&h4, P->h + col + 4 * g, 4);
+            memcpy(&l4, P->l + col + 4 * g, 4);
+            const __m256i u = W->u[i * kb / 4 + g];
+            ch = _mm256_dpbusd_avx_epi32(ch, u, _mm256_set1_epi32(h4));
+            cl = _mm256_dpbusd_avx_epi32(cl, u, _mm256_set1_epi32(l4));
+        }
+#else
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < kb / 4; g0 += per) {
             __m256i h16 = _mm256_setzero_si256(), l16 = h16, h16_hi = h16, l16_hi = h16;
@@ -386,6 +408,7 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
                 cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16_hi, sixteen));
             }
         }
+#endif
         /* C = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
         const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
                                              _mm256_set1_epi32(P->bias_sum[col / kb]));
@@ -430,7 +453,9 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     /* a block's codes fit in registers, where the compiler keeps arrays this small */
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
     _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
-    const window batch = width == 32 ? (window){u_block, u_hi, s_block, m_block} : (window){u_super, u_hi, s_super, m_super};
+    /* q8_0's digits (u_hi) only where vpmaddubsw would saturate on whole codes */
+    __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
+    const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
     const window decode = {batch.u, NULL, batch.s, batch.m};
     for (int64_t tile = t0; tile < t1; tile++) {
         const int64_t r0 = tile * TR;
@@ -465,6 +490,172 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     }
 }
 
+/* ---------------------------------------------------------------- the load-time layout (pack_vnni16.h)
+ *
+ * The vnni set's "vnni16" copy, read as two halves of 8 rows: a 64-byte register of the layout
+ * holds 4 columns' code bytes of 16 rows, row r in 32-bit lane r, so its first 32 bytes are
+ * exactly what words8 builds from 8 strided rows with 8 loads and 8 shuffles, and the rows'
+ * scales lie side by side where the file's rows needed a gather. Decoding reads a group of tiles
+ * (q4_0's 4, the others' 1) as one stream, front to back, both halves of a tile from each line.
+ * The codes and scales are the file's, so the sums and f32 steps are those of the file's rows bit
+ * for bit. */
+#include "kernels/pack_vnni16.h"
+
+static inline bool avx2_packed_type(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
+           type == QUILL_TYPE_Q6_K;
+}
+
+static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
+    return avx2_packed_type(type) ? vnni16_pack_bytes(type, rows, cols) : 0;
+}
+
+static void avx2_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
+                      int64_t tile0, int64_t tile1) {
+    vnni16_pack(type, w, row_bytes, rows, cols, dst, tile0, tile1);
+}
+
+/* Half hf (rows 8hf..8hf + 7) of register `reg` at p. */
+static inline __m256i half_reg(const uint8_t *p, int reg, int hf) {
+    return _mm256_load_si256((const __m256i *)(p + (size_t)reg * 64 + 32 * (size_t)hf));
+}
+
+/* Where a tile's window from column k lies in the packed matrix: the 32-column types' codes of the
+ * block and the chunk's scales of it, the k-quants' super-block. */
+typedef struct {
+    const uint8_t *codes, *scales;
+} packed_window;
+
+static inline __attribute__((always_inline)) packed_window locate_window(uint32_t type, const uint8_t *m, int64_t tiles,
+                                                                         size_t tb, int64_t cols, int64_t tile, int64_t k) {
+    if (is_kquant(type)) return (packed_window){m + (size_t)tile * tb + (size_t)(k / 256) * (size_t)kblock_regs(type) * 64, NULL};
+    const int64_t k0 = k / PACK_CW * PACK_CW, in_chunk = (k - k0) / 32;
+    const int64_t blocks = (cols - k0 < PACK_CW ? cols - k0 : PACK_CW) / 32;
+    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+    return (packed_window){m + place_codes(type, pl, blocks, in_chunk),
+                           m + place_scales(type, pl, blocks) + (size_t)in_chunk * block_scale_bytes(type)};
+}
+
+/* unpack_window's codes and scales of 8 rows, from the layout. */
+static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, packed_window pw, int hf, const window *W) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i w[4];
+    switch (type) {
+    case QUILL_TYPE_Q4_0:
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = half_reg(pw.codes, g, hf);
+            W->u[g] = _mm256_and_si256(v, low);
+            W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        break;
+    case QUILL_TYPE_Q8_0: /* the layout's codes are u = q + 128 already */
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i u = half_reg(pw.codes, g, hf);
+            W->u[g] = W->u_hi ? _mm256_and_si256(u, low) : u;
+            if (W->u_hi) W->u_hi[g] = _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
+        }
+        _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        break;
+    case QUILL_TYPE_Q4_K:
+    case QUILL_TYPE_Q5_K: {
+        const bool q5 = type == QUILL_TYPE_Q5_K;
+        for (int c = 0; c < 4; c++)
+            for (int h = 0; h < 2; h++) {
+                const int reg = half_window_reg(type, c, h);
+                /* q5_K: byte j of the fifth bits' register holds register g's low nibble's bit at 2g, the high one's at 2g + 1 */
+                const __m256i fifth = q5 ? half_reg(pw.codes, reg + 4, hf) : _mm256_setzero_si256();
+                for (int g = 0; g < 4; g++) {
+                    const __m256i v = half_reg(pw.codes, reg + g, hf);
+                    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    if (q5) {
+                        lo = _mm256_or_si256(lo, bit_as_16(fifth, 2 * g));
+                        hi = _mm256_or_si256(hi, bit_as_16(fifth, 2 * g + 1));
+                    }
+                    W->u[16 * c + 4 * h + g] = lo;
+                    W->u[16 * c + 8 + 4 * h + g] = hi;
+                }
+            }
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        kquant_scales(type, w, _mm256_setzero_si256(), W);
+        break;
+    }
+    default: { /* q6_K: per 16 columns, nibbles of columns 4g.. (g = 0, 1 low; 2, 3 high) and their top bits at 2g */
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        for (int sl = 0; sl < 16; sl++) {
+            const __m256i n0 = half_reg(pw.codes, 5 + 3 * sl, hf), n1 = half_reg(pw.codes, 6 + 3 * sl, hf);
+            const __m256i top = half_reg(pw.codes, 7 + 3 * sl, hf);
+            __m256i *u = W->u + 4 * sl;
+            u[0] = _mm256_or_si256(_mm256_and_si256(n0, low), _mm256_and_si256(_mm256_slli_epi16(top, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(n1, low), _mm256_and_si256(_mm256_slli_epi16(top, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), low), _mm256_and_si256(top, m30));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), low),
+                                   _mm256_and_si256(_mm256_srli_epi16(top, 2), m30));
+        }
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        kquant_scales(type, w, half_reg(pw.codes, 4, hf), W); /* d in the high half of register 4's words */
+        break;
+    }
+    }
+}
+
+/* Lines of the stream ahead of the reading position that decoding prefetches. */
+#define PACKED_AHEAD 4096
+
+/* Items [i0, i1) of a packed matrix: groups of tiles (pack_group) when decoding, else tiles. */
+static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j, int64_t i0, int64_t i1,
+                                                              uint32_t type) {
+    const int width = window_width(type), group = j->n_tok == 1 ? pack_group(type) : 1;
+    const int64_t tiles = (j->rows + PACK_TR - 1) / PACK_TR, n_windows = j->cols / width;
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    __m256 acc[PASS_TOKENS];
+    _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
+    _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
+    __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
+    const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
+    const window decode = {batch.u, NULL, batch.s, batch.m};
+    for (int64_t item = i0; item < i1; item++) {
+        const int64_t first = item * group, n = tiles - first < group ? tiles - first : group;
+        if (j->n_tok == 1) {
+            /* the group's tiles are one range of n · tb bytes, read front to back */
+            const size_t lines = (size_t)n * tb / 64, pf_lines = (lines + (size_t)n_windows - 1) / (size_t)n_windows;
+            uintptr_t pf = (uintptr_t)(j->w + (size_t)first * tb) + PACKED_AHEAD;
+            __m256 acc1[PACK_GROUP][2];
+            for (int i = 0; i < n; i++) acc1[i][0] = acc1[i][1] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
+                for (size_t l = 0; l < pf_lines; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
+                for (int i = 0; i < n; i++) {
+                    const packed_window pw = locate_window(type, j->w, tiles, tb, j->cols, first + i, k);
+                    for (int hf = 0; hf < 2; hf++) {
+                        if ((first + i) * PACK_TR + hf * TR >= j->rows) break;
+                        unpack_packed(type, pw, hf, &decode);
+                        window_step(type, &decode, j->P, k, &acc1[i][hf]);
+                    }
+                }
+            }
+            for (int i = 0; i < n; i++)
+                for (int hf = 0; hf < 2; hf++) {
+                    const int64_t r0 = (first + i) * PACK_TR + hf * TR;
+                    if (r0 < j->rows) store_rows(j->y + r0, j->rows - r0 < TR ? (int)(j->rows - r0) : TR, acc1[i][hf]);
+                }
+            continue;
+        }
+        for (int hf = 0; hf < 2; hf++) {
+            const int64_t r0 = first * PACK_TR + hf * TR;
+            if (r0 >= j->rows) break;
+            for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < j->cols; k += width) {
+                unpack_packed(type, locate_window(type, j->w, tiles, tb, j->cols, first, k), hf, &batch);
+                for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t]);
+            }
+            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+            for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 static size_t exact_scratch(int64_t cols, int n_tok) {
@@ -490,7 +681,7 @@ QUILL_UNPACKED_ROWS_(avx2)
 #define INSTALL_UNPACKED(tsfx, ID) k->matmul[QUILL_TYPE_##ID] = unpacked_matmul_avx2_##ID;
 QUILL_UNPACKED_EXACT_TYPES(UNPACKED_MATMUL)
 
-static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *m, int n_mats, int64_t cols,
+static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const quill_matrix *m, int n_mats, int64_t cols,
                          const float *x, int n_tok, quill_pool *pool, void *scratch) {
     planes P[PASS_TOKENS];
     tiles_job jobs[QUILL_MATMUL_MAX_MATS];
@@ -504,7 +695,9 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
             jobs[i] = (tiles_job){m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y};
-            tasks[i] = (quill_pool_task){task, &jobs[i], (m[i].rows + TR - 1) / TR};
+            const int64_t tiles = (m[i].rows + PACK_TR - 1) / PACK_TR, group = nt == 1 ? pack_group(type) : 1;
+            const int64_t items = packed ? (tiles + group - 1) / group : (m[i].rows + TR - 1) / TR;
+            tasks[i] = (quill_pool_task){task, &jobs[i], items};
         }
         /* tiles one at a time: each thread walks its own contiguous share (threadpool.c), so the
          * tile two ahead that a window prefetches is usually this thread's own */
@@ -520,14 +713,48 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
     }                                                                                                \
     static void matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
                              quill_pool *pool, void *scratch) {                                      \
-        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);        \
+        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, false, m, n_mats, cols, x, n_tok, pool, scratch); \
     }
 QUILL_EXACT_TYPES(EXACT_MATMUL)
 
+/* The packed types' products from the layout. */
+#define PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K)
+#define PACKED_MATMUL(sfx, ID)                                                                       \
+    static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
+        (void)thread;                                                                                \
+        packed_impl(job, t0, t1, QUILL_TYPE_##ID);                                                   \
+    }                                                                                                \
+    static void matmul_packed_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                                    quill_pool *pool, void *scratch) {                               \
+        exact_matmul(QUILL_TYPE_##ID, packed_tiles_##sfx, true, m, n_mats, cols, x, n_tok, pool, scratch); \
+    }
+PACKED_TYPES(PACKED_MATMUL)
+#define INSTALL_PACKED(sfx, ID) k->matmul_packed[QUILL_TYPE_##ID] = matmul_packed_##sfx;
+/* the vnni set's layout, so that a model packed for one of these sets serves the others */
+static void install_packed(quill_kernels *k) {
+    k->packed_layout = "vnni16";
+    k->pack_bytes = avx2_pack_bytes;
+    k->pack = avx2_pack;
+    PACKED_TYPES(INSTALL_PACKED)
+}
+
 #define INSTALL_MATMUL(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_##sfx;
+#if QUILL_AVXVNNI
+void quill_kernels_install_avxvnni_exact(quill_kernels *k) {
+#else
 void quill_kernels_install_avx2_exact(quill_kernels *k) {
+#endif
     QUILL_EXACT_TYPES(INSTALL_MATMUL)
     QUILL_UNPACKED_EXACT_TYPES(INSTALL_UNPACKED)
     k->matmul_scratch = exact_scratch;
+#if QUILL_AVXVNNI
+    install_packed(k);
+#endif
 }
+
+#if !QUILL_AVXVNNI
+/* Only for the avx2 set: the avx512 set keeps the file's layout, and the amx set (a copy of it)
+ * its tile products, which a packed layout would bypass. */
+void quill_kernels_install_avx2_packed(quill_kernels *k) { install_packed(k); }
+#endif
 #endif
