@@ -87,8 +87,11 @@ $(BUILD)/quill_test: $(TEST_OBJ) $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lcjson $(LDLIBS)
 
 # The whole suite: the normal build, then the same tests under ASan + UBSan.
+# Scripts that run make themselves get MAKEFLAGS without this make's jobserver, which they cannot
+# reach (a plain recipe, not $(MAKE)): their own -j then applies without a warning.
+SCRIPT_MAKEFLAGS = MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))'
 test: all
-	@./tests/run_all.sh
+	@$(SCRIPT_MAKEFLAGS) ./tests/run_all.sh
 
 # The Debian packages of the build, tests and CI (the list: scripts/debian-packages.txt).
 deps:
