@@ -29,8 +29,9 @@ ifeq ($(SAN),1)
   LDFLAGS += $(SAN_FLAGS)
 endif
 
-# Sources are found by folder: src/<layer>/*.c is the library (see the README's layout table).
-LIB_SRC  := $(wildcard src/*/*.c)
+# Sources are found by folder: src/<layer>/*.c is the library (see the README's layout table), and
+# src/kernels/<architecture>/*.c its kernel sets for one architecture.
+LIB_SRC  := $(wildcard src/*/*.c src/kernels/*/*.c)
 # the quill tool: cli/ (one file per command) and server/ (quill serve)
 CLI_SRC  := $(wildcard cli/*.c server/*.c)
 TEST_SRC := $(wildcard tests/*.c)
@@ -66,8 +67,16 @@ $(BUILD)/src/kernels/kernels_vnni.o:      CFLAGS += $(VNNI_FLAGS)
 $(BUILD)/src/kernels/kernels_vnni_pack.o: CFLAGS += $(VNNI_FLAGS)
 $(BUILD)/src/kernels/kernels_amx.o:       CFLAGS += $(VNNI_FLAGS) -mamx-tile -mamx-int8 -mamx-bf16
 endif
+# The same on aarch64 for src/kernels/arm/: NEON is baseline there; the exact products' files get
+# the byte products of their set (sdot: ARMv8.2's dotprod; smmla: i8mm).
+ifneq ($(findstring aarch64,$(TARGET_ARCH_NAME)),)
+$(BUILD)/src/kernels/arm/kernels_dotprod.o: CFLAGS += -march=armv8.2-a+dotprod
+$(BUILD)/src/kernels/arm/kernels_i8mm.o:    CFLAGS += -march=armv8.2-a+dotprod+i8mm
+# Debian 12's aarch64 gcc 12.2 stops with an internal error vectorising a reduction in this test
+$(BUILD)/tests/test_embed.o: CFLAGS += -fno-tree-vectorize
+endif
 
-.PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross install uninstall examples
+.PHONY: all test test-san fuzz clean run bench-probe bench-batched deps cross cross-test install uninstall examples
 all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 
 $(BUILD)/%.o: %.c
@@ -166,6 +175,13 @@ CROSS_CC ?= aarch64-linux-gnu-gcc
 cross:
 	$(MAKE) -s CC=$(CROSS_CC) BUILD=build-arm64 build-arm64/libquill.a
 
+# The aarch64 build run under qemu-user: the kernel tests of the dotprod, i8mm and scalar sets and
+# two models' logits against this build's, bit for bit (tests/cross_test.sh; tests/run_all.sh runs
+# it where qemu-aarch64 is installed).
+CROSS_BUILD ?= build-arm64-test
+cross-test: $(BUILD)/quill
+	CROSS_CC=$(CROSS_CC) HOST_BUILD=$(BUILD) ARM_BUILD=$(CROSS_BUILD) ./tests/cross_test.sh
+
 # libFuzzer targets (clang): every fuzz/fuzz_*.c is one (a new target is a new file; see
 # fuzz/README.md). They link the whole library, the CLI's option parser and the server's request
 # parser, compiled again by clang into build-fuzz/ with coverage and sanitizers, so a target never
@@ -189,7 +205,7 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SUPPORT) $(FUZZ_BUILD)/libquill.a
 fuzz-smoke: fuzz
 	FUZZ_RUNS=$(FUZZ_RUNS) ./fuzz/smoke.sh
 
--include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d $(BUILD)/*/*/*/*.d)
 
 clean:
-	rm -rf build build-san $(FUZZ_BUILD) build-arm64
+	rm -rf build build-san $(FUZZ_BUILD) build-arm64 build-arm64-test

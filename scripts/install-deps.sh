@@ -40,6 +40,19 @@ fi
 run() {
     if [ "$dry_run" -eq 1 ]; then echo "$*"; else "$@"; fi
 }
+# A package named PACKAGE:ARCH is another architecture's build (Debian multiarch: the aarch64
+# libraries of make cross-test): dpkg must know that architecture before apt-get update reads its lists.
+for package in $packages; do
+    case "$package" in
+        *:*)
+            arch=${package##*:}
+            if [ "$arch" != "$(dpkg --print-architecture)" ] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+                # shellcheck disable=SC2086
+                run $as_root dpkg --add-architecture "$arch"
+            fi
+            ;;
+    esac
+done
 # sudo resets the environment, so the variable that keeps apt from asking questions goes through env.
 # $as_root and $packages are unquoted on purpose: empty must vanish, and the list must split into words.
 # shellcheck disable=SC2086

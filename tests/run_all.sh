@@ -1,7 +1,7 @@
 #!/bin/sh
 # The whole suite: the gcc build, then the same tests built with clang under AddressSanitizer and
-# UndefinedBehaviorSanitizer, then every fuzz target on 100000 inputs from a fixed seed, then the aarch64 compile.
-# Ends with the combined "N passed, N failed" line.
+# UndefinedBehaviorSanitizer, then every fuzz target on 100000 inputs from a fixed seed, then the aarch64 compile,
+# then the aarch64 build's kernel tests and logits under qemu. Ends with the combined "N passed, N failed" line.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -47,9 +47,19 @@ else
     echo "skipped: aarch64-linux-gnu-gcc is not installed (Debian: gcc-aarch64-linux-gnu)"
 fi
 
+# The aarch64 kernel sets run: make cross-test (tests/cross_test.sh) under qemu-user, where installed.
+echo "== aarch64 under qemu (make cross-test) =="
+rm -f build/cross-test.log
+if command -v qemu-aarch64 > /dev/null 2>&1 && command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
+    make -s cross-test 2>&1 | tee build/cross-test.log
+else
+    echo "skipped: qemu-aarch64 or aarch64-linux-gnu-gcc is not installed (Debian: qemu-user, gcc-aarch64-linux-gnu)"
+fi
+
 passed=0
 failed=0
-for log in build/test.log build-san/test.log build-fuzz/smoke.log $( [ -f build/cross.log ] && echo build/cross.log ); do
+for log in build/test.log build-san/test.log build-fuzz/smoke.log $( [ -f build/cross.log ] && echo build/cross.log ) \
+    $( [ -f build/cross-test.log ] && echo build/cross-test.log ); do
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ -z "$line" ]; then
         echo "$log: the test runner did not finish (crash?)"
@@ -59,6 +69,6 @@ for log in build/test.log build-san/test.log build-fuzz/smoke.log $( [ -f build/
     passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
     failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
 done
-echo "== total (gcc build + sanitizer build + fuzz targets + cross build) =="
+echo "== total (gcc build + sanitizer build + fuzz targets + cross build + aarch64 under qemu) =="
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

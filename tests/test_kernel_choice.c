@@ -32,7 +32,7 @@ TEST(kernels_choice_by_quill_isa) {
     REQUIRE_SHARED(shared);
     const char *saved = getenv("QUILL_ISA");
     char *restore = saved ? strdup(saved) : NULL;
-    const char *sets[] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "scalar"};
+    const char *sets[] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "i8mm", "dotprod", "scalar"};
     const char *lacking = NULL, *kernels;
     quill_error err = {0};
     bool ok = true;
@@ -89,7 +89,7 @@ TEST(kernels_choice_error_lists_offered_sets) {
     CHECK(k == NULL, "no kernels on failure");
     CHECK_STR_CONTAINS(err.message, "QUILL_ISA=nonsense");
     char offered[64] = "";
-    const char *sets[] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "scalar"};
+    const char *sets[] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "i8mm", "dotprod", "scalar"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         if (quill_kernels_for(sets[i]))
             snprintf(offered + strlen(offered), sizeof offered - strlen(offered), "%s%s", *offered ? ", " : "", sets[i]);

@@ -52,7 +52,7 @@ static const uint32_t decodable[] = {
     QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1, QUILL_TYPE_Q2_K, QUILL_TYPE_Q3_K, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K,
     QUILL_TYPE_Q6_K, QUILL_TYPE_IQ4_NL, QUILL_TYPE_IQ4_XS,
 };
-static const char *const isas[] = {"avx2", "avx512"};
+static const char *const isas[] = {"avx2", "avx512", "dotprod", "i8mm"};
 
 /* The named set, or NULL after reporting a skip when this CPU lacks it (the other sets are still
  * checked, and the test reads "skip", not "ok"). */

@@ -1,5 +1,5 @@
-/* Test runner: runs every registered test (or those whose name contains argv[1]) and ends with
- * the line "N passed, N failed" that CI reads. */
+/* Test runner: runs every registered test (or those whose name or file contains one of the
+ * arguments) and ends with the line "N passed, N failed" that CI reads. */
 #include "test.h"
 
 #include <stdarg.h>
@@ -119,10 +119,11 @@ int run_cmd(const char *cmd, char **out, bool merge_stderr) {
 }
 
 int main(int argc, char **argv) {
-    const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < n_tests; i++) {
-        if (filter && !strstr(tests[i].name, filter) && !strstr(tests[i].file, filter)) continue;
+        bool chosen = argc < 2;
+        for (int f = 1; f < argc && !chosen; f++) chosen = strstr(tests[i].name, argv[f]) || strstr(tests[i].file, argv[f]);
+        if (!chosen) continue;
         current_failed = current_skipped = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);

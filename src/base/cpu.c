@@ -1,5 +1,6 @@
-/* CPUID, XCR0 and the AMX permission request: see cpu.h. Built without any instruction-set flag,
- * like every file outside the kernels chosen at run time, so it runs on any x86-64 CPU. */
+/* CPUID, XCR0 and the AMX permission request on x86-64, the auxiliary vector's HWCAP words on
+ * aarch64: see cpu.h. Built without any instruction-set flag, like every file outside the kernels
+ * chosen at run time, so it runs on any CPU of its architecture. */
 #include "base/cpu.h"
 
 #include <pthread.h>
@@ -56,6 +57,25 @@ static quill_cpu_features detect(void) {
         f.amx_tile = true;
         f.amx_bf16 = d & (1u << 22);
     }
+    return f;
+}
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* the kernel's bits (asm/hwcap.h), for C libraries whose headers predate them */
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
+
+static quill_cpu_features detect(void) {
+    quill_cpu_features f = {0};
+    /* Linux sets a bit only where the CPU has the feature and the kernel supports it */
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f.asimd_dotprod = hw & HWCAP_ASIMDDP;
+    f.i8mm = hw2 & HWCAP2_I8MM;
     return f;
 }
 #else

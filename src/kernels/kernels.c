@@ -136,8 +136,9 @@ static const quill_kernels scalar_table = {
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 
 /* The sets, fastest first. */
-enum { SET_AMX, SET_VNNI, SET_AVX512, SET_AVXVNNI, SET_AVX2, SET_SCALAR, N_SETS };
-static const char *const set_names[N_SETS] = {"amx", "vnni", "avx512", "avxvnni", "avx2", "scalar"};
+enum { SET_AMX, SET_VNNI, SET_AVX512, SET_AVXVNNI, SET_AVX2, SET_I8MM, SET_DOTPROD, SET_SCALAR, N_SETS };
+static const char *const set_names[N_SETS] = {"amx",  "vnni",    "avx512", "avxvnni",
+                                              "avx2", "i8mm",    "dotprod", "scalar"};
 static quill_kernels tables[N_SETS];
 static bool offered[N_SETS];
 
@@ -181,6 +182,20 @@ static void build_tables(void) {
         tables[SET_AMX] = tables[SET_AVX512];
         quill_kernels_install_amx(&tables[SET_AMX]);
     }
+#elif defined(__aarch64__)
+    /* every aarch64 CPU has NEON; the sets differ in the byte products of the exact ones */
+    const quill_cpu_features *f = quill_cpu_features_get();
+    offered[SET_DOTPROD] = f->asimd_dotprod;
+    offered[SET_I8MM] = f->asimd_dotprod && f->i8mm;
+    if (offered[SET_DOTPROD]) {
+        tables[SET_DOTPROD] = scalar_table;
+        quill_kernels_install_neon(&tables[SET_DOTPROD]);
+        quill_kernels_install_dotprod(&tables[SET_DOTPROD]);
+    }
+    if (offered[SET_I8MM]) {
+        tables[SET_I8MM] = tables[SET_DOTPROD];
+        quill_kernels_install_i8mm(&tables[SET_I8MM]);
+    }
 #endif
     for (int i = 0; i < N_SETS; i++) tables[i].isa = set_names[i];
 }
@@ -221,7 +236,8 @@ quill_status quill_kernels_choose(const quill_kernels **out, quill_error *err) {
     *out = NULL;
     return quill_fail(err, QUILL_E_ARG,
                       "QUILL_ISA=%.32s: %s; this CPU offers %s (unset QUILL_ISA to use the fastest, %s)", name,
-                      known ? "this CPU lacks that kernel set" : "no such kernel set (amx, vnni, avx512, avxvnni, avx2, scalar)",
+                      known ? "this CPU lacks that kernel set"
+                            : "no such kernel set (amx, vnni, avx512, avxvnni, avx2, i8mm, dotprod, scalar)",
                       list, quill_kernels_best()->isa);
 }
 

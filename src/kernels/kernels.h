@@ -1,15 +1,17 @@
 /* Compute kernels, one table per instruction set, one entry per tensor type.
  *
- * The sets, fastest first: amx, vnni, avx512, avxvnni, avx2 and scalar (kernels.c builds them from what the
- * CPU offers; $QUILL_ISA forces one). By default a matrix-vector or matrix-matrix product is
- * computed row by row: the weight row is dequantized to f32 (bit-identical to the type's
- * to_float), then dotted with every token's activations in f32; that is all the scalar set does.
+ * The sets, fastest first: amx, vnni, avx512, avxvnni, avx2 and scalar on x86-64; i8mm, dotprod and
+ * scalar on aarch64 (kernels.c builds them from what the CPU offers; $QUILL_ISA forces one). By
+ * default a matrix-vector or matrix-matrix product is computed row by row: the weight row is
+ * dequantized to f32 (bit-identical to the type's to_float), then dotted with every token's
+ * activations in f32; that is all the scalar set does.
  * The others replace it for q4_0/q4_1/q5_0/q5_1/q8_0/q4_K/q5_K/q6_K with whole-matrix products on
  * integer activation codes (bf16 precision) and exact integer sums, which exact_scalar.c defines
  * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
  * amx on AVX-512 VNNI and the tile unit (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, with
- * exact_avx512.h); the low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) by the
- * unpacking kernels of exact_unpacked.h on AVX2 and AVX-512 (the vnni set packs mxfp4 at load and
+ * exact_avx512.h), dotprod and i8mm on NEON (src/kernels/arm/: every exact type, one loop); the
+ * low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) by the unpacking kernels of
+ * exact_unpacked.h on AVX2 and AVX-512 (the vnni set packs mxfp4 at load and
  * multiplies it as it does q4_0, kernels_vnni_pack.c). Float weights (f32, f16, bf16)
  * keep the row path's arithmetic, but avx2 and avx512 run it a whole matrix at a time (panels of
  * rows against several tokens, the bits of dequantize + dot). The per-type lists come from
@@ -138,7 +140,8 @@ typedef struct quill_kernels {
 /* Rows per tile of the packed layouts. */
 #define QUILL_PACK_ROWS 16
 
-/* The fastest kernels this CPU runs: amx > vnni > avx512 > avxvnni > avx2 > scalar. */
+/* The fastest kernels this CPU runs: amx > vnni > avx512 > avxvnni > avx2 > scalar, or i8mm > dotprod >
+ * scalar. */
 const quill_kernels *quill_kernels_best(void);
 /* The kernels of one set by name, or NULL when the name is unknown or this CPU lacks the set. */
 const quill_kernels *quill_kernels_for(const char *isa);
@@ -169,5 +172,11 @@ void quill_kernels_install_vnni(quill_kernels *k);
 void quill_kernels_install_amx(quill_kernels *k);
 /* The recurrent layers' kernels on AVX2 (kernels_recurrent_avx2.c), for the avx2 and avx512 sets. */
 void quill_kernels_install_recurrent_avx2(quill_kernels *k);
+/* aarch64 (src/kernels/arm/, built with their flags on aarch64 only): the f32 kernels in NEON
+ * (kernels_neon.c) for both sets, then the exact products with sdot (dotprod set,
+ * kernels_dotprod.c) or smmla (i8mm set, over the dotprod set: kernels_i8mm.c). */
+void quill_kernels_install_neon(quill_kernels *k);
+void quill_kernels_install_dotprod(quill_kernels *k);
+void quill_kernels_install_i8mm(quill_kernels *k);
 
 #endif
