@@ -116,7 +116,71 @@ static const synth_arch arches[] = {
      .head_dim_den = 3},
     /* Gemma 4 (E2B's kinds of layers, synth_gemma4), tied, window 512 */
     {.name = "gemma4", .arch = "gemma4", .freq_base = 1000000, .eps = 1e-6, .ctx = 131072, .tied = true, .window = 512},
+    /* DeepSeek V3: latent attention, 256 experts (8 used) in 8 groups (4 kept), a sigmoid router with a
+     * selection bias, one shared expert, leading dense layers (synth_router_family) */
+    {.name = "deepseek2", .arch = "deepseek2", .freq_base = 10000, .eps = 1e-6, .ctx = 163840, .experts = 256,
+     .experts_used = 8, .expert_ff_key = true},
+    /* GLM-4.5-Air: q, k, v biases, half of each head rotated (NeoX), 128 experts (8 used), a sigmoid router
+     * with a selection bias, one shared expert, a leading dense layer (synth_router_family) */
+    {.name = "glm4moe", .arch = "glm4moe", .freq_base = 1000000, .eps = 1e-5, .ctx = 131072, .qkv_bias = true,
+     .experts = 128, .experts_used = 8, .expert_ff_key = true},
 };
+
+/* DeepSeek 2/3 and GLM-4.5: their layers (leading dense ones, then experts with a shared one and the
+ * router's selection bias), their router keys, their MTP blocks (--mtp) */
+static bool synth_router_family(const synth_arch *a) { return !strcmp(a->arch, "deepseek2") || !strcmp(a->arch, "glm4moe"); }
+
+/* The families' own sizes: latent attention's ranks and parts (--mla Q,KV,NOPE,ROPE,V: by default from
+ * the head size hd, q_lora 6 hd, kv_lora 4 hd, nope 2 hd, rope hd, v 2 hd; q_lora 0: attn_q), the
+ * expert groups (--groups G,U), leading dense layers (--dense-lead N, 1), the router's scale. */
+typedef struct {
+    int64_t q_lora, kv_lora, nope, rope, v_head;
+    int64_t groups, groups_used, dense_lead, mtp;
+    bool kv_b; /* --kv-b: the older files' attn_kv_b instead of attn_k_b and attn_v_b */
+    bool yarn; /* --yarn: DeepSeek V3's YaRN (factor 40 over 4096 positions, mscale_all_dim 1) */
+} synth_router;
+
+static bool synth_router_keys(quill_gguf_writer *w, const synth_arch *arch, const synth_router *r, int64_t n_vocab) {
+    const char *a = arch->arch;
+    const bool ds = !strcmp(a, "deepseek2");
+    char key[96];
+#define RKEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    bool bad = quill_gguf_writer_add_u32(w, RKEY("leading_dense_block_count"), (uint32_t)r->dense_lead) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, RKEY("expert_shared_count"), 1) != QUILL_OK;
+    bad |= quill_gguf_writer_add_f32(w, RKEY("expert_weights_scale"), ds ? 2.5f : 1.0f) != QUILL_OK;
+    bad |= quill_gguf_writer_add_bool(w, RKEY("expert_weights_norm"), true) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, RKEY("expert_gating_func"), 2) != QUILL_OK;
+    if (r->groups) {
+        bad |= quill_gguf_writer_add_u32(w, RKEY("expert_group_count"), (uint32_t)r->groups) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, RKEY("expert_group_used_count"), (uint32_t)r->groups_used) != QUILL_OK;
+    }
+    if (r->mtp) bad |= quill_gguf_writer_add_u32(w, RKEY("nextn_predict_layers"), (uint32_t)r->mtp) != QUILL_OK;
+    if (ds) {
+        bad |= quill_gguf_writer_add_u32(w, RKEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
+        /* (0: attn_q; written, as the reference reads it for all but the Lite shapes) */
+        bad |= quill_gguf_writer_add_u32(w, RKEY("attention.q_lora_rank"), (uint32_t)r->q_lora) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, RKEY("attention.kv_lora_rank"), (uint32_t)r->kv_lora) != QUILL_OK;
+        /* (the older converter wrote the heads' own sizes and no _mla keys) */
+        bad |= quill_gguf_writer_add_u32(w, RKEY("attention.key_length"),
+                                         (uint32_t)(r->kv_b ? r->nope + r->rope : r->kv_lora + r->rope)) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, RKEY("attention.value_length"), (uint32_t)(r->kv_b ? r->v_head : r->kv_lora)) !=
+               QUILL_OK;
+        if (!r->kv_b) {
+            bad |= quill_gguf_writer_add_u32(w, RKEY("attention.key_length_mla"), (uint32_t)(r->nope + r->rope)) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, RKEY("attention.value_length_mla"), (uint32_t)r->v_head) != QUILL_OK;
+        }
+        if (r->yarn) {
+            bad |= quill_gguf_writer_add_str(w, RKEY("rope.scaling.type"), "yarn", 4) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, RKEY("rope.scaling.factor"), 40.0f) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, RKEY("rope.scaling.original_context_length"), 4096) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, RKEY("rope.scaling.yarn_log_multiplier"), 0.1f) != QUILL_OK;
+        }
+    }
+#undef RKEY
+    return !bad;
+}
+
+
 
 /* OLMo 2: no attn_norm, ffn_norm; attn_{q,k}_norm over the whole projection */
 static bool synth_is_olmo2(const synth_arch *a) { return !strcmp(a->arch, "olmo2"); }
@@ -421,6 +485,74 @@ static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const 
 #undef SPREAD
 }
 
+/* One layer (or MTP block) of these families, in the converter's order. */
+static void synth_router_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_arch *arch, const synth_preset *hp,
+                               const synth_router *r, int64_t head_dim, int64_t n_expert, int64_t ff_exp, int l,
+                               bool mtp) {
+    const int64_t d = hp->n_embd, H = hp->n_head, qk = r->nope + r->rope;
+    const int64_t q_dim = H * head_dim, kv_dim = hp->n_head_kv * head_dim;
+    const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    const bool ds = !strcmp(arch->arch, "deepseek2");
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
+    if (ds) {
+        if (r->q_lora) {
+            synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, r->q_lora, 0, "blk.%d.attn_q_a_norm.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, r->q_lora, "blk.%d.attn_q_a.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->q_lora), r->q_lora, H * qk, "blk.%d.attn_q_b.weight", l);
+        } else {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, H * qk, "blk.%d.attn_q.weight", l);
+        }
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, r->kv_lora, 0, "blk.%d.attn_kv_a_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, r->kv_lora + r->rope, "blk.%d.attn_kv_a_mqa.weight", l);
+        if (r->kv_b) {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->kv_lora, H * (r->nope + r->v_head),
+                      "blk.%d.attn_kv_b.weight", l);
+        } else {
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->nope, r->kv_lora, "blk.%d.attn_k_b.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = H;
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->kv_lora, r->v_head, "blk.%d.attn_v_b.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = H;
+        }
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(H * r->v_head), H * r->v_head, d, "blk.%d.attn_output.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
+    } else {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, q_dim, "blk.%d.attn_q.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_k.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_v.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, q_dim, 0, "blk.%d.attn_q.bias", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_k.bias", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, kv_dim, 0, "blk.%d.attn_v.bias", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_attention_norm.weight", l);
+    }
+    if (l < r->dense_lead && !mtp) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+    } else {
+        /* the router and its selection bias stay f32, as in published files */
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, n_expert, "blk.%d.ffn_gate_inp.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.05f, n_expert, 0, "blk.%d.exp_probs_b.bias", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_shexp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_shexp.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_shexp.weight", l);
+    }
+    if (mtp) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(2 * d), 2 * d, d, "blk.%d.nextn.eh_proj.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.enorm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.hnorm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.nextn.shared_head_norm.weight", l);
+    }
+#undef SPREAD
+}
+
 static int synth_usage(FILE *f) {
     fprintf(f,
             "usage: quill synth [--arch NAME] (--like tinyllama-1.1b | --embd N --layers N --heads N --kv-heads N --ff N)\n"
@@ -448,6 +580,11 @@ static int synth_usage(FILE *f) {
             "  temperature), gemma4 (sliding layers, global ones every --swa-pattern-th (5) with heads twice as\n"
             "  large, half the KV heads and V = K; --shared-kv N: the last N layers read earlier caches and\n"
             "  have FFNs twice as wide; --per-layer-input N (16): per-layer inputs; proportional RoPE),\n"
+            "  deepseek2 (latent attention, --mla Q_LORA,KV_LORA,NOPE,ROPE,V, by default from the head size;\n"
+            "  --kv-b: the older attn_kv_b; --yarn: V3's YaRN; 256 experts, 8 used, --groups G,U (8,4), a\n"
+            "  sigmoid router with a selection bias, a shared expert, --dense-lead N (1) dense layers, --mtp N),\n"
+            "  glm4moe (biases, half the head rotated, 128 experts, 8 used, sigmoid router, shared expert,\n"
+            "  --dense-lead, --mtp),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -463,6 +600,7 @@ int cmd_synth(int argc, char **argv) {
     const char *vocab_path = NULL, *out_path = NULL, *name = NULL;
     long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, ssm_in = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
     long shared_kv = -1, per_layer = 16, ssm_k_heads = 0, ssm_v_heads = 0;
+    long mla_opt[5] = {-1, 0, 0, 0, 0}, groups_opt[2] = {-1, 0}, dense_lead = 1, kv_b = 0, yarn = 0;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -499,7 +637,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -546,6 +684,23 @@ int cmd_synth(int argc, char **argv) {
             if (!ok)
                 return cli_fail("synth: --ssm-heads needs KEY,VALUE DeltaNet head counts from 1 to 1024, the value "
                                 "heads a multiple of the key heads");
+        } else if (!strcmp(a, "--mla")) {
+            if (++i >= argc || sscanf(argv[i], "%ld,%ld,%ld,%ld,%ld", &mla_opt[0], &mla_opt[1], &mla_opt[2], &mla_opt[3],
+                                      &mla_opt[4]) != 5 ||
+                mla_opt[0] < 0 || mla_opt[1] < 1 || mla_opt[2] < 1 || mla_opt[3] < 2 || mla_opt[3] % 2 || mla_opt[4] < 1 ||
+                mla_opt[0] > 65536 || mla_opt[1] > 65536 || mla_opt[2] > 4096 || mla_opt[3] > 4096 || mla_opt[4] > 4096)
+                return cli_fail("synth: --mla needs Q_LORA,KV_LORA,NOPE,ROPE,V (q_lora 0: attn_q; ROPE even)");
+        } else if (!strcmp(a, "--groups")) {
+            if (++i >= argc || sscanf(argv[i], "%ld,%ld", &groups_opt[0], &groups_opt[1]) != 2 || groups_opt[0] < 0 ||
+                groups_opt[1] < 0 || groups_opt[1] > groups_opt[0] || groups_opt[0] > 512)
+                return cli_fail("synth: --groups needs GROUPS,USED (0,0: none)");
+        } else if (!strcmp(a, "--dense-lead")) {
+            if (++i >= argc || !cli_parse_long(argv[i], 0, 1024, &dense_lead))
+                return cli_fail("synth: --dense-lead needs a number of layers from 0 to 1024");
+        } else if (!strcmp(a, "--kv-b")) {
+            kv_b = 1;
+        } else if (!strcmp(a, "--yarn")) {
+            yarn = 1;
         } else if (!strcmp(a, "--mtp")) {
             if (++i >= argc || !cli_parse_long(argv[i], 0, 16, &mtp))
                 return cli_fail("synth: --mtp needs a number of MTP blocks from 0 to 16 (qwen35)");
@@ -616,6 +771,29 @@ int cmd_synth(int argc, char **argv) {
     hybrid.n_expert = n_expert;
     hybrid.ff_exp = ff_exp;
     hybrid.ff_shexp = hp.n_ff;
+    const bool router_family = synth_router_family(arch), ds = !strcmp(arch->arch, "deepseek2");
+    if (!router_family && (mla_opt[0] >= 0 || groups_opt[0] >= 0 || kv_b || yarn))
+        return cli_fail("synth: --mla, --groups, --kv-b and --yarn are for deepseek2 (--groups also glm4moe)");
+    if (!ds && (mla_opt[0] >= 0 || kv_b || yarn)) return cli_fail("synth: --mla, --kv-b and --yarn are for deepseek2");
+    synth_router router = {0};
+    if (router_family) {
+        router.q_lora = mla_opt[0] >= 0 ? mla_opt[0] : 6 * head_dim;
+        router.kv_lora = mla_opt[0] >= 0 ? mla_opt[1] : 4 * head_dim;
+        router.nope = mla_opt[0] >= 0 ? mla_opt[2] : 2 * head_dim;
+        router.rope = mla_opt[0] >= 0 ? mla_opt[3] : head_dim;
+        router.v_head = mla_opt[0] >= 0 ? mla_opt[4] : 2 * head_dim;
+        /* DeepSeek V3's 8 groups, 4 kept, where the experts allow it */
+        router.groups = groups_opt[0] >= 0 ? groups_opt[0] : ds && n_expert % 8 == 0 && n_expert >= 16 ? 8 : 0;
+        router.groups_used = groups_opt[0] >= 0 ? groups_opt[1] : router.groups ? 4 : 0;
+        if (router.groups && (n_expert % router.groups || n_expert / router.groups < 2 || !router.groups_used ||
+                              n_used > router.groups_used * (n_expert / router.groups)))
+            return cli_fail("synth: --groups %" PRId64 ",%" PRId64 " does not fit %" PRId64 " experts, %" PRId64 " used",
+                            router.groups, router.groups_used, n_expert, n_used);
+        router.dense_lead = dense_lead < hp.n_layer ? dense_lead : hp.n_layer;
+        router.mtp = mtp;
+        router.kv_b = kv_b;
+        router.yarn = yarn;
+    }
     if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
     const bool g4 = !strcmp(arch->arch, "gemma4");
@@ -650,16 +828,20 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, "general.file_type", file_type) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)hp.n_ctx) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
-        bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp)) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp + router.mtp)) != QUILL_OK;
         if (g4) bad |= !synth_gemma4_keys(w, arch->arch, &hp, &gemma4);
         if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
         if (!g4)
             bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
-                                             (uint32_t)(is_hybrid ? hybrid.n_rot : synth_is_glm4(arch) ? head_dim / 2 : head_dim)) != QUILL_OK;
+                                             (uint32_t)(is_hybrid ? hybrid.n_rot
+                                                        : synth_is_glm4(arch) || !strcmp(arch->arch, "glm4moe") ? head_dim / 2
+                                                        : ds ? router.rope
+                                                             : head_dim)) != QUILL_OK;
         if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
-        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)hp.n_head_kv) != QUILL_OK;
-        if (write_head_dim && !g4) {
+        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)(ds && !router.kv_b ? 1 : ds ? hp.n_head : hp.n_head_kv)) != QUILL_OK;
+        if (router_family) bad |= !synth_router_keys(w, arch, &router, n_vocab);
+        if (write_head_dim && !g4 && !ds) {
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim) != QUILL_OK;
         }
@@ -719,7 +901,7 @@ int cmd_synth(int argc, char **argv) {
 
     /* tensors, in the order of a converted model */
     const int64_t q_dim = hp.n_head * head_dim, kv_dim = hp.n_head_kv * head_dim, half = head_dim / 2;
-    const int n_tensors = 6 + 24 * (int)(hp.n_layer + hybrid.mtp);
+    const int n_tensors = 6 + 24 * (int)(hp.n_layer + hybrid.mtp + router.mtp);
     synth_tensor *ts = calloc((size_t)n_tensors, sizeof *ts);
     float *factors = calloc((size_t)(2 * half), sizeof *factors);
     if (!ts || !factors) {
@@ -756,7 +938,9 @@ int cmd_synth(int argc, char **argv) {
         synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
                            l >= hp.n_layer);
     if (g4) synth_gemma4_tensors(ts, &nt, wtype, &hp, &gemma4, n_vocab, factors);
-    for (int l = 0; !is_hybrid && !g4 && l < (int)hp.n_layer; l++) {
+    for (int l = 0; router_family && l < (int)(hp.n_layer + router.mtp); l++)
+        synth_router_layer(ts, &nt, wtype, arch, &hp, &router, head_dim, n_expert, ff_exp, l, l >= hp.n_layer);
+    for (int l = 0; !is_hybrid && !g4 && !router_family && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {

@@ -98,6 +98,19 @@ static const quill_arch archs[] = {
      .embd_scale = true, .swa_rope_base = 10000, .per_layer_shapes = true, .kv_sharing = true, .v_norm = true,
      .per_layer_inputs = true, .layer_out_scale = true, .unit_attn_scale = true, .final_softcap = true,
      .rope_freqs_global = true, .trace_projections = true},
+    /* DeepSeek V2 / V3 / R1, Kimi K2, Moonlight (mla.c): latent attention, adjacent RoPE on its decoupled part;
+     * leading dense layers, then a router (softmax unless expert_gating_func says sigmoid) whose selection bias
+     * chooses but does not weight, experts chosen within the best groups, weights normalised (floored) and
+     * scaled, shared experts ungated; MTP blocks checked, not run */
+    {.name = "deepseek2", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .ffn = QUILL_FFN_MOE,
+     .gating = QUILL_GATING_SOFTMAX, .expert_ff_key = true, .mla = true, .router_keys = true, .probs_bias = 1,
+     .mtp_bound = true},
+    /* GLM-4.5 / 4.5-Air / 4.6: NeoX RoPE over part of the head, optional q, k, v biases and q/k norms,
+     * post_attention_norm as the FFN's norm; leading dense layers, then a sigmoid router with a required
+     * selection bias and a shared expert; MTP blocks checked, not run */
+    {.name = "glm4moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .ffn = QUILL_FFN_MOE,
+     .gating = QUILL_GATING_SIGMOID, .expert_ff_key = true, .router_keys = true, .probs_bias = 2,
+     .qk_norm_optional = true, .ffn_norm_post_attention = true, .mtp_bound = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -107,6 +120,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3 and gemma4; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2 and glm4moe; "
            "other families are not implemented";
 }

@@ -85,6 +85,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
                                   ((products + 63) & ~(size_t)63);
         c->expert_scratch = carve(mem, &at, (size_t)c->n_threads * c->expert_scratch_bytes);
     }
+    if (ap->mla_floats) c->mla = carve(mem, &at, ub * (size_t)ap->mla_floats * f);
     if (ap->n_embd_per_layer) {
         const size_t slices = ub * (size_t)hp->n_layer * (size_t)ap->n_embd_per_layer;
         c->ple_inp = carve(mem, &at, slices * f);

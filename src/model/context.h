@@ -71,6 +71,7 @@ struct quill_context {
      * gathered [token][n_embd]; each slot's expert output [token][slot][n_embd] */
     float *moe_logits, *moe_weight, *moe_in, *moe_out;
     float *moe_shared_gate;         /* [token]: the shared expert's sigmoid gate */
+    float *mla;                     /* latent attention's scratch (mla.c): [ubatch][ap.mla_floats] */
     /* MoE micro-batches' experts in parallel (ffn_moe.c): per thread, room for a chunk of
      * QUILL_EXPERT_TOKENS of one expert's tokens: their inputs [token][n_embd] (then its outputs),
      * gate and up [token][n_ff_exp], then the products' scratch; expert_scratch_bytes apart */

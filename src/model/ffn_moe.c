@@ -22,46 +22,76 @@
 /* The reference clamps the sum of the chosen weights at the smallest normal f16 before dividing. */
 #define MIN_WEIGHT_SUM 6.103515625e-5
 
+/* The n best of score[0..n) into best[], highest first (the lower index first on ties; a NaN is never
+ * chosen over a number; all NaN: the lowest free index). */
+static void top_k(const double *score, int64_t n, int64_t k, int32_t *best_of) {
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n; e++) {
+            bool taken = false;
+            for (int64_t j = 0; j < i && !taken; j++) taken = best_of[j] == e;
+            if (!taken && (best < 0 || score[e] > score[best] || (isnan(score[best]) && !isnan(score[e])))) best = e;
+        }
+        best_of[i] = (int32_t)best;
+    }
+}
+
 /* One token's routing, shared by both passes: from its router logits [n_expert] (replaced by the
- * probabilities the gating computes over all experts: softmax, or the logits themselves when the
- * softmax is over the chosen ones), the k chosen experts, highest first (the lower index first on
- * ties), and their weights. */
-static void route(const quill_arch *a, double *logits, int64_t n_expert, int64_t k, int32_t *expert, double *weight) {
-    if (a->gating == QUILL_GATING_SOFTMAX) {
+ * probabilities the gating computes over all experts: softmax or sigmoid, or the logits themselves
+ * when the softmax is over the chosen ones), the k chosen experts, highest first (the lower index
+ * first on ties), and their weights. The selection bias (exp_probs_b) and the expert groups choose the
+ * experts; the probabilities weight them. */
+static void route(const quill_model *m, const quill_layer *L, double *logits, int64_t n_expert, int64_t k,
+                  int32_t *expert, double *weight) {
+    const quill_arch_params *ap = &m->ap;
+    if (ap->gating == QUILL_GATING_SOFTMAX) {
         double max = -INFINITY, sum = 0;
         for (int64_t e = 0; e < n_expert; e++) max = logits[e] > max ? logits[e] : max;
         for (int64_t e = 0; e < n_expert; e++) sum += logits[e] = exp(logits[e] - max);
         for (int64_t e = 0; e < n_expert; e++) logits[e] /= sum;
+    } else if (ap->gating == QUILL_GATING_SIGMOID) {
+        for (int64_t e = 0; e < n_expert; e++) logits[e] = 1.0 / (1.0 + exp(-logits[e]));
     }
-    for (int64_t i = 0; i < k; i++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int64_t j = 0; j < i && !taken; j++) taken = expert[j] == e;
-            /* (a NaN logit is never chosen over a number; all NaN: the lowest free index) */
-            if (!taken && (best < 0 || logits[e] > logits[best] || (isnan(logits[best]) && !isnan(logits[e]))))
-                best = e;
+    double select[QUILL_MAX_EXPERTS];
+    for (int64_t e = 0; e < n_expert; e++) select[e] = L->probs_bias ? logits[e] + L->probs_bias[e] : logits[e];
+    if (ap->n_group > 1) {
+        /* the n_group_used groups whose two best scores sum highest keep their experts */
+        const int64_t per = n_expert / ap->n_group;
+        double group_score[QUILL_MAX_EXPERTS];
+        int32_t two[2], kept[QUILL_MAX_EXPERTS];
+        for (int64_t g = 0; g < ap->n_group; g++) {
+            top_k(select + g * per, per, 2, two);
+            group_score[g] = select[g * per + two[0]] + select[g * per + two[1]];
         }
-        expert[i] = (int32_t)best;
-        weight[i] = logits[best];
+        top_k(group_score, ap->n_group, ap->n_group_used, kept);
+        for (int64_t g = 0; g < ap->n_group; g++) {
+            bool keep = false;
+            for (int64_t j = 0; j < ap->n_group_used && !keep; j++) keep = kept[j] == g;
+            for (int64_t e = 0; !keep && e < per; e++) select[g * per + e] = -INFINITY;
+        }
     }
-    if (a->gating == QUILL_GATING_TOP_K_SOFTMAX) {
+    top_k(select, n_expert, k, expert);
+    for (int64_t i = 0; i < k; i++) weight[i] = logits[expert[i]];
+    if (ap->gating == QUILL_GATING_TOP_K_SOFTMAX) {
         double max = weight[0], sum = 0;
         for (int64_t i = 0; i < k; i++) sum += weight[i] = exp(weight[i] - max);
         for (int64_t i = 0; i < k; i++) weight[i] /= sum;
     }
-    if (a->norm_expert_weights) {
+    if (ap->norm_w) {
         double sum = 0;
         for (int64_t i = 0; i < k; i++) sum += weight[i];
         if (!(sum >= MIN_WEIGHT_SUM)) sum = MIN_WEIGHT_SUM;
         for (int64_t i = 0; i < k; i++) weight[i] /= sum;
     }
+    if (ap->w_scale != 0 && ap->w_scale != 1)
+        for (int64_t i = 0; i < k; i++) weight[i] *= ap->w_scale;
 }
 
 /* The name of the chosen weights' last step in the reference's traces. */
-static const char *weights_name(const quill_arch *a) {
-    if (a->norm_expert_weights) return "ffn_moe_weights_norm";
-    return a->gating == QUILL_GATING_TOP_K_SOFTMAX ? "ffn_moe_weights_softmax" : "ffn_moe_weights";
+static const char *weights_name(const quill_arch_params *ap) {
+    if (ap->w_scale != 0 && ap->w_scale != 1) return "ffn_moe_weights_scaled";
+    if (ap->norm_w) return "ffn_moe_weights_norm";
+    return ap->gating == QUILL_GATING_TOP_K_SOFTMAX ? "ffn_moe_weights_softmax" : "ffn_moe_weights";
 }
 
 /* ---------------------------------------------------------------- fast pass */
@@ -103,12 +133,13 @@ static void weighted_sum_rows(void *arg, int64_t t0, int64_t t1, int thread) {
  * and its gates into c->moe_shared_gate. */
 static void shared_expert(quill_context *c, const quill_layer *L, int layer, int n_tok) {
     const int64_t d = c->hp->n_embd, ff = L->w_gate_shexp.rows;
+    /* (ungated without ffn_gate_inp_shexp: DeepSeek, GLM-4.5) */
     for (int t = 0; t < n_tok; t++) {
         double dot = 0;
-        for (int64_t i = 0; i < d; i++) dot += (double)L->shexp_gate[i] * c->xb[(size_t)t * d + i];
-        c->moe_shared_gate[t] = (float)(1.0 / (1.0 + exp(-dot)));
+        for (int64_t i = 0; L->shexp_gate && i < d; i++) dot += (double)L->shexp_gate[i] * c->xb[(size_t)t * d + i];
+        c->moe_shared_gate[t] = L->shexp_gate ? (float)(1.0 / (1.0 + exp(-dot))) : 1.0f;
     }
-    quill_trace(c, "ffn_shexp_gate", layer, c->moe_shared_gate, 2, 1, n_tok, 1);
+    if (L->shexp_gate) quill_trace(c, "ffn_shexp_gate", layer, c->moe_shared_gate, 2, 1, n_tok, 1);
     quill_announce(c, (const quill_weight *[]){&L->w_down_shexp}, 1, n_tok);
     quill_matmuls(c, (const quill_weight *[]){&L->w_gate_shexp, &L->w_up_shexp}, (float *[]){c->ffn_gate, c->ffn_up},
                   2, c->xb, n_tok);
@@ -173,7 +204,6 @@ static void expert_items(void *arg, int64_t e0, int64_t e1, int thread) {
 }
 
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
-    const quill_arch *a = c->model->arch;
     const quill_arch_params *ap = &c->model->ap;
     const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd;
     quill_matmul(c, &L->w_router, c->xb, n_tok, c->moe_logits);
@@ -188,12 +218,12 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
     for (int t = 0; t < n_tok; t++) {
         float *row = c->moe_logits + (size_t)t * n_expert;
         for (int64_t e = 0; e < n_expert; e++) logits[e] = row[e];
-        route(a, logits, n_expert, k, c->moe_expert + (size_t)t * k, weight);
+        route(c->model, L, logits, n_expert, k, c->moe_expert + (size_t)t * k, weight);
         for (int64_t e = 0; e < n_expert; e++) row[e] = (float)logits[e];
         for (int64_t s = 0; s < k; s++) c->moe_weight[(size_t)t * k + s] = (float)weight[s];
     }
     quill_trace(c, "ffn_moe_probs", layer, c->moe_logits, 2, n_expert, n_tok, 1);
-    quill_trace(c, weights_name(a), layer, c->moe_weight, 3, 1, k, n_tok);
+    quill_trace(c, weights_name(ap), layer, c->moe_weight, 3, 1, k, n_tok);
 
     /* the (token, slot) pairs grouped by expert, in token order within an expert */
     int32_t *start = c->moe_start;
@@ -234,7 +264,6 @@ static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_to
 
 static quill_status moe_exact(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
                               quill_error *err) {
-    const quill_arch *a = c->model->arch;
     const quill_arch_params *ap = &c->model->ap;
     const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd, ff = ap->n_ff_exp;
     const int64_t widest = ff > d ? ff : d;
@@ -255,9 +284,9 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
         for (int64_t e = 0; e < n_expert; e++) logits[e] += L->router_bias[e];
         quill_ref_trace(c, "ffn_moe_logits_biased", layer, logits, n_expert, 2, n_expert, 1, tmp);
     }
-    route(a, logits, n_expert, k, expert, weight);
+    route(c->model, L, logits, n_expert, k, expert, weight);
     quill_ref_trace(c, "ffn_moe_probs", layer, logits, n_expert, 2, n_expert, 1, tmp);
-    quill_ref_trace(c, weights_name(a), layer, weight, k, 3, 1, k, tmp);
+    quill_ref_trace(c, weights_name(ap), layer, weight, k, 3, 1, k, tmp);
     for (int64_t i = 0; i < d; i++) out[i] = 0;
     for (int64_t s_ = 0; s_ < k; s_++) {
         const quill_weight gate = quill_weight_expert(&L->w_gate, expert[s_]);
@@ -281,9 +310,9 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
         if (!gs || !us || !row_sh) {
             s = quill_fail(err, QUILL_E_NOMEM, "out of memory in the reference forward pass");
         } else {
-            for (int64_t i = 0; i < d; i++) dot += (double)L->shexp_gate[i] * in[i];
-            const double gate = 1.0 / (1.0 + exp(-dot));
-            quill_ref_trace(c, "ffn_shexp_gate", layer, &gate, 1, 2, 1, 1, tmp);
+            for (int64_t i = 0; L->shexp_gate && i < d; i++) dot += (double)L->shexp_gate[i] * in[i];
+            const double gate = L->shexp_gate ? 1.0 / (1.0 + exp(-dot)) : 1.0;
+            if (L->shexp_gate) quill_ref_trace(c, "ffn_shexp_gate", layer, &gate, 1, 2, 1, 1, tmp);
             quill_ref_matvec(&L->w_gate_shexp, in, gs, row_sh);
             quill_ref_matvec(&L->w_up_shexp, in, us, row_sh);
             quill_ref_gated_activation(c, gs, us, ff_sh);

@@ -159,7 +159,8 @@ void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
         quill_announce(c, (const quill_weight *[]){&m->layers[layer + 1].ssm_in}, 1, n_tok);
     } else if (layer + 1 < c->hp->n_layer) {
         const quill_layer *N = &m->layers[layer + 1];
-        quill_announce(c, (const quill_weight *[]){&N->wq, &N->wk, &N->wv}, quill_projections(N), n_tok);
+        quill_announce(c, (const quill_weight *[]){N->q_a.data ? &N->q_a : &N->wq, &N->wk, &N->wv}, quill_projections(N),
+                       n_tok);
     } else {
         quill_announce(c, (const quill_weight *[]){&m->output}, 1, n_tok);
     }
@@ -425,6 +426,11 @@ static void attention_items(void *arg, int64_t i0, int64_t i1, int thread) {
     }
 }
 
+void quill_attention(quill_context *c, int layer, int n_tok) {
+    attn_job aj = {c, layer, n_tok};
+    quill_pool_run(c->pool, attention_items, &aj, (int64_t)c->n_runs * c->model->layers[layer].n_head_kv, 1);
+}
+
 /* RoPE on the first n_rot dims of each head, by pos·θ_i: adjacent pairs (x[2i], x[2i+1]), Llama's
  * layout. */
 static void rope_adjacent(float *vec, int64_t n_heads, int64_t hd, int64_t half, const float *cs, const float *sn) {
@@ -600,6 +606,9 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
         if (L->recurrent) {
             quill_deltanet_fast(c, L, l, n); /* its output in xb */
+            ffn->announce(c, L, n);
+        } else if (L->mla) {
+            quill_mla_fast(c, L, l, n); /* its output in xb */
             ffn->announce(c, L, n);
         } else {
             quill_announce(c, (const quill_weight *[]){&L->wo}, 1, n);

@@ -55,6 +55,16 @@ static inline int quill_projections(const quill_layer *L) { return L->kv_shared 
 void quill_per_layer_inputs_prepare(quill_context *c, const int32_t *tokens, int n_tok);
 void quill_per_layer_inputs_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
 
+/* Causal attention of layer `layer` over the micro-batch's queries in c->q (written to the cache
+ * before), into c->att: the items of the fast pass's attention. */
+void quill_attention(quill_context *c, int layer, int n_tok);
+
+/* Latent attention (mla.c): the micro-batch's attention block from c->xb, its output in c->xb; and
+ * one token's at position pos in double, in -> out. */
+void quill_mla_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
+quill_status quill_mla_exact(const quill_context *c, const quill_layer *L, int layer, const double *in, int pos,
+                             double *out, quill_error *err);
+
 /* ---------------------------------------------------------------- float64 pass (reference.c) */
 
 /* out[r] = Σ_i W[r][i]·x[i] in double; row is scratch of w->cols floats. */

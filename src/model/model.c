@@ -137,7 +137,7 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: a mixture-of-experts model (%s = %lld); quill runs %s as a dense model only",
                           quill_gguf_path(g), key, (long long)experts, a->name);
-    if (a->hybrid || a->mtp_skipped) {
+    if (a->hybrid || a->mtp_skipped || a->mtp_bound) {
         /* block_count counts the MTP blocks after the main stack (nextn_predict_layers) */
         int64_t mtp = 0;
         s = quill_gguf_get_i64(g, KEY("nextn_predict_layers"), &mtp, err);
@@ -161,7 +161,8 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     if ((s = get_dim(g, KEY("attention.key_length"), hp->n_embd / hp->n_head, &hp->head_dim, err))) return s;
     int64_t value_dim;
     if ((s = get_dim(g, KEY("attention.value_length"), hp->head_dim, &value_dim, err))) return s;
-    if (value_dim != hp->head_dim)
+    /* (latent attention: values of the latent's width; mla.c reads the heads' parts) */
+    if (value_dim != hp->head_dim && !a->mla)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: keys of %lld and values of %lld dims per head: quill needs them equal",
                           quill_gguf_path(g), (long long)hp->head_dim, (long long)value_dim);
@@ -213,6 +214,7 @@ static quill_status bind_tensor(quill_model *m, const char *name, int64_t cols, 
                           "(the float, legacy, k-quant, iq, ternary and fp4 types are); "
                           "re-quantize the file from its f16/f32 source",
                           quill_gguf_path(g), quill_type_name(t->type), name);
+    if (m->claimed) m->claimed[t - quill_gguf_tensor_at(g, 0)] = 1;
     w->name = t->name;
     w->type = t->type;
     w->cols = cols;
@@ -244,6 +246,11 @@ static quill_status load_floats(quill_model *m, const char *name, int64_t cols, 
 quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
                               quill_error *err) {
     return bind_weight(m, name, cols, rows, w, err);
+}
+
+quill_status quill_model_bind_experts(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n,
+                                      quill_weight *w, quill_error *err) {
+    return bind_tensor(m, name, cols, rows, n, w, err);
 }
 
 quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
@@ -482,6 +489,52 @@ static quill_status expert_key(const quill_model *m, const char *suffix, int64_t
     return QUILL_OK;
 }
 
+/* The router's keys (router_keys architectures), as the reference reads them: the gating function
+ * (1 softmax, 2 sigmoid; missing: the architecture's), whether the chosen weights are normalised, their
+ * scale, the expert groups (n_group_used of n_group kept by the sum of each one's two best) and the leading
+ * dense layers. Anything the reference would assert on is an error naming the key. */
+static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used, int64_t groups, int64_t groups_used,
+                                quill_error *err) {
+    const char *path = quill_gguf_path(m->gguf), *name = m->arch->name;
+    quill_arch_params *ap = &m->ap;
+    char key[96];
+    int64_t func = 0, lead = 0;
+    quill_status s;
+    if ((s = expert_key(m, "expert_gating_func", &func, err)) || (s = expert_key(m, "leading_dense_block_count", &lead, err)))
+        return s;
+    if (func == 1) ap->gating = QUILL_GATING_SOFTMAX;
+    else if (func == 2) ap->gating = QUILL_GATING_SIGMOID;
+    else if (func != 0)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: %s.expert_gating_func = %lld: quill implements 1 (softmax) and 2 (sigmoid)", path, name,
+                          (long long)func);
+    if (lead > m->hp.n_layer)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.leading_dense_block_count = %lld is more than the %lld layers", path,
+                          name, (long long)lead, (long long)m->hp.n_layer);
+    ap->n_dense_lead = lead;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", name);
+    bool norm = false;
+    if ((s = quill_gguf_get_bool(m->gguf, key, &norm, err)) && s != QUILL_E_NOT_FOUND) return s;
+    ap->norm_w = norm;
+    snprintf(key, sizeof key, "%s.expert_weights_scale", name);
+    double scale = 0;
+    if ((s = quill_gguf_get_f64(m->gguf, key, &scale, err)) && s != QUILL_E_NOT_FOUND) return s;
+    if (!(scale >= 0) || scale > 1e6)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, scale);
+    ap->w_scale = (float)scale;
+    if (groups > 1) {
+        if (n_expert % groups || n_expert / groups < 2 || groups_used < 1 || groups_used > groups ||
+            n_used > groups_used * (n_expert / groups))
+            return quill_fail(err, QUILL_E_FORMAT,
+                              "%s: %s.expert_group_count = %lld and expert_group_used_count = %lld do not fit %lld experts "
+                              "(%lld used): groups of at least 2 experts, enough kept groups for the used experts",
+                              path, name, (long long)groups, (long long)groups_used, (long long)n_expert, (long long)n_used);
+        ap->n_group = groups;
+        ap->n_group_used = groups_used;
+    }
+    return QUILL_OK;
+}
+
 /* The experts' hyperparameters, checked as the reference checks them (its assertions are errors
  * naming the key here), and each layer's FFN kind. */
 static quill_status moe_params(quill_model *m, quill_error *err) {
@@ -497,7 +550,10 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         (s = expert_key(m, "expert_shared_feed_forward_length", &ap->n_ff_shexp, err)))
         return s;
     if (!a->shared_expert) ap->n_ff_shexp = 0;
+    ap->gating = a->gating;
+    ap->norm_w = a->norm_expert_weights;
     if (a->ffn == QUILL_FFN_DENSE) return QUILL_OK;
+    if (a->router_keys && (s = router_keys(m, n_expert, n_used, groups, groups_used, err))) return s;
     if (n_expert > QUILL_MAX_EXPERTS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_count = %lld is more than %d experts", path, name,
                           (long long)n_expert, QUILL_MAX_EXPERTS);
@@ -517,11 +573,11 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     if (n_used == 0)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_used_count is missing or 0: each token needs an expert",
                           path, name);
-    if (groups > 1)
+    if (groups > 1 && !a->router_keys)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: %s.expert_group_count = %lld: experts chosen by groups are not implemented", path, name,
                           (long long)groups);
-    (void)groups_used; /* read by the reference only with groups */
+    (void)groups_used; /* (read by router_keys) */
     /* the experts' width: their own key (qwen3moe), else the FFN's, split among the used experts
      * (qwen3moe) or whole (llama) */
     if (!a->expert_ff_key || !ff_exp) ff_exp = a->expert_ff_key ? m->hp.n_ff / n_used : m->hp.n_ff;
@@ -531,6 +587,14 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     ap->n_expert = n_expert;
     ap->n_expert_used = n_used;
     ap->n_ff_exp = ff_exp;
+    if (a->router_keys) {
+        int64_t shared = 0;
+        if ((s = expert_key(m, "expert_shared_count", &shared, err))) return s;
+        if (shared > 64)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_shared_count = %lld is out of range (0..64)", path, name,
+                              (long long)shared);
+        ap->n_ff_shexp = shared * ff_exp;
+    }
     if (a->shared_expert && !ap->n_ff_shexp) ap->n_ff_shexp = m->hp.n_ff;
     if (a->shared_expert && ap->n_ff_shexp <= 0)
         return quill_fail(err, QUILL_E_FORMAT,
@@ -555,6 +619,11 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if ((s = moe_params(m, err))) goto fail;
+    if (a->mtp_bound && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
+        s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (a->mla && (s = quill_mla_dims(m, err))) goto fail;
     const int64_t n_expert = m->ap.n_expert, ff_exp = m->ap.n_ff_exp;
     if ((s = bind_weight(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
     if (hp->tied_output && a->output_required) {
@@ -606,6 +675,8 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         if (L->n_ff > m->ap.widest_ff) m->ap.widest_ff = L->n_ff;
         if (L->recurrent) {
             if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
+        } else if (a->mla) {
+            if ((s = quill_mla_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {
             /* each head's query, then its output gate */
             L->attn_gated = true;
@@ -639,22 +710,27 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             L->v_from_k = a->v_norm && !quill_gguf_find_tensor(m->gguf, NAME("attn_v.weight"));
             if (!L->kv_shared && !L->v_from_k) BIND(wv, "attn_v.weight", hp->n_embd, kv_dim)
         }
-        if (!L->recurrent) BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
-        L->ffn = !n_expert ? QUILL_FFN_DENSE : a->shared_expert ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
+        if (!L->recurrent && !a->mla) BIND(wo, "attn_output.weight", q_dim, hp->n_embd)
+        /* (router_keys: the first leading_dense_block_count layers are dense) */
+        const bool moe = n_expert && l >= m->ap.n_dense_lead;
+        L->ffn = !moe ? QUILL_FFN_DENSE : m->ap.n_ff_shexp ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
 #define EXPERTS(field, suffix, cols, rows) \
     if ((s = bind_tensor(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
-        if (n_expert) {
+        if (moe) {
             BIND(w_router, "ffn_gate_inp.weight", hp->n_embd, n_expert)
             EXPERTS(w_gate, "ffn_gate_exps.weight", hp->n_embd, ff_exp)
             EXPERTS(w_up, "ffn_up_exps.weight", hp->n_embd, ff_exp)
             EXPERTS(w_down, "ffn_down_exps.weight", ff_exp, hp->n_embd)
-            if (a->shared_expert) {
+            if (m->ap.n_ff_shexp) {
                 const int64_t ff_sh = m->ap.n_ff_shexp;
                 BIND(w_gate_shexp, "ffn_gate_shexp.weight", hp->n_embd, ff_sh)
                 BIND(w_up_shexp, "ffn_up_shexp.weight", hp->n_embd, ff_sh)
                 BIND(w_down_shexp, "ffn_down_shexp.weight", ff_sh, hp->n_embd)
-                VECTOR(shexp_gate, "ffn_gate_inp_shexp.weight", hp->n_embd)
+                /* (router_keys: the shared experts are not gated) */
+                if (a->shared_expert) VECTOR(shexp_gate, "ffn_gate_inp_shexp.weight", hp->n_embd)
             }
+            if (a->probs_bias == 2) VECTOR(probs_bias, "exp_probs_b.bias", n_expert)
+            if (a->probs_bias == 1) OPTIONAL(probs_bias, "exp_probs_b.bias", n_expert)
         } else if (a->fused_gate_up) {
             quill_weight gate_up;
             BIND(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
@@ -665,7 +741,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             BIND(w_gate, "ffn_gate.weight", hp->n_embd, L->n_ff)
             BIND(w_up, "ffn_up.weight", hp->n_embd, L->n_ff)
         }
-        if (!n_expert) BIND(w_down, "ffn_down.weight", L->n_ff, hp->n_embd)
+        if (!moe) BIND(w_down, "ffn_down.weight", L->n_ff, hp->n_embd)
         if (!a->no_input_norms) VECTOR(attn_norm, "attn_norm.weight", hp->n_embd)
         if (a->no_input_norms || a->parallel_block) {
             /* q, k, v read the residual stream, the FFN ffn_inp; or (parallel) attn_norm's output */
@@ -682,6 +758,15 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(q_norm, "attn_q_norm.weight", q_dim)
             VECTOR(k_norm, "attn_k_norm.weight", kv_dim)
         }
+        if (a->qk_norm_optional) {
+            OPTIONAL(q_norm, "attn_q_norm.weight", L->head_dim)
+            OPTIONAL(k_norm, "attn_k_norm.weight", L->head_dim)
+            if (!L->q_norm != !L->k_norm) {
+                s = quill_fail(err, QUILL_E_FORMAT, "%s: blk.%lld has one of attn_q_norm and attn_k_norm, not both", path,
+                               (long long)l);
+                goto fail;
+            }
+        }
         if (a->qk_norm && !L->recurrent) {
             VECTOR(q_norm, "attn_q_norm.weight", L->head_dim)
             if (!L->kv_shared) VECTOR(k_norm, "attn_k_norm.weight", L->head_dim)
@@ -692,7 +777,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             VECTOR(bq, "attn_q.bias", q_dim)
             VECTOR(bk, "attn_k.bias", kv_dim)
             VECTOR(bv, "attn_v.bias", kv_dim)
-        } else if (!a->per_layer_shapes) {
+        } else if (!a->per_layer_shapes && !a->mla) {
             /* optional in every architecture, as the reference loads them (not Gemma 4's) */
             OPTIONAL(bq, "attn_q.bias", q_dim)
             OPTIONAL(bk, "attn_k.bias", kv_dim)
@@ -700,7 +785,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (a->attn_out_bias) VECTOR(bo, "attn_output.bias", hp->n_embd)
         if (a->multipliers) OPTIONAL(bo, "attn_output.bias", hp->n_embd)
-        if (a->multipliers && !n_expert) {
+        if (a->multipliers && !moe) {
             /* the reference adds them when present (no published Granite file has them) */
             OPTIONAL(b_gate, "ffn_gate.bias", L->n_ff)
             OPTIONAL(b_up, "ffn_up.bias", L->n_ff)
@@ -709,7 +794,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         if (a->attn_sinks) VECTOR(sinks, "attn_sinks.weight", L->n_head)
         if (a->layer_out_scale) OPTIONAL(out_scale, "layer_output_scale.weight", 1)
         if (a->per_layer_inputs && m->ap.n_embd_per_layer && (s = quill_per_layer_inputs_bind_layer(m, l, err))) goto fail;
-        if (n_expert && a->expert_biases) {
+        if (moe && a->expert_biases) {
             VECTOR(router_bias, "ffn_gate_inp.bias", n_expert)
             FLOATS(gate_exps_bias, "ffn_gate_exps.bias", ff_exp, n_expert)
             FLOATS(up_exps_bias, "ffn_up_exps.bias", ff_exp, n_expert)
@@ -723,7 +808,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
 #undef NAME
     }
     if (a->hybrid && (s = quill_hybrid_bind_mtp(m, err))) goto fail;
+    if (a->mtp_bound && (s = quill_mtp_check(m, err))) goto fail;
     if ((s = arch_params(m, err))) goto fail;
+    if (a->mla && (s = quill_mla_params(m, err))) goto fail;
+    if (m->claimed && (s = quill_model_all_claimed(m, err))) goto fail;
     *out = m;
     return QUILL_OK;
 fail:
@@ -740,11 +828,13 @@ void quill_model_free(quill_model *m) {
             float *owned[] = {L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm,
                               L->k_norm, L->bq, L->bk, L->bv, L->bo, L->sinks, L->router_bias,
                               L->gate_exps_bias, L->up_exps_bias, L->down_exps_bias, L->shexp_gate,
-                              L->out_scale, L->ple_norm, L->b_gate, L->b_up, L->b_down};
+                              L->out_scale, L->ple_norm, L->b_gate, L->b_up, L->b_down, L->probs_bias,
+                              L->q_a_norm, L->kv_a_norm, L->k_b_owned};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
             quill_hybrid_free_layer(L);
         }
     free(m->layers);
+    free(m->claimed);
     free(m->output_norm);
     free(m->ple_proj_norm);
     free(m->ap.rope_factors);

@@ -51,8 +51,10 @@ typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH, QUILL_ACT_SWIGLU_OAI } quill
 typedef enum { QUILL_FFN_DENSE, QUILL_FFN_MOE, QUILL_FFN_MOE_SHARED } quill_ffn_kind;
 
 /* How a MoE router turns its logits into the chosen experts' weights: a softmax over all experts,
- * then the top k (Qwen3-MoE, Mixtral); or the top k logits, then a softmax over those k (gpt-oss). */
-typedef enum { QUILL_GATING_SOFTMAX, QUILL_GATING_TOP_K_SOFTMAX } quill_gating;
+ * then the top k (Qwen3-MoE, Mixtral); or the top k logits, then a softmax over those k (gpt-oss);
+ * or a sigmoid of each logit, the top k of those (plus a selection bias) weighting (DeepSeek V3,
+ * GLM-4.5: expert_gating_func 2). */
+typedef enum { QUILL_GATING_SOFTMAX, QUILL_GATING_TOP_K_SOFTMAX, QUILL_GATING_SIGMOID } quill_gating;
 
 /* The most experts a layer may have (the reference's limit). */
 #define QUILL_MAX_EXPERTS 512
@@ -138,6 +140,18 @@ typedef struct quill_arch {
                            * (required when a layer is global): proportional RoPE, 1e30 for the unrotated pairs */
     bool trace_projections; /* the reference's Qcur, Kcur, Vcur are the projections (before norms and RoPE) and
                            * its attn_out is the residual stream after attention */
+    /* DeepSeek V2/V3, Kimi K2 (mla.c), GLM-4.5: */
+    bool mla;             /* Multi-head Latent Attention: low-rank q (attn_q_a, attn_q_a_norm, attn_q_b; or attn_q),
+                           * one latent KV head (attn_kv_a_mqa, attn_kv_a_norm) holding the latent and a decoupled
+                           * RoPE part, attn_k_b / attn_v_b per head (or the older files' attn_kv_b) */
+    bool router_keys;     /* expert_gating_func, expert_weights_norm, expert_weights_scale, expert_group_count and
+                           * expert_group_used_count are read; leading_dense_block_count layers have a dense FFN;
+                           * expert_shared_count shared experts (ungated, expert_feed_forward_length each) */
+    int probs_bias;       /* exp_probs_b.bias [n_expert], added to the router's probabilities to choose the experts
+                           * (not to weight them): 1 optional, 2 required */
+    bool qk_norm_optional; /* attn_{q,k}_norm.weight [head_dim] when the file has them (GLM-4.5: use_qk_norm) */
+    bool mtp_bound;       /* block_count counts nextn_predict_layers MTP blocks after the main stack: their
+                           * tensors are checked at load (claimed), never run */
 } quill_arch;
 
 /* Layer `layer`'s value of `key`: one number for all layers, or (arrays) an array of n_layer (model.c). */
@@ -146,6 +160,9 @@ quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, 
 /* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
 quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
                               quill_error *err);
+/* Binds the 3-D tensor `name` as n matrices of rows x cols, one after the other (model.c). */
+quill_status quill_model_bind_experts(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n,
+                                      quill_weight *w, quill_error *err);
 /* Loads the small tensor `name` [rows][cols] as f32 (malloc'd into *out). */
 quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
                                 quill_error *err);
@@ -164,6 +181,17 @@ quill_status quill_per_layer_inputs_bind_layer(quill_model *m, int64_t l, quill_
 /* At the end of arch_params: the two RoPE tables (global: rope.freq_base, its scaling and rope_freqs;
  * sliding: rope.freq_base_swa unscaled) and each layer's. */
 quill_status quill_per_layer_rope(quill_model *m, quill_error *err);
+
+/* Latent attention (mla.c). Before the layers: the ranks and heads' parts from the keys (the cache's head,
+ * kv_lora_rank + the RoPE part, becomes hp.head_dim with one KV head); each layer's tensors; after
+ * arch_params, the attention scale and RoPE magnitude (YaRN's mscale as the reference computes them). */
+quill_status quill_mla_dims(quill_model *m, quill_error *err);
+quill_status quill_mla_bind_layer(quill_model *m, int64_t l, quill_error *err);
+quill_status quill_mla_params(quill_model *m, quill_error *err);
+/* mtp_bound architectures (mtp.c): the MTP blocks' tensors checked and claimed; then every tensor of the
+ * file must have been claimed. */
+quill_status quill_mtp_check(quill_model *m, quill_error *err);
+quill_status quill_model_all_claimed(const quill_model *m, quill_error *err);
 
 /* The descriptor named by general.architecture, or NULL. */
 const quill_arch *quill_arch_find(const char *name, size_t len);
@@ -205,6 +233,14 @@ typedef struct {
     float *ssm_conv;               /* [conv channels][kernel] */
     float *ssm_dt, *ssm_a;         /* [value heads] */
     float *ssm_norm;               /* [state size] */
+    float *probs_bias;             /* exp_probs_b [n_expert]: the experts' selection bias, or NULL */
+    /* latent attention (mla.c): wq is attn_q or attn_q_b (after attn_q_a: q_a, normed by q_a_norm), wk is
+     * attn_kv_a_mqa; k_b [n_head] of [kv_lora_rank][qk_nope], v_b [n_head] of [v_head][kv_lora_rank] (3-D,
+     * one matrix a head); k_b_owned: k_b made at load from the older files' attn_kv_b, or NULL */
+    bool mla;
+    quill_weight q_a, k_b, v_b;
+    float *q_a_norm, *kv_a_norm;
+    float *k_b_owned;
 } quill_layer;
 
 /* What the architecture adds to quill_hparams. */
@@ -240,6 +276,14 @@ typedef struct {
     int64_t n_rot_local;           /* the rotated dims of table 1 (n_rot but with rope.dimension_count_swa) */
     int64_t n_embd_per_layer;      /* per_layer_inputs: each layer's slice (0: none) */
     int rope_sections[4];          /* rope.dimension_sections (rope_sections architectures) */
+    /* the router (router_keys architectures; else the descriptor's gating and norm_expert_weights) */
+    quill_gating gating;
+    bool norm_w;                   /* the chosen weights divided by their sum (floored) */
+    float w_scale;                 /* then multiplied by this (0 or 1: not) */
+    int64_t n_group, n_group_used; /* experts in n_group groups, chosen from the n_group_used best (0: none) */
+    int64_t n_dense_lead;          /* leading layers with a dense FFN */
+    /* latent attention (mla.c): the ranks, each head's parts, and the floats per token of its scratch */
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head, mla_floats;
 } quill_arch_params;
 
 struct quill_model {
@@ -263,6 +307,9 @@ struct quill_model {
      * (pack.c): its state, and the experts' ready flags */
     struct quill_expert_packer *expert_packer;
     uint8_t *expert_ready;
+    /* [n_tensors]: set for each tensor the loader has bound or checked (mtp_bound architectures: one
+     * left unclaimed is an error, as a missing one is), or NULL */
+    uint8_t *claimed;
 };
 
 #endif

@@ -134,6 +134,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
             if (L->recurrent) {
                 if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
+            } else if (L->mla) {
+                if ((s = quill_mla_exact(c, L, l, xb, pos, o, err))) goto done;
             } else {
                 /* gated attention: each head's query, then its output gate (kept in qfull) */
                 quill_ref_matvec(&L->wq, xb, L->attn_gated ? qfull : q, row);
