@@ -40,7 +40,7 @@
 /* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together). */
 static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WINDOW : 32; }
 
-/* The largest unsigned code vpmaddubsw sees: q8_0's 8-bit codes enter as two 4-bit digits. */
+/* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
 static inline int code_max(uint32_t type) {
     switch (type) {
     case QUILL_TYPE_Q6_K: return 63;
@@ -126,10 +126,11 @@ typedef struct {
     int32_t *bias_sum; /* per slot (the type's sub-block): bias·Σa */
     float *da, *sf;    /* per block of 32: scale, da·Σa */
     int8_t *h, *l;     /* the codes' bytes (a = 256·h + l) in column order */
+    int16_t *a16;      /* q8_0 (avx2): the codes, per 4 columns in the order 0, 2, 1, 3 (see q8_0_sums) */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)(cols / 16) * sizeof(int32_t) + (size_t)(cols / 32) * 2 * sizeof(float) + (size_t)cols * 2 + 32;
+    return (size_t)(cols / 16) * sizeof(int32_t) + (size_t)(cols / 32) * 2 * sizeof(float) + (size_t)cols * 4 + 32;
 }
 
 static planes planes_at(void *mem, int64_t cols) {
@@ -139,6 +140,7 @@ static planes planes_at(void *mem, int64_t cols) {
     P.sf = P.da + cols / 32;
     P.h = (int8_t *)(P.sf + cols / 32);
     P.l = P.h + cols;
+    P.a16 = (int16_t *)(P.l + cols);
     return P;
 }
 
@@ -151,6 +153,10 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         P->sf[blk] = da * (float)sum;
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
+        if (type == QUILL_TYPE_Q8_0 && !QUILL_AVXVNNI)
+            for (int c = 0; c < 32; c++) /* columns 4g + 1 and 4g + 2 trade places */
+                P->a16[blk * 32 + (c & ~3) + (c & 1) * 2 + (c & 2) / 2] =
+                    (int16_t)(256 * P->h[blk * 32 + c] + P->l[blk * 32 + c]);
     }
 }
 
@@ -160,8 +166,9 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
  * 4g..4g+3, row r in lane r), and the 8 rows' scales (and minimums) of each of its slots. */
 typedef struct {
     __m256i *u;
-    /* q8_0 splits its codes into 4-bit digits: with u_hi, u holds the low digits and u_hi the high
-     * ones; without (decoding), u holds whole codes split when used, which keeps fewer registers live */
+    /* q8_0 on AVX2 splits its codes into 16-bit halves (q8_0_codes): with u_hi, u holds columns 4g
+     * and 4g + 2 and u_hi 4g + 1 and 4g + 3; without (decoding, and vpdpbusd), u holds whole codes,
+     * split when used, which keeps fewer registers live */
     __m256i *u_hi;
     float (*s)[TR], (*m)[TR];
 } window;
@@ -251,6 +258,19 @@ static inline __attribute__((always_inline)) __m256i bit_as_16(__m256i v, int bi
     return _mm256_and_si256(at4, _mm256_set1_epi8(16));
 }
 
+/* q8_0's codes of register g (columns 4g..4g + 3, u = q + 128) into a window: whole (vpdpbusd
+ * takes them, and decoding splits them when used), or for a batch on AVX2 as q8_0_sums reads
+ * them, the 16-bit q of columns 4g and 4g + 2 in u[g], of 4g + 1 and 4g + 3 in u_hi[g]. */
+static inline __attribute__((always_inline)) void q8_0_codes(__m256i u, const window *W, int g) {
+    if (!W->u_hi) {
+        W->u[g] = u;
+        return;
+    }
+    const __m256i q = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+    W->u[g] = _mm256_srai_epi16(_mm256_slli_epi16(q, 8), 8);
+    W->u_hi[g] = _mm256_srai_epi16(q, 8);
+}
+
 /* Codes and scales of the window of columns from k of the rows rp (lanes of `rows_at`: the rows'
  * offsets from rp[0], for the gathers of the 32-element formats' scales). */
 static inline __attribute__((always_inline)) void unpack_window(uint32_t type, const uint8_t *const rp[TR],
@@ -279,18 +299,14 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
         break;
     }
     case QUILL_TYPE_Q8_0: {
-        /* u = q + 128 reaches 255, and two products of 255 and -128 saturate vpmaddubsw: its 4-bit
-         * digits enter instead, u = 16·hi + lo, and the sums recombine them exactly */
+        /* u = q + 128 reaches 255, and two products of 255 and -128 saturate vpmaddubsw: on AVX2
+         * the codes enter q8_0_sums as 16-bit values instead (batches: split here, once) */
         const size_t at = (size_t)(k / 32) * sizeof(block_q8_0);
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++) {
             words8(rp, at + offsetof(block_q8_0, qs) + 16 * (size_t)half, w);
 #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                const __m256i u = _mm256_xor_si256(w[g], _mm256_set1_epi8((char)0x80));
-                W->u[4 * half + g] = W->u_hi ? _mm256_and_si256(u, low) : u;
-                if (W->u_hi) W->u_hi[4 * half + g] = _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
-            }
+            for (int g = 0; g < 4; g++) q8_0_codes(_mm256_xor_si256(w[g], _mm256_set1_epi8((char)0x80)), W, 4 * half + g);
         }
         _mm256_store_ps(W->s[0], halves_lo(_mm256_i32gather_epi32((const int *)(rp[0] + at), rows_at, 1)));
         break;
@@ -355,6 +371,38 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
 
 /* ---------------------------------------------------------------- sums and f32 steps */
 
+#if !QUILL_AVXVNNI
+/* q8_0 on AVX2: whole codes against whole activation codes by vpmaddwd, whose two 16-bit products
+ * per 32-bit lane add without saturating: |q·a| <= 128 · 4064 (act_max), so the block's C = Σq·a
+ * stays below 2^24, exact in 32 bits and needing no bias. A lane's low 16 bits hold column 4g's
+ * (4g + 1's) code, its high ones 4g + 2's (4g + 3's): the even and odd bytes of the 4 codes, taken
+ * apart with 16-bit shifts, and the activations stored in that order (planes.a16). Half the
+ * instructions of vpmaddubsw on the codes' two 4-bit digits against both activation bytes. */
+static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const planes *P, int64_t col,
+                                                            __m256 *acc) {
+    __m256i c = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        __m256i even, odd;
+        if (W->u_hi) {
+            even = W->u[g], odd = W->u_hi[g];
+        } else {
+            const __m256i q = _mm256_xor_si256(W->u[g], _mm256_set1_epi8((char)0x80));
+            even = _mm256_srai_epi16(_mm256_slli_epi16(q, 8), 8);
+            odd = _mm256_srai_epi16(q, 8);
+        }
+        int32_t a02, a13;
+        memcpy(&a02, P->a16 + col + 4 * g, 4);
+        memcpy(&a13, P->a16 + col + 4 * g + 2, 4);
+        c = _mm256_add_epi32(c, _mm256_madd_epi16(even, _mm256_set1_epi32(a02)));
+        c = _mm256_add_epi32(c, _mm256_madd_epi16(odd, _mm256_set1_epi32(a13)));
+    }
+    const int64_t blk = col / 32;
+    const __m256 sc = _mm256_load_ps(W->s[0]);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
+}
+#endif
+
 /* One token's contribution of a window: per slot the exact sums Σu·h and Σu·l of the 8 rows,
  * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. */
 static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, const planes *P,
@@ -362,12 +410,18 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
     const int kb = slot_width(type), n_slots = window_width(type) / kb;
 #if !QUILL_AVXVNNI
     const int per = sums_per_lane16(type);
-    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+    const __m256i ones = _mm256_set1_epi16(1);
 #endif
 #pragma GCC unroll 16
     for (int i = 0; i < n_slots; i++) {
         const int64_t col = k + (int64_t)i * kb, blk = col / 32;
         __m256i ch = _mm256_setzero_si256(), cl = ch;
+#if !QUILL_AVXVNNI
+        if (type == QUILL_TYPE_Q8_0) {
+            q8_0_sums(W, P, col, acc);
+            continue;
+        }
+#endif
 #if QUILL_AVXVNNI
         /* vpdpbusd adds its four products u·x into the 32-bit lane without saturating: whole codes,
          * q8_0's 8-bit ones too, and no 16-bit partial sums (at most 32 · 255 · 128 < 2^31) */
@@ -383,30 +437,19 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #else
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < kb / 4; g0 += per) {
-            __m256i h16 = _mm256_setzero_si256(), l16 = h16, h16_hi = h16, l16_hi = h16;
+            __m256i h16 = _mm256_setzero_si256(), l16 = h16;
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
                 int32_t h4, l4; /* the activation bytes of columns 4g..4g+3 of the slot */
                 memcpy(&h4, P->h + col + 4 * g, 4);
                 memcpy(&l4, P->l + col + 4 * g, 4);
                 const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
-                __m256i u = W->u[i * kb / 4 + g];
-                if (type == QUILL_TYPE_Q8_0) {
-                    const __m256i low = _mm256_set1_epi8(0x0F);
-                    const __m256i hi = W->u_hi ? W->u_hi[g] : _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
-                    if (!W->u_hi) u = _mm256_and_si256(u, low);
-                    h16_hi = _mm256_add_epi16(h16_hi, _mm256_maddubs_epi16(hi, xh));
-                    l16_hi = _mm256_add_epi16(l16_hi, _mm256_maddubs_epi16(hi, xl));
-                }
+                const __m256i u = W->u[i * kb / 4 + g];
                 h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(u, xh));
                 l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(u, xl));
             }
             ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, ones));
             cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16, ones));
-            if (type == QUILL_TYPE_Q8_0) {
-                ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16_hi, sixteen));
-                cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16_hi, sixteen));
-            }
         }
 #endif
         /* C = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
@@ -552,11 +595,7 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         break;
     case QUILL_TYPE_Q8_0: /* the layout's codes are u = q + 128 already */
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m256i u = half_reg(pw.codes, g, hf);
-            W->u[g] = W->u_hi ? _mm256_and_si256(u, low) : u;
-            if (W->u_hi) W->u_hi[g] = _mm256_and_si256(_mm256_srli_epi16(u, 4), low);
-        }
+        for (int g = 0; g < 8; g++) q8_0_codes(half_reg(pw.codes, g, hf), W, g);
         _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
         break;
     case QUILL_TYPE_Q4_K:
