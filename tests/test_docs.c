@@ -1,9 +1,10 @@
 /* The documentation against the code it describes, so that a doc that falls behind fails the
  * suite: README.md's two commands and its usage examples run as written (against stories260K);
- * every flag of every `quill COMMAND --help` appears in that command's section of docs/cli.md and
- * every option the man page shows exists; every route in server/'s route table appears in docs/server.md
- * and is answered by a live server; every relative link of README.md and docs/ reaches a file and
- * heading that exist. Runs from the repository root, as the whole suite does. */
+ * every flag of every `quill COMMAND --help` appears in that command's section of docs/cli.md;
+ * every option the man page shows exists; every route of server/'s table is in docs/server.md and
+ * answered by a live server; every kernel set is named in docs/performance.md and the man page;
+ * every relative link of README.md, bench/README.md and docs/ reaches a file and heading that
+ * exist. Runs from the repository root, as the whole suite does. */
 #include "server_util.h"
 #include "test.h"
 
@@ -527,6 +528,62 @@ TEST(docs_server_routes_answered) {
     list_free(&paths);
     CHECK_EQ_INT(server_stop(&s), 0);
     CHECK_EQ_INT(status, 404);
+}
+
+/* ---------------------------------------------------------------- kernel sets */
+
+/* The names of the kernel sets: the strings of every `set_names[...] = {...}` table under src/
+ * (found wherever it lives; one per architecture is fine). */
+static void find_set_names(const char *dir, str_list *out) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char *path = path_join(dir, e->d_name);
+        size_t nl = strlen(e->d_name);
+        if (nl > 2 && !strcmp(e->d_name + nl - 2, ".c")) {
+            char *src = read_text(path);
+            for (const char *p = src; p && (p = strstr(p, "set_names[")) != NULL; p++) {
+                const char *open = strchr(p, '{'), *close = open ? strstr(open, "};") : NULL;
+                if (!open || !close || memchr(p, ';', (size_t)(open - p))) continue;
+                for (const char *q = open; (q = memchr(q, '"', (size_t)(close - q))) != NULL;) {
+                    const char *end = memchr(q + 1, '"', (size_t)(close - q - 1));
+                    if (!end) break;
+                    list_add(out, q + 1, (size_t)(end - q - 1));
+                    q = end + 1;
+                }
+            }
+            free(src);
+        } else if (!strchr(e->d_name, '.')) {
+            find_set_names(path, out);
+        }
+        free(path);
+    }
+    closedir(d);
+}
+
+/* Every kernel set QUILL_ISA accepts is named in docs/performance.md and in the man page. */
+TEST(docs_kernel_sets_documented) {
+    str_list sets = {0};
+    find_set_names("src", &sets);
+    char *perf = read_text("docs/performance.md");
+    char *man = read_text("packaging/quill.1");
+    bool scalar = false;
+    for (size_t i = 0; i < sets.n; i++) {
+        if (!strcmp(sets.items[i], "scalar")) scalar = true;
+        if (!perf || !has_word(perf, strlen(perf), sets.items[i]))
+            test_fail(__FILE__, __LINE__, "docs/performance.md does not name the kernel set %s", sets.items[i]);
+        char want[64];
+        snprintf(want, sizeof want, ".BR %s", sets.items[i]);
+        bool in_man = man && (strstr(man, want) || (snprintf(want, sizeof want, ".B %s\n", sets.items[i]), strstr(man, want)));
+        if (!in_man) test_fail(__FILE__, __LINE__, "packaging/quill.1 does not name the kernel set %s under QUILL_ISA", sets.items[i]);
+    }
+    size_t n = sets.n;
+    list_free(&sets);
+    free(perf);
+    free(man);
+    CHECK(scalar && n >= 2, "the kernel sets' names (set_names[] = {...}) were not found under src/");
 }
 
 /* ---------------------------------------------------------------- links */
