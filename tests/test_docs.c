@@ -385,7 +385,8 @@ TEST(docs_cli_every_flag_documented) {
         if (flags.n == 0) test_fail(__FILE__, __LINE__, "`quill %s --help` names no option", c);
         for (size_t f = 0; sec && f < flags.n; f++, n_flags++)
             if (!has_word(sec, sl, flags.items[f]))
-                test_fail(__FILE__, __LINE__, "`quill %s --help` has %s, which docs/cli.md's \"%s\" does not mention", c,
+                test_fail(__FILE__, __LINE__, "`quill %s --help` has %s, which docs/cli.md's \"%s\" does not mention "
+                          "(scripts/update-cli-doc.sh refreshes the --help blocks)", c,
                           flags.items[f], heading);
         list_free(&flags);
     }
