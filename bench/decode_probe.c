@@ -4,7 +4,8 @@
  *   build/decode_probe TYPE ROWS COLS [THREADS [SECONDS [COPIES]]]      e.g. q4_0 64 2048 1
  *
  * prints the packed bytes read per second (QUILL_ISA: another set that reads the layout, avx2 or
- * avxvnni). COPIES matrices of ROWS x COLS are cycled through, so
+ * avxvnni; QUILL_REPACK=0: that set's product from the file's rows instead; TOKENS=n: n tokens
+ * per product, a batch, instead of 1). COPIES matrices of ROWS x COLS are cycled through, so
  * that the total exceeds the caches when it is large (~1 GB).
  *
  * When the copies total 256 MiB or more, passes over all of them alternate with passes of a plain
@@ -79,11 +80,15 @@ int main(int argc, char **argv) {
     void *file = malloc(row_bytes * (size_t)rows);
     uint8_t *packed = aligned_alloc(2 << 20, (pb * (size_t)copies + (2 << 20) - 1) / (2 << 20) * (2 << 20));
     madvise(packed, (pb * (size_t)copies + (2 << 20) - 1) / (2 << 20) * (2 << 20), MADV_HUGEPAGE); /* as the model's copy */
-    float *x = aligned_alloc(64, (size_t)cols * sizeof *x), *y = aligned_alloc(64, (size_t)rows * sizeof *y + 64);
-    void *scratch = aligned_alloc(64, (k->matmul_scratch(cols, 1) + 63) / 64 * 64);
+    const int n_tok = getenv("TOKENS") ? atoi(getenv("TOKENS")) : 1;
+    const bool from_file = getenv("QUILL_REPACK") && !strcmp(getenv("QUILL_REPACK"), "0");
+    if (n_tok < 1) return 2;
+    float *x = aligned_alloc(64, (size_t)n_tok * (size_t)cols * sizeof *x);
+    float *y = aligned_alloc(64, (size_t)n_tok * (size_t)rows * sizeof *y + 64);
+    void *scratch = aligned_alloc(64, (k->matmul_scratch(cols, n_tok) + 63) / 64 * 64);
     srand(1);
     for (int64_t i = 0; i < rows * cols; i++) src[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    for (int64_t i = 0; i < cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     quill_error err = {0};
     if (quill_quantize_rows(type, src, file, rows, cols, &err) != QUILL_OK) return 1;
     for (int c = 0; c < copies; c++)
@@ -101,8 +106,8 @@ int main(int argc, char **argv) {
     while (t - t0 < seconds) {
         const double p0 = now_s();
         for (int c = 0; c < copies; c++) {
-            quill_matrix m = {packed + (size_t)c * pb, row_bytes, rows, y};
-            k->matmul_packed[type](&m, 1, cols, x, 1, pool, scratch);
+            quill_matrix m = {from_file ? file : packed + (size_t)c * pb, row_bytes, rows, y};
+            (from_file ? k->matmul : k->matmul_packed)[type](&m, 1, cols, x, n_tok, pool, scratch);
         }
         const double p1 = now_s();
         n += copies;

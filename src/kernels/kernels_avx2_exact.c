@@ -47,6 +47,7 @@ static inline int code_max(uint32_t type) {
     case QUILL_TYPE_Q5_0:
     case QUILL_TYPE_Q5_1:
     case QUILL_TYPE_Q5_K: return 31;
+    case QUILL_TYPE_MXFP4: return 31; /* fp4 values + 12 reach 24; 31 keeps the count of sums a divisor of 8 */
     default: return 15;
     }
 }
@@ -546,7 +547,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4;
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -593,6 +594,26 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         }
         _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
         break;
+    case QUILL_TYPE_MXFP4: {
+        /* q4_0's nibble bytes; each nibble to its code + 12 (code_bias) by a byte shuffle, and each
+         * row's exponent byte to quill_e8m0_half_to_float's scale: 2^(e - 128) as (e - 1) << 23,
+         * the two smallest (e < 2) subnormal */
+        _Alignas(16) int8_t table[16];
+        for (int i = 0; i < 16; i++) table[i] = (int8_t)(quill_kvalues_fp4[i] + 12);
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)table));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = half_reg(pw.codes, g, hf);
+            W->u[g] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+            W->u[4 + g] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+        }
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pw.scales + 8 * hf)));
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        const __m256i is_tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_store_ps(W->s[0], _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, is_tiny)));
+        break;
+    }
     case QUILL_TYPE_Q8_0: /* the layout's codes are u = q + 128 already */
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) q8_0_codes(half_reg(pw.codes, g, hf), W, g);
@@ -757,7 +778,7 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
 QUILL_EXACT_TYPES(EXACT_MATMUL)
 
 /* The packed types' products from the layout. */
-#define PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K)
+#define PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \
