@@ -181,8 +181,12 @@ int cmd_template(int argc, char **argv) {
     if (tools_path && !(tools_text = read_input(tools_path, "tools"))) { rc = 1; goto done; }
 
     quill_error err;
-    quill_status st = quill_chat_render_json(tmpl, msgs_text, tools_text, bos_arg ? bos_arg : bos ? bos : "",
-                                             eos_arg ? eos_arg : eos ? eos : "", add_gen, &out, &err);
+    /* what the server gives a template (strftime_now ...), the tokens from the file or the options */
+    quill_chat_inputs in = {.messages_json = msgs_text, .tools_json = tools_text,
+                            .bos_token = bos_arg ? bos_arg : bos ? bos : "", .eos_token = eos_arg ? eos_arg : eos ? eos : "",
+                            .add_generation_prompt = add_gen};
+    quill_chat_inputs_common(NULL, &in);
+    quill_status st = quill_chat_render_inputs(tmpl, &in, &out, &err);
     if (st != QUILL_OK) {
         rc = cli_fail("template: %s", err.message);
         goto done;

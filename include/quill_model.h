@@ -566,9 +566,15 @@ struct quill_chat_message;
  * malloc'd copy. QUILL_E_NOT_FOUND when none applies. */
 QUILL_API quill_status quill_chat_template_for(const quill_model *m, const char *override_src, const char *format,
                                                char **out, quill_error *err);
-/* Renders a conversation and tokenizes it with special-token parsing on; BOS is added as the
- * model asks unless the rendered text already starts with it. *tokens (and *text when not NULL,
- * the rendered prompt) are malloc'd. */
+struct quill_chat_inputs;
+/* The variables quill gives every template beside the conversation, one definition for the
+ * server, quill chat, quill run --chat and quill template: bos_token and eos_token from `tok` (when
+ * not NULL; else they are left as they are) and strftime_now(fmt), the local time now (gpt-oss's
+ * template prints the date with it). */
+QUILL_API void quill_chat_inputs_common(const quill_tokenizer *tok, struct quill_chat_inputs *in);
+/* Renders a conversation (with quill_chat_inputs_common's variables) and tokenizes it with
+ * special-token parsing on; BOS is added as the model asks unless the rendered text already starts
+ * with it. *tokens (and *text when not NULL, the rendered prompt) are malloc'd. */
 QUILL_API quill_status quill_chat_tokenize(const quill_model *m, const char *template_src,
                                            const struct quill_chat_message *msgs, size_t n_msgs,
                                            bool add_generation_prompt, int32_t **tokens, size_t *n_tokens,

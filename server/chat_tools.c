@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---------------------------------------------------------------- the template's capabilities */
 
@@ -30,6 +29,8 @@ static char *probe_render(const char *tmpl, const char *content, const char *arg
              "{\"role\":\"tool\",\"tool_call_id\":\"abcDEF123\",\"name\":\"quill_probe_fn\",\"content\":\"1\"}]",
              content, arguments);
     quill_chat_inputs in = {.messages_json = messages, .tools_json = probe_tools, .add_generation_prompt = true};
+    /* the variables of a real render (gpt-oss's template fails without strftime_now) */
+    quill_chat_inputs_common(NULL, &in);
     char *out = NULL;
     quill_error err;
     if (quill_chat_render_inputs(tmpl, &in, &out, &err) != QUILL_OK) return NULL;
@@ -390,16 +391,9 @@ bool chat_tools_prepare(server *s, const char *body, size_t len, const char *id,
     char *extra_json = kwargs ? cJSON_PrintUnformatted(kwargs) : NULL;
     if (ok && !messages_json) ok = api_fail(e, 500, NULL, "out of memory");
     if (ok) {
-        const quill_tokenizer *tok = s->tok;
-        int32_t bos = quill_tokenizer_bos(tok), eos = quill_tokenizer_eos(tok);
-        /* strftime_now gives the server's local time, as the reference's does */
-        time_t now = time(NULL);
-        struct tm lt;
-        long offset = localtime_r(&now, &lt) ? lt.tm_gmtoff : 0;
         quill_chat_inputs in = {.messages_json = messages_json, .tools_json = tools_json, .extra_json = extra_json,
-                                .bos_token = bos >= 0 ? quill_tokenizer_piece(tok, bos) : "",
-                                .eos_token = eos >= 0 ? quill_tokenizer_piece(tok, eos) : "",
-                                .add_generation_prompt = true, .has_now = true, .now = (int64_t)now + offset};
+                                .add_generation_prompt = true};
+        quill_chat_inputs_common(s->tok, &in);
         quill_error err;
         quill_status st = quill_chat_render_inputs(s->chat_template, &in, prompt, &err);
         if (st) ok = api_fail(e, st == QUILL_E_NOMEM ? 500 : 400, "messages", "%s", err.message);
@@ -495,9 +489,10 @@ static void call_id(const chat_tools *t, size_t index, char *out, size_t cap) {
     else snprintf(out, cap, "call_%s", nine);
 }
 
-static bool parse_text(const chat_tools *t, const char *text, size_t n, bool partial, chat_parse *p) {
+static bool parse_text(const chat_tools *t, const char *text, size_t n, bool partial, bool cut, chat_parse *p) {
     chat_parse_options o = t->opt;
     o.partial = partial;
+    o.cut = cut;
     quill_error err;
     return chat_parse_output(&t->syntax, &o, text ? text : "", text ? n : 0, p, &err) == QUILL_OK;
 }
@@ -509,14 +504,19 @@ static bool call_known(const chat_tools *t, const char *name) {
     return false;
 }
 
+/* A reply cut off by max_tokens has no calls, as a hosted API's: one of them may be the one
+ * being written, and an agent must not run the others as if the turn had ended. */
+static bool cut_off(const char *finish_reason) { return finish_reason && !strcmp(finish_reason, "length"); }
+
 void chat_tools_message(chat_tools *t, const char *text, size_t n, cJSON *msg, const char **finish_reason) {
     chat_parse p;
-    if (!parse_text(t, text, n, false, &p)) {
+    const bool cut = cut_off(finish_reason ? *finish_reason : NULL);
+    if (!parse_text(t, text, n, false, cut, &p)) {
         cJSON_AddStringToObject(msg, "content", "");
         return;
     }
     size_t calls = 0;
-    for (size_t i = 0; i < p.n_calls; i++) calls += call_known(t, p.calls[i].name);
+    for (size_t i = 0; i < p.n_calls && !cut; i++) calls += call_known(t, p.calls[i].name);
     if (calls && !p.content[0]) cJSON_AddNullToObject(msg, "content");
     else cJSON_AddStringToObject(msg, "content", p.content);
     if (p.reasoning[0]) cJSON_AddStringToObject(msg, "reasoning_content", p.reasoning);
@@ -540,9 +540,11 @@ void chat_tools_message(chat_tools *t, const char *text, size_t n, cJSON *msg, c
     chat_parse_free(&p);
 }
 
-bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, cJSON *delta, bool *had_calls) {
+bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, const char *finish_reason, cJSON *delta,
+                      bool *had_calls) {
     chat_parse p;
-    if (!parse_text(t, text, n, !final, &p)) return false;
+    const bool cut = final && cut_off(finish_reason);
+    if (!parse_text(t, text, n, !final, cut, &p)) return false;
     bool any = false;
     size_t clen = strlen(p.content), rlen = strlen(p.reasoning);
     if (rlen > t->reasoning_sent) {
@@ -557,7 +559,9 @@ bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, cJS
     }
     cJSON *arr = NULL;
     size_t index = 0;
-    for (size_t i = 0; i < p.n_calls; i++) {
+    /* calls are sent once the reply is whole: until the turn ends, the one being written may yet
+     * be cut off, and then the reply has none */
+    for (size_t i = 0; final && !cut && i < p.n_calls; i++) {
         if (!call_known(t, p.calls[i].name)) continue;
         const parsed_call *c = &p.calls[i];
         size_t alen = strlen(c->arguments);

@@ -541,7 +541,8 @@ static bool produce_choice(gen *g, int index) {
         /* the reply so far, parsed: what it adds to content, reasoning and calls */
         bool final = j->done && j->ready == j->text_len;
         cJSON *o = chunk(g, index, &c);
-        bool any = chat_tools_delta(ch->tools, j->text, j->ready, final, cJSON_AddObjectToObject(c, "delta"), &ch->had_calls);
+        bool any = chat_tools_delta(ch->tools, j->text, j->ready, final, j->finish_reason,
+                                    cJSON_AddObjectToObject(c, "delta"), &ch->had_calls);
         ch->parsed_final = final;
         ch->text_sent = j->ready;
         if (any || (new_tokens && j->want_logprobs)) {

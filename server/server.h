@@ -289,11 +289,15 @@ bool chat_tools_grammar(const chat_tools *t, const quill_tokenizer *tok, char **
 /* Whether the reply's special tokens must be kept in its text for the parse. */
 bool chat_tools_render_special(const chat_tools *t);
 /* Fills a reply's message: content (null beside calls), reasoning_content, tool_calls; a
- * finish_reason "stop" becomes "tool_calls" when there are calls. */
+ * finish_reason "stop" becomes "tool_calls" when there are calls; a reply cut off ("length") has
+ * none. Call syntax never reaches the content (chat_parse_output). */
 void chat_tools_message(chat_tools *t, const char *text, size_t n, cJSON *msg, const char **finish_reason);
 /* Adds to `delta` what the text adds to the stream so far (content, reasoning_content, tool_calls
- * in OpenAI's chunk shape); `final`: the text is whole. False when there is nothing new. */
-bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, cJSON *delta, bool *had_calls);
+ * in OpenAI's chunk shape); `final`: the text is whole, ended by `finish_reason`. Calls come with
+ * the final text (none when it was cut off), content and reasoning as they grow. False when there
+ * is nothing new. */
+bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, const char *finish_reason, cJSON *delta,
+                      bool *had_calls);
 
 /* ---------------------------------------------------------------- HTTP (http.c) */
 

@@ -115,7 +115,7 @@ bool reply_reader_feed(reply_reader *rr, gen *g, void (*translate)(void *self, c
     if (j->ready <= rr->text_seen && !(j->done && !rr->parsed_final)) return false;
     const bool final = j->done && j->ready == j->text_len;
     cJSON *delta = cJSON_CreateObject();
-    bool any = delta && chat_tools_delta(gen_tools(g), j->text, j->ready, final, delta, &rr->had_calls);
+    bool any = delta && chat_tools_delta(gen_tools(g), j->text, j->ready, final, j->finish_reason, delta, &rr->had_calls);
     rr->text_seen = j->ready;
     rr->parsed_final = final;
     if (any) translate(self, delta);

@@ -164,7 +164,8 @@ char *anthropic_to_chat(const char *body, size_t len, bool *stream, api_error *e
     bool ok = true;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "max_tokens");
     if (!cJSON_IsNumber(v)) ok = api_fail(e, 400, "max_tokens", "'max_tokens' is required and must be a number");
-    static const char *const same[] = {"model", "max_tokens", "temperature", "top_p", "top_k", NULL};
+    /* seed: quill's own, as llama-server takes it, for replies that can be drawn again */
+    static const char *const same[] = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", NULL};
     for (const char *const *k = same; ok && *k; k++)
         if ((v = cJSON_GetObjectItemCaseSensitive(in, *k))) cJSON_AddItemToObject(out, *k, cJSON_Duplicate(v, true));
     if (ok && (v = cJSON_GetObjectItemCaseSensitive(in, "stop_sequences")) && !cJSON_IsNull(v))
@@ -384,6 +385,7 @@ bool responses_to_chat(const char *body, size_t len, stored_conversation_fn stor
         if ((v = cJSON_GetObjectItemCaseSensitive(in, *k)) && !cJSON_IsNull(v)) cJSON_AddItemToObject(q->echo, *k, cJSON_Duplicate(v, true));
     if ((v = cJSON_GetObjectItemCaseSensitive(in, "temperature"))) cJSON_AddItemToObject(out, "temperature", cJSON_Duplicate(v, true));
     if ((v = cJSON_GetObjectItemCaseSensitive(in, "top_p"))) cJSON_AddItemToObject(out, "top_p", cJSON_Duplicate(v, true));
+    if ((v = cJSON_GetObjectItemCaseSensitive(in, "seed"))) cJSON_AddItemToObject(out, "seed", cJSON_Duplicate(v, true));
     if ((v = cJSON_GetObjectItemCaseSensitive(in, "parallel_tool_calls"))) cJSON_AddItemToObject(out, "parallel_tool_calls", cJSON_Duplicate(v, true));
     if (ok && (v = cJSON_GetObjectItemCaseSensitive(in, "stream")) && !cJSON_IsNull(v)) {
         if (!cJSON_IsBool(v)) ok = api_fail(e, 400, "stream", "'stream' must be true or false");

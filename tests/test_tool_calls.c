@@ -241,8 +241,9 @@ TEST(tool_calls_other_forms) {
           "mistral args form");
 }
 
-/* Broken calls stay text; hostile JSON neither crashes nor leaks. */
-TEST(tool_calls_malformed_stay_content) {
+/* Broken calls are neither calls nor text (dropped, and said so); hostile JSON neither crashes
+ * nor leaks. */
+TEST(tool_calls_malformed_are_dropped) {
     chat_parse_options o = {.extract_reasoning = true, .tools = true};
     chat_syntax hermes = {TOOL_SYNTAX_HERMES, false};
     static const char *const bad[] = {
@@ -257,7 +258,7 @@ TEST(tool_calls_malformed_stay_content) {
         chat_parse p;
         quill_error err;
         CHECK(chat_parse_output(&hermes, &o, bad[i], strlen(bad[i]), &p, &err) == QUILL_OK, "%s", err.message);
-        CHECK(p.n_calls == 0 && strstr(p.content, "<tool_call>"), "case %zu: %zu calls, content [%s]", i, p.n_calls, p.content);
+        CHECK(p.n_calls == 0 && !p.content[0] && p.dropped, "case %zu: %zu calls, content [%s]", i, p.n_calls, p.content);
         chat_parse_free(&p);
     }
     char deep[4096];
@@ -331,4 +332,68 @@ TEST(tool_calls_grammars_parse_and_accept_template_replies) {
         free(text);
     }
     free(schema);
+}
+
+/* The syntax of calls and reasoning never reaches the text: text before a call stays text, a call
+ * cut off is dropped (whole and while streaming), stray marks are removed, and an end that could
+ * begin a mark is held back while generating and dropped when the reply was cut off. */
+TEST(tool_calls_no_markup_in_text) {
+    static const chat_parse_options o = {.extract_reasoning = true, .tools = true},
+                                    cut = {.extract_reasoning = true, .tools = true, .cut = true};
+    static const struct {
+        tool_syntax syntax;
+        bool think;
+        const chat_parse_options *opt;
+        const char *reply, *content, *reasoning;
+        size_t n_calls;
+        bool dropped;
+    } cases[] = {
+        /* the issue's reply: a whole call, then a second one cut off by max_tokens */
+        {TOOL_SYNTAX_HERMES, true, &cut,
+         "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"unit\": \"c\", \"days\": 5}}\n</tool_call>\n<tool_call>\n{\"name\": "
+         "\"f\", \"arguments\": {\n  \t   \t \t",
+         "", "", 1, true},
+        {TOOL_SYNTAX_HERMES, false, &o, "Let me see.\n<tool_call>\n{\"name\": \"get_time", "Let me see.", "", 0, true},
+        {TOOL_SYNTAX_HERMES, false, &o, "a </tool_call> b <tool_response>", "a  b ", "", 0, false},
+        {TOOL_SYNTAX_HERMES, true, &o, "<think>x</think>y <think>z", "y z", "x", 0, false},
+        {TOOL_SYNTAX_HERMES, false, &cut, "so <tool_c", "so ", "", 0, false},
+        {TOOL_SYNTAX_LLAMA3, false, &o, "Sure: {\"name\": \"get_time\", \"parameters\": {\"unit\"", "Sure:", "", 0, true},
+        {TOOL_SYNTAX_LLAMA3, false, &o, "a<|eom_id|>b<|reserved_special_token_3|>", "ab", "", 0, false},
+        {TOOL_SYNTAX_MISTRAL, false, &o, "hi [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {", "hi", "", 0, true},
+        {TOOL_SYNTAX_GPT_OSS, false, &o,
+         "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json"
+         "<|message|>{\"a\": ",
+         "", "think", 0, true},
+        {TOOL_SYNTAX_GPT_OSS, false, &o, "words<|message|>more", "wordsmore", "", 0, false},
+        {TOOL_SYNTAX_DEEPSEEK_V3, false, &o,
+         "x <\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81"
+         "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>f\n```json\n{\"a\"",
+         "x", "", 0, true},
+        {TOOL_SYNTAX_DEEPSEEK_V3, false, &o, "a<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>b", "ab", "", 0, false},
+        {TOOL_SYNTAX_GENERIC, false, &o, "{\"tool_calls\": [{\"name\": \"get_time\", \"arguments\": {\"unit\":", "", "", 0, true},
+        {TOOL_SYNTAX_GENERIC, false, &o, "ok {\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}", "ok", "", 1, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chat_syntax syn = {cases[i].syntax, cases[i].think};
+        chat_parse p;
+        quill_error err;
+        const char *r = cases[i].reply;
+        CHECK(chat_parse_output(&syn, cases[i].opt, r, strlen(r), &p, &err) == QUILL_OK, "%s", err.message);
+        CHECK(!strcmp(p.content, cases[i].content) && !strcmp(p.reasoning, cases[i].reasoning) &&
+                  p.n_calls == cases[i].n_calls && p.dropped == cases[i].dropped,
+              "case %zu (%s): content [%s] reasoning [%s] %zu calls, dropped %d", i, tool_syntax_name(cases[i].syntax),
+              p.content, p.reasoning, p.n_calls, p.dropped);
+        chat_parse_free(&p);
+        /* streamed: every prefix's text is a prefix of the whole reply's */
+        chat_parse_options partial = *cases[i].opt;
+        partial.partial = true;
+        partial.cut = false;
+        for (size_t k = 0; k <= strlen(r); k++) {
+            CHECK(chat_parse_output(&syn, &partial, r, k, &p, &err) == QUILL_OK, "%s", err.message);
+            bool ok = !strncmp(p.content, cases[i].content, strlen(p.content)) &&
+                      !strncmp(p.reasoning, cases[i].reasoning, strlen(p.reasoning));
+            CHECK(ok, "case %zu after %zu bytes: content [%s] reasoning [%s]", i, k, p.content, p.reasoning);
+            chat_parse_free(&p);
+        }
+    }
 }

@@ -242,7 +242,7 @@ typedef struct parser {
     strbuf content, reasoning;
     parsed_call *calls;
     size_t n_calls, cap_calls;
-    bool nomem;
+    bool nomem, dropped;
 } parser;
 
 static char *dup_n(const char *s, size_t n) {
@@ -296,10 +296,18 @@ static size_t tail_prefix(const char *s, size_t n, const char *lit) {
     return 0;
 }
 
+/* Whether the end of the text may still become a mark (generation goes on, or was cut off). */
+static bool holds_tail(const parser *ps) { return ps->opt->partial || ps->opt->cut; }
+
 /* Content text; while generating, the end that could begin `mark` is held back. */
 static void put_content(parser *ps, const char *s, size_t n, const char *mark) {
-    if (ps->opt->partial && mark) n -= tail_prefix(s, n, mark);
+    if (holds_tail(ps) && mark) n -= tail_prefix(s, n, mark);
     strbuf_put(&ps->content, s, n);
+}
+
+/* Call syntax that makes no whole call: it is neither a call nor text. */
+static void drop(parser *ps, size_t n) {
+    if (n) ps->dropped = true;
 }
 
 static size_t rtrim(const char *s, size_t n) {
@@ -413,7 +421,7 @@ static void parse_hermes(parser *ps, const char *s, size_t n) {
         if (starts(s, n, k, close)) k += strlen(close);
         i = skip_ws(s, n, k);
     }
-    if (i < n) put_content(ps, s + i, n - i, open);   /* what follows the calls, or a malformed one */
+    drop(ps, n - i);   /* what follows the calls, or a malformed or cut-off one */
 }
 
 static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
@@ -470,33 +478,52 @@ static void parse_qwen3_coder(parser *ps, const char *s, size_t n) {
         if (!complete) return;
         i = skip_ws(s, n, k);
     }
-    if (i < n) put_content(ps, s + i, n - i, open);
+    drop(ps, n - i);
 }
 
+/* Llama 3.1: a reply that is a call object, or text and then a call: from the first `{"name":`
+ * (the grammar's trigger) or <|python_tag|> on, the reply is the call. */
 static void parse_llama3(parser *ps, const char *s, size_t n) {
-    static const char tag[] = "<|python_tag|>";
+    static const char tag[] = "<|python_tag|>", json_mark[] = "{\"name\":";
     size_t at = skip_ws(s, n, 0);
     if (at < n && s[at] == '{') {
         size_t k = at;
-        parser probe = *ps;
+        size_t first = ps->n_calls;
         jscan r = read_call_object(ps, s, n, &k, "parameters", "arguments");
         if (r == J_OK && skip_ws(s, n, k) == n) return;
         if (r == J_MORE) return;
         /* not a call after all: the text is the answer */
-        for (size_t c = probe.n_calls; c < ps->n_calls; c++) {
+        for (size_t c = first; c < ps->n_calls; c++) {
             free(ps->calls[c].name);
             free(ps->calls[c].arguments);
             free(ps->calls[c].id);
         }
-        ps->n_calls = probe.n_calls;
+        ps->n_calls = first;
     }
-    size_t t = find(s, n, 0, tag);
-    put_content(ps, s, t == n ? n : rtrim(s, t), t == n ? tag : NULL);
-    if (t == n) return;
+    size_t t = find(s, n, 0, tag), j = find(s, n, 0, json_mark);
+    if (t == n && j == n) {
+        size_t keep = n;
+        if (holds_tail(ps)) {
+            size_t a1 = tail_prefix(s, n, tag), a2 = tail_prefix(s, n, json_mark);
+            keep -= a1 > a2 ? a1 : a2;
+        }
+        put_content(ps, s, keep, NULL);
+        return;
+    }
+    if (j < t) {
+        put_content(ps, s, rtrim(s, j), NULL);
+        size_t k = j;
+        jscan r = read_call_object(ps, s, n, &k, "parameters", "arguments");
+        if (r == J_MORE) return;
+        drop(ps, r == J_OK ? n - skip_ws(s, n, k) : n - j);
+        return;
+    }
+    put_content(ps, s, rtrim(s, t), NULL);
     size_t k = skip_ws(s, n, t + strlen(tag));
     if (k < n && s[k] == '{') {
         size_t c = k;
         jscan r = read_call_object(ps, s, n, &c, "parameters", "arguments");
+        if (r == J_OK) drop(ps, n - skip_ws(s, n, c));
         if (r != J_BAD) return;
     }
     /* code for the built-in interpreter */
@@ -516,13 +543,16 @@ static void parse_mistral(parser *ps, const char *s, size_t n) {
     put_content(ps, s, at == n ? n : rtrim(s, at), at == n ? tag : NULL);
     while (at < n) {
         size_t k = skip_ws(s, n, at + strlen(tag));
-        if (k >= n) return;
+        if (k >= n) {
+            if (!ps->opt->partial) drop(ps, n - at);
+            return;
+        }
         if (s[k] == '[') {
             k++;
             for (;;) {
                 jscan r = read_call_object(ps, s, n, &k, "arguments", "parameters");
                 if (r != J_OK) {
-                    if (r == J_BAD) put_content(ps, s + at, n - at, NULL);
+                    if (r == J_BAD) drop(ps, n - at);
                     return;
                 }
                 k = skip_ws(s, n, k);
@@ -534,14 +564,14 @@ static void parse_mistral(parser *ps, const char *s, size_t n) {
             /* the newer form: [TOOL_CALLS]name[ARGS]{...} */
             size_t args = find(s, n, k, "[ARGS]");
             if (args == n) {
-                if (!ps->opt->partial) put_content(ps, s + at, n - at, NULL);
+                if (!ps->opt->partial) drop(ps, n - at);
                 return;
             }
             size_t v = args + 6, v_end = v;
             bool more;
             size_t span = json_value_span(s + v, n - v, &more);
             if (!span && !(more && ps->opt->partial)) {
-                put_content(ps, s + at, n - at, NULL);
+                drop(ps, n - at);
                 return;
             }
             v_end = span ? v + span : n;
@@ -550,8 +580,9 @@ static void parse_mistral(parser *ps, const char *s, size_t n) {
             if (!span) return;
             k = v_end;
         }
+        /* after the calls, only more calls: anything else is no answer of the reply's */
         at = find(s, n, k, tag);
-        if (at > k && skip_ws(s, at, k) != at) put_content(ps, s + k, at - k, at == n ? tag : NULL);
+        if (at > k) drop(ps, at - skip_ws(s, at, k));
     }
 }
 
@@ -567,7 +598,7 @@ static void parse_deepseek(parser *ps, const char *s, size_t n) {
     if (at == n) {
         /* either mark may be starting at the end */
         size_t hold = 0;
-        if (ps->opt->partial) {
+        if (holds_tail(ps)) {
             hold = tail_prefix(s, n, DS_CALLS_BEGIN);
             size_t other = tail_prefix(s, n, DS_CALL_BEGIN);
             if (other > hold) hold = other;
@@ -607,7 +638,7 @@ static void parse_deepseek(parser *ps, const char *s, size_t n) {
         k = skip_ws(s, n, k);
         if (starts(s, n, k, DS_CALL_END)) k += strlen(DS_CALL_END);
     }
-    if (k < n) put_content(ps, s + k, n - k, NULL);
+    drop(ps, n - skip_ws(s, n, k));
 }
 
 /* Whether s[0..n) is (when `whole`) or can become a harmony message header (the reply's first
@@ -641,8 +672,11 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
         bool plausible = (started && r == hdr_end && (msg == n || r - h == 9)) ||
                          (r < hdr_end && harmony_header_begins(s + r, hdr_end - r, msg < n));
         if (msg == n) {
-            /* a header still being written, or text that never opened a channel */
-            if (ps->opt->partial && plausible) return;
+            /* a header still being written or cut off, or text that never opened a channel */
+            if (plausible && (holds_tail(ps) || started || harmony_header_begins(s + r, hdr_end - r, true))) {
+                drop(ps, ps->opt->partial ? 0 : n - i);
+                return;
+            }
             put_content(ps, s + i, n - i, NULL);
             return;
         }
@@ -680,7 +714,7 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
             bool more;
             bool whole = json_value_span(s + b, len, &more) == len && len > 0;
             if (finished && !whole) {
-                put_content(ps, s + i, term - i, NULL);
+                drop(ps, term - i);
             } else {
                 add_call(ps, dup_n(s + nm, nm_end - nm), dup_n(s + b, len), NULL, finished);
             }
@@ -697,15 +731,26 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
 
 /* {"tool_calls": [...]}, {"tool_call": {...}} or {"response": "..."} */
 static void parse_generic(parser *ps, const char *s, size_t n) {
-    size_t at = skip_ws(s, n, 0);
-    if (at >= n || s[at] != '{') {
-        put_content(ps, s, n, NULL);
+    static const char trigger[] = "{\"tool_calls\":";
+    size_t at = skip_ws(s, n, 0), t = find(s, n, 0, trigger);
+    if (t < n && t > at) {
+        /* prose, then calls (the lazy grammar's trigger may come anywhere): from it on, calls */
+        put_content(ps, s, rtrim(s, t), NULL);
+        s += t;
+        n -= t;
+        at = 0;
+    } else if (at >= n || s[at] != '{') {
+        put_content(ps, s, n, trigger);
         return;
     }
+    const bool calls_form = starts(s, n, at, trigger);
+    const size_t content_before = ps->content.len;
     bool more;
     size_t span = json_value_span(s + at, n - at, &more);
     if (!span) {
-        if (!(more && ps->opt->partial)) put_content(ps, s, n, NULL);
+        if (more && ps->opt->partial) return;
+        if (calls_form) drop(ps, n - at);
+        else put_content(ps, s, n, NULL);
         return;
     }
     /* one level of keys */
@@ -748,10 +793,123 @@ static void parse_generic(parser *ps, const char *s, size_t n) {
             free(ps->calls[c].id);
         }
         ps->n_calls = first_call;
-        ps->content.len = 0;
-        if (ps->content.buf) ps->content.buf[0] = 0;
-        put_content(ps, s, n, NULL);
+        ps->content.len = content_before;
+        if (ps->content.buf) ps->content.buf[content_before] = 0;
+        if (calls_form) drop(ps, n - at);
+        else put_content(ps, s, n, NULL);
+    } else if (calls_form) {
+        drop(ps, n - skip_ws(s, n, end));
     }
+}
+
+/* ------------------------------------------------------------------ stray marks
+ *
+ * A mark of the syntax outside the structure it belongs to (a </tool_call> with no call, a special
+ * token a sampled model wrote into prose, <think> in the middle of an answer) is markup, not text:
+ * it is removed from the content and the reasoning. */
+
+typedef struct mark_set {
+    const char *const *literals;
+    bool pipes;         /* <|name|>: harmony's and Llama 3's special tokens */
+    bool fullwidth;     /* <｜...｜>: DeepSeek's */
+} mark_set;
+
+#define FW_BAR "\xef\xbd\x9c"
+
+/* The length of a mark at s[i..n), or 0; *could_be: s[i..n) is a proper prefix of one. */
+static size_t mark_at(const mark_set *m, const char *s, size_t n, size_t i, bool *could_be) {
+    *could_be = false;
+    const size_t rest = n - i;
+    for (const char *const *l = m->literals; l && *l; l++) {
+        size_t len = strlen(*l);
+        if (rest >= len && !memcmp(s + i, *l, len)) return len;
+        if (rest < len && !memcmp(s + i, *l, rest)) *could_be = true;
+    }
+    if (s[i] != '<') return 0;
+    if (rest == 1) {
+        *could_be = *could_be || m->pipes || m->fullwidth;
+        return 0;
+    }
+    if (m->pipes && s[i + 1] == '|') {
+        size_t k = i + 2;
+        while (k < n && k - i < 48 && ((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= '0' && s[k] <= '9') || s[k] == '_')) k++;
+        if (k + 1 < n && k > i + 2 && s[k] == '|' && s[k + 1] == '>') return k + 2 - i;
+        if (k == n || (k + 1 == n && s[k] == '|')) *could_be = true;
+    }
+    if (m->fullwidth) {
+        size_t bar = strlen(FW_BAR);
+        if (rest < 1 + bar) {
+            if (!memcmp(s + i + 1, FW_BAR, rest - 1)) *could_be = true;
+        } else if (!memcmp(s + i + 1, FW_BAR, bar)) {
+            for (size_t k = i + 1 + bar; k < n && k - i < 96; k++) {
+                if (n - k < bar + 1) {
+                    if (!memcmp(s + k, FW_BAR ">", n - k)) *could_be = true;
+                    break;
+                }
+                if (!memcmp(s + k, FW_BAR ">", bar + 1)) return k + bar + 1 - i;
+                if (s[k] == '\n' || s[k] == ' ') break;
+            }
+            if (n - i < 96 && !*could_be) {
+                size_t k = i + 1 + bar;
+                while (k < n && s[k] != '\n' && s[k] != ' ') k++;
+                if (k == n) *could_be = true;
+            }
+        }
+    }
+    return 0;
+}
+
+static void scrub(strbuf *b, const mark_set *m, bool hold_tail) {
+    if (!b->buf) return;
+    size_t w = 0, i = 0, n = b->len;
+    while (i < n) {
+        bool could_be;
+        size_t len = mark_at(m, b->buf, n, i, &could_be);
+        if (len) {
+            i += len;
+            continue;
+        }
+        if (could_be && hold_tail) break;
+        b->buf[w++] = b->buf[i++];
+    }
+    b->len = w;
+    b->buf[w] = 0;
+}
+
+static void scrub_marks(parser *ps, const chat_syntax *syn) {
+    static const char *const think[] = {"<think>", "</think>", NULL};
+    static const char *const hermes[] = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", NULL};
+    static const char *const hermes_think[] = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+                                               "<think>", "</think>", NULL};
+    static const char *const coder[] = {"<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=",
+                                        "</parameter>", "<tool_response>", "</tool_response>", NULL};
+    static const char *const coder_think[] = {"<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=",
+                                              "</parameter>", "<tool_response>", "</tool_response>", "<think>", "</think>", NULL};
+    static const char *const mistral[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
+                                          "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]", "[/INST]", NULL};
+    static const char *const mistral_think[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
+                                                "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]", "[/INST]", "<think>",
+                                                "</think>", NULL};
+    const bool tags = syn->think_tags && ps->opt->extract_reasoning, tools = ps->opt->tools;
+    mark_set m = {tags ? think : NULL, false, false};
+    switch (syn->tools) {
+    case TOOL_SYNTAX_HERMES:
+        if (tools) m.literals = tags ? hermes_think : hermes;
+        break;
+    case TOOL_SYNTAX_QWEN3_CODER:
+        if (tools) m.literals = tags ? coder_think : coder;
+        break;
+    case TOOL_SYNTAX_MISTRAL:
+        if (tools) m.literals = tags ? mistral_think : mistral;
+        break;
+    case TOOL_SYNTAX_LLAMA3: m.pipes = tools; break;
+    case TOOL_SYNTAX_GPT_OSS: m.pipes = true; break;   /* its channels are special tokens, tools or not */
+    case TOOL_SYNTAX_DEEPSEEK_V3: m.fullwidth = tools; break;
+    case TOOL_SYNTAX_GENERIC: break;
+    }
+    if (!m.literals && !m.pipes && !m.fullwidth) return;
+    scrub(&ps->content, &m, holds_tail(ps));
+    scrub(&ps->reasoning, &m, holds_tail(ps));
 }
 
 quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options *opt, const char *text, size_t n,
@@ -776,6 +934,7 @@ quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options 
             case TOOL_SYNTAX_GENERIC: parse_generic(&ps, s, m); break;
         }
     }
+    scrub_marks(&ps, syn);
     if (opt->partial) {
         /* whitespace at the end may yet be trimmed before a call or the end of reasoning */
         if (ps.content.buf) ps.content.buf[ps.content.len = rtrim(ps.content.buf, ps.content.len)] = 0;
@@ -785,6 +944,7 @@ quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options 
     out->reasoning = strbuf_take(&ps.reasoning);
     out->calls = ps.calls;
     out->n_calls = ps.n_calls;
+    out->dropped = ps.dropped;
     if (ps.nomem || !out->content || !out->reasoning) {
         chat_parse_free(out);
         return quill_fail(err, QUILL_E_NOMEM, "out of memory while parsing a reply of %zu bytes", n);
@@ -883,6 +1043,29 @@ static void gbnf_prefixed(strbuf *b, const char *g, const char *prefix) {
     if (b->len && b->buf[b->len - 1] != '\n') strbuf_put(b, "\n", 1);
 }
 
+/* A call's arguments as hosted APIs write them, with at most one space between tokens: the
+ * schema converter's `space` (up to two newlines and twenty blanks, for replies a person reads)
+ * would let a sampled model spend its tokens on layout inside a call. The rule is rewritten in
+ * place in b[from..]. */
+static void compact_space(strbuf *b, size_t from, const char *prefix) {
+    if (b->oom || !b->buf) return;
+    char head[48];
+    snprintf(head, sizeof head, "%sspace ::= ", prefix);
+    size_t hl = strlen(head);
+    for (size_t i = from; i + hl <= b->len; i++) {
+        if ((i != from && b->buf[i - 1] != '\n') || memcmp(b->buf + i, head, hl)) continue;
+        size_t body = i + hl, end = body;
+        while (end < b->len && b->buf[end] != '\n') end++;
+        static const char compact[] = "\" \"?";
+        size_t cl = strlen(compact);
+        if (end - body < cl) return;
+        memcpy(b->buf + body, compact, cl);
+        memmove(b->buf + body + cl, b->buf + end, b->len - end + 1);
+        b->len -= end - body - cl;
+        return;
+    }
+}
+
 const char *tool_call_trigger(const chat_syntax *syn) {
     switch (syn->tools) {
     case TOOL_SYNTAX_HERMES:
@@ -940,7 +1123,9 @@ quill_status tool_call_grammar(const chat_syntax *syn, const quill_tokenizer *to
         if (args_gbnf && args_gbnf[i] && syn->tools != TOOL_SYNTAX_QWEN3_CODER) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "a%zu-", i);
+            size_t from = b.len;
             gbnf_prefixed(&b, args_gbnf[i], prefix);
+            compact_space(&b, from, prefix);
         }
     }
     if (sep.oom || after.oom) b.oom = true;

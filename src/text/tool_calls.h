@@ -59,6 +59,7 @@ typedef struct chat_parse {
     char *reasoning;        /* never NULL; "" without reasoning */
     parsed_call *calls;
     size_t n_calls;
+    bool dropped;           /* call syntax that made no whole call (cut off, or malformed) was left out */
 } chat_parse;
 
 typedef struct chat_parse_options {
@@ -66,10 +67,16 @@ typedef struct chat_parse_options {
     bool extract_reasoning; /* false: reasoning stays in the content, as written */
     bool thinking_open;     /* the prompt ended inside <think>: the reply begins with reasoning */
     bool tools;             /* the request offered tools: calls are looked for */
+    bool cut;               /* the text was cut off (max_tokens): an end that could begin a mark is
+                             * dropped, as while `partial` */
 } chat_parse_options;
 
-/* Parses generated text (need not be NUL-terminated). Calls whose text is malformed are left in the
- * content as text. QUILL_E_NOMEM is the only failure. */
+/* Parses generated text (need not be NUL-terminated). The syntax of calls and reasoning never
+ * reaches the content or the reasoning as text: the text before a call's first mark is content, and
+ * from that mark on the reply is calls, or is left out (`dropped`) when it makes none; stray marks
+ * (a lone </tool_call>, a special token of the syntax written into prose) are removed. With
+ * `partial` or `cut`, an end that could begin a mark is held back. QUILL_E_NOMEM is the only
+ * failure. */
 quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options *opt, const char *text, size_t n,
                                chat_parse *out, quill_error *err);
 void chat_parse_free(chat_parse *p);
