@@ -12,6 +12,8 @@
 #include "base/utf8.h"
 #include "base/strbuf.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -438,11 +440,12 @@ static bool define(conv *c, const char *name, const char *body, size_t len) {
     return !c->out.oom || cfail(c, QUILL_E_NOMEM, "out of memory");
 }
 
-/* ---------------------------------------------------------------- integer ranges */
+/* ---------------------------------------------------------------- numeric ranges */
 
-enum { MAX_DIGITS = 15 };    /* bounds up to 999999999999999: exact in a double */
+enum { MAX_DIGITS = 19 };    /* bounds up to 2^63 - 1, every 64-bit integer but -2^63 */
+enum { MAX_DECIMALS = 16 };
 
-/* Digits of x, written left to right into d; returns the count. */
+/* Digits of x (>= 0), written left to right into d; returns the count. */
 static int digits_of(long long x, char d[MAX_DIGITS + 1]) {
     char tmp[24];
     int n = snprintf(tmp, sizeof tmp, "%lld", x);
@@ -471,7 +474,7 @@ static void same_length_range(strbuf *b, const char *a, const char *z, int n) {
         same_length_range(b, a + 1, z + 1, n - 1);
         return;
     }
-    static const char nines[MAX_DIGITS + 1] = "999999999999999", zeros[MAX_DIGITS + 1] = "000000000000000";
+    static const char nines[MAX_DIGITS + 1] = "9999999999999999999", zeros[MAX_DIGITS + 1] = "0000000000000000000";
     const bool low_full = all_of(a + 1, n - 1, '0'), high_full = all_of(z + 1, n - 1, '9');
     const char from = low_full ? a[0] : (char)(a[0] + 1), to = high_full ? z[0] : (char)(z[0] - 1);
     bool first = true;
@@ -516,42 +519,158 @@ static void nonneg_range(strbuf *b, long long lo, long long hi) {
     strbuf_lit(b, ")");
 }
 
-static bool bound_of(conv *c, const jv *schema, const char *key, const char *path, double *out) {
+/* A bound as the schema writes it: exactly when it is a whole number that fits 64 bits. */
+typedef struct num_bound {
+    bool set, whole;
+    long long i;            /* when whole */
+    double d;
+} num_bound;
+
+static bool get_bound(conv *c, const jv *schema, const char *key, const char *path, num_bound *out) {
+    memset(out, 0, sizeof *out);
     const jv *v = jget(schema, key);
-    if (!v) return false;
-    if (v->t != J_NUM) return cfail(c, QUILL_E_FORMAT, "'%s' at %s must be a number", key, path), false;
-    *out = strtod(v->s, NULL);
+    if (!v || v->t == J_BOOL) return true;   /* draft 4's exclusiveMinimum: true, read beside minimum */
+    if (v->t != J_NUM) return cfail(c, QUILL_E_FORMAT, "'%s' at %s must be a number", key, path);
+    const char *t = v->s + (v->s[0] == '-');
+    bool plain = *t != 0;
+    for (const char *q = t; *q; q++) plain = plain && *q >= '0' && *q <= '9';
+    out->set = true;
+    out->d = strtod(v->s, NULL);
+    if (plain) {
+        errno = 0;
+        out->i = strtoll(v->s, NULL, 10);
+        if (errno == ERANGE || out->i == LLONG_MIN)
+            return cfail(c, QUILL_E_UNSUPPORTED, "'%s' %s at %s is beyond 64-bit integers (+-9223372036854775807): not supported",
+                         key, v->s, path);
+        out->whole = true;
+    } else if (floor(out->d) == out->d && fabs(out->d) < 9.2e18) {
+        out->i = (long long)out->d;
+        out->whole = true;
+    } else if (!isfinite(out->d) || fabs(out->d) >= 9.2e18) {
+        return cfail(c, QUILL_E_UNSUPPORTED, "'%s' %s at %s is beyond 64-bit integers (+-9223372036854775807): not supported",
+                     key, v->s, path);
+    }
     return true;
 }
 
-/* An integer with minimum / maximum / exclusiveMinimum / exclusiveMaximum, digit by digit. */
-static bool int_range_body(conv *c, const jv *schema, const char *path, strbuf *b) {
-    const double limit = 999999999999999.0;
-    double lo = -INFINITY, hi = INFINITY, v;
-    if (bound_of(c, schema, "minimum", path, &v)) lo = ceil(v);
-    if (bound_of(c, schema, "exclusiveMinimum", path, &v) && floor(v) + 1 > lo) lo = floor(v) + 1;
-    if (bound_of(c, schema, "maximum", path, &v)) hi = floor(v);
-    if (bound_of(c, schema, "exclusiveMaximum", path, &v) && ceil(v) - 1 < hi) hi = ceil(v) - 1;
-    if (c->failed) return false;
-    if ((isfinite(lo) && fabs(lo) > limit) || (isfinite(hi) && fabs(hi) > limit))
-        return cfail(c, QUILL_E_UNSUPPORTED, "integer bounds beyond 15 digits at %s are not supported", path);
-    if (lo > hi) return cfail(c, QUILL_E_FORMAT, "the integer bounds at %s leave no value", path);
-    use(c, P_SPACE);
+static bool draft4_exclusive(const jv *schema, const char *key) {
+    const jv *v = jget(schema, key);
+    return v && v->t == J_BOOL && v->b;
+}
+
+/* The range a schema's bounds leave: [lo, hi] or open ends, as whole numbers (an integer's
+ * fractional bounds rounded inwards; a number's must be whole). */
+typedef struct num_range {
+    bool has_lo, has_hi, lo_excl, hi_excl;
+    long long lo, hi;
+} num_range;
+
+static bool read_range(conv *c, const jv *schema, const char *path, bool integer, num_range *r) {
+    memset(r, 0, sizeof *r);
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++) {
+        num_bound nb;
+        if (!get_bound(c, schema, keys[k], path, &nb)) return false;
+        if (!nb.set) continue;
+        const bool low = k < 2;
+        bool excl = k == 1 || k == 3 || draft4_exclusive(schema, low ? "exclusiveMinimum" : "exclusiveMaximum");
+        long long v;
+        if (nb.whole) {
+            v = nb.i;
+        } else if (integer) {
+            v = low ? (long long)ceil(nb.d) : (long long)floor(nb.d);   /* no whole number lies on it */
+            excl = false;
+        } else {
+            return cfail(c, QUILL_E_UNSUPPORTED, "'%s' %g at %s is not a whole number: a number's bounds between "
+                                                 "whole numbers are not supported", keys[k], nb.d, path);
+        }
+        if (integer && excl) {
+            /* (v, ...) of integers is [v + 1, ...) */
+            if ((low && v == LLONG_MAX) || (!low && v == -LLONG_MAX))
+                return cfail(c, QUILL_E_FORMAT, "the bounds at %s leave no value", path);
+            v += low ? 1 : -1;
+            excl = false;
+        }
+        if (low && (!r->has_lo || v > r->lo || (v == r->lo && excl))) r->has_lo = true, r->lo = v, r->lo_excl = excl;
+        if (!low && (!r->has_hi || v < r->hi || (v == r->hi && excl))) r->has_hi = true, r->hi = v, r->hi_excl = excl;
+    }
+    if (r->has_lo && r->has_hi && (r->lo > r->hi || (r->lo == r->hi && (r->lo_excl || r->hi_excl))))
+        return cfail(c, QUILL_E_FORMAT, "the bounds at %s leave no value", path);
+    return true;
+}
+
+/* Magnitudes (the digits after any sign) in [a, b] with at most `decimals` decimals: ends open
+ * when excluded, b absent when !has_b. */
+static void magnitude_range(strbuf *b, long long a, bool a_excl, bool has_b, long long bv, bool b_excl, int decimals) {
+    bool first = true;
     strbuf_lit(b, "( ");
+    if (a_excl && decimals > 0 && (!has_b || a < bv)) {
+        /* a itself and a fraction that is not zero */
+        strbuf_printf(b, "\"%lld.\" [0-9]{0,%d} [1-9] ", a, decimals - 1);
+        first = false;
+    }
+    long long from = a_excl ? a + 1 : a, to = has_b ? bv - 1 : -1;
+    if (!has_b || (bv > 0 && from <= to)) {
+        strbuf_puts(b, first ? "" : "| ");
+        nonneg_range(b, from, to);
+        if (decimals > 0) strbuf_printf(b, " (\".\" [0-9]{1,%d})? ", decimals);
+        else strbuf_lit(b, " ");
+        first = false;
+    }
+    if (has_b && !b_excl && (bv > a || !a_excl)) {
+        strbuf_printf(b, "%s\"%lld\" ", first ? "" : "| ", bv);
+        if (decimals > 0) strbuf_printf(b, "(\".\" [0]{1,%d})? ", decimals);
+        first = false;
+    }
+    if (first) strbuf_lit(b, "[^\\x00-\\x{10FFFF}] ");   /* nothing (the caller excludes this) */
+    strbuf_lit(b, ") ");
+}
+
+/* An integer or a number in a range, and a number with at most `decimals` decimals (multipleOf a
+ * power of ten), without exponents: sign, then magnitudes. */
+static void range_body(strbuf *b, const num_range *r, int decimals) {
     bool alt = false;
-    if (lo < 0) {
-        /* -x for x in [max(1, -hi), -lo] */
-        long long from = hi < 0 ? (long long)-hi : 1;
+    strbuf_lit(b, "( ");
+    /* x < 0: "-" and a magnitude in (max(0, -hi), -lo] */
+    if (!r->has_lo || r->lo < 0) {
+        const bool neg_hi = r->has_hi && (r->hi < 0 || (r->hi == 0 && r->hi_excl));
+        long long a = neg_hi ? -r->hi : 0;
+        bool a_excl = neg_hi ? r->hi_excl : true;
+        if (decimals == 0 && a_excl) a += 1, a_excl = false;   /* whole magnitudes above a */
         strbuf_lit(b, "\"-\" ");
-        nonneg_range(b, from, isfinite(lo) ? (long long)-lo : -1);
+        magnitude_range(b, a, a_excl, r->has_lo, r->has_lo ? -r->lo : 0, r->lo_excl, decimals);
         alt = true;
     }
-    if (hi >= 0) {
-        if (alt) strbuf_lit(b, " | ");
-        nonneg_range(b, lo > 0 ? (long long)lo : 0, isfinite(hi) ? (long long)hi : -1);
+    /* x >= 0 */
+    if (!r->has_hi || r->hi > 0 || (r->hi == 0 && !r->hi_excl)) {
+        const bool pos_lo = r->has_lo && r->lo >= 0;
+        long long a = pos_lo ? r->lo : 0;
+        bool a_excl = pos_lo && r->lo_excl;
+        if (decimals == 0 && a_excl) a += 1, a_excl = false;
+        if (alt) strbuf_lit(b, "| ");
+        magnitude_range(b, a, a_excl, r->has_hi, r->hi, r->hi_excl, decimals);
     }
-    strbuf_lit(b, " ) space");
-    return true;
+    strbuf_lit(b, ") space");
+}
+
+/* multipleOf: 1 (any integer; on a number, whole numbers) or, on a number, a power of ten below it
+ * (0.1, 0.01, ...: that many decimals). *decimals: -1 when absent. */
+static bool multiple_of(conv *c, const jv *schema, const char *path, bool integer, int *decimals) {
+    *decimals = -1;
+    const jv *v = jget(schema, "multipleOf");
+    if (!v) return true;
+    double m = v->t == J_NUM ? strtod(v->s, NULL) : 0;
+    if (m == 1) {
+        *decimals = 0;
+        return true;
+    }
+    for (int k = 1; !integer && k <= MAX_DECIMALS; k++)
+        if (fabs(m * pow(10, k) - 1) < 1e-9) {
+            *decimals = k;
+            return true;
+        }
+    return cfail(c, QUILL_E_UNSUPPORTED, "'multipleOf' %s at %s is not supported (1, and on numbers 0.1, 0.01 and "
+                                         "other powers of ten below 1, are)", v->t == J_NUM ? v->s : "?", path);
 }
 
 /* The body of the rule for one type. */
@@ -564,13 +683,17 @@ static bool type_body(conv *c, const jv *schema, const char *type, const char *p
         strbuf_lit(b, "boolean");
     } else if (!strcmp(type, "integer") || !strcmp(type, "number")) {
         bool integer = type[0] == 'i';
-        static const char *const numeric[] = {"type", NULL};
-        static const char *const bounded[] = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
-        if (!check_keys(c, schema, path, integer ? bounded : numeric, integer ? "type integer" : "type number"))
-            return false;
-        if (integer && (jget(schema, "minimum") || jget(schema, "maximum") || jget(schema, "exclusiveMinimum") ||
-                        jget(schema, "exclusiveMaximum")))
-            return int_range_body(c, schema, path, b);
+        static const char *const bounded[] = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                              "multipleOf", NULL};
+        if (!check_keys(c, schema, path, bounded, integer ? "type integer" : "type number")) return false;
+        int decimals;
+        num_range r;
+        if (!multiple_of(c, schema, path, integer, &decimals) || !read_range(c, schema, path, integer, &r)) return false;
+        if (r.has_lo || r.has_hi || decimals >= 0) {
+            use(c, P_SPACE);
+            range_body(b, &r, integer ? 0 : decimals >= 0 ? decimals : MAX_DECIMALS);
+            return true;
+        }
         use(c, integer ? P_INTEGER : P_NUMBER);
         strbuf_put(b, type, strlen(type));
     } else if (!strcmp(type, "string")) {
