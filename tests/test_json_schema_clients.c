@@ -75,3 +75,70 @@ TEST(json_schema_numeric_bounds) {
     refused("{\"type\":\"number\",\"multipleOf\":0.25}", "'multipleOf' 0.25 at # is not supported");
     refused("{\"type\":\"number\",\"minimum\":3,\"exclusiveMaximum\":3}", "leave no value");
 }
+
+/* zod 4 (z.toJSONSchema, as the AI SDK's generateObject sends it): ints with the safe-integer
+ * bounds, positive() as exclusiveMinimum, nullable() as anyOf with null, enums, arrays. */
+static const char zod4_schema[] =
+    "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+    "\"string\"},\"count\":{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991},\"score\":"
+    "{\"type\":\"number\",\"exclusiveMinimum\":0},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"kind\":"
+    "{\"type\":\"string\",\"enum\":[\"a\",\"b\"]},\"nickname\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}},"
+    "\"required\":[\"name\",\"count\",\"score\",\"tags\",\"kind\",\"nickname\"],\"additionalProperties\":false}";
+
+/* zod 3 through zod-to-json-schema (the AI SDK before zod 4): a nested array of objects, int().positive() */
+static const char zod3_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"recipe\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"ingredients\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"amount\":{\"type\":\"string\"}},\"required\":[\"name\",\"amount\"],\"additionalProperties\":false}},\"steps\":{\"type\":"
+    "\"array\",\"items\":{\"type\":\"string\"}},\"servings\":{\"type\":\"integer\",\"exclusiveMinimum\":0}},\"required\":"
+    "[\"name\",\"ingredients\",\"steps\",\"servings\"],\"additionalProperties\":false}},\"required\":[\"recipe\"],"
+    "\"additionalProperties\":false,\"$schema\":\"http://json-schema.org/draft-07/schema#\"}";
+
+/* OpenAI's zodResponseFormat (strict): nullable() as a type list, a reused object as a $ref to definitions */
+static const char zod_response_format_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"steps\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/step\"}},"
+    "\"final_answer\":{\"type\":\"string\"},\"confidence\":{\"type\":[\"number\",\"null\"]},\"check\":{\"anyOf\":[{\"$ref\":"
+    "\"#/definitions/step\"},{\"type\":\"null\"}]}},\"required\":[\"steps\",\"final_answer\",\"confidence\",\"check\"],"
+    "\"additionalProperties\":false,\"definitions\":{\"step\":{\"type\":\"object\",\"properties\":{\"explanation\":{\"type\":"
+    "\"string\"},\"output\":{\"type\":\"string\"}},\"required\":[\"explanation\",\"output\"],\"additionalProperties\":false}},"
+    "\"$schema\":\"http://json-schema.org/draft-07/schema#\"}";
+
+/* Pydantic 2's Order.model_json_schema(): titles everywhere, $defs, an enum class, conint(ge=1, le=100),
+ * confloat(gt=0), Optional[str] = None, list[list[str]] = [] */
+static const char pydantic_schema[] =
+    "{\"$defs\":{\"Item\":{\"properties\":{\"name\":{\"title\":\"Name\",\"type\":\"string\"},\"qty\":{\"maximum\":100,"
+    "\"minimum\":1,\"title\":\"Qty\",\"type\":\"integer\"},\"price\":{\"exclusiveMinimum\":0,\"title\":\"Price\",\"type\":"
+    "\"number\"}},\"required\":[\"name\",\"qty\",\"price\"],\"title\":\"Item\",\"type\":\"object\"},\"Unit\":{\"enum\":[\"c\","
+    "\"f\"],\"title\":\"Unit\",\"type\":\"string\"}},\"properties\":{\"id\":{\"title\":\"Id\",\"type\":\"integer\"},\"unit\":"
+    "{\"$ref\":\"#/$defs/Unit\"},\"items\":{\"items\":{\"$ref\":\"#/$defs/Item\"},\"title\":\"Items\",\"type\":\"array\"},"
+    "\"note\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"default\":null,\"title\":\"Note\"},\"tags\":{\"default\":"
+    "[],\"items\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"title\":\"Tags\",\"type\":\"array\"}},\"required\":"
+    "[\"id\",\"unit\",\"items\"],\"title\":\"Order\",\"type\":\"object\"}";
+
+TEST(json_schema_client_libraries) {
+    schema_case(zod4_schema,
+                LIST("{\"name\": \"x\", \"count\": 3, \"score\": 0.5, \"tags\": [], \"kind\": \"a\", \"nickname\": null}",
+                     "{\"name\":\"\",\"count\":-9007199254740991,\"score\":12,\"tags\":[\"t\"],\"kind\":\"b\",\"nickname\":\"n\"}"),
+                LIST("{\"name\": \"x\", \"count\": 3.5, \"score\": 1, \"tags\": [], \"kind\": \"a\", \"nickname\": null}",
+                     "{\"name\": \"x\", \"count\": 3, \"score\": 0, \"tags\": [], \"kind\": \"a\", \"nickname\": null}",
+                     "{\"name\": \"x\", \"count\": 3, \"score\": 1, \"tags\": [], \"kind\": \"c\", \"nickname\": null}",
+                     "{\"name\": \"x\", \"count\": 3, \"score\": 1, \"tags\": [], \"kind\": \"a\"}"));
+    schema_case(zod3_schema,
+                LIST("{\"recipe\": {\"name\": \"soup\", \"ingredients\": [{\"name\": \"leek\", \"amount\": \"2\"}, {\"name\": "
+                     "\"salt\", \"amount\": \"1 tsp\"}], \"steps\": [\"boil\"], \"servings\": 4}}"),
+                LIST("{\"recipe\": {\"name\": \"soup\", \"ingredients\": [{\"name\": \"leek\"}], \"steps\": [], \"servings\": 4}}",
+                     "{\"recipe\": {\"name\": \"soup\", \"ingredients\": [], \"steps\": [], \"servings\": 0}}"));
+    schema_case(zod_response_format_schema,
+                LIST("{\"steps\": [{\"explanation\": \"e\", \"output\": \"o\"}], \"final_answer\": \"42\", \"confidence\": null, "
+                     "\"check\": null}",
+                     "{\"steps\": [], \"final_answer\": \"\", \"confidence\": 0.9, \"check\": {\"explanation\": \"\", \"output\": \"\"}}"),
+                LIST("{\"steps\": [{\"explanation\": \"e\"}], \"final_answer\": \"42\", \"confidence\": null, \"check\": null}"));
+    schema_case(pydantic_schema,
+                LIST("{\"id\": 1, \"unit\": \"c\", \"items\": [{\"name\": \"a\", \"qty\": 100, \"price\": 9.99}]}",
+                     "{\"id\": -3, \"unit\": \"f\", \"items\": [], \"note\": null, \"tags\": [[\"x\", \"y\"], []]}",
+                     "{\"id\": 1, \"unit\": \"c\", \"items\": [], \"note\": \"n\"}"),
+                LIST("{\"id\": 1, \"unit\": \"k\", \"items\": []}",
+                     "{\"id\": 1, \"unit\": \"c\", \"items\": [{\"name\": \"a\", \"qty\": 0, \"price\": 1}]}",
+                     "{\"id\": 1, \"unit\": \"c\", \"items\": [{\"name\": \"a\", \"qty\": 1, \"price\": 0}]}",
+                     "{\"id\": 1, \"unit\": \"c\", \"items\": [], \"tags\": [\"x\"]}", "{\"unit\": \"c\", \"items\": []}"));
+}
