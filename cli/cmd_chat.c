@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* ppoll */
 #include "cli.h"
 #include "options.h"
+#include "reply_view.h"
 #include "text/tool_calls.h"
 
 #include <errno.h>
@@ -313,42 +314,12 @@ typedef struct {
     size_t len, cap;
     token_list *cached;
     bool oom;
-    /* Reasoning shown apart from the answer (dimmed on a terminal, or hidden): the reply so far is
-     * parsed as the server parses it, and only what the parse adds is printed. */
-    bool split, hide, dim, thinking_open;
-    chat_syntax syntax;
-    size_t shown_reasoning, shown_content;
-    bool in_reasoning;
+    reply_view view;        /* reasoning shown apart from the answer */
 } reply;
-
-static void show(reply *r, bool final) {
-    chat_parse_options po = {.partial = !final, .extract_reasoning = true, .thinking_open = r->thinking_open};
-    chat_parse p;
-    if (chat_parse_output(&r->syntax, &po, r->text ? r->text : "", r->len, &p, NULL) != QUILL_OK) return;
-    size_t rn = strlen(p.reasoning), cn = strlen(p.content);
-    if (rn > r->shown_reasoning) {
-        if (!r->hide) {
-            if (r->dim && !r->in_reasoning) fputs("\033[2m", stdout);
-            r->in_reasoning = true;
-            fwrite(p.reasoning + r->shown_reasoning, 1, rn - r->shown_reasoning, stdout);
-        }
-        r->shown_reasoning = rn;
-    }
-    if (cn > r->shown_content || (final && r->in_reasoning)) {
-        if (r->in_reasoning) {
-            fputs(r->dim ? "\033[0m\n\n" : "\n\n", stdout);
-            r->in_reasoning = false;
-        }
-        fwrite(p.content + r->shown_content, 1, cn - r->shown_content, stdout);
-        r->shown_content = cn;
-    }
-    fflush(stdout);
-    chat_parse_free(&p);
-}
 
 static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     reply *r = user;
-    if (!r->split) {
+    if (!r->view.split) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
@@ -362,7 +333,7 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     memcpy(r->text + r->len, text, len);
     r->len += len;
     r->text[r->len] = 0;
-    if (r->split) show(r, false);
+    if (r->view.split) reply_view_show(&r->view, r->text, r->len, false);
     if (token >= 0 && !tokens_push(r->cached, token)) return !(r->oom = true);
     return true;
 }
@@ -433,9 +404,9 @@ int cmd_chat(int argc, char **argv) {
     } else if (check_template(m, tmpl, o.system)) {
         goto done;
     }
-    if (tmpl) rep.syntax = chat_syntax_detect(tmpl);
-    rep.hide = o.hide_reasoning;
-    rep.dim = isatty(STDOUT_FILENO);
+    if (tmpl) rep.view.syntax = chat_syntax_detect(tmpl);
+    rep.view.hide = o.hide_reasoning;
+    rep.view.dim = isatty(STDOUT_FILENO);
     quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads,
                                .type_k = o.type_k, .type_v = o.type_v};
     if (quill_context_new(m, &cp, &ctx, &err) || quill_sampler_new(&o.sp, quill_tokenizer_n_vocab(tok), &smp, &err)) {
@@ -618,22 +589,14 @@ int cmd_chat(int argc, char **argv) {
         interrupted = 0;
         rep.len = 0;
         if (rep.text) rep.text[0] = 0;
-        rep.shown_reasoning = rep.shown_content = 0;
-        rep.in_reasoning = false;
-        rep.split = !raw && (rep.syntax.think_tags || rep.syntax.tools == TOOL_SYNTAX_GPT_OSS);
-        if (rep.split) {
-            /* a prompt that ends inside <think> makes the reply begin with reasoning */
-            size_t rl = rendered ? strlen(rendered) : 0;
-            while (rl && (rendered[rl - 1] == '\n' || rendered[rl - 1] == ' ')) rl--;
-            rep.thinking_open = rl >= 7 && !memcmp(rendered + rl - 7, "<think>", 7);
-        }
+        reply_view_begin(&rep.view, rendered, raw);
         quill_generate_params gp = quill_generate_defaults();
         gp.n_predict = (int)o.n_predict;
         gp.stop = o.stop;
         gp.n_stop = o.n_stop;
         gp.text_start = false;
         /* harmony's channel marks are special tokens: the reply's parse needs them in the text */
-        gp.render_special = rep.split && rep.syntax.tools == TOOL_SYNTAX_GPT_OSS;
+        gp.render_special = reply_view_needs_special(&rep.view);
         gp.should_stop = stop_requested;
         /* the drafter sees the whole conversation, the reused part too */
         gp.drafter = drafter;
@@ -648,8 +611,7 @@ int cmd_chat(int argc, char **argv) {
         quill_generate_result res;
         s = quill_generate(ctx, smp, full + keep, n_full - keep, &gp, on_token, &rep, &res, &err);
         free(full);
-        if (rep.split) show(&rep, true);
-        if (rep.in_reasoning && rep.dim) fputs("\033[0m", stdout);
+        reply_view_show(&rep.view, rep.text, rep.len, true);
         fputc('\n', stdout);
         fflush(stdout);
         if (s || (res.cancelled && res.n_generated == 0 && res.n_prompt < (int)(n_full - keep))) {

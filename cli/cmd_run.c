@@ -1,11 +1,13 @@
 /* quill run: prompt in, streamed text out. quill tokenize: text to ids and pieces. */
 #include "cli.h"
 #include "options.h"
+#include "reply_view.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(void) {
     struct timespec ts;
@@ -15,6 +17,7 @@ static double now_ms(void) {
 
 typedef struct {
     bool json;
+    reply_view view;        /* --chat: reasoning apart from the answer, as quill chat shows it */
     int32_t *gen;
     size_t n_gen, cap_gen;
     char *text;
@@ -35,7 +38,7 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
         }
         r->gen[r->n_gen++] = token;
     }
-    if (!r->json) {
+    if (!r->json && !r->view.split) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
         return true;
@@ -49,11 +52,13 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
     }
     if (len) memcpy(r->text + r->text_len, text, len);
     r->text_len += len;
+    if (!r->json) reply_view_show(&r->view, r->text, r->text_len, false);
     return true;
 }
 
-/* Builds the prompt's token ids from the options. */
-static int prompt_tokens(const cli_opts *o, const quill_model *m, int32_t **ids, size_t *n) {
+/* Builds the prompt's token ids from the options; with --chat, *view learns the template's syntax
+ * and where the prompt leaves the reply. */
+static int prompt_tokens(const cli_opts *o, const quill_model *m, int32_t **ids, size_t *n, reply_view *view) {
     const quill_tokenizer *tok = quill_model_tokenizer(m);
     quill_error err;
     if (o->tokens) return cli_parse_token_list(o->tokens, ids, n);
@@ -68,7 +73,11 @@ static int prompt_tokens(const cli_opts *o, const quill_model *m, int32_t **ids,
         size_t n_msgs = 0;
         if (o->system) msgs[n_msgs++] = (quill_chat_message){"system", o->system};
         msgs[n_msgs++] = (quill_chat_message){"user", o->prompt};
-        s = quill_chat_tokenize(m, tmpl, msgs, n_msgs, true, ids, n, NULL, &err);
+        char *rendered = NULL;
+        s = quill_chat_tokenize(m, tmpl, msgs, n_msgs, true, ids, n, &rendered, &err);
+        view->syntax = chat_syntax_detect(tmpl);
+        reply_view_begin(view, rendered, false);
+        free(rendered);
         free(tmpl);
         if (s) return cli_fail("%s", err.message);
         return 0;
@@ -119,7 +128,10 @@ int cmd_run(int argc, char **argv) {
     quill_drafter *drafter = NULL;
     run_output out = {.json = o.json};
     rc = 1;
-    if (prompt_tokens(&o, m, &prompt, &n_prompt)) goto done;
+    out.view.hide = o.hide_reasoning;
+    out.view.dim = isatty(STDOUT_FILENO);
+    if (prompt_tokens(&o, m, &prompt, &n_prompt, &out.view)) goto done;
+    if (o.json) out.view.split = false;   /* --json gives the text as generated */
     if (n_prompt == 0) {
         cli_fail("the prompt is empty after tokenization (nothing to evaluate)");
         goto done;
@@ -150,6 +162,8 @@ int cmd_run(int argc, char **argv) {
     gp.drafter = drafter;
     /* The continuation follows the prompt: its leading space is real and stays. */
     gp.text_start = false;
+    /* harmony's channel marks are special tokens: the reply's parse needs them in the text */
+    gp.render_special = reply_view_needs_special(&out.view);
     if (o.logits_path) {
         if (!(logits = malloc(n_prompt * (size_t)n_vocab * sizeof *logits))) {
             cli_fail("out of memory for %zu x %d logits", n_prompt, (int)n_vocab);
@@ -174,6 +188,7 @@ int cmd_run(int argc, char **argv) {
     if (!o.json && !o.no_display_prompt && !o.chat) echo_prompt(&o, tok, prompt, n_prompt);
     quill_generate_result res;
     quill_status st = quill_generate(c, NULL, prompt, n_prompt, &gp, on_token, &out, &res, &err);
+    if (!o.json) reply_view_show(&out.view, out.text, out.text_len, true);
     if (!o.json && (res.n_generated || (!o.no_display_prompt && !o.chat))) fputc('\n', stdout);
     fflush(stdout);
     if (st) {

@@ -71,7 +71,7 @@ static const option options[] = {
     {O_LOGITS, NULL, "--logits", "FILE", NULL, CLI_RUN, "write float32 logits of every prompt position"},
     {O_TRACE, NULL, "--trace", "FILE.gguf", NULL, CLI_RUN, "write the intermediate tensors of the prompt pass"},
     {O_VERBOSE, "-v", "--verbose", NULL, NULL, GEN, "say more: seed, kernels, per-turn evaluation counts"},
-    {O_HIDE_REASONING, NULL, "--hide-reasoning", NULL, NULL, CLI_CHAT,
+    {O_HIDE_REASONING, NULL, "--hide-reasoning", NULL, NULL, CLI_CHAT | CLI_RUN,
      "do not show a reply's reasoning (<think>, gpt-oss's analysis channel); shown dimmed otherwise"},
     {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN, "accepted for llama-cli habits (quill runs on the CPU)"},
     {O_MLOCK, NULL, "--mlock", NULL, NULL, GEN, "accepted for llama-cli habits (the mapping is used as is)"},
