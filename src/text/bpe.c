@@ -20,6 +20,7 @@
  * - Each expression splits the pieces the previous one left, and text no match covers is a piece
  *   of its own. */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "text/merge_heap.h"
 #include "text/vocab.h"
 #include "base/utf8.h"
 
@@ -700,61 +701,20 @@ typedef struct {
     size_t start, n;    /* bytes of the word; n = 0 once merged into the left neighbour */
 } symbol;
 
-/* Lowest rank first, then the leftmost pair, as the reference's comparator orders them. */
-typedef struct {
-    uint64_t key;       /* rank << 32 | left */
-    int32_t right;
-    uint32_t size;
-} bigram;
-
+/* Pairs merge lowest rank first, then leftmost, as the reference's comparator orders them: the
+ * merge heap's key is rank << 32 | left. */
 typedef struct {
     symbol *sym;
     size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
+    merge_heap heap;
 } bpe_scratch;
-
-static bool heap_push(bpe_scratch *s, bigram b) {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        bigram *h = realloc(s->heap, cap * sizeof *h);
-        if (!h) return false;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (s->heap[p].key <= b.key) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = b;
-    return true;
-}
-
-static bigram heap_pop(bpe_scratch *s) {
-    bigram top = s->heap[0];
-    bigram last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && s->heap[c + 1].key < s->heap[c].key) c++;
-        if (s->heap[c].key >= last.key) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
 
 static bool try_pair(const bpe_model *b, bpe_scratch *s, const char *w, int left, int right) {
     if (left < 0 || right < 0) return true;
     const symbol *l = &s->sym[left], *r = &s->sym[right];
     int32_t rank = merge_find(b, w + l->start, l->n, w + r->start, r->n);
     if (rank < 0) return true;
-    return heap_push(s, (bigram){(uint64_t)rank << 32 | (uint32_t)left, right, (uint32_t)(l->n + r->n)});
+    return merge_heap_push(&s->heap, (merge_pair){(uint64_t)rank << 32 | (uint32_t)left, right, (uint32_t)(l->n + r->n)});
 }
 
 static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, size_t n, ivec *out) {
@@ -778,12 +738,12 @@ static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, si
         s->sym[count] = (symbol){count - 1, off + cl == n ? -1 : count + 1, off, cl};
         off += cl;
     }
-    s->heap_n = 0;
+    s->heap.n = 0;
     for (int i = 1; i < count; i++)
         if (!try_pair(b, s, w, i - 1, i)) return false;
-    while (s->heap_n) {
-        bigram bg = heap_pop(s);
-        int left = (int)(uint32_t)bg.key;
+    while (s->heap.n) {
+        merge_pair bg = merge_heap_pop(&s->heap);
+        int left = merge_pair_left(bg);
         symbol *l = &s->sym[left], *r = &s->sym[bg.right];
         /* Stale when either side has changed since the pair was queued: a side only grows. */
         if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
@@ -861,7 +821,7 @@ quill_status bpe_fragment(const quill_tokenizer *t, const char *text, size_t len
     free(word);
     free(escaped);
     free(scratch.sym);
-    free(scratch.heap);
+    free(scratch.heap.items);
     split_free(&st);
     return ok ? QUILL_OK : quill_fail(err, QUILL_E_NOMEM, "out of memory while tokenizing %zu bytes", len);
 }

@@ -2,6 +2,7 @@
  * fragment (special tokens already split out by vocab.c) has its spaces escaped as U+2581, is cut
  * into UTF-8 characters, and the pair whose merged text is the highest-scoring token merges first;
  * what is left over becomes byte tokens. */
+#include "text/merge_heap.h"
 #include "text/vocab.h"
 
 #include <string.h>
@@ -11,30 +12,18 @@ typedef struct {
     size_t start, n;    /* bytes of the escaped fragment; n = 0 once merged into the left neighbour */
 } symbol;
 
-/* `key` orders pairs as the reference's comparator does (higher score first, then the leftmost
- * pair) in one integer compare: the score's bits made order-preserving, then the complement of
- * the left index. */
-typedef struct {
-    uint64_t key;
-    int32_t right;
-    uint32_t size;
-} bigram;
-
 static uint32_t score_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-static int32_t bigram_left(const bigram *b) { return (int32_t)(UINT32_MAX - (uint32_t)b->key); }
-
 struct spm_scratch {
     char *esc;
     size_t esc_cap;
     symbol *sym;
     size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
+    merge_heap heap;
 };
 
 spm_scratch *spm_scratch_new(void) { return calloc(1, sizeof(spm_scratch)); }
@@ -43,45 +32,8 @@ void spm_scratch_free(spm_scratch *s) {
     if (!s) return;
     free(s->esc);
     free(s->sym);
-    free(s->heap);
+    free(s->heap.items);
     free(s);
-}
-
-static bool before(const bigram *a, const bigram *b) { return a->key > b->key; }
-
-static bool heap_push(spm_scratch *s, bigram b) {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        bigram *h = realloc(s->heap, cap * sizeof *h);
-        if (!h) return false;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = b;
-    return true;
-}
-
-static bigram heap_pop(spm_scratch *s) {
-    bigram top = s->heap[0];
-    bigram last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!before(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
 }
 
 static bool try_bigram(const quill_tokenizer *t, spm_scratch *s, int left, int right) {
@@ -89,9 +41,11 @@ static bool try_bigram(const quill_tokenizer *t, spm_scratch *s, int left, int r
     size_t size = s->sym[left].n + s->sym[right].n;
     int32_t id = vocab_lookup(t, s->esc + s->sym[left].start, size);
     if (id < 0) return true;
-    uint64_t key = (uint64_t)score_bits(t->score[id]) << 32 | (UINT32_MAX - (uint32_t)left);
+    /* the reference merges the higher score first, then the leftmost pair: the merge heap's lowest
+     * key, with the score's bits made order-preserving and complemented */
+    uint64_t key = (uint64_t)~score_bits(t->score[id]) << 32 | (uint32_t)left;
     /* size <= 2 * MAX_TOKEN_BYTES: both sides are vocabulary pieces or single characters */
-    return heap_push(s, (bigram){key, right, (uint32_t)size});
+    return merge_heap_push(&s->heap, (merge_pair){key, right, (uint32_t)size});
 }
 
 static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, int b, ivec *out,
@@ -155,12 +109,12 @@ static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, i
                               quill_error *err) {
     s->sym[a].prev = -1;
     s->sym[b - 1].next = -1;
-    s->heap_n = 0;
+    s->heap.n = 0;
     for (int i = a + 1; i < b; i++)
         if (!try_bigram(t, s, i - 1, i)) goto oom;
-    while (s->heap_n) {
-        bigram bg = heap_pop(s);
-        int left = bigram_left(&bg);
+    while (s->heap.n) {
+        merge_pair bg = merge_heap_pop(&s->heap);
+        int left = merge_pair_left(bg);
         symbol *l = &s->sym[left], *r = &s->sym[bg.right];
         /* A pair is stale when either side has changed since it was queued. */
         if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
