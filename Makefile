@@ -95,6 +95,13 @@ $(BUILD)/quill: $(CLI_OBJ) $(BUILD)/libquill.a
 $(BUILD)/quill_test: $(TEST_OBJ) $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lcjson $(LDLIBS)
 
+# The kernel tests alone, which make cross-test runs under qemu (the rest of the suite's aarch64
+# build would only cost it minutes).
+KERNEL_TEST_OBJ := $(addprefix $(BUILD)/tests/,test_main.o test_kernels.o test_kernels_exact.o test_kernels_arm.o \
+                     test_kernel_choice.o)
+$(BUILD)/quill_kernel_test: $(KERNEL_TEST_OBJ) $(BUILD)/libquill.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # The whole suite: the normal build, then the same tests under ASan + UBSan.
 # Scripts that run make themselves get MAKEFLAGS without this make's jobserver, which they cannot
 # reach (a plain recipe, not $(MAKE)): their own -j then applies without a warning.
