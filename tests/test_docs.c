@@ -2,7 +2,8 @@
  * suite: README.md's two commands and its usage examples run as written (against stories260K);
  * every flag of every `quill COMMAND --help` appears in that command's section of docs/cli.md;
  * every option the man page shows exists; every route of server/'s table is in docs/server.md and
- * answered by a live server; every kernel set is named in docs/performance.md and the man page;
+ * answered by a live server; every kernel set is named in docs/performance.md and the man page,
+ * every architecture in README.md and docs/models.md;
  * every relative link of README.md, bench/README.md and docs/ reaches a file and heading that
  * exist. Runs from the repository root, as the whole suite does. */
 #include "server_util.h"
@@ -585,6 +586,55 @@ TEST(docs_kernel_sets_documented) {
     free(perf);
     free(man);
     CHECK(scalar && n >= 2, "the kernel sets' names (set_names[] = {...}) were not found under src/");
+}
+
+/* ---------------------------------------------------------------- families */
+
+/* The architectures quill loads: the {.name = "..."} rows of every arch.c under src/. */
+static void find_arch_names(const char *dir, str_list *out) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char *path = path_join(dir, e->d_name);
+        if (!strcmp(e->d_name, "arch.c")) {
+            char *src = read_text(path);
+            for (const char *p = src; p && (p = strstr(p, "{.name = \"")) != NULL;) {
+                p += strlen("{.name = \"");
+                const char *end = strchr(p, '"');
+                if (!end) break;
+                list_add(out, p, (size_t)(end - p));
+            }
+            free(src);
+        } else if (!strchr(e->d_name, '.')) {
+            find_arch_names(path, out);
+        }
+        free(path);
+    }
+    closedir(d);
+}
+
+/* Every architecture of the table is in README.md's and docs/models.md's families. */
+TEST(docs_families_documented) {
+    str_list archs = {0};
+    find_arch_names("src", &archs);
+    char *readme = read_text("README.md"), *models = read_text("docs/models.md");
+    bool llama = false;
+    for (size_t i = 0; i < archs.n; i++) {
+        char want[80];
+        snprintf(want, sizeof want, "`%s`", archs.items[i]);
+        if (!strcmp(archs.items[i], "llama")) llama = true;
+        if (!readme || !strstr(readme, want))
+            test_fail(__FILE__, __LINE__, "README.md's families do not name %s", want);
+        if (!models || !strstr(models, want))
+            test_fail(__FILE__, __LINE__, "docs/models.md's families do not name %s", want);
+    }
+    size_t n = archs.n;
+    list_free(&archs);
+    free(readme);
+    free(models);
+    CHECK(llama && n >= 10, "the architecture table ({.name = \"llama\", ...} in an arch.c under src/) was not found");
 }
 
 /* ---------------------------------------------------------------- links */
