@@ -923,7 +923,8 @@ static uint32_t mix_type(mix_state *s, const quill_gguf_tensor *t, bool *fallbac
     } else if (token_embd) {
         if (f == QUILL_FTYPE_MOSTLY_TQ1_0 || f == QUILL_FTYPE_MOSTLY_TQ2_0 || f == QUILL_FTYPE_MOSTLY_Q2_0)
             type = QUILL_TYPE_Q4_K;
-    } else if (contains(name, "attn_v.weight")) {
+    } else if (contains(name, "attn_v.weight") || contains(name, "attn_kv_b.weight")) {
+        /* (the older DeepSeek files' attn_kv_b holds the values: the reference treats it as attn_v) */
         if (f == QUILL_FTYPE_MOSTLY_Q2_K) type = s->n_gqa >= 4 ? QUILL_TYPE_Q4_K : QUILL_TYPE_Q3_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_M) type = s->i_attention_wv < 2 ? QUILL_TYPE_Q5_K : QUILL_TYPE_Q4_K;
         else if (f == QUILL_FTYPE_MOSTLY_Q3_K_L) type = QUILL_TYPE_Q5_K;
