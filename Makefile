@@ -29,7 +29,7 @@ ifeq ($(SAN),1)
   LDFLAGS += $(SAN_FLAGS)
 endif
 
-# Sources are found by folder: src/<layer>/*.c is the library (see the README's layout table), and
+# Sources are found by folder: src/<layer>/*.c is the library (docs/library.md's layout table), and
 # src/kernels/<architecture>/*.c its kernel sets for one architecture.
 LIB_SRC  := $(wildcard src/*/*.c src/kernels/*/*.c)
 # the quill tool: cli/ (one file per command) and server/ (quill serve)
@@ -122,7 +122,7 @@ bench-batched: $(BUILD)/quill_batched
 $(BUILD)/quill_batched: $(BUILD)/bench/batched.o $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# ---------------------------------------------------------------- install (see the README's "Using the library")
+# ---------------------------------------------------------------- install (docs/library.md)
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
 LIBDIR       ?= $(PREFIX)/lib
