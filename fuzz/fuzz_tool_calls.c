@@ -23,10 +23,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + 1;
     size_t n = size - 1;
     chat_syntax syn = {(tool_syntax)(data[0] % 7), (data[0] >> 3) & 1};
-    chat_parse_options o = {.extract_reasoning = (data[0] >> 4) & 1, .thinking_open = (data[0] >> 5) & 1, .tools = (data[0] >> 6) & 1};
+    chat_parse_options o = {.extract_reasoning = (data[0] >> 4) & 1, .thinking_open = (data[0] >> 5) & 1,
+                            .tools = (data[0] >> 6) & 1, .cut = (data[0] >> 7) & 1};
     chat_parse whole;
     parse(&syn, &o, text, n, &whole);
     o.partial = true;
+    o.cut = false;
     for (size_t k = 0; k <= n; k += 10) {
         chat_parse p;
         parse(&syn, &o, text, k, &p);

@@ -357,6 +357,10 @@ TEST(tool_calls_no_markup_in_text) {
         {TOOL_SYNTAX_HERMES, false, &o, "a </tool_call> b <tool_response>", "a  b ", "", 0, false},
         {TOOL_SYNTAX_HERMES, true, &o, "<think>x</think>y <think>z", "y z", "x", 0, false},
         {TOOL_SYNTAX_HERMES, false, &cut, "so <tool_c", "so ", "", 0, false},
+        /* a mark removed joins its neighbours into another, removed too */
+        {TOOL_SYNTAX_HERMES, true, &o, "<tool<think>_call>x", "x", "", 0, false},
+        /* text before a call is whole even when the reply was cut off later */
+        {TOOL_SYNTAX_LLAMA3, false, &cut, "a<\n<|python_tag|>print(1)", "a<", "", 1, false},
         {TOOL_SYNTAX_LLAMA3, false, &o, "Sure: {\"name\": \"get_time\", \"parameters\": {\"unit\"", "Sure:", "", 0, true},
         {TOOL_SYNTAX_LLAMA3, false, &o, "a<|eom_id|>b<|reserved_special_token_3|>", "ab", "", 0, false},
         {TOOL_SYNTAX_MISTRAL, false, &o, "hi [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {", "hi", "", 0, true},
@@ -396,4 +400,27 @@ TEST(tool_calls_no_markup_in_text) {
             chat_parse_free(&p);
         }
     }
+}
+
+/* A call's arguments take at most one space between tokens, whatever the schema converter's
+ * `space` allows elsewhere: a sampled model cannot spend its budget on layout inside a call. */
+TEST(tool_calls_grammar_compact_arguments) {
+    const char *names[] = {"get_weather"};
+    char *schema = NULL, *text = NULL;
+    quill_error err;
+    const char *city = "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}";
+    CHECK(quill_json_schema_to_grammar(city, strlen(city), &schema, &err) == QUILL_OK, "%s", err.message);
+    const char *args[] = {schema};
+    chat_syntax syn = {TOOL_SYNTAX_HERMES, false};
+    CHECK(tool_call_grammar(&syn, NULL, names, args, 1, false, false, &text, &err) == QUILL_OK, "%s", err.message);
+    CHECK_STR_CONTAINS(text, "a0-space ::= \" \"?\n");
+    quill_grammar *g = NULL;
+    CHECK(quill_grammar_parse(NULL, text, strlen(text), NULL, &g, &err) == QUILL_OK, "%s", err.message);
+    const char *compact = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const char *laid_out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\n  \"city\": \"Paris\"\n}}\n</tool_call>";
+    CHECK(quill_grammar_accepts(g, compact, strlen(compact)), "refuses %s", compact);
+    CHECK(!quill_grammar_accepts(g, laid_out, strlen(laid_out)), "accepts %s", laid_out);
+    quill_grammar_free(g);
+    free(text);
+    free(schema);
 }

@@ -243,6 +243,9 @@ typedef struct parser {
     parsed_call *calls;
     size_t n_calls, cap_calls;
     bool nomem, dropped;
+    const char *end;        /* of the whole text */
+    bool content_at_end;    /* the content's last piece reached the end of the text */
+    bool reasoning_at_end;  /* likewise the reasoning's */
 } parser;
 
 static char *dup_n(const char *s, size_t n) {
@@ -301,6 +304,7 @@ static bool holds_tail(const parser *ps) { return ps->opt->partial || ps->opt->c
 
 /* Content text; while generating, the end that could begin `mark` is held back. */
 static void put_content(parser *ps, const char *s, size_t n, const char *mark) {
+    ps->content_at_end = s + n == ps->end;
     if (holds_tail(ps) && mark) n -= tail_prefix(s, n, mark);
     strbuf_put(&ps->content, s, n);
 }
@@ -395,6 +399,7 @@ static size_t take_think(parser *ps, const chat_syntax *syn, const char *s, size
     size_t end = find(s, n, at, "</think>");
     if (end == n) {
         size_t keep = ps->opt->partial ? n - tail_prefix(s, n, "</think>") : n;
+        ps->reasoning_at_end = true;
         strbuf_put(&ps->reasoning, s + skip_ws(s, keep, at), keep - skip_ws(s, keep, at));
         return n;
     }
@@ -723,6 +728,8 @@ static void parse_gpt_oss(parser *ps, const char *s, size_t n) {
             strbuf *dst = analysis && ps->opt->extract_reasoning ? &ps->reasoning : &ps->content;
             if (dst->len && bend > body) strbuf_put(dst, "\n", 1);
             strbuf_put(dst, s + body, bend - body);
+            if (dst == &ps->content) ps->content_at_end = s + bend == ps->end;
+            else ps->reasoning_at_end = s + bend == ps->end;
         }
         if (!finished) return;
         i = term;
@@ -750,7 +757,7 @@ static void parse_generic(parser *ps, const char *s, size_t n) {
     if (!span) {
         if (more && ps->opt->partial) return;
         if (calls_form) drop(ps, n - at);
-        else put_content(ps, s, n, NULL);
+        else put_content(ps, s, n, trigger);
         return;
     }
     /* one level of keys */
@@ -796,7 +803,7 @@ static void parse_generic(parser *ps, const char *s, size_t n) {
         ps->content.len = content_before;
         if (ps->content.buf) ps->content.buf[content_before] = 0;
         if (calls_form) drop(ps, n - at);
-        else put_content(ps, s, n, NULL);
+        else put_content(ps, s, n, trigger);
     } else if (calls_form) {
         drop(ps, n - skip_ws(s, n, end));
     }
@@ -859,8 +866,7 @@ static size_t mark_at(const mark_set *m, const char *s, size_t n, size_t i, bool
     return 0;
 }
 
-static void scrub(strbuf *b, const mark_set *m, bool hold_tail) {
-    if (!b->buf) return;
+static void scrub_once(strbuf *b, const mark_set *m, bool hold_tail) {
     size_t w = 0, i = 0, n = b->len;
     while (i < n) {
         bool could_be;
@@ -874,6 +880,16 @@ static void scrub(strbuf *b, const mark_set *m, bool hold_tail) {
     }
     b->len = w;
     b->buf[w] = 0;
+}
+
+/* Until nothing changes: removing a mark may join the text around it into another. */
+static void scrub(strbuf *b, const mark_set *m, bool hold_tail) {
+    if (!b->buf) return;
+    size_t before;
+    do {
+        before = b->len;
+        scrub_once(b, m, hold_tail);
+    } while (b->len != before);
 }
 
 static void scrub_marks(parser *ps, const chat_syntax *syn) {
@@ -908,14 +924,15 @@ static void scrub_marks(parser *ps, const chat_syntax *syn) {
     case TOOL_SYNTAX_GENERIC: break;
     }
     if (!m.literals && !m.pipes && !m.fullwidth) return;
-    scrub(&ps->content, &m, holds_tail(ps));
-    scrub(&ps->reasoning, &m, holds_tail(ps));
+    /* a cut-off reply's last bytes may be a mark's beginning; text that a call followed is whole */
+    scrub(&ps->content, &m, ps->opt->partial || (ps->opt->cut && ps->content_at_end));
+    scrub(&ps->reasoning, &m, ps->opt->partial || (ps->opt->cut && ps->reasoning_at_end));
 }
 
 quill_status chat_parse_output(const chat_syntax *syn, const chat_parse_options *opt, const char *text, size_t n,
                                chat_parse *out, quill_error *err) {
     memset(out, 0, sizeof *out);
-    parser ps = {.opt = opt};
+    parser ps = {.opt = opt, .end = text + n};
     if (syn->tools == TOOL_SYNTAX_GPT_OSS) {
         /* channels are the reply's structure, with or without tools */
         parse_gpt_oss(&ps, text, n);
