@@ -3,7 +3,7 @@
  * every flag of every `quill COMMAND --help` appears in that command's section of docs/cli.md;
  * every option the man page shows exists; every route of server/'s table is in docs/server.md and
  * answered by a live server; every kernel set is named in docs/performance.md and the man page,
- * every architecture in README.md and docs/models.md;
+ * every architecture in README.md and docs/models.md, and every BPE pre-tokenizer in the latter;
  * every relative link of README.md, bench/README.md and docs/ reaches a file and heading that
  * exist. Runs from the repository root, as the whole suite does. */
 #include "server_util.h"
@@ -635,6 +635,37 @@ TEST(docs_families_documented) {
     free(readme);
     free(models);
     CHECK(llama && n >= 10, "the architecture table ({.name = \"llama\", ...} in an arch.c under src/) was not found");
+}
+
+/* Every tokenizer.ggml.pre value the BPE tokenizer accepts (its pre_specs table: "a|b|c" per row)
+ * is named in docs/models.md. */
+TEST(docs_pre_tokenizers_documented) {
+    char *src = NULL;
+    const char *const places[] = {"src/text/bpe.c", "src/text/tokenizer/bpe.c", "src/tokenizer/bpe.c"};
+    for (size_t i = 0; !src && i < sizeof places / sizeof places[0]; i++) src = read_text(places[i]);
+    CHECK(src, "the BPE tokenizer's source (src/text/bpe.c) was not found: update tests/test_docs.c's places");
+    char *models = read_text("docs/models.md");
+    const char *table = strstr(src, "pre_specs[] = {");
+    const char *end = table ? strstr(table, "};") : NULL;
+    int n = 0;
+    for (const char *p = table; p && p < end && (p = strstr(p, "{\"")) != NULL && p < end;) {
+        p += 2;
+        const char *close = strchr(p, '"');
+        if (!close) break;
+        while (p < close) {
+            size_t len = strcspn(p, "|\"");
+            char want[96];
+            snprintf(want, sizeof want, "`%.*s`", (int)len, p);
+            if (!models || !strstr(models, want))
+                test_fail(__FILE__, __LINE__, "docs/models.md does not name the pre-tokenizer %s", want);
+            n++;
+            p += len + (p[len] == '|');
+        }
+        p = close + 1;
+    }
+    free(src);
+    free(models);
+    CHECK(n >= 20, "only %d pre-tokenizer names found in pre_specs[]", n);
 }
 
 /* ---------------------------------------------------------------- links */

@@ -516,7 +516,7 @@ quill_status bpe_load(const quill_gguf *g, quill_tokenizer *t, bool spm_style, q
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; quill implements llama3 / "
                           "llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, mpt, starcoder, refact, "
-                          "tekken, gpt-4o and the others listed in the README", path, shown);
+                          "tekken, gpt-4o and the others listed in docs/models.md", path, shown);
     }
     bpe_model *b = calloc(1, sizeof *b);
     if (!b) return quill_fail(err, QUILL_E_NOMEM, "%s: out of memory", path);
