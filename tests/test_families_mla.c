@@ -365,3 +365,97 @@ TEST(families_mla_refuse_by_name) {
         remove(dst);
     }
 }
+
+/* Sequence 0's logits over the prompt: in one batch on 2 threads, token by token on 1, or in batches of
+ * 3 shared with a second sequence; NULL after a failure. */
+static float *logits_by(const char *model, int how) {
+    quill_model *m;
+    quill_context *c;
+    quill_error err;
+    if (quill_model_load(model, &m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return NULL;
+    }
+    quill_context_params p = {.n_ctx = 64, .n_threads = how == 1 ? 1 : 2, .n_seq = how == 2 ? 2 : 1};
+    if (quill_context_new(m, &p, &c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        quill_model_free(m);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    float *out = malloc((size_t)N_PROMPT * (size_t)nv * sizeof *out), *tmp = malloc((size_t)6 * (size_t)nv * sizeof *tmp);
+    quill_status s = out && tmp ? QUILL_OK : QUILL_E_NOMEM;
+    if (!s && how == 0) s = quill_eval(c, prompt, N_PROMPT, out, true, &err);
+    for (int i = 0; !s && how == 1 && i < N_PROMPT; i++) s = quill_eval(c, prompt + i, 1, out + (size_t)i * nv, true, &err);
+    for (int at = 0; !s && how == 2 && at < N_PROMPT; at += 3) {
+        const int n = N_PROMPT - at < 3 ? N_PROMPT - at : 3;
+        int32_t bt[6], bs[6], bp[6];
+        bool want[6];
+        for (int i = 0; i < n; i++) {
+            bt[2 * i] = prompt[N_PROMPT - 1 - at - i], bs[2 * i] = 1, bp[2 * i] = at + i, want[2 * i] = true;
+            bt[2 * i + 1] = prompt[at + i], bs[2 * i + 1] = 0, bp[2 * i + 1] = at + i, want[2 * i + 1] = true;
+        }
+        quill_batch b = {2 * n, bt, bs, bp, want};
+        s = quill_decode(c, &b, tmp, &err);
+        for (int i = 0; !s && i < n; i++)
+            memcpy(out + (size_t)(at + i) * nv, tmp + (size_t)(2 * i + 1) * nv, (size_t)nv * sizeof *out);
+    }
+    if (s) {
+        test_fail(__FILE__, __LINE__, "%s", s == QUILL_E_NOMEM ? "out of memory" : err.message);
+        free(out);
+        out = NULL;
+    }
+    free(tmp);
+    quill_context_free(c);
+    quill_model_free(m);
+    return out;
+}
+
+/* The latent cache and the routers: each token's logits the same bits in one batch, token by token on
+ * one thread, and beside another sequence; and quill quantize's Q4_K_M mix the reference's, tensor by
+ * tensor (the older attn_kv_b counted as attn_v, the 3-D attn_k_b falling back as the reference's). */
+TEST(families_mla_batches_and_mixes) {
+    REQUIRE_SHARED(shared);
+    static const char *const cases[] = {"--arch deepseek2 --layers 2 --mtp 1 --kv-heads 1",
+                                        "--arch deepseek2 --layers 3 --kv-b --mla 0,256,128,64,128 --groups 0,0",
+                                        "--arch glm4moe --layers 3 --kv-heads 2 --mtp 1"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char f32[512], ours[512], theirs[512], cmd[4096], *out = NULL;
+        snprintf(f32, sizeof f32, "%s/mla-mix-%zu.gguf", tmp_dir(), i);
+        snprintf(ours, sizeof ours, "%s/mla-mix-%zu-quill.gguf", tmp_dir(), i);
+        snprintf(theirs, sizeof theirs, "%s/mla-mix-%zu-ref.gguf", tmp_dir(), i);
+        snprintf(cmd, sizeof cmd,
+                 "%s synth %s " SHAPE " --vocab %s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q4_k_m"
+                 " && %s/ref/bin/llama-quantize %s %s Q4_K_M",
+                 quill_bin(), cases[i], shared, f32, quill_bin(), f32, ours, shared, f32, theirs);
+        const int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %.2000s", cases[i], rc, out);
+        free(out);
+        if (rc) continue;
+        quill_gguf *a = NULL, *b = NULL;
+        quill_error err;
+        CHECK(quill_gguf_open(ours, &a, &err) == QUILL_OK && quill_gguf_open(theirs, &b, &err) == QUILL_OK, "%s",
+              err.message);
+        int differ = 0;
+        for (uint64_t k = 0; a && b && k < quill_gguf_n_tensors(b); k++) {
+            const quill_gguf_tensor *t = quill_gguf_tensor_at(b, k), *u = quill_gguf_find_tensor(a, t->name);
+            if (!u || u->type != t->type) {
+                if (differ++ < 3)
+                    CHECK(false, "%s: %s is %s in quill's q4_k_m, %s in the reference's", cases[i], t->name,
+                          u ? quill_type_name(u->type) : "missing", quill_type_name(t->type));
+            }
+        }
+        CHECK(a && b && quill_gguf_n_tensors(a) == quill_gguf_n_tensors(b), "%s: tensor counts differ", cases[i]);
+        quill_gguf_close(a);
+        quill_gguf_close(b);
+        float *one = logits_by(ours, 0), *single = logits_by(ours, 1), *shared_b = logits_by(ours, 2);
+        CHECK(one && single && shared_b);
+        if (one && single && shared_b) {
+            const size_t n = (size_t)N_PROMPT * 512 * sizeof(float);
+            CHECK(!memcmp(one, single, n), "%s: one batch on 2 threads and token by token on 1 differ", cases[i]);
+            CHECK(!memcmp(one, shared_b, n), "%s: sharing batches with another sequence changes the logits", cases[i]);
+        }
+        free(one), free(single), free(shared_b);
+        remove(f32), remove(ours), remove(theirs);
+    }
+}
