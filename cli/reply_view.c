@@ -20,10 +20,7 @@ void reply_view_begin(reply_view *v, const char *rendered, bool raw) {
 bool reply_view_needs_special(const reply_view *v) { return v->split && v->syntax.tools == TOOL_SYNTAX_GPT_OSS; }
 
 void reply_view_show(reply_view *v, const char *text, size_t len, bool final) {
-    if (!v->split) {
-        if (final && v->in_reasoning && v->dim) fputs("\033[0m", stdout);
-        return;
-    }
+    if (!v->split) return;   /* the caller printed the text as it came */
     chat_parse_options po = {.partial = !final, .extract_reasoning = true, .thinking_open = v->thinking_open};
     chat_parse p;
     if (chat_parse_output(&v->syntax, &po, text ? text : "", len, &p, NULL) != QUILL_OK) return;
