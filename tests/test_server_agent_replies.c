@@ -136,8 +136,7 @@ typedef struct stream_calls {
     char names[8][64];
     text args[8];
     int n;
-    const cJSON *final;       /* Responses: the last response object */
-    cJSON *final_copy;
+    cJSON *final_copy;        /* Responses: the last response object */
     text deltas;              /* Responses: the output_text deltas */
     int open_kind;            /* Anthropic: 1 text, 2 thinking, 3 tool_use */
 } stream_calls;
