@@ -199,12 +199,13 @@ static double measure_bandwidth(int n_threads, int passes, size_t want, size_t *
 
 /* Bytes one generated token reads: every tensor except the embedding table, of which one row is
  * read — unless the output projection reuses it, which reads it whole (counted once) — and of a 3-D
- * expert tensor the share of the experts a token uses (n_used of its ne[2]). */
+ * expert tensor (*_exps) the share of the experts a token uses (n_used of its ne[2]). */
 static uint64_t bytes_per_token(const quill_gguf *g, bool tied, int64_t n_used) {
     uint64_t total = 0;
     for (uint64_t i = 0; i < quill_gguf_n_tensors(g); i++) {
         const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
-        if (t->ne[2] > 1 && n_used > 0 && n_used < t->ne[2])
+        /* (latent attention's attn_k_b / attn_v_b are 3-D too: one matrix a head, all read) */
+        if (t->ne[2] > 1 && n_used > 0 && n_used < t->ne[2] && strstr(t->name, "_exps"))
             total += t->nbytes / (uint64_t)t->ne[2] * (uint64_t)n_used;
         else if (strcmp(t->name, "token_embd.weight") != 0) total += t->nbytes;
         else if (tied) total += t->nbytes;

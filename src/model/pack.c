@@ -35,7 +35,9 @@ static int model_weights(quill_model *m, quill_weight **list, int cap) {
                              /* a DeltaNet layer's (model/deltanet.c) */
                              &L->ssm_in, &L->ssm_gate, &L->ssm_beta, &L->ssm_alpha, &L->ssm_out,
                              /* per-layer inputs (model/per_layer.c) */
-                             &L->ple_gate, &L->ple_proj};
+                             &L->ple_gate, &L->ple_proj,
+                             /* latent attention's q_a (model/mla.c) */
+                             &L->q_a};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]->data && w[i]->rows > 0 && n < cap) list[n++] = w[i];
     }
@@ -168,7 +170,7 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
         pthread_mutex_unlock(&pack_lock);
         return ok;
     }
-    const int cap = 2 + 18 * (int)m->hp.n_layer;
+    const int cap = 2 + 19 * (int)m->hp.n_layer;
     quill_weight **list = malloc((size_t)cap * sizeof *list);
     size_t *at = malloc((size_t)cap * sizeof *at);
     int n = list && at ? model_weights(m, list, cap) : 0;
