@@ -336,6 +336,7 @@ TEST(families_mla_refuse_by_name) {
          "tensor 'blk.0.ffn_gate_inp.weight' is missing"},
         {"deepseek2", "deepseek2.attention.key_length", NULL, "deepseek2.attention.key_length", 40,
          "must be kv_lora_rank + rope.dimension_count"},
+        {"deepseek2", NULL, NULL, "deepseek2.attention.temperature_scale", 1, "deepseek2.attention.temperature_scale"},
         {"glm4moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
         {"glm4moe", NULL, "blk.2.ffn_up_shexp.weight", NULL, 0, "'blk.2.ffn_up_shexp.weight' is missing"},
         {"glm4moe", "glm4moe.leading_dense_block_count", NULL, "glm4moe.leading_dense_block_count", 5,

@@ -164,6 +164,13 @@ quill_status quill_mla_params(quill_model *m, quill_error *err) {
     if (!(log_mul >= 0) || log_mul > 1e3 || !(attn_factor > 0) || attn_factor > 1e3)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.rope.scaling.yarn_log_multiplier or attn_factor is out of range",
                           quill_gguf_path(m->gguf), m->arch->name);
+    /* Mistral Large 3's files (this architecture) scale the queries by a temperature over
+     * attention.temperature_length positions: not implemented, so refused rather than run differently */
+    double temp = 0;
+    snprintf(key, sizeof key, "%s.attention.temperature_scale", m->arch->name);
+    if (quill_gguf_get_f64(m->gguf, key, &temp, NULL) == QUILL_OK && temp != 0)
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "%s: %s = %g: the attention temperature of this architecture is not "
+                          "implemented", quill_gguf_path(m->gguf), key, temp);
     const double f = 1.0 / hp->rope_freq_scale;
     const float ff = (float)f;
     double yarn = 1; /* the factor handed to the rotation */
