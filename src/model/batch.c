@@ -1,7 +1,10 @@
 /* Several sequences in one forward pass: checking a batch, splitting it into micro-batches, and
  * the sequences' share of the KV cache (truncate, copy a prefix). quill_eval is the one-sequence
  * case. Each sequence has its own n_ctx positions in the cache, laid out as a lone context's
- * cache, so a token's attention reads exactly what it would read alone. */
+ * cache, so a token's attention reads exactly what it would read alone. This file is the forward
+ * pass's entrance: the state below it (context.c, kv_cache.c, recurrent.c) never calls back into
+ * it, so going back in a recurrent state is two steps, the state's restore of a checkpoint and
+ * this file's evaluation of the tokens after it. */
 #include "model/context.h"
 #include "model/kv_cache.h"
 #include "model/recurrent.h"
@@ -40,6 +43,8 @@ static quill_status check_batch(quill_context *c, const quill_batch *b, quill_er
     return QUILL_OK;
 }
 
+static quill_status rewind_to(quill_context *c, int seq, int pos, quill_error *err);
+
 quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits, quill_error *err) {
     quill_status st = check_batch(c, b, err);
     if (st) return st;
@@ -47,7 +52,7 @@ quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits,
     /* a sequence that starts before its end forgets the positions from there on */
     for (int i = b->n - 1; i >= 0; i--) {
         const int32_t sq = b->seq[i];
-        if (c->rec && b->pos[i] < c->seq_len[sq] && (st = quill_recurrent_truncate(c, sq, b->pos[i], err))) return st;
+        if (c->rec && b->pos[i] < c->seq_len[sq] && (st = rewind_to(c, sq, b->pos[i], err))) return st;
         c->seq_len[sq] = b->pos[i] < c->seq_len[sq] ? b->pos[i] : c->seq_len[sq];
     }
     if (c->reference) {
@@ -112,13 +117,51 @@ int quill_context_n_seq(const quill_context *c) { return c->n_seq; }
 
 int quill_seq_len(const quill_context *c, int seq) { return seq >= 0 && seq < c->n_seq ? c->seq_len[seq] : -1; }
 
+/* Evaluates sequence seq's stored tokens again, from its length (a checkpoint the recurrent state
+ * went back to) up to `to`, without logits or traces; its length becomes `to`, or stays where it
+ * was when the reference path runs out of memory. */
+static quill_status evaluate_again(quill_context *c, int seq, int to, quill_error *err) {
+    const int from = c->seq_len[seq];
+    const int32_t *tokens = quill_recurrent_tokens(c, seq);
+    quill_trace_fn trace = c->trace;
+    c->trace = NULL;
+    quill_status s = QUILL_OK;
+    if (c->reference) {
+        s = quill_reference_eval(c, tokens + from, to - from, NULL, false, err);
+    } else {
+        int32_t seqs[QUILL_UBATCH], pos[QUILL_UBATCH];
+        bool want[QUILL_UBATCH] = {false};
+        for (int done = from; done < to;) {
+            const int n = to - done < QUILL_UBATCH ? to - done : QUILL_UBATCH;
+            for (int i = 0; i < n; i++) {
+                seqs[i] = seq;
+                pos[i] = done + i;
+            }
+            quill_forward_ubatch(c, tokens + done, seqs, pos, want, n, NULL);
+            done += n;
+        }
+    }
+    c->trace = trace;
+    c->seq_len[seq] = s ? from : to;
+    return s;
+}
+
+/* A recurrent state goes back through a checkpoint, then evaluates the tokens after it again. */
+static quill_status rewind_to(quill_context *c, int seq, int pos, quill_error *err) {
+    if (pos >= c->seq_len[seq]) return QUILL_OK;
+    quill_recurrent_rewind(c, seq, pos);
+    return evaluate_again(c, seq, pos, err);
+}
+
 void quill_seq_truncate(quill_context *c, int seq, int pos) {
     if (seq < 0 || seq >= c->n_seq || pos < 0 || pos >= c->seq_len[seq]) return;
-    /* a recurrent state goes back through a checkpoint (only the reference path can fail, out of
-     * memory: the sequence is then shorter, as quill_seq_len tells) */
-    if (c->rec) (void)quill_recurrent_truncate(c, seq, pos, NULL);
+    /* (only the reference path can fail, out of memory: the sequence is then shorter, as
+     * quill_seq_len tells) */
+    if (c->rec) (void)rewind_to(c, seq, pos, NULL);
     else c->seq_len[seq] = pos;
 }
+
+void quill_context_truncate(quill_context *c, int pos) { quill_seq_truncate(c, 0, pos); }
 
 quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err) {
     if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq)
@@ -128,7 +171,7 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         return quill_fail(err, QUILL_E_ARG, "quill_seq_copy_prefix: sequence %d holds %d positions, not %d", src,
                           c->seq_len[src], n);
     if (src == dst) {
-        if (c->rec) return quill_recurrent_truncate(c, dst, n, err);
+        if (c->rec) return rewind_to(c, dst, n, err);
         c->seq_len[dst] = n;
         return QUILL_OK;
     }
@@ -155,5 +198,6 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
         }
     }
     c->seq_len[dst] = n;
-    return c->rec ? quill_recurrent_copy_prefix(c, src, dst, n, err) : QUILL_OK;
+    if (!c->rec || quill_recurrent_copy_prefix(c, src, dst, n) == n) return QUILL_OK;
+    return evaluate_again(c, dst, n, err);
 }

@@ -366,7 +366,6 @@ const char *quill_context_weight_layout(const quill_context *c, const void **sta
     return c->packed ? c->model->packed_layout : NULL;
 }
 
-void quill_context_truncate(quill_context *c, int pos) { quill_seq_truncate(c, 0, pos); }
 
 void quill_context_set_trace(quill_context *c, quill_trace_fn fn, void *user) {
     c->trace = fn;

@@ -128,34 +128,6 @@ void quill_recurrent_after_ubatch(quill_context *c, const int32_t *tokens, const
     }
 }
 
-/* Evaluates sequence seq's stored tokens [from, to) again, without logits or traces; its length
- * becomes `to`. */
-static quill_status evaluate_again(quill_context *c, int seq, int from, int to, quill_error *err) {
-    quill_trace_fn trace = c->trace;
-    c->trace = NULL;
-    quill_status s = QUILL_OK;
-    const int32_t *tokens = c->rec->tokens + (size_t)seq * c->n_ctx;
-    if (c->reference) {
-        c->seq_len[seq] = from;
-        s = quill_reference_eval(c, tokens + from, to - from, NULL, false, err);
-    } else {
-        int32_t seqs[QUILL_UBATCH], pos[QUILL_UBATCH];
-        bool want[QUILL_UBATCH] = {false};
-        for (int done = from; done < to;) {
-            const int n = to - done < QUILL_UBATCH ? to - done : QUILL_UBATCH;
-            for (int i = 0; i < n; i++) {
-                seqs[i] = seq;
-                pos[i] = done + i;
-            }
-            quill_forward_ubatch(c, tokens + done, seqs, pos, want, n, NULL);
-            done += n;
-        }
-    }
-    c->trace = trace;
-    c->seq_len[seq] = s ? from : to;
-    return s;
-}
-
 /* Restores seq's newest checkpoint at or before pos (the empty state when none), drops those after
  * pos, and returns the restored position. */
 static int restore(quill_context *c, int seq, int pos) {
@@ -171,15 +143,18 @@ static int restore(quill_context *c, int seq, int pos) {
     return best ? best->pos : 0;
 }
 
-quill_status quill_recurrent_truncate(quill_context *c, int seq, int pos, quill_error *err) {
-    if (pos >= c->seq_len[seq]) return QUILL_OK;
-    const int from = restore(c, seq, pos);
-    return evaluate_again(c, seq, from, pos, err);
+const int32_t *quill_recurrent_tokens(const quill_context *c, int seq) {
+    return c->rec->tokens + (size_t)seq * c->n_ctx;
 }
 
-quill_status quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err) {
+int quill_recurrent_rewind(quill_context *c, int seq, int pos) {
+    if (pos >= c->seq_len[seq]) return c->seq_len[seq];
+    return c->seq_len[seq] = restore(c, seq, pos);
+}
+
+int quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n) {
     quill_recurrent *r = c->rec;
-    if (src == dst) return quill_recurrent_truncate(c, dst, n, err);
+    if (src == dst) return quill_recurrent_rewind(c, dst, n);
     memcpy(r->tokens + (size_t)dst * c->n_ctx, r->tokens + (size_t)src * c->n_ctx, (size_t)n * sizeof *r->tokens);
     quill_checkpoint *from = r->ckpt + (size_t)src * QUILL_CHECKPOINTS, *to = r->ckpt + (size_t)dst * QUILL_CHECKPOINTS;
     for (int i = 0; i < QUILL_CHECKPOINTS; i++) to[i].pos = -1;
@@ -193,8 +168,7 @@ quill_status quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int
         memcpy(seq_state(c, dst), seq_state(c, src), r->seq_bytes);
         r->last_ckpt[dst] = r->last_ckpt[src];
         c->seq_len[dst] = n;
-        return QUILL_OK;
+        return n;
     }
-    const int start = restore(c, dst, n);
-    return evaluate_again(c, dst, start, n, err);
+    return c->seq_len[dst] = restore(c, dst, n);
 }

@@ -77,9 +77,15 @@ void *quill_recurrent_ssm(const quill_context *c, int seq, int layer);
 /* After a micro-batch: records its tokens and takes the checkpoints the policy asks for. */
 void quill_recurrent_after_ubatch(quill_context *c, const int32_t *tokens, const int32_t *seq, const int32_t *pos,
                                   int n);
-/* Brings sequence seq back to its first pos positions (restore, then evaluate again). */
-quill_status quill_recurrent_truncate(quill_context *c, int seq, int pos, quill_error *err);
-/* Makes dst's state that of src's first n positions. */
-quill_status quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
+/* Going back is the state's half of the work, the evaluation the forward pass's (batch.c): the
+ * state never calls the forward pass. quill_recurrent_rewind restores sequence seq's newest
+ * checkpoint at or before pos and returns its position, now seq's length; the caller evaluates
+ * the stored tokens (quill_recurrent_tokens) from there up to pos. */
+int quill_recurrent_rewind(quill_context *c, int seq, int pos);
+/* Gives dst src's tokens and checkpoints up to n, and src's state when n is src's length; returns
+ * dst's length, from which the caller evaluates dst's stored tokens up to n. */
+int quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n);
+/* Sequence seq's tokens as evaluated, n_ctx of them. */
+const int32_t *quill_recurrent_tokens(const quill_context *c, int seq);
 
 #endif
