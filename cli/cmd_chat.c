@@ -12,7 +12,7 @@
 #include "cli.h"
 #include "options.h"
 #include "reply_view.h"
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <errno.h>
 #include <histedit.h>

@@ -5,7 +5,7 @@
 #ifndef QUILL_CLI_REPLY_VIEW_H
 #define QUILL_CLI_REPLY_VIEW_H
 
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* libFuzzer target for constrained decoding's parsers (src/text/grammar*.c, json_schema.c). The
+/* libFuzzer target for constrained decoding's parsers (src/sampling/grammar*.c, json_schema.c). The
  * input, split at its first NUL byte, is a grammar and a text: the grammar is parsed as GBNF and,
  * when accepted, the text is fed to a matcher in pieces and whole (both must agree); the whole
  * input is also converted as a JSON Schema, whose grammar, when the schema is accepted, must

@@ -1,8 +1,8 @@
-/* libFuzzer target for reading replies (src/text/tool_calls.c): any bytes as a reply in every
+/* libFuzzer target for reading replies (src/chat/tool_calls.c): any bytes as a reply in every
  * syntax, with and without reasoning, whole and cut at every tenth byte as a stream. Promises
  * checked: no crash or leak, calls have names and arguments, a stream's content and reasoning are
  * prefixes of the whole reply's, and a finished call's arguments are one JSON value. */
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * JSON text OpenAI sends (DeepSeek concatenates them). */
 #include "server.h"
 
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 
 #include "quill.h"
 #include "quill_chat.h"
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

@@ -641,9 +641,8 @@ TEST(docs_families_documented) {
  * is named in docs/models.md. */
 TEST(docs_pre_tokenizers_documented) {
     char *src = NULL;
-    const char *const places[] = {"src/text/bpe.c", "src/text/tokenizer/bpe.c", "src/tokenizer/bpe.c"};
-    for (size_t i = 0; !src && i < sizeof places / sizeof places[0]; i++) src = read_text(places[i]);
-    CHECK(src, "the BPE tokenizer's source (src/text/bpe.c) was not found: update tests/test_docs.c's places");
+    src = read_text("src/tokenizer/bpe.c");
+    CHECK(src, "the BPE tokenizer's source (src/tokenizer/bpe.c) was not found: update tests/test_docs.c");
     char *models = read_text("docs/models.md");
     const char *table = strstr(src, "pre_specs[] = {");
     const char *end = table ? strstr(table, "};") : NULL;

@@ -1,11 +1,11 @@
-/* Tool calls and reasoning in generated text (src/text/tool_calls.c): the syntax each real
+/* Tool calls and reasoning in generated text (src/chat/tool_calls.c): the syntax each real
  * template implies, the parse of the replies those templates themselves write for a tool call (the
  * text between the prompt and the end of the assistant turn), streams (every prefix of a reply
  * parses to a prefix of the final answer, reasoning and arguments), and the grammars. */
 #include "test.h"
 
 #include "quill_chat.h"
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,10 @@
-/* Chat prompts for a loaded model: which template applies, and the tokens it renders to. */
+/* Chat prompts for a loaded model: which template applies, and the tokens it renders to.
+ *
+ * The room src/chat/: conversations: which template applies, the variables every front end gives
+ * it and the tokens it renders to (this file), and each template family's tool-call and reasoning
+ * syntax (tool_calls.c: reading replies, and the GBNF of a forced call for src/sampling/). It calls
+ * the template engine (src/jinja/) and the tokenizer; the CLI and the server call it.
+ */
 #include "base/error.h"
 #include "base/strbuf.h"
 #include "quill_chat.h"

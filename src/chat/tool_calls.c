@@ -1,7 +1,7 @@
 /* Tool calls and reasoning in generated text (see tool_calls.h). Every parse starts from the
  * beginning of the reply: replies are short next to the work of generating them, and a parse of the
  * whole text is what makes a stream's deltas add up to the final reply exactly. */
-#include "text/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include "base/error.h"
 #include "base/strbuf.h"

@@ -8,7 +8,13 @@
  *   - the callback returning false or should_stop() returning true (finish "stop", cancelled).
  * Text that ends with the beginning of a stop string is held back until the next tokens either
  * complete the stop string or show it was not one, so a streaming client never receives text it
- * would have to take back. */
+ * would have to take back.
+ *
+ * The room src/generation/: the generation loop (this file) and the drafters of speculative
+ * decoding (speculative.c). It sits on top of the library: it calls the model's forward pass
+ * (quill_decode), the tokenizer and the sampler; only the front ends (cli/, server/, programs
+ * embedding the library) call it.
+ */
 #include "base/error.h"
 #include "model/context.h"
 

@@ -22,7 +22,7 @@
  * end) is simply indexed anew from where it differs. */
 #include "base/error.h"
 #include "model/context.h"
-#include "text/vocab.h"
+#include "tokenizer/vocab.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * hash-consed (one node per position and rest-of-stack), so equal stacks are equal indices: sets
  * of stacks sort, deduplicate and compare as arrays of integers, which lets a state's token mask
  * be cached and found again. */
-#include "text/grammar_internal.h"
+#include "sampling/grammar_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
  * and no character is half-written, as in the reference (a token element naming an
  * end-of-generation token never matches); tokens without text (control tokens) only through a
  * token element of the grammar. */
-#include "text/grammar_internal.h"
+#include "sampling/grammar_internal.h"
 #include "base/strbuf.h"
 
 #include <math.h>

@@ -49,7 +49,13 @@
  * scratch memory is allocated by quill_sampler_new(); sampling never allocates.
  *
  * Tokens given to quill_sampler_accept() outside [0, n_vocab) are ignored. quill_sampler_sample()
- * returns -1 only when called with a NULL sampler or NULL logits. */
+ * returns -1 only when called with a NULL sampler or NULL logits.
+ *
+ * The room src/sampling/: choosing the next token: the sampler's stages (this file), GBNF grammars
+ * (grammar.c parses, grammar_match.c runs one over tokens) and JSON Schema to GBNF (json_schema.c).
+ * It calls src/base/ and the tokenizer's public functions (a grammar's token masks read the
+ * vocabulary's texts), never the model or the generation loop.
+ */
 #include "base/error.h"
 
 #include <errno.h>

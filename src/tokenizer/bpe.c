@@ -20,8 +20,8 @@
  * - Each expression splits the pieces the previous one left, and text no match covers is a piece
  *   of its own. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "text/merge_heap.h"
-#include "text/vocab.h"
+#include "tokenizer/merge_heap.h"
+#include "tokenizer/vocab.h"
 #include "base/utf8.h"
 
 #include <pcre2.h>

@@ -2,8 +2,8 @@
  * fragment (special tokens already split out by vocab.c) has its spaces escaped as U+2581, is cut
  * into UTF-8 characters, and the pair whose merged text is the highest-scoring token merges first;
  * what is left over becomes byte tokens. */
-#include "text/merge_heap.h"
-#include "text/vocab.h"
+#include "tokenizer/merge_heap.h"
+#include "tokenizer/vocab.h"
 
 #include <string.h>
 

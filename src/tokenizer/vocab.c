@@ -4,8 +4,13 @@
  * back. The raw text between special tokens goes to spm.c ("llama") or bpe.c ("gpt2"). Where the
  * reference relies on unspecified behaviour (hash-map iteration order, an unstable sort) this file
  * picks the deterministic choice that agrees with it on every real vocabulary; where the reference
- * would crash or throw on hostile data, loading fails with an error instead. */
-#include "text/vocab.h"
+ * would crash or throw on hostile data, loading fails with an error instead.
+ *
+ * The room src/tokenizer/: text to token ids and back (vocab.c, spm.c, bpe.c, merge_heap.h). It
+ * calls only src/base/ and PCRE2; sampling, generation, chat and the front ends call into it,
+ * never the reverse.
+ */
+#include "tokenizer/vocab.h"
 
 #include <math.h>
 #include <stdio.h>
