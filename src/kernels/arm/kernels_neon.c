@@ -37,7 +37,11 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     float tail[4] = {0};
     for (; i < n; i++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) tail[t] += w[i] * x[t * xs + i];
+        for (int t = 0; t < NT; t++) {
+            /* two statements: a compiler that contracts within an expression (clang) must not fuse them */
+            const float p = w[i] * x[t * xs + i];
+            tail[t] += p;
+        }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
         /* hsum256(a + b): the 8 lanes' sums v, then v[0..3] + v[4..7], then lanes 0 + 2 and 1 + 3,
