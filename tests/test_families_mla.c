@@ -5,6 +5,7 @@
  * Q4_K_M) by the reference's quantizer, golden data made on the spot by its refdump: F32 logits, the
  * quantized files' distance from float64 truth, greedy tokens, the trace by the reference's names and
  * quill verify; then bad files refused by name. */
+#include "family_harness.h"
 #include "golden.h"
 #include "test.h"
 
@@ -38,124 +39,21 @@ static const family_case families[] = {
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
-static const int32_t prompt[] = {1, 20, 300, 45, 67, 89, 100, 200, 311, 400, 12, 13, 14, 15, 16, 17};
-#define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
-#define N_GEN 8
-
-static const char *const quants[] = {"f32", "q8_0", "q4_k_m"};
-
-static void tokens_arg(char *buf, size_t cap) {
-    buf[0] = 0;
-    for (int i = 0; i < N_PROMPT; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "," : "", prompt[i]);
-}
-
-static void model_path(const family_case *fc, int quant, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/mla-%s-%s.gguf", tmp_dir(), fc->name, quants[quant]);
-}
-
-static void ref_prefix(const family_case *fc, int quant, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/mla-%s-%s.ref", tmp_dir(), fc->name, quants[quant]);
-}
-
-/* The models and refdump's outputs of one family (F32 with a trace). */
-static bool make_family(const char *shared, const family_case *fc) {
-    char f32[512], q8[512], q4[512], r32[512], r8[512], r4[512], tokens[256], cmd[8192], *out = NULL;
-    model_path(fc, 0, f32, sizeof f32), model_path(fc, 1, q8, sizeof q8), model_path(fc, 2, q4, sizeof q4);
-    ref_prefix(fc, 0, r32, sizeof r32), ref_prefix(fc, 1, r8, sizeof r8), ref_prefix(fc, 2, r4, sizeof r4);
-    tokens_arg(tokens, sizeof tokens);
-    int at = snprintf(cmd, sizeof cmd,
-                      "(export OMP_WAIT_POLICY=PASSIVE; %s synth %s --vocab %s/models/stories260K.gguf --type f32 -o %s"
-                      " && %s/ref/bin/llama-quantize %s %s Q8_0 && %s/ref/bin/refdump %s %s %d - - 1 --tokens %s"
-                      " && %s/ref/bin/refdump %s %s %d - - 0 --tokens %s",
-                      quill_bin(), fc->synth, shared, f32, shared, f32, q8, shared, f32, r32, N_GEN, tokens, shared, q8,
-                      r8, N_GEN, tokens);
-    if (fc->q4)
-        at += snprintf(cmd + at, sizeof cmd - (size_t)at,
-                       " && %s/ref/bin/llama-quantize %s %s Q4_K_M && %s/ref/bin/refdump %s %s %d - - 0 --tokens %s",
-                       shared, f32, q4, shared, q4, r4, N_GEN, tokens);
-    snprintf(cmd + at, sizeof cmd - (size_t)at, ")");
-    const int rc = run_cmd(cmd, &out, true);
-    if (rc != 0) test_fail(__FILE__, __LINE__, "%s: making the case failed (exit %d): %.2000s", fc->name, rc, out);
-    free(out);
-    return rc == 0;
-}
-
-static void remove_family(const family_case *fc) {
-    const char *suffixes[] = {".gguf", ".ref.json", ".ref.logits.f32", ".ref.trace.bin", ".trace.gguf"};
-    for (int q = 0; q < 3; q++)
-        for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
-            char path[600];
-            snprintf(path, sizeof path, "%s/mla-%s-%s%s", tmp_dir(), fc->name, quants[q], suffixes[k]);
-            remove(path);
-        }
-}
-
+#define KIND "mla"
+#define N_PROMPT FAMILY_N_PROMPT
+#define N_GEN FAMILY_N_GEN
+#define prompt family_prompt
+#define quants family_quants
+#define tokens_arg family_tokens_arg
+#define rel_to_max family_rel_to_max
+#define max_abs_diff family_max_abs_diff
+#define load_ref family_load_ref
+#define run_model family_run_model
 typedef refdump_out ref_out;
-
-static bool load_ref(const char *prefix, ref_out *r) { return refdump_load(prefix, N_PROMPT, r); }
-
-/* The prompt's logits on the fast path or the float64 one, then (fast path, greedy != NULL) up to
- * N_GEN greedy steps that follow the reference's tokens while they agree: how many agreed, and
- * whether the first disagreement is at a near-tie (margin within 10x `tie`). NULL on failure. */
-static float *run_model(const char *model, bool reference, const ref_out *r, double tie, int *agreed, bool *at_tie) {
-    quill_model *m;
-    quill_context *c;
-    quill_error err;
-    if (quill_model_load(model, &m, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        return NULL;
-    }
-    quill_context_params p = {.n_ctx = 64, .n_threads = 2, .reference = reference};
-    if (quill_context_new(m, &p, &c, &err)) {
-        test_fail(__FILE__, __LINE__, "%s", err.message);
-        quill_model_free(m);
-        return NULL;
-    }
-    const int64_t nv = quill_model_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)N_PROMPT * (size_t)nv * sizeof *logits), *next = malloc((size_t)nv * sizeof *next);
-    quill_status s = logits && next ? quill_eval(c, prompt, N_PROMPT, logits, true, &err) : QUILL_E_NOMEM;
-    if (!s && agreed) {
-        *agreed = 0;
-        *at_tie = false;
-        memcpy(next, logits + (size_t)(N_PROMPT - 1) * (size_t)nv, (size_t)nv * sizeof *next);
-        for (int k = 0; k < r->n_greedy && !s; k++) {
-            int32_t best = 0;
-            for (int64_t v = 1; v < nv; v++)
-                if (next[v] > next[best]) best = (int32_t)v;
-            if (best != r->greedy[k]) {
-                *at_tie = r->margin[k] < 10 * tie;
-                break;
-            }
-            ++*agreed;
-            s = quill_eval(c, &best, 1, next, false, &err);
-        }
-    }
-    if (s) {
-        test_fail(__FILE__, __LINE__, "%s: %s", model, s == QUILL_E_NOMEM ? "out of memory" : err.message);
-        free(logits);
-        logits = NULL;
-    }
-    free(next);
-    quill_context_free(c);
-    quill_model_free(m);
-    return logits;
-}
-
-/* max |a - b| relative to the largest |b| */
-static double rel_to_max(const float *a, const float *b, size_t n) {
-    double m = 0, top = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!(fabs((double)a[i] - b[i]) <= m)) m = fabs((double)a[i] - b[i]);
-        if (fabs(b[i]) > top) top = fabs(b[i]);
-    }
-    return m / top;
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) if (!(fabs((double)a[i] - b[i]) <= m)) m = fabs((double)a[i] - b[i]);
-    return m;
-}
+static void model_path(const family_case *fc, int q, char *buf, size_t cap) { family_model_path(KIND, fc->name, q, buf, cap); }
+static void ref_prefix(const family_case *fc, int q, char *buf, size_t cap) { family_ref_prefix(KIND, fc->name, q, buf, cap); }
+static bool make_family(const char *shared, const family_case *fc) { return family_make(shared, KIND, fc->name, fc->synth, fc->q4); }
+static void remove_family(const family_case *fc) { family_remove(KIND, fc->name); }
 
 /* The trace by the reference's names, within 1e-4 of its values. */
 static void check_trace(const family_case *fc, const char *model, const char *prefix, const char *tokens) {
