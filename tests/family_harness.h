@@ -35,4 +35,9 @@ float *family_run_model(const char *model, bool reference, const refdump_out *r,
 double family_rel_to_max(const float *a, const float *b, size_t n);
 double family_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* A copy of `src` without metadata `drop_key` and tensor `drop_tensor` (NULL: none), plus u32
+ * metadata `add_key` = add_value (or, with add_sections, rope.dimension_sections-like [a, 0, 0, 0]). */
+bool family_variant(const char *src, const char *dst, const char *drop_key, const char *drop_tensor,
+                    const char *add_key, uint32_t add_value, bool add_sections);
+
 #endif

@@ -45,6 +45,7 @@ static const family_case families[] = {
 #define prompt family_prompt
 #define quants family_quants
 #define tokens_arg family_tokens_arg
+#define variant family_variant
 #define rel_to_max family_rel_to_max
 #define max_abs_diff family_max_abs_diff
 #define load_ref family_load_ref
@@ -181,34 +182,6 @@ TEST(families_mla_match_the_reference) {
         if (fc->q4) check_quantized(fc, 2);
         remove_family(fc);
     }
-}
-
-/* A copy of `src` without metadata `drop_key` and tensor `drop_tensor` (NULL: none), plus u32
- * metadata `add_key` = add_value (or, with add_sections, rope.dimension_sections-like [a, 0, 0, 0]). */
-static bool variant(const char *src, const char *dst, const char *drop_key, const char *drop_tensor,
-                    const char *add_key, uint32_t add_value, bool add_sections) {
-    quill_gguf *g = NULL;
-    quill_error err;
-    if (quill_gguf_open(src, &g, &err) != QUILL_OK) return false;
-    quill_gguf_writer *w = quill_gguf_writer_new();
-    bool ok = w != NULL;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_kv(g); i++) {
-        const quill_gguf_kv *kv = quill_gguf_kv_at(g, i);
-        if (!drop_key || strcmp(kv->key, drop_key)) ok = quill_gguf_writer_add_value(w, kv->key, &kv->value) == QUILL_OK;
-    }
-    const int32_t sections[4] = {(int32_t)add_value, 0, 0, 0};
-    if (ok && add_key)
-        ok = add_sections ? quill_gguf_writer_add_arr(w, add_key, QUILL_GGUF_INT32, sections, 4) == QUILL_OK
-                          : quill_gguf_writer_add_u32(w, add_key, add_value) == QUILL_OK;
-    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
-        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
-        if (!drop_tensor || strcmp(t->name, drop_tensor))
-            ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
-    }
-    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
-    quill_gguf_writer_free(w);
-    quill_gguf_close(g);
-    return ok;
 }
 
 /* What these families' reference requires, or a tensor nothing would read, is refused naming the key or
