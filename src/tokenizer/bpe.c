@@ -696,10 +696,8 @@ static quill_status split_with(const bpe_model *b, const expr *e, split_state *s
 
 /* ---------------------------------------------------------------- merging */
 
-typedef struct {
-    int prev, next;
-    size_t start, n;    /* bytes of the word; n = 0 once merged into the left neighbour */
-} symbol;
+/* start and n: bytes of the word */
+typedef merge_symbol symbol;
 
 /* Pairs merge lowest rank first, then leftmost, as the reference's comparator orders them: the
  * merge heap's key is rank << 32 | left. */
@@ -741,18 +739,8 @@ static bool bpe_word(const quill_tokenizer *t, bpe_scratch *s, const char *w, si
     s->heap.n = 0;
     for (int i = 1; i < count; i++)
         if (!try_pair(b, s, w, i - 1, i)) return false;
-    while (s->heap.n) {
-        merge_pair bg = merge_heap_pop(&s->heap);
-        int left = merge_pair_left(bg);
-        symbol *l = &s->sym[left], *r = &s->sym[bg.right];
-        /* Stale when either side has changed since the pair was queued: a side only grows. */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->sym[r->next].prev = left;
-        if (!try_pair(b, s, w, l->prev, left) || !try_pair(b, s, w, left, l->next)) return false;
-    }
+    for (int left; (left = merge_heap_merge_next(&s->heap, s->sym)) >= 0;)
+        if (!try_pair(b, s, w, s->sym[left].prev, left) || !try_pair(b, s, w, left, s->sym[left].next)) return false;
     for (int i = 0; i != -1 && count; i = s->sym[i].next) {
         const char *p = w + s->sym[i].start;
         size_t sn = s->sym[i].n;

@@ -10,6 +10,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* A piece of the text being merged, linked to its neighbours; n = 0 once merged into its left one. */
+typedef struct {
+    int prev, next;
+    size_t start, n;
+} merge_symbol;
+
 typedef struct {
     uint64_t key;   /* priority << 32 | left symbol: the lowest key merges first */
     int32_t right;
@@ -55,6 +61,24 @@ static inline merge_pair merge_heap_pop(merge_heap *h) {
     }
     if (n) h->items[i] = last;
     return top;
+}
+
+/* Pops pairs until one is still valid (a side that changed since it was queued makes it stale: a
+ * side only grows), merges its right symbol into its left one and returns the left's index; -1
+ * once the heap is empty. The caller then queues the left symbol's new pairs with its neighbours. */
+static inline int merge_heap_merge_next(merge_heap *h, merge_symbol *sym) {
+    while (h->n) {
+        const merge_pair p = merge_heap_pop(h);
+        const int left = merge_pair_left(p);
+        merge_symbol *l = &sym[left], *r = &sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = left;
+        return left;
+    }
+    return -1;
 }
 
 #endif

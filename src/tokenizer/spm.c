@@ -7,10 +7,8 @@
 
 #include <string.h>
 
-typedef struct {
-    int prev, next;
-    size_t start, n;    /* bytes of the escaped fragment; n = 0 once merged into the left neighbour */
-} symbol;
+/* start and n: bytes of the escaped fragment */
+typedef merge_symbol symbol;
 
 static uint32_t score_bits(float f) {
     uint32_t u;
@@ -112,18 +110,8 @@ static quill_status merge_run(const quill_tokenizer *t, spm_scratch *s, int a, i
     s->heap.n = 0;
     for (int i = a + 1; i < b; i++)
         if (!try_bigram(t, s, i - 1, i)) goto oom;
-    while (s->heap.n) {
-        merge_pair bg = merge_heap_pop(&s->heap);
-        int left = merge_pair_left(bg);
-        symbol *l = &s->sym[left], *r = &s->sym[bg.right];
-        /* A pair is stale when either side has changed since it was queued. */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->sym[r->next].prev = left;
-        if (!try_bigram(t, s, l->prev, left) || !try_bigram(t, s, left, l->next)) goto oom;
-    }
+    for (int left; (left = merge_heap_merge_next(&s->heap, s->sym)) >= 0;)
+        if (!try_bigram(t, s, s->sym[left].prev, left) || !try_bigram(t, s, left, s->sym[left].next)) goto oom;
 
     for (int i = a; i != -1; i = s->sym[i].next) {
         const char *p = s->esc + s->sym[i].start;
