@@ -313,12 +313,16 @@ typedef struct {
     bool stream;
     char *text;         /* the reply's text */
     bool ok;
+    char why[200];      /* when not ok: the transport's failure, or the status and the reply's start */
 } client_job;
 
 static void *client_run(void *arg) {
     client_job *j = arg;
     http_resp r;
-    j->ok = http_do(j->port, "POST", j->path, NULL, j->body, strlen(j->body), 120, &r) && r.status == 200;
+    const bool sent = http_do(j->port, "POST", j->path, NULL, j->body, strlen(j->body), 120, &r);
+    j->ok = sent && r.status == 200;
+    if (!sent) snprintf(j->why, sizeof j->why, "no HTTP reply (connection failed, reset or timed out)");
+    else snprintf(j->why, sizeof j->why, "status %d: %.160s", r.status, r.body ? r.body : "");
     if (j->ok && j->stream) {
         char *finish;
         bool done;
@@ -386,11 +390,17 @@ TEST(server_concurrent_clients_match_alone) {
     for (int i = 0; i < N; i++) {
         if (ok && !(alone[i].ok && together[i].ok && !strcmp(alone[i].text, together[i].text))) {
             test_fail(__FILE__, __LINE__, "client %d (%s): alone \"%s\", together \"%s\"", i, together[i].body,
-                      alone[i].text ? alone[i].text : "(failed)", together[i].text ? together[i].text : "(failed)");
+                      alone[i].text ? alone[i].text : alone[i].why, together[i].text ? together[i].text : together[i].why);
             ok = false;
         }
         free(alone[i].text);
         free(together[i].text);
+    }
+    if (!ok && s.log[0]) {
+        size_t len = 0;
+        char *log = read_file(s.log, &len);
+        test_fail(__FILE__, __LINE__, "the server's log ends: %s", log ? log + (len > 1500 ? len - 1500 : 0) : "(none)");
+        free(log);
     }
     CHECK_EQ_INT(stop, 0);
 }

@@ -269,6 +269,29 @@ TEST(tool_calls_malformed_are_dropped) {
     CHECK(json_value_span("{\"a\": [1, 2.5e3, true, null, \"\\u00e9\"]} ", 39, &more) == 39, "a whole value");
 }
 
+/* A stream cut right after a comma inside a call object: the object is unfinished, not a call
+ * without a name (the fuzzer's find: `{"": "x",` was read as a whole call and failed the parse). */
+TEST(tool_calls_object_cut_after_a_comma) {
+    static const char *const replies[] = {"{\"\":\"x\",", "{\"a\": 1, ", "<tool_call>\n{\"b\": [1], ",
+                                          "{\"name\": \"get_weather\","};
+    static const tool_syntax syntaxes[] = {TOOL_SYNTAX_GENERIC, TOOL_SYNTAX_HERMES, TOOL_SYNTAX_LLAMA3,
+                                           TOOL_SYNTAX_MISTRAL, TOOL_SYNTAX_DEEPSEEK_V3, TOOL_SYNTAX_QWEN3_CODER};
+    for (size_t s = 0; s < sizeof syntaxes / sizeof syntaxes[0]; s++)
+        for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++)
+            for (int cut = 0; cut < 2; cut++) {
+                chat_syntax syn = {syntaxes[s], false};
+                chat_parse_options o = {.tools = true, .partial = !cut, .cut = cut};
+                chat_parse p;
+                quill_error err;
+                CHECK(chat_parse_output(&syn, &o, replies[i], strlen(replies[i]), &p, &err) == QUILL_OK,
+                      "syntax %d, [%s]: %s", (int)syntaxes[s], replies[i], err.message);
+                for (size_t c = 0; c < p.n_calls; c++)
+                    CHECK(!p.calls[c].complete, "syntax %d, [%s]: a cut-off object read as a whole call",
+                          (int)syntaxes[s], replies[i]);
+                chat_parse_free(&p);
+            }
+}
+
 TEST(tool_calls_grammar_text) {
     const char *names[] = {"get_weather", "say \"hi\""};
     chat_syntax syn = {TOOL_SYNTAX_HERMES, true};

@@ -333,7 +333,7 @@ static jscan read_call_object(parser *ps, const char *s, size_t n, size_t *i, co
     jscan r = J_MORE;
     for (;;) {
         k = skip_ws(s, n, k);
-        if (k >= n) break;
+        if (k >= n) { r = J_MORE; break; }   /* also after a comma: r still holds the last value's scan */
         if (s[k] == '}' && !args_open) {
             r = name && args_end ? J_OK : J_BAD;
             k++;
