@@ -14,6 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 QUILL=${QUILL:-$root/build/quill}
 REF=${REF:-$root/../shared/ref/bin}
+. "$root/bench/ref_dir.sh"
+REF=$(ref_usable "$REF")   # a copy whose library links are text files (bench/ref_dir.sh)
 DIR=${QUILL_BENCH_DIR:-$root/../quill-bench-models}
 SHARED=${QUILL_SHARED:-$root/../shared}
 PAIRS=${PAIRS:-3}

@@ -18,6 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 QUILL=${QUILL:-$root/build/quill}
 REF=${REF:-$root/../shared/ref/bin}
+. "$root/bench/ref_dir.sh"
+REF=$(ref_usable "$REF")   # a copy whose library links are text files (bench/ref_dir.sh)
 MODEL=${MODEL:-$root/../quill-bench-models/tinyllama-q4_0.gguf}
 TYPES=${TYPES:-f32 f16 q8_0}
 PAIRS=${PAIRS:-3}

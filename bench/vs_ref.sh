@@ -48,6 +48,8 @@ root=$(dirname "$here")
 QUILL=${QUILL:-$root/build/quill}
 QUILL_BATCHED=${QUILL_BATCHED:-$root/build/quill_batched}
 REF=${REF:-$root/../shared/ref/bin}
+. "$root/bench/ref_dir.sh"
+REF=$(ref_usable "$REF")   # a copy whose library links are text files (bench/ref_dir.sh)
 DIR=${QUILL_BENCH_DIR:-$root/../quill-bench-models}
 VOCAB=$root/../shared/tokenizer/ggml-vocab-llama-spm.gguf
 SHAPE=${SHAPE:-tinyllama}

@@ -8,8 +8,8 @@
 # the malformed corpus). New inputs go to a scratch corpus in build-fuzz/smoke/, never to the seeds.
 set -u
 cd "$(dirname "$0")/.."
-SECONDS_EACH=${FUZZ_SECONDS:-30}
-RUNS_EACH=${FUZZ_RUNS:-100000}
+SECONDS_EACH=${FUZZ_SECONDS:-120}
+RUNS_EACH=${FUZZ_RUNS:-60000}
 passed=0
 failed=0
 found=0

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The whole suite: the gcc build, then the same tests built with clang under AddressSanitizer and
-# UndefinedBehaviorSanitizer, then every fuzz target on 100000 inputs from a fixed seed, then the aarch64 compile,
+# UndefinedBehaviorSanitizer, then every fuzz target on 60000 inputs from a fixed seed, then the aarch64 compile,
 # then the aarch64 build's kernel tests and logits under qemu. Ends with the combined "N passed, N failed" line.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ else
 fi
 
 # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
-echo "== fuzz targets (clang libFuzzer, ${FUZZ_RUNS:-100000} inputs each, fixed seed) =="
+echo "== fuzz targets (clang libFuzzer, ${FUZZ_RUNS:-60000} inputs each, fixed seed) =="
 mkdir -p build-fuzz
 if make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
     ./fuzz/smoke.sh | tee build-fuzz/smoke.log

@@ -55,6 +55,25 @@ const char *tmp_dir(void);
 /* Runs a shell command, capturing stdout (and stderr when merge_stderr); returns the exit status. */
 int run_cmd(const char *cmd, char **out, bool merge_stderr);
 
+/* The suite's second run is the same tests built with AddressSanitizer and UndefinedBehaviorSanitizer:
+ * it is there for memory and undefined behaviour, the first run for results. Sweeps that run the
+ * same code again with other numbers (every kernel set, many seeds) run part of themselves under
+ * the sanitizers (ten times slower), so that the suite keeps to its time. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED 0
+#endif
+/* Whether a sweep over kernel sets runs `isa`: always, except under the sanitizers, where only the
+ * CPU's fastest set runs (every set's kernels, the scalar ones too, still meet the sanitizers in
+ * test_kernels*.c, and the scalar set is the one that runs 25x slower). */
+bool test_sweeps_set(const char *isa);
+
 /* Reproducible random test data: xorshift64 over a state each file seeds itself. */
 static inline uint32_t test_rand(uint64_t *state) {
     *state ^= *state << 13;

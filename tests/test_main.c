@@ -1,6 +1,7 @@
 /* Test runner: runs every registered test (or those whose name or file contains one of the
  * arguments) and ends with the line "N passed, N failed" that CI reads. */
 #include "test.h"
+#include "kernels/kernels.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -36,6 +37,12 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
 void test_skip(const char *why) {
     fprintf(stdout, "    skipped: %s\n", why);
     current_skipped = 1;
+}
+
+bool test_sweeps_set(const char *isa) {
+    if (!TEST_SANITIZED) return true;
+    const quill_kernels *k = quill_kernels_for(isa);
+    return k && k == quill_kernels_best();
 }
 
 const char *shared_dir(void) {

@@ -12,13 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZER_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZER_BUILD 1
-#endif
-#endif
 
 /* Runs a printf-formatted shell command with stderr merged into *out (which the caller frees). */
 __attribute__((format(printf, 2, 3))) static int sh(char **out, const char *fmt, ...) {
@@ -47,7 +40,7 @@ static const char *build_dir(void) {
 /* The packaging is the gcc build's: the sanitizer build links the library differently and
  * repeats the same files. */
 static bool packaging_build(void) {
-#ifdef SANITIZER_BUILD
+#if TEST_SANITIZED
     test_skip("packaging is tested by the gcc build's run of the suite");
     return false;
 #else

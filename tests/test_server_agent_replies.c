@@ -433,7 +433,8 @@ static char *template_path(const char *shared, size_t t) {
     return f ? strdup(out) : NULL;
 }
 
-enum { SEEDS = 6 };
+/* under the sanitizers every tool_choice once (test.h) */
+enum { SEEDS = TEST_SANITIZED ? N_CHOICES : 6 };
 
 TEST(server_agent_replies_property) {
     REQUIRE_SHARED(shared);

@@ -1,13 +1,16 @@
 // A bounded load test of quill serve, with node's own http module (no packages):
 //
 //   node tests/node/load.mjs --quill build/quill --model MODEL [--seconds 120] [--clients 32]
-//        [--slots 8] [--threads 2] [--seed 1] [--json]
+//        [--slots 8] [--threads 2] [--seed 1] [--min-completed 0] [--min-streamed 0]
+//        [--min-abandoned 0] [--json]
 //
 // It starts the server on 127.0.0.1 with an ephemeral port, answers each request of a fixed set
 // alone (the baselines: completions and chats, short and long prompts, greedy and seeded
 // sampling), then runs CLIENTS clients for SECONDS, each picking requests of the set at random:
 // streamed or not, some abandoned (the client closes the connection after a random delay or
-// after the first streamed event), a few malformed. It checks:
+// after the first streamed event), a few malformed. With --min-* the clients go on after SECONDS
+// until that many requests of each kind are done (at most 6x SECONDS in all), so that a slow
+// machine or build (the sanitizers) still carries the mix. It checks:
 //   - no error: every request carried through has status 200, every malformed one 400 with an
 //     error object, and the server exits 0 on SIGTERM at the end;
 //   - same answers: each completed answer (streamed ones joined) has the baseline's text and
@@ -23,7 +26,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
 const opt = { quill: 'build/quill', model: null, seconds: 120, clients: 32, slots: 8, threads: 2, seed: 1,
-              'rss-slack': 8, json: false };
+              'rss-slack': 8, 'min-completed': 0, 'min-streamed': 0, 'min-abandoned': 0, json: false };
 for (let i = 2; i < process.argv.length; i++) {
     const k = process.argv[i].replace(/^--/, '');
     if (!(k in opt)) fail_usage(`unknown option ${process.argv[i]}`);
@@ -35,7 +38,8 @@ for (let i = 2; i < process.argv.length; i++) {
 if (!opt.model) fail_usage('--model is required');
 function fail_usage(msg) {
     console.error(`load.mjs: ${msg}\nusage: node tests/node/load.mjs --quill BIN --model MODEL [--seconds N] ` +
-                  '[--clients N] [--slots N] [--threads N] [--seed N] [--rss-slack MiB] [--json]');
+                  '[--clients N] [--slots N] [--threads N] [--seed N] [--rss-slack MiB] [--min-completed N] ' +
+                  '[--min-streamed N] [--min-abandoned N] [--json]');
     process.exit(2);
 }
 
@@ -154,11 +158,14 @@ for (const s of specs) {
 // ------------------------------------------------------------------ the load
 const counts = { completed: 0, streamed: 0, abandoned: 0, malformed: 0, mismatched: 0, errors: 0 };
 const rss = [];
-const t_start = Date.now(), t_end = t_start + opt.seconds * 1000;
+const t_start = Date.now(), t_end = t_start + opt.seconds * 1000, t_cap = t_start + 6 * opt.seconds * 1000;
+const enough = () => counts.completed >= opt['min-completed'] && counts.streamed >= opt['min-streamed'] &&
+                     counts.abandoned >= opt['min-abandoned'];
+const going = () => Date.now() < t_end || (!enough() && Date.now() < t_cap);
 const sampler = setInterval(() => { const m = rss_mib(); if (m !== null) rss.push([Date.now() - t_start, m]); }, 250);
 
 async function client(id) {
-    while (Date.now() < t_end) {
+    while (going()) {
         const u = rnd();
         if (u < 0.03) {  // malformed: an error the client can act on, nothing more
             const r = await request(null, false, -1, pick(['{"messages": [', '{"messages": "x"}', '[1, 2', '{"max_tokens": -5}']));
@@ -189,6 +196,7 @@ async function client(id) {
 }
 await Promise.all(Array.from({ length: opt.clients }, (_, i) => client(i)));
 clearInterval(sampler);
+const seconds = (Date.now() - t_start) / 1000;
 
 // The slots come back once the abandoned requests are noticed.
 let health = null;
@@ -206,7 +214,7 @@ if (health?.slots_idle !== opt.slots) fail(`the slots did not come back: /health
 
 // Resident memory: the median of the second third against the median of the last third.
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.floor(s.length / 2)] : NaN; };
-const third = opt.seconds * 1000 / 3;
+const third = seconds * 1000 / 3;
 const mid = median(rss.filter(([t]) => t >= third && t < 2 * third).map(([, m]) => m));
 const last = median(rss.filter(([t]) => t >= 2 * third).map(([, m]) => m));
 const first = rss.length ? rss[0][1] : NaN, peak = Math.max(...rss.map(([, m]) => m));
@@ -222,12 +230,12 @@ if (exit.code !== 0) fail(`the server's exit: ${JSON.stringify(exit)}\n${log.sli
 if (counts.completed === 0) fail('no request completed');
 if (counts.errors) fail(`${counts.errors} request(s) failed`);
 
-const summary = { seconds: opt.seconds, clients: opt.clients, slots: opt.slots, ...counts,
+const summary = { seconds: +seconds.toFixed(1), clients: opt.clients, slots: opt.slots, ...counts,
                   rss_mib: { start: +first.toFixed(1), after_warmup: +mid.toFixed(1), end: +last.toFixed(1), peak: +peak.toFixed(1) },
                   failures };
 if (opt.json) console.log(JSON.stringify(summary));
 else {
-    console.log(`${opt.clients} clients, ${opt.seconds} s, ${opt.slots} slots: ${counts.completed} completed ` +
+    console.log(`${opt.clients} clients, ${seconds.toFixed(1)} s, ${opt.slots} slots: ${counts.completed} completed ` +
                 `(${counts.streamed} streamed), ${counts.abandoned} abandoned, ${counts.malformed} malformed, ` +
                 `${counts.mismatched} different from alone, ${counts.errors} errors`);
     console.log(`resident memory: ${first.toFixed(1)} MiB at start, ${mid.toFixed(1)} after the warm-up, ` +
