@@ -14,6 +14,7 @@
 #define MAX_DIM (1 << 20)
 #define MAX_LAYERS 4096
 
+static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err);
 static quill_status get_dim(const quill_gguf *g, const char *key, int64_t fallback, int64_t *out,
                             quill_error *err) {
     int64_t v;
@@ -122,7 +123,10 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
 #define KEY(suffix) akey(hp, suffix, key, sizeof key)
     /* (per-layer arrays: layer 0's value here, as the reference's n_head() reads it; model.c takes each layer's) */
     const bool arrays = a->per_layer_shapes;
-    if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
+    if (a->mamba2 && (s = mamba_dims(g, hp, err))) return s;
+    if (a->mamba2) {
+        /* (the per-layer values were read by mamba_dims) */
+    } else if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head, &hp->n_head_kv,
@@ -186,6 +190,37 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
 #undef KEY
     /* (Cohere 2's output is token_embd whatever output.weight the file has, as the reference reads it) */
     hp->tied_output = a->output_tied || quill_gguf_find_tensor(g, "output.weight") == NULL;
+    return QUILL_OK;
+}
+
+/* A Mamba-2 hybrid's sizes: attention.head_count_kv (0 on its recurrent layers) and
+ * feed_forward_length (0 on Nemotron-H's mixer and attention layers) per layer: the model's values
+ * are their largest (each layer's own are read with the layers, mamba.c). */
+static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
+    char key[96];
+    quill_status s;
+    if ((s = get_dim(g, akey(hp, "embedding_length", key, sizeof key), -1, &hp->n_embd, err)) ||
+        (s = get_dim(g, akey(hp, "block_count", key, sizeof key), -1, &hp->n_layer, err)) ||
+        (s = get_dim(g, akey(hp, "context_length", key, sizeof key), 2048, &hp->n_ctx_train, err)))
+        return s;
+    if (hp->n_layer > MAX_LAYERS)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
+                          hp->arch, (long long)hp->n_layer);
+    static const char *const suffixes[] = {"attention.head_count", "attention.head_count_kv", "feed_forward_length"};
+    int64_t *outs[] = {&hp->n_head, &hp->n_head_kv, &hp->n_ff};
+    for (int i = 0; i < 3; i++) {
+        *outs[i] = 0;
+        for (int64_t l = 0; l < hp->n_layer; l++) {
+            int64_t v;
+            if ((s = quill_mamba_layer_value(g, akey(hp, suffixes[i], key, sizeof key), hp->n_layer, l, i == 2 ? 0 : -1,
+                                             &v, err)))
+                return s;
+            if (v > *outs[i]) *outs[i] = v;
+        }
+    }
+    if (!hp->n_head || !hp->n_head_kv)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.head_count(_kv) has no layer with attention heads",
+                          quill_gguf_path(g), hp->arch);
     return QUILL_OK;
 }
 
@@ -469,7 +504,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
         L->rope_table = sliding && !a->swa_rope_global ? 1 : 0;
-        L->no_rope = (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned ||
+        L->no_rope = a->unroped || (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned ||
                      (a->global_unroped && swa && !sliding);
     }
     return QUILL_OK;
@@ -603,6 +638,37 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     return QUILL_OK;
 }
 
+/* Nemotron-H's layer l, one block after attn_norm: a Mamba-2 mixer, attention (q, k, v, output, their
+ * optional biases; no RoPE) or an ungated FFN (ffn_up, ffn_down, their optional biases). */
+static quill_status single_block_layer(quill_model *m, int64_t l, quill_error *err) {
+    quill_layer *L = &m->layers[l];
+    const int64_t d = m->hp.n_embd, q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+    quill_status s;
+    if ((s = load_vector(m, NAME("attn_norm.weight"), d, &L->attn_norm, err))) return s;
+    if (L->recurrent) return quill_mamba_bind_layer(m, l, err);
+    if (L->ffn_only) {
+        if ((s = bind_weight(m, NAME("ffn_up.weight"), d, L->n_ff, &L->w_up, err)) ||
+            (s = bind_weight(m, NAME("ffn_down.weight"), L->n_ff, d, &L->w_down, err)) ||
+            (s = load_optional(m, NAME("ffn_up.bias"), L->n_ff, &L->b_up, err)) ||
+            (s = load_optional(m, NAME("ffn_down.bias"), d, &L->b_down, err)))
+            return s;
+        return QUILL_OK;
+    }
+    if ((s = bind_weight(m, NAME("attn_q.weight"), d, q_dim, &L->wq, err)) ||
+        (s = bind_weight(m, NAME("attn_k.weight"), d, kv_dim, &L->wk, err)) ||
+        (s = bind_weight(m, NAME("attn_v.weight"), d, kv_dim, &L->wv, err)) ||
+        (s = bind_weight(m, NAME("attn_output.weight"), q_dim, d, &L->wo, err)) ||
+        (s = load_optional(m, NAME("attn_q.bias"), q_dim, &L->bq, err)) ||
+        (s = load_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk, err)) ||
+        (s = load_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv, err)) ||
+        (s = load_optional(m, NAME("attn_output.bias"), d, &L->bo, err)))
+        return s;
+#undef NAME
+    return QUILL_OK;
+}
+
 quill_status quill_model_load(const char *path, quill_model **out, quill_error *err) {
     *out = NULL;
     quill_model *m = calloc(1, sizeof *m);
@@ -619,7 +685,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if ((s = moe_params(m, err))) goto fail;
-    if (a->mtp_bound && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
+    if ((a->mtp_bound || a->mamba2) && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -646,6 +712,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
+    if (a->mamba2 && (s = quill_mamba_params(m, err))) goto fail;
     if (a->per_layer_shapes && (s = quill_per_layer_shapes(m, err))) goto fail;
     if (a->per_layer_inputs && (s = quill_per_layer_inputs_bind(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -660,7 +727,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
-        if (!a->per_layer_shapes) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
+        if (!a->per_layer_shapes && !a->mamba2) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
         const int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
         bool fused_qkv = false;
         if (L->kv_shared) {
@@ -671,10 +738,14 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (q_dim > m->ap.widest_q) m->ap.widest_q = q_dim;
         if (kv_dim > m->ap.widest_kv) m->ap.widest_kv = kv_dim;
-        if (L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
+        if (L->n_head_kv && L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
         if (L->n_ff > m->ap.widest_ff) m->ap.widest_ff = L->n_ff;
+        if (a->single_block) {
+            if ((s = single_block_layer(m, l, err))) goto fail;
+            continue;
+        }
         if (L->recurrent) {
-            if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
+            if ((s = a->mamba2 ? quill_mamba_bind_layer(m, l, err) : quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->mla) {
             if ((s = quill_mla_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {
