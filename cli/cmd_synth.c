@@ -127,6 +127,9 @@ static const synth_arch arches[] = {
     /* Nemotron-H / Nemotron Nano 2: Mamba-2 mixers, attention without RoPE, relu² FFNs, one block per
      * layer in the pattern M-M*- (synth_mamba_*) */
     {.name = "nemotron_h", .arch = "nemotron_h", .freq_base = 10000, .eps = 1e-5, .ctx = 131072},
+    /* Granite 4.0-H: Mamba-2 mixers and attention (M*MM*M...), each with a gated FFN, Granite's multipliers;
+     * --experts N --experts-used K: Tiny's kind, --ff-wide experts and a shared expert as wide */
+    {.name = "granitehybrid", .arch = "granitehybrid", .freq_base = 10000, .eps = 1e-5, .ctx = 131072, .tied = true},
 };
 
 /* DeepSeek 2/3 and GLM-4.5: their layers (leading dense ones, then experts with a shared one and the
@@ -385,13 +388,17 @@ typedef struct {
     int64_t inner, heads, groups, state, kernel;
 } synth_mamba;
 
-static bool synth_is_mamba(const synth_arch *a) { return !strcmp(a->arch, "nemotron_h"); }
+static bool synth_is_granite_hybrid(const synth_arch *a) { return !strcmp(a->arch, "granitehybrid"); }
+static bool synth_is_mamba(const synth_arch *a) { return !strcmp(a->arch, "nemotron_h") || synth_is_granite_hybrid(a); }
 
 /* Layer l's kind: 'M' a Mamba-2 mixer, '*' attention, '-' an FFN alone (Nemotron-H's pattern M-M*-
- * repeated, so that a few layers hold every kind) */
-static char synth_mamba_kind(int l) { return "M-M*-"[l % 5]; }
+ * repeated, so that a few layers hold every kind; Granite 4.0-H's M*M, each layer with its FFN) */
+static char synth_mamba_kind(const synth_arch *a, int l) {
+    return synth_is_granite_hybrid(a) ? "M*M"[l % 3] : "M-M*-"[l % 5];
+}
 
-static bool synth_mamba_keys(quill_gguf_writer *w, const char *arch, const synth_preset *hp, const synth_mamba *m) {
+static bool synth_mamba_keys(quill_gguf_writer *w, const synth_arch *a, const synth_preset *hp, const synth_mamba *m) {
+    const char *arch = a->arch;
     char key[128];
 #define MKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     bool bad = quill_gguf_writer_add_u32(w, MKEY("ssm.conv_kernel"), (uint32_t)m->kernel) != QUILL_OK;
@@ -402,24 +409,27 @@ static bool synth_mamba_keys(quill_gguf_writer *w, const char *arch, const synth
     int32_t kv[1024], ff[1024];
     const int n = (int)hp->n_layer;
     for (int l = 0; l < n; l++) {
-        kv[l] = synth_mamba_kind(l) == '*' ? (int32_t)hp->n_head_kv : 0;
-        ff[l] = synth_mamba_kind(l) == '-' ? (int32_t)hp->n_ff : 0;
+        kv[l] = synth_mamba_kind(a, l) == '*' ? (int32_t)hp->n_head_kv : 0;
+        ff[l] = synth_mamba_kind(a, l) == '-' ? (int32_t)hp->n_ff : 0;
     }
     bad |= quill_gguf_writer_add_arr(w, MKEY("attention.head_count_kv"), QUILL_GGUF_INT32, kv, n) != QUILL_OK;
-    bad |= quill_gguf_writer_add_arr(w, MKEY("feed_forward_length"), QUILL_GGUF_INT32, ff, n) != QUILL_OK;
+    if (synth_is_granite_hybrid(a))
+        bad |= quill_gguf_writer_add_u32(w, MKEY("feed_forward_length"), (uint32_t)hp->n_ff) != QUILL_OK;
+    else
+        bad |= quill_gguf_writer_add_arr(w, MKEY("feed_forward_length"), QUILL_GGUF_INT32, ff, n) != QUILL_OK;
 #undef MKEY
     return !bad;
 }
 
 /* One Nemotron-H layer's tensors, of its kind */
-static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_preset *hp, int64_t head_dim,
-                              const synth_mamba *m, int l) {
+static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_arch *a, const synth_preset *hp,
+                              int64_t head_dim, const synth_mamba *m, int64_t n_expert, int l) {
     const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
     const int64_t d = hp->n_embd, q_dim = hp->n_head * head_dim, kv_dim = hp->n_head_kv * head_dim;
     const int64_t conv_dim = m->inner + 2 * m->groups * m->state;
 #define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
     synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
-    switch (synth_mamba_kind(l)) {
+    switch (synth_mamba_kind(a, l)) {
     case 'M':
         synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * m->inner + 2 * m->groups * m->state + m->heads,
                   "blk.%d.ssm_in.weight", l);
@@ -442,6 +452,26 @@ static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const s
         synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
         synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
     }
+    if (!synth_is_granite_hybrid(a)) return;
+    /* Granite 4.0-H: every layer's gated FFN, or its experts and a shared expert */
+    const int64_t ff = hp->n_ff, E = n_expert;
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
+    if (!E) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down.weight", l);
+        return;
+    }
+    synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_shexp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_shexp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_shexp.weight", l);
 #undef SPREAD
 }
 
@@ -656,7 +686,9 @@ static int synth_usage(FILE *f) {
             "  sigmoid router with a selection bias, a shared expert, --dense-lead N (1) dense layers, --mtp N),\n"
             "  glm4moe (biases, half the head rotated, 128 experts, 8 used, sigmoid router, shared expert,\n"
             "  --dense-lead, --mtp), nemotron_h (Mamba-2 mixers of 2 --embd in --heads heads, 2 groups, state 16,\n"
-            "  attention without RoPE and relu² FFNs, one kind per layer in the pattern M-M*-),\n"
+            "  attention without RoPE and relu² FFNs, one kind per layer in the pattern M-M*-), granitehybrid\n"
+            "  (Granite 4.0-H: those mixers and attention, M*M repeated, each layer with its FFN, Granite's\n"
+            "  multipliers; --experts N --experts-used K: experts as wide as --ff and a shared expert),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -709,7 +741,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, granitehybrid)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -825,7 +857,9 @@ int cmd_synth(int argc, char **argv) {
     synth_hybrid hybrid = synth_hybrid_sizes(&hp, head_dim, is_hybrid ? mtp : 0);
     const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
     const int64_t n_used = used_opt ? used_opt : arch->experts_used;
-    if ((experts_opt || used_opt || expert_ff) && !arch->experts)
+    if (synth_is_granite_hybrid(arch) && (expert_ff || !experts_opt != !used_opt))
+        return cli_fail("synth: granitehybrid's experts are --ff wide: give --experts and --experts-used");
+    if ((experts_opt || used_opt || expert_ff) && !arch->experts && !synth_is_granite_hybrid(arch))
         return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe, qwen2moe, llama-moe, gpt-oss, "
                         "qwen35moe and qwen3next");
     if (n_used > n_expert)
@@ -906,7 +940,7 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp + router.mtp)) != QUILL_OK;
         if (g4) bad |= !synth_gemma4_keys(w, arch->arch, &hp, &gemma4);
-        if (is_mamba) bad |= !synth_mamba_keys(w, arch->arch, &hp, &mamba);
+        if (is_mamba) bad |= !synth_mamba_keys(w, arch, &hp, &mamba);
         if (!g4 && !is_mamba) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
         if (!g4)
             bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
@@ -928,7 +962,7 @@ int cmd_synth(int argc, char **argv) {
         if (synth_is_cohere2(arch)) bad |= quill_gguf_writer_add_f32(w, KEY("logit_scale"), 0.25f) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
         if (n_expert) {
-            if (arch->shared_expert)
+            if (arch->shared_expert || synth_is_granite_hybrid(arch))
                 bad |= quill_gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)hp.n_ff) !=
                        QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)n_expert) != QUILL_OK;
@@ -961,7 +995,7 @@ int cmd_synth(int argc, char **argv) {
         }
         if (!strcmp(arch->arch, "llama"))
             bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
-        if (!strcmp(arch->arch, "granite")) bad |= !synth_granite_keys(w, arch->arch);
+        if (!strcmp(arch->arch, "granite") || synth_is_granite_hybrid(arch)) bad |= !synth_granite_keys(w, arch->arch);
         if (!strcmp(arch->arch, "mistral3")) bad |= !synth_mistral3_keys(w, arch->arch);
         for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {
             const quill_gguf_kv *kv = quill_gguf_kv_at(vocab, i);
@@ -1017,7 +1051,8 @@ int cmd_synth(int argc, char **argv) {
     if (g4) synth_gemma4_tensors(ts, &nt, wtype, &hp, &gemma4, n_vocab, factors);
     for (int l = 0; router_family && l < (int)(hp.n_layer + router.mtp); l++)
         synth_router_layer(ts, &nt, wtype, arch, &hp, &router, head_dim, n_expert, ff_exp, l, l >= hp.n_layer);
-    for (int l = 0; is_mamba && l < (int)hp.n_layer; l++) synth_mamba_layer(ts, &nt, wtype, &hp, head_dim, &mamba, l);
+    for (int l = 0; is_mamba && l < (int)hp.n_layer; l++)
+        synth_mamba_layer(ts, &nt, wtype, arch, &hp, head_dim, &mamba, n_expert, l);
     for (int l = 0; !is_hybrid && !g4 && !router_family && !is_mamba && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);

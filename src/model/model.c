@@ -329,14 +329,16 @@ static quill_status granite_multipliers(quill_model *m, bool *rope_finetuned, qu
     for (int i = 0; i < 4; i++) {
         snprintf(key, sizeof key, "%s.%s", name, keys[i]);
         quill_status s = quill_gguf_get_f64(m->gguf, key, &v[i], err);
-        if (s == QUILL_E_NOT_FOUND && i == 0)
+        if (s == QUILL_E_NOT_FOUND && i == 0 && m->arch->mamba2) {
+            s = QUILL_OK; /* (optional in Granite 4.0-H: the logits as they are) */
+        } else if (s == QUILL_E_NOT_FOUND && i == 0)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s is missing (a %s model divides its logits by it)", path, key,
                               name);
         if (s && s != QUILL_E_NOT_FOUND) return s;
-        if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0))
+        if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0 && !m->arch->mamba2))
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, v[i]);
     }
-    ap->logit_multiplier = 1.0f / (float)v[0];
+    ap->logit_multiplier = v[0] ? 1.0f / (float)v[0] : 0.0f;
     ap->embd_scale = (float)v[1];
     ap->residual_scale = (float)v[2];
     if (v[3] != 0) ap->attn_scale = (float)v[3];
@@ -584,7 +586,8 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         (s = expert_key(m, "expert_feed_forward_length", &ff_exp, err)) ||
         (s = expert_key(m, "expert_shared_feed_forward_length", &ap->n_ff_shexp, err)))
         return s;
-    if (!a->shared_expert) ap->n_ff_shexp = 0;
+    /* (Granite 4.0-H: a shared expert, ungated, where the file names its width) */
+    if (!a->shared_expert && !a->mamba2) ap->n_ff_shexp = 0;
     ap->gating = a->gating;
     ap->norm_w = a->norm_expert_weights;
     if (a->ffn == QUILL_FFN_DENSE) return QUILL_OK;
