@@ -129,6 +129,11 @@ static const synth_arch arches[] = {
     {.name = "nemotron_h", .arch = "nemotron_h", .freq_base = 10000, .eps = 1e-5, .ctx = 131072},
     /* Granite 4.0-H: Mamba-2 mixers and attention (M*MM*M...), each with a gated FFN, Granite's multipliers;
      * --experts N --experts-used K: Tiny's kind, --ff-wide experts and a shared expert as wide */
+    /* Nemotron 3 Nano 30B-A3B: Nemotron-H's layers, its FFN layers 128 experts (6 used, expert_feed_forward_length
+     * wide) of relu(up)² with a sigmoid router and a selection bias, weights normalised and scaled by 2.5, a shared
+     * expert --ff wide */
+    {.name = "nemotron_h_moe", .arch = "nemotron_h_moe", .freq_base = 10000, .eps = 1e-5, .ctx = 262144, .experts = 128,
+     .experts_used = 6, .expert_ff_key = true, .shared_expert = true},
     {.name = "granitehybrid", .arch = "granitehybrid", .freq_base = 10000, .eps = 1e-5, .ctx = 131072, .tied = true},
 };
 
@@ -389,7 +394,9 @@ typedef struct {
 } synth_mamba;
 
 static bool synth_is_granite_hybrid(const synth_arch *a) { return !strcmp(a->arch, "granitehybrid"); }
-static bool synth_is_mamba(const synth_arch *a) { return !strcmp(a->arch, "nemotron_h") || synth_is_granite_hybrid(a); }
+static bool synth_is_mamba(const synth_arch *a) {
+    return !strcmp(a->arch, "nemotron_h") || !strcmp(a->arch, "nemotron_h_moe") || synth_is_granite_hybrid(a);
+}
 
 /* Layer l's kind: 'M' a Mamba-2 mixer, '*' attention, '-' an FFN alone (Nemotron-H's pattern M-M*-
  * repeated, so that a few layers hold every kind; Granite 4.0-H's M*M, each layer with its FFN) */
@@ -423,7 +430,7 @@ static bool synth_mamba_keys(quill_gguf_writer *w, const synth_arch *a, const sy
 
 /* One Nemotron-H layer's tensors, of its kind */
 static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_arch *a, const synth_preset *hp,
-                              int64_t head_dim, const synth_mamba *m, int64_t n_expert, int l) {
+                              int64_t head_dim, const synth_mamba *m, int64_t n_expert, int64_t ff_exp, int l) {
     const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
     const int64_t d = hp->n_embd, q_dim = hp->n_head * head_dim, kv_dim = hp->n_head_kv * head_dim;
     const int64_t conv_dim = m->inner + 2 * m->groups * m->state;
@@ -449,6 +456,19 @@ static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const s
         synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
         break;
     default:
+        if (n_expert) {
+            /* Nemotron 3 Nano: the router (f32) and its selection bias, ungated experts, an ungated shared expert */
+            const int64_t E = n_expert, sh = hp->n_ff;
+            synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
+            synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, E, 0, "blk.%d.exp_probs_b.bias", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_up_shexp.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(sh), sh, d, "blk.%d.ffn_down_shexp.weight", l);
+            break;
+        }
         synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
         synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
     }
@@ -686,7 +706,9 @@ static int synth_usage(FILE *f) {
             "  sigmoid router with a selection bias, a shared expert, --dense-lead N (1) dense layers, --mtp N),\n"
             "  glm4moe (biases, half the head rotated, 128 experts, 8 used, sigmoid router, shared expert,\n"
             "  --dense-lead, --mtp), nemotron_h (Mamba-2 mixers of 2 --embd in --heads heads, 2 groups, state 16,\n"
-            "  attention without RoPE and relu² FFNs, one kind per layer in the pattern M-M*-), granitehybrid\n"
+            "  attention without RoPE and relu² FFNs, one kind per layer in the pattern M-M*-), nemotron_h_moe\n"
+            "  (those layers, the FFN ones 128 experts, 6 used, of relu(up)², a sigmoid router with a selection\n"
+            "  bias, a shared expert --ff wide), granitehybrid\n"
             "  (Granite 4.0-H: those mixers and attention, M*M repeated, each layer with its FFN, Granite's\n"
             "  multipliers; --experts N --experts-used K: experts as wide as --ff and a shared expert),\n"
             "  each with the hyperparameter keys its published files carry.\n"
@@ -741,7 +763,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, granitehybrid)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe, granitehybrid)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -941,6 +963,12 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp + router.mtp)) != QUILL_OK;
         if (g4) bad |= !synth_gemma4_keys(w, arch->arch, &hp, &gemma4);
         if (is_mamba) bad |= !synth_mamba_keys(w, arch, &hp, &mamba);
+        if (!strcmp(arch->arch, "nemotron_h_moe")) {
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_shared_count"), 1) != QUILL_OK;
+            bad |= quill_gguf_writer_add_bool(w, KEY("expert_weights_norm"), true) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("expert_weights_scale"), 2.5f) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_gating_func"), 2) != QUILL_OK;
+        }
         if (!g4 && !is_mamba) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
         if (!g4)
             bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
@@ -1052,7 +1080,7 @@ int cmd_synth(int argc, char **argv) {
     for (int l = 0; router_family && l < (int)(hp.n_layer + router.mtp); l++)
         synth_router_layer(ts, &nt, wtype, arch, &hp, &router, head_dim, n_expert, ff_exp, l, l >= hp.n_layer);
     for (int l = 0; is_mamba && l < (int)hp.n_layer; l++)
-        synth_mamba_layer(ts, &nt, wtype, arch, &hp, head_dim, &mamba, n_expert, l);
+        synth_mamba_layer(ts, &nt, wtype, arch, &hp, head_dim, &mamba, n_expert, ff_exp, l);
     for (int l = 0; !is_hybrid && !g4 && !router_family && !is_mamba && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);

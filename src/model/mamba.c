@@ -86,6 +86,14 @@ quill_status quill_mamba_params(quill_model *m, quill_error *err) {
                           "those of its %lld groups (ssm.group_count)",
                           path, arch, (long long)ap->ssm_inner, (long long)ap->ssm_v_heads, (long long)ap->ssm_k_heads);
     ap->ssm_conv_dim = ap->ssm_inner + 2 * ap->ssm_k_heads * ap->ssm_state;
+    char latent_key[128];
+    int64_t latent = 0;
+    snprintf(latent_key, sizeof latent_key, "%s.moe_latent_size", arch);
+    if ((s = quill_gguf_get_i64(g, latent_key, &latent, err)) && s != QUILL_E_NOT_FOUND) return s;
+    if (latent > 0)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "%s: %s = %lld: experts in a latent space (ffn_latent_down/up) are not implemented", path,
+                          latent_key, (long long)latent);
     char kv_key[128], ff_key[128], head_key[128];
     snprintf(kv_key, sizeof kv_key, "%s.attention.head_count_kv", arch);
     snprintf(ff_key, sizeof ff_key, "%s.feed_forward_length", arch);

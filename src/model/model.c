@@ -545,6 +545,7 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: %s.expert_gating_func = %lld: quill implements 1 (softmax) and 2 (sigmoid)", path, name,
                           (long long)func);
+    if (m->arch->mamba2) ap->gating = QUILL_GATING_SIGMOID; /* (Nemotron's router, whatever the key says) */
     if (lead > m->hp.n_layer)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.leading_dense_block_count = %lld is more than the %lld layers", path,
                           name, (long long)lead, (long long)m->hp.n_layer);
@@ -625,7 +626,11 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     ap->n_expert = n_expert;
     ap->n_expert_used = n_used;
     ap->n_ff_exp = ff_exp;
-    if (a->router_keys) {
+    if (a->router_keys && a->mamba2) {
+        /* (Nemotron 3 Nano: the shared expert is expert_shared_feed_forward_length wide) */
+        if (ap->n_ff_shexp <= 0)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_shared_feed_forward_length is missing", path, name);
+    } else if (a->router_keys) {
         int64_t shared = 0;
         if ((s = expert_key(m, "expert_shared_count", &shared, err))) return s;
         if (shared > 64)
@@ -651,6 +656,20 @@ static quill_status single_block_layer(quill_model *m, int64_t l, quill_error *e
     quill_status s;
     if ((s = load_vector(m, NAME("attn_norm.weight"), d, &L->attn_norm, err))) return s;
     if (L->recurrent) return quill_mamba_bind_layer(m, l, err);
+    if (L->ffn_only && m->ap.n_expert) {
+        /* Nemotron 3 Nano: a sigmoid router with a selection bias over experts of relu(up)², and an ungated
+         * shared expert of the same kind */
+        const int64_t E = m->ap.n_expert, ff = m->ap.n_ff_exp, sh = m->ap.n_ff_shexp;
+        L->ffn = QUILL_FFN_MOE_SHARED;
+        if ((s = bind_weight(m, NAME("ffn_gate_inp.weight"), d, E, &L->w_router, err)) ||
+            (s = load_vector(m, NAME("exp_probs_b.bias"), E, &L->probs_bias, err)) ||
+            (s = bind_tensor(m, NAME("ffn_up_exps.weight"), d, ff, E, &L->w_up, err)) ||
+            (s = bind_tensor(m, NAME("ffn_down_exps.weight"), ff, d, E, &L->w_down, err)) ||
+            (s = bind_weight(m, NAME("ffn_up_shexp.weight"), d, sh, &L->w_up_shexp, err)) ||
+            (s = bind_weight(m, NAME("ffn_down_shexp.weight"), sh, d, &L->w_down_shexp, err)))
+            return s;
+        return QUILL_OK;
+    }
     if (L->ffn_only) {
         if ((s = bind_weight(m, NAME("ffn_up.weight"), d, L->n_ff, &L->w_up, err)) ||
             (s = bind_weight(m, NAME("ffn_down.weight"), L->n_ff, d, &L->w_down, err)) ||
