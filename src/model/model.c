@@ -218,9 +218,10 @@ static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_err
             if (v > *outs[i]) *outs[i] = v;
         }
     }
-    if (!hp->n_head || !hp->n_head_kv)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.head_count(_kv) has no layer with attention heads",
-                          quill_gguf_path(g), hp->arch);
+    if (!hp->n_head)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.head_count is 0 on every layer", quill_gguf_path(g),
+                          hp->arch);
+    if (!hp->n_head_kv) hp->n_head_kv = hp->n_head; /* (no attention layer: nothing reads it) */
     return QUILL_OK;
 }
 

@@ -236,7 +236,8 @@ typedef struct {
     float *ple_norm;               /* per_layer_inputs: post_norm [n_embd] */
     size_t kv_offset;              /* where its KV cache starts: the KV widths (n_head_kv · head_dim) of the
                                     * layers before it that have one (context.h's quill_kv_at) */
-    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention: no KV cache */
+    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c), or with mamba2 a Mamba-2 mixer (mamba.c),
+                                    * instead of attention: no KV cache */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
     float *ssm_conv;               /* [conv channels][kernel] */

@@ -1,4 +1,4 @@
-/* The recurrent state of the hybrid architectures' DeltaNet layers, per sequence: its memory, its
+/* The recurrent state of the hybrid architectures' DeltaNet or Mamba-2 layers, per sequence: its memory, its
  * checkpoints, and going back to an earlier position (recurrent.h says how). */
 #include "model/recurrent.h"
 #include "base/error.h"

@@ -1,5 +1,7 @@
-/* Hybrid architectures (Qwen 3.5, Qwen3-Next): the Gated DeltaNet layers (deltanet.c) and the
- * recurrent state they keep per sequence (recurrent.c).
+/* Hybrid architectures (Qwen 3.5, Qwen3-Next; Nemotron-H, Granite 4.0-H): the Gated DeltaNet layers
+ * (deltanet.c) or the Mamba-2 mixers (mamba.c), and the recurrent state they keep per sequence
+ * (recurrent.c). A Mamba-2 layer keeps the same two parts: its convolution's last inputs (over the
+ * xBC channels) and S [d_inner][state].
  *
  * A DeltaNet layer keeps, per sequence, the last kernel - 1 inputs of its causal convolution
  * ([conv channels][kernel - 1]) and one state matrix per value head ([head][v][k], the reference's
@@ -24,9 +26,9 @@ typedef struct {
 } quill_checkpoint;
 
 struct quill_recurrent {
-    int n_rec;                  /* DeltaNet layers */
+    int n_rec;                  /* DeltaNet (or Mamba-2) layers */
     int *rec_index;             /* [n_layer] the layer's index among them, or -1 */
-    int64_t conv_elems, ssm_elems; /* per sequence and DeltaNet layer */
+    int64_t conv_elems, ssm_elems; /* per sequence and recurrent layer */
     size_t elem;                /* sizeof(float), or sizeof(double) on the reference path */
     size_t seq_bytes;           /* one sequence's whole state */
     uint8_t *state;             /* [n_seq][seq_bytes]: per sequence, the layers' conv states, then their matrices */
