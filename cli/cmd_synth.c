@@ -124,6 +124,17 @@ static const synth_arch arches[] = {
      * with a selection bias, one shared expert, a leading dense layer (synth_router_family) */
     {.name = "glm4moe", .arch = "glm4moe", .freq_base = 1000000, .eps = 1e-5, .ctx = 131072, .qkv_bias = true,
      .experts = 128, .experts_used = 8, .expert_ff_key = true},
+    /* Nemotron-H / Nemotron Nano 2: Mamba-2 mixers, attention without RoPE, relu² FFNs, one block per
+     * layer in the pattern M-M*- (synth_mamba_*) */
+    {.name = "nemotron_h", .arch = "nemotron_h", .freq_base = 10000, .eps = 1e-5, .ctx = 131072},
+    /* Granite 4.0-H: Mamba-2 mixers and attention (M*MM*M...), each with a gated FFN, Granite's multipliers;
+     * --experts N --experts-used K: Tiny's kind, --ff-wide experts and a shared expert as wide */
+    /* Nemotron 3 Nano 30B-A3B: Nemotron-H's layers, its FFN layers 128 experts (6 used, expert_feed_forward_length
+     * wide) of relu(up)² with a sigmoid router and a selection bias, weights normalised and scaled by 2.5, a shared
+     * expert --ff wide */
+    {.name = "nemotron_h_moe", .arch = "nemotron_h_moe", .freq_base = 10000, .eps = 1e-5, .ctx = 262144, .experts = 128,
+     .experts_used = 6, .expert_ff_key = true, .shared_expert = true},
+    {.name = "granitehybrid", .arch = "granitehybrid", .freq_base = 10000, .eps = 1e-5, .ctx = 131072, .tied = true},
 };
 
 /* DeepSeek 2/3 and GLM-4.5: their layers (leading dense ones, then experts with a shared one and the
@@ -374,6 +385,116 @@ static void synth_gemma4_tensors(synth_tensor *ts, int *nt, uint32_t wtype, cons
 #undef SPREAD
 }
 
+/* ---------------------------------------------------------------- Mamba-2 hybrids */
+
+/* The Mamba-2 sizes synth gives: d_inner twice n_embd in --heads heads, 2 groups, a state of 16, four
+ * taps (Nemotron-H's and Granite 4.0-H's proportions, smaller). */
+typedef struct {
+    int64_t inner, heads, groups, state, kernel;
+} synth_mamba;
+
+static bool synth_is_granite_hybrid(const synth_arch *a) { return !strcmp(a->arch, "granitehybrid"); }
+static bool synth_is_mamba(const synth_arch *a) {
+    return !strcmp(a->arch, "nemotron_h") || !strcmp(a->arch, "nemotron_h_moe") || synth_is_granite_hybrid(a);
+}
+
+/* Layer l's kind: 'M' a Mamba-2 mixer, '*' attention, '-' an FFN alone (Nemotron-H's pattern M-M*-
+ * repeated, so that a few layers hold every kind; Granite 4.0-H's M*M, each layer with its FFN) */
+static char synth_mamba_kind(const synth_arch *a, int l) {
+    return synth_is_granite_hybrid(a) ? "M*M"[l % 3] : "M-M*-"[l % 5];
+}
+
+static bool synth_mamba_keys(quill_gguf_writer *w, const synth_arch *a, const synth_preset *hp, const synth_mamba *m) {
+    const char *arch = a->arch;
+    char key[128];
+#define MKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    bool bad = quill_gguf_writer_add_u32(w, MKEY("ssm.conv_kernel"), (uint32_t)m->kernel) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, MKEY("ssm.state_size"), (uint32_t)m->state) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, MKEY("ssm.group_count"), (uint32_t)m->groups) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, MKEY("ssm.time_step_rank"), (uint32_t)m->heads) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, MKEY("ssm.inner_size"), (uint32_t)m->inner) != QUILL_OK;
+    int32_t kv[1024], ff[1024];
+    const int n = (int)hp->n_layer;
+    for (int l = 0; l < n; l++) {
+        kv[l] = synth_mamba_kind(a, l) == '*' ? (int32_t)hp->n_head_kv : 0;
+        ff[l] = synth_mamba_kind(a, l) == '-' ? (int32_t)hp->n_ff : 0;
+    }
+    bad |= quill_gguf_writer_add_arr(w, MKEY("attention.head_count_kv"), QUILL_GGUF_INT32, kv, n) != QUILL_OK;
+    if (synth_is_granite_hybrid(a))
+        bad |= quill_gguf_writer_add_u32(w, MKEY("feed_forward_length"), (uint32_t)hp->n_ff) != QUILL_OK;
+    else
+        bad |= quill_gguf_writer_add_arr(w, MKEY("feed_forward_length"), QUILL_GGUF_INT32, ff, n) != QUILL_OK;
+#undef MKEY
+    return !bad;
+}
+
+/* One Nemotron-H layer's tensors, of its kind */
+static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_arch *a, const synth_preset *hp,
+                              int64_t head_dim, const synth_mamba *m, int64_t n_expert, int64_t ff_exp, int l) {
+    const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
+    const int64_t d = hp->n_embd, q_dim = hp->n_head * head_dim, kv_dim = hp->n_head_kv * head_dim;
+    const int64_t conv_dim = m->inner + 2 * m->groups * m->state;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
+    switch (synth_mamba_kind(a, l)) {
+    case 'M':
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 2 * m->inner + 2 * m->groups * m->state + m->heads,
+                  "blk.%d.ssm_in.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(m->kernel), m->kernel, conv_dim, "blk.%d.ssm_conv1d.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, conv_dim, 0, "blk.%d.ssm_conv1d.bias", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 1.0f, m->heads, 0, "blk.%d.ssm_dt.bias", l);
+        /* A = -exp(A_log): negative; ssm_a and ssm_d are [1][heads] */
+        synth_add(ts, nt, QUILL_TYPE_F32, -1.0f, 0.5f, 1, m->heads, "blk.%d.ssm_a", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, 0.5f, 1, m->heads, "blk.%d.ssm_d", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, m->inner / m->groups, m->groups, "blk.%d.ssm_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(m->inner), m->inner, d, "blk.%d.ssm_out.weight", l);
+        break;
+    case '*':
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, q_dim, "blk.%d.attn_q.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_k.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_v.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(q_dim), q_dim, d, "blk.%d.attn_output.weight", l);
+        break;
+    default:
+        if (n_expert) {
+            /* Nemotron 3 Nano: the router (f32) and its selection bias, ungated experts, an ungated shared expert */
+            const int64_t E = n_expert, sh = hp->n_ff;
+            synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
+            synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, E, 0, "blk.%d.exp_probs_b.bias", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
+            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_up_shexp.weight", l);
+            synth_add(ts, nt, wtype, 0.0f, SPREAD(sh), sh, d, "blk.%d.ffn_down_shexp.weight", l);
+            break;
+        }
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+    }
+    if (!synth_is_granite_hybrid(a)) return;
+    /* Granite 4.0-H: every layer's gated FFN, or its experts and a shared expert */
+    const int64_t ff = hp->n_ff, E = n_expert;
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
+    if (!E) {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down.weight", l);
+        return;
+    }
+    synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
+    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_shexp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_shexp.weight", l);
+    synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_shexp.weight", l);
+#undef SPREAD
+}
+
 /* ---------------------------------------------------------------- qwen35 (hybrid) */
 
 /* The DeltaNet sizes synth gives a hybrid model: a state of half a head, the KV heads' count of key
@@ -584,7 +705,12 @@ static int synth_usage(FILE *f) {
             "  --kv-b: the older attn_kv_b; --yarn: V3's YaRN; 256 experts, 8 used, --groups G,U (8,4), a\n"
             "  sigmoid router with a selection bias, a shared expert, --dense-lead N (1) dense layers, --mtp N),\n"
             "  glm4moe (biases, half the head rotated, 128 experts, 8 used, sigmoid router, shared expert,\n"
-            "  --dense-lead, --mtp),\n"
+            "  --dense-lead, --mtp), nemotron_h (Mamba-2 mixers of 2 --embd in --heads heads, 2 groups, state 16,\n"
+            "  attention without RoPE and relu² FFNs, one kind per layer in the pattern M-M*-), nemotron_h_moe\n"
+            "  (those layers, the FFN ones 128 experts, 6 used, of relu(up)², a sigmoid router with a selection\n"
+            "  bias, a shared expert --ff wide), granitehybrid\n"
+            "  (Granite 4.0-H: those mixers and attention, M*M repeated, each layer with its FFN, Granite's\n"
+            "  multipliers; --experts N --experts-used K: experts as wide as --ff and a shared expert),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -637,7 +763,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe, granitehybrid)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -745,11 +871,17 @@ int cmd_synth(int argc, char **argv) {
         return cli_fail("synth: the head dimension %" PRId64 " must be even (RoPE)", head_dim);
     const bool write_head_dim = arch->head_dim_num || head_dim_opt;
     const int64_t window = window_opt > 0 ? window_opt : arch->window;
-    const bool is_hybrid = synth_is_hybrid(arch);
+    const bool is_hybrid = synth_is_hybrid(arch), is_mamba = synth_is_mamba(arch);
+    const synth_mamba mamba = {2 * hp.n_embd, hp.n_head, 2, 16, 4};
+    if (is_mamba && (mamba.inner % (mamba.heads * mamba.groups) || mamba.heads % mamba.groups))
+        return cli_fail("synth: --heads %" PRId64 " must be even and divide 2 x --embd (the Mamba-2 heads and groups)",
+                        hp.n_head);
     synth_hybrid hybrid = synth_hybrid_sizes(&hp, head_dim, is_hybrid ? mtp : 0);
     const int64_t n_expert = experts_opt ? experts_opt : arch->experts;
     const int64_t n_used = used_opt ? used_opt : arch->experts_used;
-    if ((experts_opt || used_opt || expert_ff) && !arch->experts)
+    if (synth_is_granite_hybrid(arch) && (expert_ff || !experts_opt != !used_opt))
+        return cli_fail("synth: granitehybrid's experts are --ff wide: give --experts and --experts-used");
+    if ((experts_opt || used_opt || expert_ff) && !arch->experts && !synth_is_granite_hybrid(arch))
         return cli_fail("synth: --experts, --experts-used and --expert-ff are for qwen3moe, qwen2moe, llama-moe, gpt-oss, "
                         "qwen35moe and qwen3next");
     if (n_used > n_expert)
@@ -830,7 +962,14 @@ int cmd_synth(int argc, char **argv) {
         bad |= quill_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)hp.n_embd) != QUILL_OK;
         bad |= quill_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(hp.n_layer + hybrid.mtp + router.mtp)) != QUILL_OK;
         if (g4) bad |= !synth_gemma4_keys(w, arch->arch, &hp, &gemma4);
-        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
+        if (is_mamba) bad |= !synth_mamba_keys(w, arch, &hp, &mamba);
+        if (!strcmp(arch->arch, "nemotron_h_moe")) {
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_shared_count"), 1) != QUILL_OK;
+            bad |= quill_gguf_writer_add_bool(w, KEY("expert_weights_norm"), true) != QUILL_OK;
+            bad |= quill_gguf_writer_add_f32(w, KEY("expert_weights_scale"), 2.5f) != QUILL_OK;
+            bad |= quill_gguf_writer_add_u32(w, KEY("expert_gating_func"), 2) != QUILL_OK;
+        }
+        if (!g4 && !is_mamba) bad |= quill_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)hp.n_ff) != QUILL_OK;
         if (!g4)
             bad |= quill_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
                                              (uint32_t)(is_hybrid ? hybrid.n_rot
@@ -839,7 +978,7 @@ int cmd_synth(int argc, char **argv) {
                                                              : head_dim)) != QUILL_OK;
         if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
-        if (!g4) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)(ds && !router.kv_b ? 1 : ds ? hp.n_head : hp.n_head_kv)) != QUILL_OK;
+        if (!g4 && !is_mamba) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)(ds && !router.kv_b ? 1 : ds ? hp.n_head : hp.n_head_kv)) != QUILL_OK;
         if (router_family) bad |= !synth_router_keys(w, arch, &router, n_vocab);
         if (write_head_dim && !g4 && !ds) {
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
@@ -851,7 +990,7 @@ int cmd_synth(int argc, char **argv) {
         if (synth_is_cohere2(arch)) bad |= quill_gguf_writer_add_f32(w, KEY("logit_scale"), 0.25f) != QUILL_OK;
         bad |= quill_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)arch->freq_base) != QUILL_OK;
         if (n_expert) {
-            if (arch->shared_expert)
+            if (arch->shared_expert || synth_is_granite_hybrid(arch))
                 bad |= quill_gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)hp.n_ff) !=
                        QUILL_OK;
             bad |= quill_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)n_expert) != QUILL_OK;
@@ -884,7 +1023,7 @@ int cmd_synth(int argc, char **argv) {
         }
         if (!strcmp(arch->arch, "llama"))
             bad |= quill_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
-        if (!strcmp(arch->arch, "granite")) bad |= !synth_granite_keys(w, arch->arch);
+        if (!strcmp(arch->arch, "granite") || synth_is_granite_hybrid(arch)) bad |= !synth_granite_keys(w, arch->arch);
         if (!strcmp(arch->arch, "mistral3")) bad |= !synth_mistral3_keys(w, arch->arch);
         for (uint64_t i = 0; i < quill_gguf_n_kv(vocab) && !bad; i++) {
             const quill_gguf_kv *kv = quill_gguf_kv_at(vocab, i);
@@ -940,7 +1079,9 @@ int cmd_synth(int argc, char **argv) {
     if (g4) synth_gemma4_tensors(ts, &nt, wtype, &hp, &gemma4, n_vocab, factors);
     for (int l = 0; router_family && l < (int)(hp.n_layer + router.mtp); l++)
         synth_router_layer(ts, &nt, wtype, arch, &hp, &router, head_dim, n_expert, ff_exp, l, l >= hp.n_layer);
-    for (int l = 0; !is_hybrid && !g4 && !router_family && l < (int)hp.n_layer; l++) {
+    for (int l = 0; is_mamba && l < (int)hp.n_layer; l++)
+        synth_mamba_layer(ts, &nt, wtype, arch, &hp, head_dim, &mamba, n_expert, ff_exp, l);
+    for (int l = 0; !is_hybrid && !g4 && !router_family && !is_mamba && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {

@@ -111,6 +111,23 @@ static const quill_arch archs[] = {
     {.name = "glm4moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .ffn = QUILL_FFN_MOE,
      .gating = QUILL_GATING_SIGMOID, .expert_ff_key = true, .router_keys = true, .probs_bias = 2,
      .qk_norm_optional = true, .ffn_norm_post_attention = true, .mtp_bound = true},
+    /* NVIDIA Nemotron-H / Nemotron Nano 2 (mamba.c): each layer one block after its norm, a Mamba-2 mixer,
+     * attention without RoPE, or an FFN of relu(up)² without a gate, as the per-layer head_count_kv and
+     * feed_forward_length say */
+    {.name = "nemotron_h", .act = QUILL_ACT_RELU2, .mamba2 = true, .single_block = true, .unroped = true},
+    /* NVIDIA Nemotron 3 Nano (30B-A3B): Nemotron-H's layers with its FFN layers' experts: a sigmoid router whose
+     * exp_probs_b chooses but does not weight, weights normalised and scaled as the file says, experts and a
+     * shared expert of relu(up)² without a gate */
+    {.name = "nemotron_h_moe", .act = QUILL_ACT_RELU2, .mamba2 = true, .single_block = true, .unroped = true,
+     .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SIGMOID, .expert_ff_key = true, .router_keys = true,
+     .probs_bias = 2},
+    /* IBM Granite 4.0-H (Micro, Tiny, Small; mamba.c): Granite's multipliers (logit_scale optional), Mamba-2
+     * mixers where the per-layer head_count_kv is 0, attention elsewhere, each layer with its FFN; with
+     * expert_count > 0 a softmax router over feed_forward_length-wide experts, the top k renormalised, plus an
+     * ungated shared expert when expert_shared_feed_forward_length says */
+    {.name = "granitehybrid", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .multipliers = true, .rope_freqs = true,
+     .head_dim_is_rot = true, .mamba2 = true, .ffn = QUILL_FFN_MOE, .experts_optional = true,
+     .gating = QUILL_GATING_SOFTMAX, .norm_expert_weights = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -120,6 +137,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2 and glm4moe; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe and granitehybrid; "
            "other families are not implemented";
 }

@@ -272,6 +272,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     if (m->ap.n_ff_exp > widest) widest = m->ap.n_ff_exp;
     if (m->ap.n_ff_shexp > widest) widest = m->ap.n_ff_shexp;
     if (m->ap.ssm_state > widest) widest = m->ap.ssm_state;
+    if (m->ap.ssm_inner > widest) widest = m->ap.ssm_inner; /* (Mamba-2's ssm_out rows) */
     /* a dequantized row, or the scores of one attention item (see attention_items) */
     const size_t scores = (size_t)quill_score_stride(n_ctx) * (size_t)m->ap.widest_group * ATT_TOKENS;
     /* and, after the scores, a decoded key block or KEY_BLOCK value rows (a cache in f32 is read
@@ -293,7 +294,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     }
     ok = ok && mem;
     const double rec_bytes = quill_recurrent_bytes(m, n_seq, n_ctx, c->reference);
-    if (ok && m->arch->hybrid) ok = quill_recurrent_new(c);
+    if (ok && (m->arch->hybrid || m->arch->mamba2)) ok = quill_recurrent_new(c);
     if (ok && !c->reference) {
         /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
         const size_t stride = (size_t)quill_rope_stride(m), tables = (size_t)m->ap.n_rope_tables;

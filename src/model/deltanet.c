@@ -215,6 +215,8 @@ void quill_hybrid_free_layer(quill_layer *L) {
     free(L->ssm_dt);
     free(L->ssm_a);
     free(L->ssm_norm);
+    free(L->ssm_d);
+    free(L->ssm_conv_b);
 }
 
 /* ---------------------------------------------------------------- shared arithmetic */
@@ -314,6 +316,9 @@ static void conv_blocks(void *arg, int64_t b0, int64_t b1, int thread) {
                     for (int64_t ch = 0; ch < n; ch++) sum[ch] += in[ch] * w[ch];
                 }
                 for (int64_t ch = 0; ch < n; ch++) sum[ch] += x[ch] * taps[K - 1][ch];
+                /* (Mamba-2's bias comes after the taps' sum, as the reference adds it) */
+                if (j->L->ssm_conv_b)
+                    for (int64_t ch = 0; ch < n; ch++) sum[ch] += j->L->ssm_conv_b[ch0 + ch];
                 if (W > 0) {
                     memcpy(ring[head], x, (size_t)n * sizeof(float));
                     head = (head + 1) % W;
@@ -324,6 +329,11 @@ static void conv_blocks(void *arg, int64_t b0, int64_t b1, int thread) {
                 for (int64_t ch = 0; ch < n; ch++) st[ch * W + i] = ring[(head + i) % W][ch];
         }
     }
+}
+
+void quill_causal_conv(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    dn_job j = {c, L, layer, n_tok};
+    quill_pool_run(c->pool, conv_blocks, &j, (c->model->ap.ssm_conv_dim + CONV_BLOCK - 1) / CONV_BLOCK, 1);
 }
 
 /* q and k of each token, L2-normalised per key head */
@@ -408,7 +418,7 @@ void quill_deltanet_fast(quill_context *c, const quill_layer *L, int layer, int 
     quill_trace(c, "linear_attn_qkv_mixed", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
     quill_trace(c, "z", layer, r->z, 2, value_dim, n_tok, 1);
     dn_job j = {c, L, layer, n_tok};
-    quill_pool_run(c->pool, conv_blocks, &j, (ap->ssm_conv_dim + CONV_BLOCK - 1) / CONV_BLOCK, 1);
+    quill_causal_conv(c, L, layer, n_tok);
     quill_trace(c, "conv_output_silu", layer, r->mixed, 2, ap->ssm_conv_dim, n_tok, 1);
     quill_pool_run(c->pool, l2_rows, &j, n_tok, 1);
     quill_pool_run(c->pool, delta_heads, &j, H, 1);

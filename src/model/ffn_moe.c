@@ -6,6 +6,7 @@
  *       chosen order (the expert biases: gpt-oss)
  *   f += sigmoid(w_shexp · h) · ((act(h·Wgate_shexp) · (h·Wup_shexp)) · Wdown_shexp)
  *       (with a shared expert: qwen2moe)
+ *   (Nemotron-H's experts and shared expert have no gate: relu(h·Wup)² · Wdown)
  *
  * The fast pass groups a micro-batch's tokens by expert: each chosen expert's rows are read once
  * for all the tokens that chose it (gathered into one small product), instead of once per token.
@@ -106,6 +107,14 @@ static void moe_announce(const quill_context *c, const quill_layer *L, int n_tok
     quill_announce(c, (const quill_weight *[]){&L->w_router}, 1, n_tok);
 }
 
+/* g = relu(u)² over n: Nemotron-H's experts without a gate */
+static void relu2(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = u[i] > 0.0f ? u[i] : 0.0f;
+        g[i] = v * v;
+    }
+}
+
 /* Per token, in parallel over tokens: out[t] = Σ_k w[t][k] · y[t][k], in slot order. */
 typedef struct {
     const quill_context *c;
@@ -132,7 +141,7 @@ static void weighted_sum_rows(void *arg, int64_t t0, int64_t t1, int thread) {
 /* The shared expert of every token of the micro-batch (its input still in c->xb), into c->moe_in,
  * and its gates into c->moe_shared_gate. */
 static void shared_expert(quill_context *c, const quill_layer *L, int layer, int n_tok) {
-    const int64_t d = c->hp->n_embd, ff = L->w_gate_shexp.rows;
+    const int64_t d = c->hp->n_embd, ff = L->w_up_shexp.rows;
     /* (ungated without ffn_gate_inp_shexp: DeepSeek, GLM-4.5) */
     for (int t = 0; t < n_tok; t++) {
         double dot = 0;
@@ -141,9 +150,15 @@ static void shared_expert(quill_context *c, const quill_layer *L, int layer, int
     }
     if (L->shexp_gate) quill_trace(c, "ffn_shexp_gate", layer, c->moe_shared_gate, 2, 1, n_tok, 1);
     quill_announce(c, (const quill_weight *[]){&L->w_down_shexp}, 1, n_tok);
-    quill_matmuls(c, (const quill_weight *[]){&L->w_gate_shexp, &L->w_up_shexp}, (float *[]){c->ffn_gate, c->ffn_up},
-                  2, c->xb, n_tok);
-    quill_gated_activation(c, c->ffn_gate, c->ffn_up, n_tok, ff);
+    if (!L->w_gate_shexp.data) {
+        /* relu(up)², no gate (Nemotron-H) */
+        quill_matmul(c, &L->w_up_shexp, c->xb, n_tok, c->ffn_up);
+        relu2(c->ffn_gate, c->ffn_up, (int64_t)n_tok * L->w_up_shexp.rows);
+    } else {
+        quill_matmuls(c, (const quill_weight *[]){&L->w_gate_shexp, &L->w_up_shexp}, (float *[]){c->ffn_gate, c->ffn_up},
+                      2, c->xb, n_tok);
+        quill_gated_activation(c, c->ffn_gate, c->ffn_up, n_tok, ff);
+    }
     quill_matmul(c, &L->w_down_shexp, c->ffn_gate, n_tok, c->moe_in);
     quill_trace(c, "ffn_shexp", layer, c->moe_in, 2, d, n_tok, 1);
 }
@@ -157,18 +172,21 @@ static void expert_ffn(quill_context *c, const quill_layer *L, int64_t e, const 
     const int64_t k = c->model->ap.n_expert_used, d = c->hp->n_embd, ff = c->model->ap.n_ff_exp;
     for (int i = 0; i < m; i++)
         memcpy(in + (size_t)i * d, c->xb + (size_t)(pairs[i] / k) * d, (size_t)d * sizeof(float));
-    const quill_weight gate = quill_weight_expert(&L->w_gate, e), up = quill_weight_expert(&L->w_up, e);
+    /* (no gate: relu(up)², Nemotron-H) */
+    const bool gated = L->w_gate.data != NULL;
+    const quill_weight up = quill_weight_expert(&L->w_up, e), gate = gated ? quill_weight_expert(&L->w_gate, e) : up;
     const quill_weight down = quill_weight_expert(&L->w_down, e);
     const quill_weight *gate_up[] = {&gate, &up}, *down_only[] = {&down};
     if (scratch) {
-        quill_matmuls_here(c, gate_up, (float *[]){g, u}, 2, in, m, scratch, thread);
+        quill_matmuls_here(c, gate_up + !gated, (float *[]){g, u} + !gated, 2 - !gated, in, m, scratch, thread);
     } else {
         quill_announce(c, down_only, 1, m);
-        quill_matmuls(c, gate_up, (float *[]){g, u}, 2, in, m);
+        quill_matmuls(c, gate_up + !gated, (float *[]){g, u} + !gated, 2 - !gated, in, m);
     }
     if (L->gate_exps_bias) add_row(g, L->gate_exps_bias + e * ff, ff, m);
     if (L->up_exps_bias) add_row(u, L->up_exps_bias + e * ff, ff, m);
-    if (scratch) quill_gated_activation_here(c, g, u, m, ff);
+    if (!gated) relu2(g, u, (int64_t)m * ff);
+    else if (scratch) quill_gated_activation_here(c, g, u, m, ff);
     else quill_gated_activation(c, g, u, m, ff);
     if (scratch) quill_matmuls_here(c, down_only, (float *[]){in}, 1, g, m, scratch, thread);
     else quill_matmul(c, &down, g, m, in);
@@ -289,14 +307,16 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
     quill_ref_trace(c, weights_name(ap), layer, weight, k, 3, 1, k, tmp);
     for (int64_t i = 0; i < d; i++) out[i] = 0;
     for (int64_t s_ = 0; s_ < k; s_++) {
-        const quill_weight gate = quill_weight_expert(&L->w_gate, expert[s_]);
         const quill_weight up = quill_weight_expert(&L->w_up, expert[s_]);
+        const quill_weight gate = L->w_gate.data ? quill_weight_expert(&L->w_gate, expert[s_]) : up;
         const quill_weight down = quill_weight_expert(&L->w_down, expert[s_]);
-        quill_ref_matvec(&gate, in, g, row);
+        if (L->w_gate.data) quill_ref_matvec(&gate, in, g, row);
         quill_ref_matvec(&up, in, u, row);
         for (int64_t i = 0; L->gate_exps_bias && i < ff; i++) g[i] += L->gate_exps_bias[expert[s_] * ff + i];
         for (int64_t i = 0; L->up_exps_bias && i < ff; i++) u[i] += L->up_exps_bias[expert[s_] * ff + i];
-        quill_ref_gated_activation(c, g, u, ff);
+        if (L->w_gate.data) quill_ref_gated_activation(c, g, u, ff);
+        else
+            for (int64_t i = 0; i < ff; i++) g[i] = u[i] > 0 ? u[i] * u[i] : 0;
         quill_ref_matvec(&down, g, y + s_ * d, row);
         for (int64_t i = 0; L->down_exps_bias && i < d; i++) y[s_ * d + i] += L->down_exps_bias[expert[s_] * d + i];
         for (int64_t i = 0; i < d; i++) out[i] += weight[s_] * y[s_ * d + i];
@@ -304,7 +324,7 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
     quill_ref_trace(c, "ffn_moe_down", layer, y, k * d, 3, d, k, tmp);
     if (L->ffn == QUILL_FFN_MOE_SHARED) {
         quill_ref_trace(c, "ffn_moe_out", layer, out, d, 2, d, 1, tmp);
-        const int64_t ff_sh = L->w_gate_shexp.rows;
+        const int64_t ff_sh = L->w_up_shexp.rows;
         double dot = 0, *gs = malloc((size_t)ff_sh * sizeof *gs), *us = malloc((size_t)ff_sh * sizeof *us);
         float *row_sh = malloc((size_t)(ff_sh > d ? ff_sh : d) * sizeof *row_sh);
         if (!gs || !us || !row_sh) {
@@ -313,9 +333,13 @@ static quill_status moe_exact(const quill_context *c, const quill_layer *L, int 
             for (int64_t i = 0; L->shexp_gate && i < d; i++) dot += (double)L->shexp_gate[i] * in[i];
             const double gate = L->shexp_gate ? 1.0 / (1.0 + exp(-dot)) : 1.0;
             if (L->shexp_gate) quill_ref_trace(c, "ffn_shexp_gate", layer, &gate, 1, 2, 1, 1, tmp);
-            quill_ref_matvec(&L->w_gate_shexp, in, gs, row_sh);
             quill_ref_matvec(&L->w_up_shexp, in, us, row_sh);
-            quill_ref_gated_activation(c, gs, us, ff_sh);
+            if (L->w_gate_shexp.data) {
+                quill_ref_matvec(&L->w_gate_shexp, in, gs, row_sh);
+                quill_ref_gated_activation(c, gs, us, ff_sh);
+            } else {
+                for (int64_t i = 0; i < ff_sh; i++) gs[i] = us[i] > 0 ? us[i] * us[i] : 0;
+            }
             quill_ref_matvec(&L->w_down_shexp, gs, y, row_sh);
             quill_ref_trace(c, "ffn_shexp", layer, y, d, 2, d, 1, tmp);
             for (int64_t i = 0; i < d; i++) out[i] += y[i] * gate;

@@ -155,7 +155,9 @@ void quill_announce(const quill_context *c, const quill_weight *const *w, int n,
 
 void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
     const quill_model *m = c->model;
-    if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].recurrent) {
+    if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].ffn_only) {
+        quill_ffn_of(m->layers[layer + 1].ffn)->announce(c, &m->layers[layer + 1], n_tok);
+    } else if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].recurrent) {
         quill_announce(c, (const quill_weight *[]){&m->layers[layer + 1].ssm_in}, 1, n_tok);
     } else if (layer + 1 < c->hp->n_layer) {
         const quill_layer *N = &m->layers[layer + 1];
@@ -604,9 +606,12 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         if (L->attn_norm) quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
-        if (L->recurrent) {
-            quill_deltanet_fast(c, L, l, n); /* its output in xb */
-            ffn->announce(c, L, n);
+        if (L->ffn_only) {
+            ffn->fast(c, L, l, n); /* (Nemotron-H: the layer is its FFN) */
+        } else if (L->recurrent) {
+            if (m->arch->mamba2) quill_mamba_fast(c, L, l, n); /* its output in xb */
+            else quill_deltanet_fast(c, L, l, n);
+            if (!L->no_ffn) ffn->announce(c, L, n);
         } else if (L->mla) {
             quill_mla_fast(c, L, l, n); /* its output in xb */
             ffn->announce(c, L, n);
@@ -641,7 +646,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             quill_trace(c, "kqv_out", l, c->att, 2, q_dim, n, 1);
             if (L->attn_gated) quill_attn_gate_apply(c, n);
 
-            ffn->announce(c, L, n);
+            if (!L->no_ffn) ffn->announce(c, L, n);
             /* a parallel block keeps attn_norm's output in xb for the FFN: the attention's output
              * goes to q (q_dim = n_embd there), free once the scores are done */
             float *attn_out = m->arch->parallel_block ? c->q : c->xb;
@@ -649,6 +654,14 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
             if (L->bo)
                 for (int t = 0; t < n; t++) add_bias(attn_out + (size_t)t * d, L->bo, d);
             if (!m->arch->trace_projections) quill_trace(c, "attn_out", l, attn_out, 2, d, n, 1);
+        }
+        if (m->arch->single_block) {
+            /* one block per layer: x += its output (the reference's l_out is an FFN's output) */
+            if (L->ffn_only) quill_trace(c, "ffn_out", l, c->xb, 2, d, n, 1);
+            if (L->ffn_only) quill_trace(c, "l_out", l, c->xb, 2, d, n, 1);
+            add_and_norm(c, c->xb, NULL, NULL, n);
+            quill_trace(c, "nemotron_h_block_out", l, c->x, 2, d, n, 1);
+            continue;
         }
         if (m->arch->parallel_block) {
             /* x + ffn + attention, in the reference's order */

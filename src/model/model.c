@@ -14,6 +14,7 @@
 #define MAX_DIM (1 << 20)
 #define MAX_LAYERS 4096
 
+static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err);
 static quill_status get_dim(const quill_gguf *g, const char *key, int64_t fallback, int64_t *out,
                             quill_error *err) {
     int64_t v;
@@ -122,7 +123,10 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
 #define KEY(suffix) akey(hp, suffix, key, sizeof key)
     /* (per-layer arrays: layer 0's value here, as the reference's n_head() reads it; model.c takes each layer's) */
     const bool arrays = a->per_layer_shapes;
-    if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
+    if (a->mamba2 && (s = mamba_dims(g, hp, err))) return s;
+    if (a->mamba2) {
+        /* (the per-layer values were read by mamba_dims) */
+    } else if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head, &hp->n_head_kv,
@@ -186,6 +190,38 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
 #undef KEY
     /* (Cohere 2's output is token_embd whatever output.weight the file has, as the reference reads it) */
     hp->tied_output = a->output_tied || quill_gguf_find_tensor(g, "output.weight") == NULL;
+    return QUILL_OK;
+}
+
+/* A Mamba-2 hybrid's sizes: attention.head_count_kv (0 on its recurrent layers) and
+ * feed_forward_length (0 on Nemotron-H's mixer and attention layers) per layer: the model's values
+ * are their largest (each layer's own are read with the layers, mamba.c). */
+static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
+    char key[96];
+    quill_status s;
+    if ((s = get_dim(g, akey(hp, "embedding_length", key, sizeof key), -1, &hp->n_embd, err)) ||
+        (s = get_dim(g, akey(hp, "block_count", key, sizeof key), -1, &hp->n_layer, err)) ||
+        (s = get_dim(g, akey(hp, "context_length", key, sizeof key), 2048, &hp->n_ctx_train, err)))
+        return s;
+    if (hp->n_layer > MAX_LAYERS)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
+                          hp->arch, (long long)hp->n_layer);
+    static const char *const suffixes[] = {"attention.head_count", "attention.head_count_kv", "feed_forward_length"};
+    int64_t *outs[] = {&hp->n_head, &hp->n_head_kv, &hp->n_ff};
+    for (int i = 0; i < 3; i++) {
+        *outs[i] = 0;
+        for (int64_t l = 0; l < hp->n_layer; l++) {
+            int64_t v;
+            if ((s = quill_mamba_layer_value(g, akey(hp, suffixes[i], key, sizeof key), hp->n_layer, l, i == 2 ? 0 : -1,
+                                             &v, err)))
+                return s;
+            if (v > *outs[i]) *outs[i] = v;
+        }
+    }
+    if (!hp->n_head)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.attention.head_count is 0 on every layer", quill_gguf_path(g),
+                          hp->arch);
+    if (!hp->n_head_kv) hp->n_head_kv = hp->n_head; /* (no attention layer: nothing reads it) */
     return QUILL_OK;
 }
 
@@ -294,14 +330,16 @@ static quill_status granite_multipliers(quill_model *m, bool *rope_finetuned, qu
     for (int i = 0; i < 4; i++) {
         snprintf(key, sizeof key, "%s.%s", name, keys[i]);
         quill_status s = quill_gguf_get_f64(m->gguf, key, &v[i], err);
-        if (s == QUILL_E_NOT_FOUND && i == 0)
+        if (s == QUILL_E_NOT_FOUND && i == 0 && m->arch->mamba2) {
+            s = QUILL_OK; /* (optional in Granite 4.0-H: the logits as they are) */
+        } else if (s == QUILL_E_NOT_FOUND && i == 0)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s is missing (a %s model divides its logits by it)", path, key,
                               name);
         if (s && s != QUILL_E_NOT_FOUND) return s;
-        if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0))
+        if (!(v[i] >= 0) || v[i] > 1e6 || (i == 0 && v[i] == 0 && !m->arch->mamba2))
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, v[i]);
     }
-    ap->logit_multiplier = 1.0f / (float)v[0];
+    ap->logit_multiplier = v[0] ? 1.0f / (float)v[0] : 0.0f;
     ap->embd_scale = (float)v[1];
     ap->residual_scale = (float)v[2];
     if (v[3] != 0) ap->attn_scale = (float)v[3];
@@ -469,7 +507,7 @@ static quill_status arch_params(quill_model *m, quill_error *err) {
         const bool sliding = swa && (pattern == 0 || l % pattern < pattern - 1);
         L->window = sliding ? (int64_t)window : 0;
         L->rope_table = sliding && !a->swa_rope_global ? 1 : 0;
-        L->no_rope = (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned ||
+        L->no_rope = a->unroped || (a->nope_interval && (l + 1) % a->nope_interval == 0) || !rope_finetuned ||
                      (a->global_unroped && swa && !sliding);
     }
     return QUILL_OK;
@@ -508,6 +546,7 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: %s.expert_gating_func = %lld: quill implements 1 (softmax) and 2 (sigmoid)", path, name,
                           (long long)func);
+    if (m->arch->mamba2) ap->gating = QUILL_GATING_SIGMOID; /* (Nemotron's router, whatever the key says) */
     if (lead > m->hp.n_layer)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.leading_dense_block_count = %lld is more than the %lld layers", path,
                           name, (long long)lead, (long long)m->hp.n_layer);
@@ -549,7 +588,8 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         (s = expert_key(m, "expert_feed_forward_length", &ff_exp, err)) ||
         (s = expert_key(m, "expert_shared_feed_forward_length", &ap->n_ff_shexp, err)))
         return s;
-    if (!a->shared_expert) ap->n_ff_shexp = 0;
+    /* (Granite 4.0-H: a shared expert, ungated, where the file names its width) */
+    if (!a->shared_expert && !a->mamba2) ap->n_ff_shexp = 0;
     ap->gating = a->gating;
     ap->norm_w = a->norm_expert_weights;
     if (a->ffn == QUILL_FFN_DENSE) return QUILL_OK;
@@ -587,7 +627,11 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     ap->n_expert = n_expert;
     ap->n_expert_used = n_used;
     ap->n_ff_exp = ff_exp;
-    if (a->router_keys) {
+    if (a->router_keys && a->mamba2) {
+        /* (Nemotron 3 Nano: the shared expert is expert_shared_feed_forward_length wide) */
+        if (ap->n_ff_shexp <= 0)
+            return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_shared_feed_forward_length is missing", path, name);
+    } else if (a->router_keys) {
         int64_t shared = 0;
         if ((s = expert_key(m, "expert_shared_count", &shared, err))) return s;
         if (shared > 64)
@@ -600,6 +644,51 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         return quill_fail(err, QUILL_E_FORMAT,
                           "%s: %s.expert_shared_feed_forward_length and %s.feed_forward_length are missing", path, name,
                           name);
+    return QUILL_OK;
+}
+
+/* Nemotron-H's layer l, one block after attn_norm: a Mamba-2 mixer, attention (q, k, v, output, their
+ * optional biases; no RoPE) or an ungated FFN (ffn_up, ffn_down, their optional biases). */
+static quill_status single_block_layer(quill_model *m, int64_t l, quill_error *err) {
+    quill_layer *L = &m->layers[l];
+    const int64_t d = m->hp.n_embd, q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+    quill_status s;
+    if ((s = load_vector(m, NAME("attn_norm.weight"), d, &L->attn_norm, err))) return s;
+    if (L->recurrent) return quill_mamba_bind_layer(m, l, err);
+    if (L->ffn_only && m->ap.n_expert) {
+        /* Nemotron 3 Nano: a sigmoid router with a selection bias over experts of relu(up)², and an ungated
+         * shared expert of the same kind */
+        const int64_t E = m->ap.n_expert, ff = m->ap.n_ff_exp, sh = m->ap.n_ff_shexp;
+        L->ffn = QUILL_FFN_MOE_SHARED;
+        if ((s = bind_weight(m, NAME("ffn_gate_inp.weight"), d, E, &L->w_router, err)) ||
+            (s = load_vector(m, NAME("exp_probs_b.bias"), E, &L->probs_bias, err)) ||
+            (s = bind_tensor(m, NAME("ffn_up_exps.weight"), d, ff, E, &L->w_up, err)) ||
+            (s = bind_tensor(m, NAME("ffn_down_exps.weight"), ff, d, E, &L->w_down, err)) ||
+            (s = bind_weight(m, NAME("ffn_up_shexp.weight"), d, sh, &L->w_up_shexp, err)) ||
+            (s = bind_weight(m, NAME("ffn_down_shexp.weight"), sh, d, &L->w_down_shexp, err)))
+            return s;
+        return QUILL_OK;
+    }
+    if (L->ffn_only) {
+        if ((s = bind_weight(m, NAME("ffn_up.weight"), d, L->n_ff, &L->w_up, err)) ||
+            (s = bind_weight(m, NAME("ffn_down.weight"), L->n_ff, d, &L->w_down, err)) ||
+            (s = load_optional(m, NAME("ffn_up.bias"), L->n_ff, &L->b_up, err)) ||
+            (s = load_optional(m, NAME("ffn_down.bias"), d, &L->b_down, err)))
+            return s;
+        return QUILL_OK;
+    }
+    if ((s = bind_weight(m, NAME("attn_q.weight"), d, q_dim, &L->wq, err)) ||
+        (s = bind_weight(m, NAME("attn_k.weight"), d, kv_dim, &L->wk, err)) ||
+        (s = bind_weight(m, NAME("attn_v.weight"), d, kv_dim, &L->wv, err)) ||
+        (s = bind_weight(m, NAME("attn_output.weight"), q_dim, d, &L->wo, err)) ||
+        (s = load_optional(m, NAME("attn_q.bias"), q_dim, &L->bq, err)) ||
+        (s = load_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk, err)) ||
+        (s = load_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv, err)) ||
+        (s = load_optional(m, NAME("attn_output.bias"), d, &L->bo, err)))
+        return s;
+#undef NAME
     return QUILL_OK;
 }
 
@@ -619,7 +708,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if ((s = moe_params(m, err))) goto fail;
-    if (a->mtp_bound && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
+    if ((a->mtp_bound || a->mamba2) && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -646,6 +735,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
+    if (a->mamba2 && (s = quill_mamba_params(m, err))) goto fail;
     if (a->per_layer_shapes && (s = quill_per_layer_shapes(m, err))) goto fail;
     if (a->per_layer_inputs && (s = quill_per_layer_inputs_bind(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -660,7 +750,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
-        if (!a->per_layer_shapes) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
+        if (!a->per_layer_shapes && !a->mamba2) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
         const int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
         bool fused_qkv = false;
         if (L->kv_shared) {
@@ -671,10 +761,14 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         }
         if (q_dim > m->ap.widest_q) m->ap.widest_q = q_dim;
         if (kv_dim > m->ap.widest_kv) m->ap.widest_kv = kv_dim;
-        if (L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
+        if (L->n_head_kv && L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
         if (L->n_ff > m->ap.widest_ff) m->ap.widest_ff = L->n_ff;
+        if (a->single_block) {
+            if ((s = single_block_layer(m, l, err))) goto fail;
+            continue;
+        }
         if (L->recurrent) {
-            if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
+            if ((s = a->mamba2 ? quill_mamba_bind_layer(m, l, err) : quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->mla) {
             if ((s = quill_mla_bind_layer(m, l, err))) goto fail;
         } else if (a->hybrid) {

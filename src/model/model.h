@@ -40,7 +40,8 @@ typedef enum { QUILL_ROPE_ADJACENT, QUILL_ROPE_NEOX } quill_rope_style;
 
 /* The feed-forward's gate: silu(gate)·up (SwiGLU), gelu_tanh(gate)·up (GeGLU), or gpt-oss's clamped
  * SwiGLU, g·sigmoid(1.702·g)·(u + 1) with g = min(gate, 7) and u = clamp(up, -7, 7). */
-typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH, QUILL_ACT_SWIGLU_OAI } quill_activation;
+typedef enum { QUILL_ACT_SILU, QUILL_ACT_GELU_TANH, QUILL_ACT_SWIGLU_OAI, QUILL_ACT_RELU2 } quill_activation;
+/* (QUILL_ACT_RELU2: Nemotron-H's ungated FFN, relu(up)², with no ffn_gate) */
 
 /* The feed-forward block of a layer (forward.h maps each to its fast and float64 versions):
  * dense is one gated FFN of ffn_gate, ffn_up, ffn_down (ffn_dense.c); MoE is a router
@@ -150,6 +151,14 @@ typedef struct quill_arch {
     int probs_bias;       /* exp_probs_b.bias [n_expert], added to the router's probabilities to choose the experts
                            * (not to weight them): 1 optional, 2 required */
     bool qk_norm_optional; /* attn_{q,k}_norm.weight [head_dim] when the file has them (GLM-4.5: use_qk_norm) */
+    /* Mamba-2 hybrids (mamba.c): */
+    bool mamba2;          /* the recurrent layers are Mamba-2 mixers (ssm_in [z | xBC | dt], a causal conv over
+                           * xBC, the selective scan with grouped B and C, the D skip, silu(z) gate, grouped
+                           * RMS norm, ssm_out); a layer is recurrent where attention.head_count_kv[l] is 0 */
+    bool single_block;    /* Nemotron-H: each layer is one block on attn_norm's output, a Mamba-2 mixer,
+                           * attention (feed_forward_length[l] 0) or an FFN alone (head_count_kv[l] > 0 and
+                           * feed_forward_length[l] > 0), then the residual; no ffn_norm */
+    bool unroped;         /* no layer is rotated: attention without positions (Nemotron-H) */
     bool mtp_bound;       /* block_count counts nextn_predict_layers MTP blocks after the main stack: their
                            * tensors are checked at load (claimed), never run */
 } quill_arch;
@@ -227,13 +236,20 @@ typedef struct {
     float *ple_norm;               /* per_layer_inputs: post_norm [n_embd] */
     size_t kv_offset;              /* where its KV cache starts: the KV widths (n_head_kv · head_dim) of the
                                     * layers before it that have one (context.h's quill_kv_at) */
-    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c) instead of attention: no KV cache */
+    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c), or with mamba2 a Mamba-2 mixer (mamba.c),
+                                    * instead of attention: no KV cache */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
     float *ssm_conv;               /* [conv channels][kernel] */
     float *ssm_dt, *ssm_a;         /* [value heads] */
     float *ssm_norm;               /* [state size] */
     float *probs_bias;             /* exp_probs_b [n_expert]: the experts' selection bias, or NULL */
+    /* Mamba-2 (mamba.c): ssm_in is [z | xBC | dt], ssm_conv [conv channels][kernel], ssm_dt the dt bias and
+     * ssm_a (stored as -exp(A_log)) [heads], ssm_norm [d_inner] (one weight per group's slice) */
+    float *ssm_d;                  /* [heads] the skip's D */
+    float *ssm_conv_b;             /* [conv channels] or NULL */
+    bool ffn_only;                 /* single_block: the layer is its FFN alone (no attention, no mixer) */
+    bool no_ffn;                   /* single_block: the layer has no FFN (a mixer or attention alone) */
     /* latent attention (mla.c): wq is attn_q or attn_q_b (after attn_q_a: q_a, normed by q_a_norm), wk is
      * attn_kv_a_mqa; k_b [n_head] of [kv_lora_rank][qk_nope], v_b [n_head] of [v_head][kv_lora_rank] (3-D,
      * one matrix a head); k_b_owned: k_b made at load from the older files' attn_kv_b, or NULL */
@@ -268,6 +284,8 @@ typedef struct {
     int64_t n_ff_shexp;            /* MoE with a shared expert: its width (0: none) */
     /* hybrid architectures (deltanet.c): the DeltaNet layers' sizes, from the ssm.* keys */
     int64_t ssm_kernel, ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv_dim;
+    /* Mamba-2 (mamba.c): d_inner (heads x head size); ssm_v_heads are its heads, ssm_k_heads its groups */
+    int64_t ssm_inner;
     int64_t n_layer_mtp;           /* nextn_predict_layers: MTP blocks after the main stack, loaded, not run */
     int64_t kv_width;              /* Σ n_head_kv · head_dim over the layers with a KV cache (all but the
                                     * DeltaNet layers): one position's keys (or values) of one sequence */

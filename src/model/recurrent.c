@@ -1,4 +1,4 @@
-/* The recurrent state of the hybrid architectures' DeltaNet layers, per sequence: its memory, its
+/* The recurrent state of the hybrid architectures' DeltaNet or Mamba-2 layers, per sequence: its memory, its
  * checkpoints, and going back to an earlier position (recurrent.h says how). */
 #include "model/recurrent.h"
 #include "base/error.h"
@@ -7,7 +7,13 @@
 #include <string.h>
 
 static int64_t conv_elems(const quill_model *m) { return (m->ap.ssm_kernel - 1) * m->ap.ssm_conv_dim; }
-static int64_t ssm_elems(const quill_model *m) { return m->ap.ssm_v_heads * m->ap.ssm_state * m->ap.ssm_state; }
+/* (a DeltaNet head's state is [state][state]; Mamba-2's whole d_inner rows of [state]) */
+static int64_t ssm_elems(const quill_model *m) {
+    return (m->arch->mamba2 ? m->ap.ssm_inner : m->ap.ssm_v_heads * m->ap.ssm_state) * m->ap.ssm_state;
+}
+
+/* Mamba-2's ssm_in rows: z, xBC, dt */
+static int64_t mamba_proj(const quill_model *m) { return m->ap.ssm_inner + m->ap.ssm_conv_dim + m->ap.ssm_v_heads; }
 
 static int count_recurrent(const quill_model *m) {
     int n = 0;
@@ -18,12 +24,15 @@ static int count_recurrent(const quill_model *m) {
 /* The fast path's scratch per micro-batch, in floats. */
 static size_t scratch_floats(const quill_model *m) {
     const quill_arch_params *ap = &m->ap;
+    /* Mamba-2: the conv channels (mixed), ssm_in's rows [z | xBC | dt] (qkvz), y (out) */
+    if (m->arch->mamba2)
+        return (size_t)quill_model_ubatch(m) * (size_t)(ap->ssm_conv_dim + mamba_proj(m) + ap->ssm_inner);
     const size_t value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads), q_dim = (size_t)(m->hp.n_head * m->hp.head_dim);
     return (size_t)quill_model_ubatch(m) * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim);
 }
 
 double quill_recurrent_bytes(const quill_model *m, int n_seq, int n_ctx, bool reference) {
-    if (!m->arch->hybrid) return 0;
+    if (!m->arch->hybrid && !m->arch->mamba2) return 0;
     const double elem = reference ? sizeof(double) : sizeof(float);
     const double seq = (double)count_recurrent(m) * (double)(conv_elems(m) + ssm_elems(m)) * elem;
     return (double)n_seq * (seq * (1 + QUILL_CHECKPOINTS) + (double)n_ctx * sizeof(int32_t)) +
@@ -49,7 +58,16 @@ bool quill_recurrent_new(quill_context *c) {
     for (int64_t l = 0, i = 0; l < m->hp.n_layer; l++) r->rec_index[l] = m->layers[l].recurrent ? (int)i++ : -1;
     for (int i = 0; i < c->n_seq * QUILL_CHECKPOINTS; i++) r->ckpt[i].pos = -1;
     r->bytes = (size_t)c->n_seq * (r->seq_bytes + (size_t)c->n_ctx * sizeof(int32_t));
-    if (!c->reference) {
+    if (!c->reference && m->arch->mamba2) {
+        const quill_arch_params *ap = &m->ap;
+        const size_t ub = (size_t)quill_model_ubatch(m);
+        float *f = malloc(scratch_floats(m) * sizeof(float));
+        if (!f) return false;
+        r->mixed = f;
+        r->qkvz = r->mixed + ub * (size_t)ap->ssm_conv_dim;
+        r->out = r->qkvz + ub * (size_t)mamba_proj(m);
+        r->bytes += scratch_floats(m) * sizeof(float);
+    } else if (!c->reference) {
         const quill_arch_params *ap = &m->ap;
         const size_t ub = (size_t)quill_model_ubatch(m), value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads);
         const size_t q_dim = (size_t)(m->hp.n_head * m->hp.head_dim), heads = (size_t)ap->ssm_v_heads;

@@ -1,5 +1,7 @@
-/* Hybrid architectures (Qwen 3.5, Qwen3-Next): the Gated DeltaNet layers (deltanet.c) and the
- * recurrent state they keep per sequence (recurrent.c).
+/* Hybrid architectures (Qwen 3.5, Qwen3-Next; Nemotron-H, Granite 4.0-H): the Gated DeltaNet layers
+ * (deltanet.c) or the Mamba-2 mixers (mamba.c), and the recurrent state they keep per sequence
+ * (recurrent.c). A Mamba-2 layer keeps the same two parts: its convolution's last inputs (over the
+ * xBC channels) and S [d_inner][state].
  *
  * A DeltaNet layer keeps, per sequence, the last kernel - 1 inputs of its causal convolution
  * ([conv channels][kernel - 1]) and one state matrix per value head ([head][v][k], the reference's
@@ -24,9 +26,9 @@ typedef struct {
 } quill_checkpoint;
 
 struct quill_recurrent {
-    int n_rec;                  /* DeltaNet layers */
+    int n_rec;                  /* DeltaNet (or Mamba-2) layers */
     int *rec_index;             /* [n_layer] the layer's index among them, or -1 */
-    int64_t conv_elems, ssm_elems; /* per sequence and DeltaNet layer */
+    int64_t conv_elems, ssm_elems; /* per sequence and recurrent layer */
     size_t elem;                /* sizeof(float), or sizeof(double) on the reference path */
     size_t seq_bytes;           /* one sequence's whole state */
     uint8_t *state;             /* [n_seq][seq_bytes]: per sequence, the layers' conv states, then their matrices */
@@ -62,6 +64,29 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
 /* Gated attention: splits rec->qfull into c->q and rec->gate; after attention, c->att *= σ(gate). */
 void quill_attn_gate_split(quill_context *c, int n_tok);
 void quill_attn_gate_apply(quill_context *c, int n_tok);
+
+/* The causal depthwise convolution of the micro-batch's conv channels in rec->mixed, in place: each
+ * token's window is its sequence's last kernel - 1 inputs and its own (which then shift into the
+ * state); out = silu(Σ taps + L->ssm_conv_b when the layer has one). */
+void quill_causal_conv(quill_context *c, const quill_layer *L, int layer, int n_tok);
+
+/* ---------------------------------------------------------------- Mamba-2 (mamba.c) */
+
+/* Layer `layer`'s value of the per-layer key (an array of n_layer, or one number for all; 0 allowed;
+ * missing: fallback, or an error when fallback < 0). */
+quill_status quill_mamba_layer_value(const quill_gguf *g, const char *key, int64_t n_layer, int64_t layer,
+                                     int64_t fallback, int64_t *out, quill_error *err);
+/* Reads the ssm.* sizes and each layer's kind and shape from the per-layer head_count_kv and
+ * feed_forward_length (recurrent where head_count_kv is 0; Nemotron-H: and feed_forward_length 0). */
+quill_status quill_mamba_params(quill_model *m, quill_error *err);
+/* Binds the Mamba-2 tensors of layer l (ssm_in, ssm_conv1d and its optional bias, ssm_dt.bias, ssm_a,
+ * ssm_d, ssm_norm, ssm_out). */
+quill_status quill_mamba_bind_layer(quill_model *m, int64_t l, quill_error *err);
+/* A Mamba-2 mixer on the micro-batch: its normed input in c->xb, its output left there. */
+void quill_mamba_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
+/* The same for one token of sequence 0 in double: in [n_embd] -> out [n_embd]. */
+quill_status quill_mamba_exact(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
+                               quill_error *err);
 
 /* ---------------------------------------------------------------- state (recurrent.c) */
 

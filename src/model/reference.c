@@ -129,10 +129,14 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
         for (int l = 0; l < hp->n_layer; l++) {
             const quill_layer *L = &m->layers[l];
             const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
-            const int64_t group = L->n_head / L->n_head_kv;
+            const int64_t group = L->n_head_kv ? L->n_head / L->n_head_kv : 1; /* (0: a Mamba-2 or FFN-only layer) */
             ref_input_norm(arch, xb, x, L->attn_norm, d, hp->rms_eps);
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
-            if (L->recurrent) {
+            if (L->ffn_only) {
+                if ((s = quill_ffn_of(L->ffn)->exact(c, L, l, xb, o, err))) goto done;
+            } else if (L->recurrent && arch->mamba2) {
+                if ((s = quill_mamba_exact(c, L, l, xb, o, err))) goto done;
+            } else if (L->recurrent) {
                 if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
             } else if (L->mla) {
                 if ((s = quill_mla_exact(c, L, l, xb, pos, o, err))) goto done;
@@ -224,6 +228,13 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
                 if (!arch->trace_projections) quill_ref_trace(c, "attn_out", l, o, d, 2, d, 1, tmp);
             }
             const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
+            if (arch->single_block) {
+                if (L->ffn_only) quill_ref_trace(c, "ffn_out", l, o, d, 2, d, 1, tmp);
+                if (L->ffn_only) quill_ref_trace(c, "l_out", l, o, d, 2, d, 1, tmp);
+                for (int64_t i = 0; i < d; i++) x[i] += o[i];
+                quill_ref_trace(c, "nemotron_h_block_out", l, x, d, 2, d, 1, tmp);
+                continue;
+            }
             if (arch->parallel_block) {
                 /* the FFN reads attn_norm's output too; x + ffn + attention (att: q_dim = n_embd) */
                 if ((s = ffn->exact(c, L, l, xb, att, err))) goto done;
