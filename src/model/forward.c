@@ -604,7 +604,10 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         if (L->attn_norm) quill_trace(c, "attn_norm", l, c->xb, 2, d, n, 1);
 
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
-        if (L->recurrent) {
+        if (L->shortconv) {
+            quill_shortconv_fast(c, L, l, n); /* its output in xb */
+            ffn->announce(c, L, n);
+        } else if (L->recurrent) {
             quill_deltanet_fast(c, L, l, n); /* its output in xb */
             ffn->announce(c, L, n);
         } else if (L->mla) {

@@ -125,8 +125,10 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
-        (s = quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head, &hp->n_head_kv,
-                             err)) ||
+        (s = a->shortconv ? quill_shortconv_kv_heads(g, KEY("attention.head_count_kv"), hp->n_layer, hp->n_head,
+                                                     &hp->n_head_kv, err)
+                          : quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head,
+                                            &hp->n_head_kv, err)) ||
         (s = quill_layer_dim(g, KEY("feed_forward_length"), arrays, hp->n_layer, 0,
                              a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1, &hp->n_ff, err)) ||
         (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
@@ -502,6 +504,9 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
     quill_status s;
     if ((s = expert_key(m, "expert_gating_func", &func, err)) || (s = expert_key(m, "leading_dense_block_count", &lead, err)))
         return s;
+    if (func == 0 && m->arch->router_norm_only)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_gating_func is missing (a %s model names its router's function)",
+                          path, name, name);
     if (func == 1) ap->gating = QUILL_GATING_SOFTMAX;
     else if (func == 2) ap->gating = QUILL_GATING_SIGMOID;
     else if (func != 0)
@@ -522,6 +527,11 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
     if (!(scale >= 0) || scale > 1e6)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, scale);
     ap->w_scale = (float)scale;
+    if (m->arch->router_norm_only) {
+        /* (the reference reads neither key for it: normalised, unscaled) */
+        ap->norm_w = true;
+        ap->w_scale = 0;
+    }
     if (groups > 1) {
         if (n_expert % groups || n_expert / groups < 2 || groups_used < 1 || groups_used > groups ||
             n_used > groups_used * (n_expert / groups))
@@ -587,7 +597,7 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
     ap->n_expert = n_expert;
     ap->n_expert_used = n_used;
     ap->n_ff_exp = ff_exp;
-    if (a->router_keys) {
+    if (a->router_keys && !a->router_norm_only) {
         int64_t shared = 0;
         if ((s = expert_key(m, "expert_shared_count", &shared, err))) return s;
         if (shared > 64)
@@ -619,7 +629,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if ((s = moe_params(m, err))) goto fail;
-    if (a->mtp_bound && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
+    if ((a->mtp_bound || a->shortconv) && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -633,7 +643,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     }
     if (hp->tied_output) m->output = m->token_embd;
     else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
-    if ((s = load_vector(m, "output_norm.weight", hp->n_embd, &m->output_norm, err))) goto fail;
+    /* (LFM2's final norm is token_embd_norm, as the reference names it) */
+    if ((s = load_vector(m, a->shortconv ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd, &m->output_norm,
+                         err)))
+        goto fail;
     if (a->rope_freqs && (s = load_optional(m, "rope_freqs.weight", hp->n_rot / 2, &m->ap.rope_factors, err)))
         goto fail;
     if (a->rope_long_short &&
@@ -646,6 +659,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
+    if (a->shortconv && (s = quill_shortconv_params(m, err))) goto fail;
     if (a->per_layer_shapes && (s = quill_per_layer_shapes(m, err))) goto fail;
     if (a->per_layer_inputs && (s = quill_per_layer_inputs_bind(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -673,7 +687,9 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         if (kv_dim > m->ap.widest_kv) m->ap.widest_kv = kv_dim;
         if (L->n_head / L->n_head_kv > m->ap.widest_group) m->ap.widest_group = L->n_head / L->n_head_kv;
         if (L->n_ff > m->ap.widest_ff) m->ap.widest_ff = L->n_ff;
-        if (L->recurrent) {
+        if (L->shortconv) {
+            if ((s = quill_shortconv_bind_layer(m, l, err))) goto fail;
+        } else if (L->recurrent) {
             if ((s = quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->mla) {
             if ((s = quill_mla_bind_layer(m, l, err))) goto fail;

@@ -132,7 +132,9 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             const int64_t group = L->n_head / L->n_head_kv;
             ref_input_norm(arch, xb, x, L->attn_norm, d, hp->rms_eps);
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
-            if (L->recurrent) {
+            if (L->shortconv) {
+                if ((s = quill_shortconv_exact(c, L, l, xb, o, err))) goto done;
+            } else if (L->recurrent) {
                 if ((s = quill_deltanet_exact(c, L, l, xb, o, err))) goto done;
             } else if (L->mla) {
                 if ((s = quill_mla_exact(c, L, l, xb, pos, o, err))) goto done;
