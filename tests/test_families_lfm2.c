@@ -253,3 +253,74 @@ TEST(families_lfm2_refuse_by_name) {
         remove(dst);
     }
 }
+
+/* The types of `ours` and `theirs`, tensor by tensor: how many differ (the first few recorded). */
+static int mix_differences(const char *label, const char *ours, const char *theirs) {
+    quill_gguf *a = NULL, *b = NULL;
+    quill_error err;
+    int differ = 0;
+    if (quill_gguf_open(ours, &a, &err) != QUILL_OK || quill_gguf_open(theirs, &b, &err) != QUILL_OK) {
+        test_fail(__FILE__, __LINE__, "%s: %s", label, err.message);
+        differ = -1;
+    }
+    for (uint64_t k = 0; differ >= 0 && k < quill_gguf_n_tensors(b); k++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(b, k), *u = quill_gguf_find_tensor(a, t->name);
+        if ((!u || u->type != t->type) && differ++ < 3)
+            test_fail(__FILE__, __LINE__, "%s: %s is %s in quill's file, %s in the reference's", label, t->name,
+                  u ? quill_type_name(u->type) : "missing", quill_type_name(t->type));
+    }
+    if (differ >= 0 && quill_gguf_n_tensors(a) != quill_gguf_n_tensors(b)) differ++;
+    quill_gguf_close(a);
+    quill_gguf_close(b);
+    return differ;
+}
+
+/* quill quantize's Q4_0 and Q4_K_M mixes the reference's, tensor by tensor (the convolution's taps kept
+ * in f32, the attention layers' attn_v counted as the reference counts them); on quill's Q4_0 file, quill
+ * at least 2x closer to float64 than the reference implementation. */
+TEST(families_lfm2_quantize_mixes) {
+    REQUIRE_SHARED(shared);
+    for (size_t i = 0; i < N_CASES; i++) {
+        char f16[512], ours[512], theirs[512], prefix[512], tokens[256], cmd[4096], *out = NULL;
+        snprintf(f16, sizeof f16, "%s/lfm2-mix-%zu.gguf", tmp_dir(), i);
+        snprintf(ours, sizeof ours, "%s/lfm2-mix-%zu-quill.gguf", tmp_dir(), i);
+        snprintf(theirs, sizeof theirs, "%s/lfm2-mix-%zu-ref.gguf", tmp_dir(), i);
+        snprintf(prefix, sizeof prefix, "%s/lfm2-mix-%zu.ref", tmp_dir(), i);
+        family_tokens_arg(tokens, sizeof tokens);
+        snprintf(cmd, sizeof cmd,
+                 "(export OMP_WAIT_POLICY=PASSIVE; %s synth %s --vocab %s/models/stories260K.gguf -o %s && "
+                 "%s quantize --force %s %s q4_k_m && %s/ref/bin/llama-quantize %s %s Q4_K_M)",
+                 quill_bin(), cases[i].synth, shared, f16, quill_bin(), f16, ours, shared, f16, theirs);
+        int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %.2000s", cases[i].name, rc, out);
+        free(out);
+        if (rc) continue;
+        CHECK(mix_differences(cases[i].name, ours, theirs) == 0, "%s: q4_k_m mixes differ", cases[i].name);
+        snprintf(cmd, sizeof cmd,
+                 "(export OMP_WAIT_POLICY=PASSIVE; %s quantize --force %s %s q4_0 && %s/ref/bin/llama-quantize %s %s Q4_0"
+                 " && %s/ref/bin/refdump %s %s 0 - - 0 --tokens %s)",
+                 quill_bin(), f16, ours, shared, f16, theirs, shared, ours, prefix, tokens);
+        rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %.2000s", cases[i].name, rc, out);
+        free(out);
+        if (!rc) CHECK(mix_differences(cases[i].name, ours, theirs) == 0, "%s: q4_0 mixes differ", cases[i].name);
+        refdump_out r;
+        if (!rc && family_load_ref(prefix, &r)) {
+            const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
+            float *fast = family_run_model(ours, false, NULL, 0, NULL, NULL);
+            float *exact = fast ? family_run_model(ours, true, NULL, 0, NULL, NULL) : NULL;
+            if (fast && exact) {
+                const double mine = rms_rel_error(fast, exact, n), ref = rms_rel_error(r.logits, exact, n);
+                printf("    %-8s q4_0 (quill's file): rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n",
+                       cases[i].name, mine, ref, ref / mine);
+                CHECK(2 * mine <= ref, "%s q4_0: quill %.3g is not 2x closer to truth than the reference's %.3g",
+                      cases[i].name, mine, ref);
+            }
+            free(fast), free(exact), free(r.logits);
+        }
+        char json[600], logits[600];
+        snprintf(json, sizeof json, "%s.json", prefix);
+        snprintf(logits, sizeof logits, "%s.logits.f32", prefix);
+        remove(f16), remove(ours), remove(theirs), remove(json), remove(logits);
+    }
+}
