@@ -28,13 +28,18 @@
 #                               SHAPE=qwen35, a dense Qwen3.5 stack of the same attention and DeltaNet
 #                               shapes with an FFN of 6144; LAYERS of them (a multiple of 4 keeps
 #                               the real three-to-one mix).
+#   SHAPE=lfm2 LAYERS=6 TYPES=q4_0 TESTS="pp tg" bench/vs_ref.sh
+#                               LFM2's gated short convolutions: LFM2-1.2B's layers (n_embd 2048, 32
+#                               heads, 8 KV heads of 64, FFN 8192, 3 taps; every third layer attention)
+#                               or, with SHAPE=lfm2moe, LFM2-8B-A1B's (FFN 7168 in the 2 dense layers,
+#                               then 32 experts, 4 used, expert FFN 1792).
 #
 # Environment (defaults in brackets):
 #   QUILL_BENCH_DIR  models and raw results [../quill-bench-models, beside the repository]: the
 #                    f16 model is made with `quill synth --like tinyllama-1.1b` (or the SHAPE's
 #                    synth options), the others from it with the reference's llama-quantize, each
 #                    only when absent
-#   SHAPE [tinyllama: tinyllama, qwen3moe, gpt-oss, qwen35moe or qwen35]   LAYERS [4: the MoE shapes' layer count]
+#   SHAPE [tinyllama: tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2 or lfm2moe]   LAYERS [4: the MoE shapes' layer count]
 #   ARCH [llama: with SHAPE=tinyllama, another dense family of that shape, e.g. granite or olmo2]
 #   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
 #   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
@@ -82,7 +87,12 @@ case $SHAPE in
     qwen35) SYNTH="--arch qwen35 --embd 2048 --layers $LAYERS --heads 16 --kv-heads 2 --head-dim 256 --ff 6144
                    --ssm-heads 16,32"
             SHAPE_NAME="dense Qwen3.5 shape (n_embd 2048, FFN 6144), $LAYERS layers"; GOALS="1.2 1.5 36" ;;
-    *) die "SHAPE is tinyllama, qwen3moe, gpt-oss, qwen35moe or qwen35, not '$SHAPE'" ;;
+    lfm2) SYNTH="--arch lfm2 --embd 2048 --layers $LAYERS --heads 32 --kv-heads 8 --ff 8192"
+          SHAPE_NAME="LFM2-1.2B shape (every third layer attention), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
+    lfm2moe) SYNTH="--arch lfm2moe --embd 2048 --layers $LAYERS --heads 32 --kv-heads 8 --ff 7168
+                    --experts 32 --experts-used 4 --expert-ff 1792 --dense-lead 2"
+             SHAPE_NAME="LFM2-8B-A1B shape (2 dense layers), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
+    *) die "SHAPE is tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2 or lfm2moe, not '$SHAPE'" ;;
 esac
 number PAIRS "$PAIRS"; number PP "$PP"; number TG "$TG"; number BATCH_PP "$BATCH_PP"; number BATCH_TG "$BATCH_TG"
 [ "$PAIRS" -ge 1 ] || die "PAIRS must be at least 1"

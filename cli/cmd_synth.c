@@ -135,6 +135,12 @@ static const synth_arch arches[] = {
     {.name = "nemotron_h_moe", .arch = "nemotron_h_moe", .freq_base = 10000, .eps = 1e-5, .ctx = 262144, .experts = 128,
      .experts_used = 6, .expert_ff_key = true, .shared_expert = true},
     {.name = "granitehybrid", .arch = "granitehybrid", .freq_base = 10000, .eps = 1e-5, .ctx = 131072, .tied = true},
+    /* LFM2-350M..2.6B: gated short convolutions, every third layer attention (synth_lfm2), tied */
+    {.name = "lfm2", .arch = "lfm2", .freq_base = 1000000, .eps = 1e-5, .ctx = 128000, .tied = true, .qk_norm = true},
+    /* LFM2-8B-A1B: the same layers, 32 experts (4 used) after --dense-lead N (2) dense layers, a sigmoid router
+     * with a selection bias */
+    {.name = "lfm2moe", .arch = "lfm2moe", .freq_base = 1000000, .eps = 1e-5, .ctx = 128000, .tied = true,
+     .qk_norm = true, .experts = 32, .experts_used = 4, .expert_ff_key = true},
 };
 
 /* DeepSeek 2/3 and GLM-4.5: their layers (leading dense ones, then experts with a shared one and the
@@ -495,6 +501,72 @@ static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const s
 #undef SPREAD
 }
 
+/* ---------------------------------------------------------------- lfm2 */
+
+/* LFM2: layer l is a gated short convolution (3 taps), but every third one (2, 5, ...) attention */
+static bool synth_is_lfm2(const synth_arch *a) { return !strcmp(a->arch, "lfm2") || !strcmp(a->arch, "lfm2moe"); }
+static bool synth_lfm2_conv(int64_t l) { return l % 3 != 2; }
+#define SYNTH_LFM2_L_CACHE 3
+
+static bool synth_lfm2_keys(quill_gguf_writer *w, const char *arch, const synth_preset *hp, int64_t n_vocab,
+                            int64_t dense_lead, bool moe) {
+    char key[128];
+    int32_t kv[1024];
+    for (int64_t l = 0; l < hp->n_layer; l++) kv[l] = synth_lfm2_conv(l) ? 0 : (int32_t)hp->n_head_kv;
+#define LKEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    bool bad = quill_gguf_writer_add_arr(w, LKEY("attention.head_count_kv"), QUILL_GGUF_INT32, kv, (uint64_t)hp->n_layer) !=
+               QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, LKEY("vocab_size"), (uint32_t)n_vocab) != QUILL_OK;
+    bad |= quill_gguf_writer_add_u32(w, LKEY("shortconv.l_cache"), SYNTH_LFM2_L_CACHE) != QUILL_OK;
+    if (moe) {
+        bad |= quill_gguf_writer_add_u32(w, LKEY("leading_dense_block_count"), (uint32_t)dense_lead) != QUILL_OK;
+        bad |= quill_gguf_writer_add_u32(w, LKEY("expert_gating_func"), 2) != QUILL_OK;
+    }
+#undef LKEY
+    return !bad;
+}
+
+/* One LFM2 layer in the converter's order: its norms, its FFN (dense, or after the leading dense layers the
+ * router, its selection bias and the experts), then the convolution or the attention. */
+static void synth_lfm2_layer(synth_tensor *ts, int *nt, uint32_t wtype, const synth_preset *hp, int64_t head_dim,
+                             int64_t n_expert, int64_t ff_exp, int64_t dense_lead, int l) {
+    const float root3 = 1.7320508f, norm_spread = 0.01f * root3;
+    const int64_t d = hp->n_embd, kv_dim = hp->n_head_kv * head_dim;
+#define SPREAD(fan_in) (root3 / sqrtf((float)(fan_in)))
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.attn_norm.weight", l);
+    synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
+    if (n_expert && l >= dense_lead) {
+        /* the router and its selection bias stay f32, as in published files */
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, n_expert, "blk.%d.ffn_gate_inp.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.05f, n_expert, 0, "blk.%d.exp_probs_b.bias", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+    } else {
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+    }
+    if (synth_lfm2_conv(l)) {
+        /* the taps stay f32 (the reference's quantizer leaves rows of 3) */
+        synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(SYNTH_LFM2_L_CACHE), SYNTH_LFM2_L_CACHE, d,
+                  "blk.%d.shortconv.conv.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, 3 * d, "blk.%d.shortconv.in_proj.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, d, "blk.%d.shortconv.out_proj.weight", l);
+    } else {
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_q_norm.weight", l);
+        synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, head_dim, 0, "blk.%d.attn_k_norm.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, d, "blk.%d.attn_q.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_k.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, kv_dim, "blk.%d.attn_v.weight", l);
+        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, d, "blk.%d.attn_output.weight", l);
+    }
+#undef SPREAD
+}
+
 /* ---------------------------------------------------------------- qwen35 (hybrid) */
 
 /* The DeltaNet sizes synth gives a hybrid model: a state of half a head, the KV heads' count of key
@@ -711,6 +783,8 @@ static int synth_usage(FILE *f) {
             "  bias, a shared expert --ff wide), granitehybrid\n"
             "  (Granite 4.0-H: those mixers and attention, M*M repeated, each layer with its FFN, Granite's\n"
             "  multipliers; --experts N --experts-used K: experts as wide as --ff and a shared expert),\n"
+            "  lfm2 (gated short convolutions, every third layer attention with q/k norms),\n"
+            "  lfm2moe (those layers, 32 experts, 4 used, a sigmoid router, --dense-lead N (2) dense layers),\n"
             "  each with the hyperparameter keys its published files carry.\n"
             "  Matrices are uniform with the standard deviation 1/sqrt(fan_in) (token embeddings 0.02),\n"
             "  norms 1 +- 0.01, biases +- 0.1. --head-dim sets attention.key_length, --window the sliding\n"
@@ -727,6 +801,7 @@ int cmd_synth(int argc, char **argv) {
     long seed = 0, head_dim_opt = 0, window_opt = -1, swa_pattern = -1, mtp = 0, ssm_in = 0, experts_opt = 0, used_opt = 0, expert_ff = 0;
     long shared_kv = -1, per_layer = 16, ssm_k_heads = 0, ssm_v_heads = 0;
     long mla_opt[5] = {-1, 0, 0, 0, 0}, groups_opt[2] = {-1, 0}, dense_lead = 1, kv_b = 0, yarn = 0;
+    bool dense_lead_set = false;
     double swa_base = 0;
     double attn_cap = 50, final_cap = 30;
     uint32_t wtype = QUILL_TYPE_F16;
@@ -763,7 +838,7 @@ int cmd_synth(int argc, char **argv) {
             if (!arch)
                 return cli_fail("synth: unknown --arch '%s' (known: llama, llama3, mistral, qwen2, qwen3, gemma2, "
                                 "gemma3, phi3, qwen3moe, qwen2moe, llama-moe, gpt-oss, qwen35, qwen35moe, qwen3next, "
-                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe, granitehybrid)",
+                                "smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe, granitehybrid, lfm2, lfm2moe)",
                                 argv[i]);
         } else if (!strcmp(a, "--head-dim")) {
             if (++i >= argc || !cli_parse_long(argv[i], 2, 4096, &head_dim_opt) || head_dim_opt % 2)
@@ -823,6 +898,7 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--dense-lead")) {
             if (++i >= argc || !cli_parse_long(argv[i], 0, 1024, &dense_lead))
                 return cli_fail("synth: --dense-lead needs a number of layers from 0 to 1024");
+            dense_lead_set = true;
         } else if (!strcmp(a, "--kv-b")) {
             kv_b = 1;
         } else if (!strcmp(a, "--yarn")) {
@@ -926,6 +1002,12 @@ int cmd_synth(int argc, char **argv) {
         router.kv_b = kv_b;
         router.yarn = yarn;
     }
+    const bool lfm2 = synth_is_lfm2(arch);
+    if (lfm2) {
+        if (head_dim * hp.n_head != hp.n_embd) return cli_fail("synth: lfm2's heads span --embd (no --head-dim)");
+        if (hp.n_layer > 1024) return cli_fail("synth: lfm2 takes at most 1024 layers");
+        router.dense_lead = dense_lead_set ? (dense_lead < hp.n_layer ? dense_lead : hp.n_layer) : 2;
+    }
     if (expert_ff && !arch->expert_ff_key) return cli_fail("synth: llama-moe's experts are --ff wide");
     if (same_file(vocab_path, out_path)) return cli_fail("synth: the output %s is the vocabulary file", out_path);
     const bool g4 = !strcmp(arch->arch, "gemma4");
@@ -978,7 +1060,8 @@ int cmd_synth(int argc, char **argv) {
                                                              : head_dim)) != QUILL_OK;
         if (is_hybrid) bad |= !synth_hybrid_keys(w, arch->arch, &hybrid);
         bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)hp.n_head) != QUILL_OK;
-        if (!g4 && !is_mamba) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)(ds && !router.kv_b ? 1 : ds ? hp.n_head : hp.n_head_kv)) != QUILL_OK;
+        if (lfm2) bad |= !synth_lfm2_keys(w, arch->arch, &hp, n_vocab, router.dense_lead, n_expert > 0);
+        if (!g4 && !is_mamba && !lfm2) bad |= quill_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)(ds && !router.kv_b ? 1 : ds ? hp.n_head : hp.n_head_kv)) != QUILL_OK;
         if (router_family) bad |= !synth_router_keys(w, arch, &router, n_vocab);
         if (write_head_dim && !g4 && !ds) {
             bad |= quill_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim) != QUILL_OK;
@@ -1071,7 +1154,7 @@ int cmd_synth(int argc, char **argv) {
         synth_add(ts, &nt, QUILL_TYPE_F32, 0, 0, half, 0, "rope_factors_short.weight", 0);
         ts[nt - 1].fixed = factors + half;
     }
-    synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "output_norm.weight", 0);
+    synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, lfm2 ? "token_embd_norm.weight" : "output_norm.weight", 0);
     if (!arch->tied) synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_vocab, "output.weight", 0);
     for (int l = 0; is_hybrid && l < (int)(hp.n_layer + hybrid.mtp); l++)
         synth_hybrid_block(ts, &nt, wtype, &hp, head_dim, &hybrid, l, l < hp.n_layer && (l + 1) % hybrid.interval != 0,
@@ -1081,7 +1164,9 @@ int cmd_synth(int argc, char **argv) {
         synth_router_layer(ts, &nt, wtype, arch, &hp, &router, head_dim, n_expert, ff_exp, l, l >= hp.n_layer);
     for (int l = 0; is_mamba && l < (int)hp.n_layer; l++)
         synth_mamba_layer(ts, &nt, wtype, arch, &hp, head_dim, &mamba, n_expert, ff_exp, l);
-    for (int l = 0; !is_hybrid && !g4 && !router_family && !is_mamba && l < (int)hp.n_layer; l++) {
+    for (int l = 0; lfm2 && l < (int)hp.n_layer; l++)
+        synth_lfm2_layer(ts, &nt, wtype, &hp, head_dim, n_expert, ff_exp, router.dense_lead, l);
+    for (int l = 0; !is_hybrid && !g4 && !router_family && !is_mamba && !lfm2 && l < (int)hp.n_layer; l++) {
         if (!synth_no_input_norms(arch))
             synth_add(ts, &nt, QUILL_TYPE_F32, 1.0f, norm_spread, hp.n_embd, 0, "blk.%d.attn_norm.weight", l);
         if (arch->fused) {

@@ -151,3 +151,48 @@ bool family_variant(const char *src, const char *dst, const char *drop_key, cons
     quill_gguf_close(g);
     return ok;
 }
+
+/* (family_harness.h) Sequence 0's logits over the prompt: in one batch on 2 threads, token by token on 1, or in batches of
+ * 3 shared with a second sequence; NULL after a failure. */
+float *family_logits_by(const char *model, int how) {
+    quill_model *m;
+    quill_context *c;
+    quill_error err;
+    if (quill_model_load(model, &m, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        return NULL;
+    }
+    quill_context_params p = {.n_ctx = 64, .n_threads = how == 1 ? 1 : 2, .n_seq = how == 2 ? 2 : 1};
+    if (quill_context_new(m, &p, &c, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.message);
+        quill_model_free(m);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    float *out = malloc((size_t)N_PROMPT * (size_t)nv * sizeof *out), *tmp = malloc((size_t)6 * (size_t)nv * sizeof *tmp);
+    quill_status s = out && tmp ? QUILL_OK : QUILL_E_NOMEM;
+    if (!s && how == 0) s = quill_eval(c, prompt, N_PROMPT, out, true, &err);
+    for (int i = 0; !s && how == 1 && i < N_PROMPT; i++) s = quill_eval(c, prompt + i, 1, out + (size_t)i * nv, true, &err);
+    for (int at = 0; !s && how == 2 && at < N_PROMPT; at += 3) {
+        const int n = N_PROMPT - at < 3 ? N_PROMPT - at : 3;
+        int32_t bt[6], bs[6], bp[6];
+        bool want[6];
+        for (int i = 0; i < n; i++) {
+            bt[2 * i] = prompt[N_PROMPT - 1 - at - i], bs[2 * i] = 1, bp[2 * i] = at + i, want[2 * i] = true;
+            bt[2 * i + 1] = prompt[at + i], bs[2 * i + 1] = 0, bp[2 * i + 1] = at + i, want[2 * i + 1] = true;
+        }
+        quill_batch b = {2 * n, bt, bs, bp, want};
+        s = quill_decode(c, &b, tmp, &err);
+        for (int i = 0; !s && i < n; i++)
+            memcpy(out + (size_t)(at + i) * nv, tmp + (size_t)(2 * i + 1) * nv, (size_t)nv * sizeof *out);
+    }
+    if (s) {
+        test_fail(__FILE__, __LINE__, "%s", s == QUILL_E_NOMEM ? "out of memory" : err.message);
+        free(out);
+        out = NULL;
+    }
+    free(tmp);
+    quill_context_free(c);
+    quill_model_free(m);
+    return out;
+}

@@ -31,6 +31,9 @@ bool family_load_ref(const char *prefix, refdump_out *r);
  * and whether the first disagreement is at a near-tie (margin within 10x `tie`). NULL on failure. */
 float *family_run_model(const char *model, bool reference, const refdump_out *r, double tie, int *agreed,
                         bool *at_tie);
+/* Sequence 0's logits over the prompt (how: 0 in one batch on 2 threads, 1 token by token on 1, 2 in batches
+ * of 3 shared with a second sequence); NULL after a failure (recorded). */
+float *family_logits_by(const char *model, int how);
 /* max |a - b| relative to the largest |b| */
 double family_rel_to_max(const float *a, const float *b, size_t n);
 double family_max_abs_diff(const float *a, const float *b, size_t n);

@@ -313,10 +313,10 @@ TEST(arch_traces_match_the_reference) {
     }
 }
 
-/* Families quill does not implement (among them the Mamba-2 hybrids and Gemma 4's drafter) are
+/* Families quill does not implement (among them Mamba-1, Jamba, RWKV-7 and Gemma 4's drafter) are
  * refused by name. */
 TEST(arch_refusals_name_the_architecture) {
-    const char *names[] = {"nemotron_h", "mamba", "gemma3n", "gemma4-assistant"};
+    const char *names[] = {"jamba", "mamba", "rwkv7", "gemma3n", "gemma4-assistant"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/refused-%s.gguf", tmp_dir(), names[i]);

@@ -128,6 +128,15 @@ static const quill_arch archs[] = {
     {.name = "granitehybrid", .rope = QUILL_ROPE_ADJACENT, .act = QUILL_ACT_SILU, .multipliers = true, .rope_freqs = true,
      .head_dim_is_rot = true, .mamba2 = true, .ffn = QUILL_FFN_MOE, .experts_optional = true,
      .gating = QUILL_GATING_SOFTMAX, .norm_expert_weights = true},
+    /* Liquid LFM2 (350M-2.6B; shortconv.c): gated short convolutions where attention.head_count_kv is 0, else
+     * attention with q/k norms per head in NeoX RoPE; the final norm is token_embd_norm */
+    {.name = "lfm2", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .shortconv = true,
+     .trace_projections = true},
+    /* LFM2-8B-A1B: the same layers; after leading dense ones a router (sigmoid, expert_gating_func) whose
+     * selection bias chooses but does not weight, the chosen weights normalised */
+    {.name = "lfm2moe", .rope = QUILL_ROPE_NEOX, .act = QUILL_ACT_SILU, .qk_norm = true, .shortconv = true,
+     .ffn = QUILL_FFN_MOE, .gating = QUILL_GATING_SIGMOID, .expert_ff_key = true, .router_keys = true, .probs_bias = 2,
+     .router_norm_only = true, .trace_projections = true},
 };
 
 const quill_arch *quill_arch_find(const char *name, size_t len) {
@@ -137,6 +146,6 @@ const quill_arch *quill_arch_find(const char *name, size_t len) {
 }
 
 const char *quill_arch_list(void) {
-    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe and granitehybrid; "
+    return "llama (Llama 2 and 3, TinyLlama, Mistral, Mixtral), qwen2, qwen2moe, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, qwen35, qwen35moe, qwen3next, smollm3, olmo2, granite, glm4, exaone4, seed_oss, cohere2, mistral3, gemma4, deepseek2, glm4moe, nemotron_h, nemotron_h_moe, granitehybrid, lfm2 and lfm2moe; "
            "other families are not implemented";
 }

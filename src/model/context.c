@@ -294,7 +294,7 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
     }
     ok = ok && mem;
     const double rec_bytes = quill_recurrent_bytes(m, n_seq, n_ctx, c->reference);
-    if (ok && (m->arch->hybrid || m->arch->mamba2)) ok = quill_recurrent_new(c);
+    if (ok && quill_arch_stateful(m->arch)) ok = quill_recurrent_new(c);
     if (ok && !c->reference) {
         /* the angles in double, rounded once; the rotation scaled by rope.scaling.attn_factor */
         const size_t stride = (size_t)quill_rope_stride(m), tables = (size_t)m->ap.n_rope_tables;

@@ -608,6 +608,9 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         const quill_ffn_impl *ffn = quill_ffn_of(L->ffn);
         if (L->ffn_only) {
             ffn->fast(c, L, l, n); /* (Nemotron-H: the layer is its FFN) */
+        } else if (L->shortconv) {
+            quill_shortconv_fast(c, L, l, n); /* its output in xb */
+            ffn->announce(c, L, n);
         } else if (L->recurrent) {
             if (m->arch->mamba2) quill_mamba_fast(c, L, l, n); /* its output in xb */
             else quill_deltanet_fast(c, L, l, n);

@@ -129,8 +129,10 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     } else if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
         (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
-        (s = quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head, &hp->n_head_kv,
-                             err)) ||
+        (s = a->shortconv ? quill_shortconv_kv_heads(g, KEY("attention.head_count_kv"), hp->n_layer, hp->n_head,
+                                                     &hp->n_head_kv, err)
+                          : quill_layer_dim(g, KEY("attention.head_count_kv"), arrays, hp->n_layer, 0, hp->n_head,
+                                            &hp->n_head_kv, err)) ||
         (s = quill_layer_dim(g, KEY("feed_forward_length"), arrays, hp->n_layer, 0,
                              a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1, &hp->n_ff, err)) ||
         (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
@@ -540,6 +542,9 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
     quill_status s;
     if ((s = expert_key(m, "expert_gating_func", &func, err)) || (s = expert_key(m, "leading_dense_block_count", &lead, err)))
         return s;
+    if (func == 0 && m->arch->router_norm_only)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_gating_func is missing (a %s model names its router's function)",
+                          path, name, name);
     if (func == 1) ap->gating = QUILL_GATING_SOFTMAX;
     else if (func == 2) ap->gating = QUILL_GATING_SIGMOID;
     else if (func != 0)
@@ -561,6 +566,11 @@ static quill_status router_keys(quill_model *m, int64_t n_expert, int64_t n_used
     if (!(scale >= 0) || scale > 1e6)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s = %g is out of range", path, key, scale);
     ap->w_scale = (float)scale;
+    if (m->arch->router_norm_only) {
+        /* (the reference reads neither key for it: normalised, unscaled) */
+        ap->norm_w = true;
+        ap->w_scale = 0;
+    }
     if (groups > 1) {
         if (n_expert % groups || n_expert / groups < 2 || groups_used < 1 || groups_used > groups ||
             n_used > groups_used * (n_expert / groups))
@@ -631,7 +641,7 @@ static quill_status moe_params(quill_model *m, quill_error *err) {
         /* (Nemotron 3 Nano: the shared expert is expert_shared_feed_forward_length wide) */
         if (ap->n_ff_shexp <= 0)
             return quill_fail(err, QUILL_E_FORMAT, "%s: %s.expert_shared_feed_forward_length is missing", path, name);
-    } else if (a->router_keys) {
+    } else if (a->router_keys && !a->router_norm_only) {
         int64_t shared = 0;
         if ((s = expert_key(m, "expert_shared_count", &shared, err))) return s;
         if (shared > 64)
@@ -708,7 +718,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         goto fail;
     }
     if ((s = moe_params(m, err))) goto fail;
-    if ((a->mtp_bound || a->mamba2) && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
+    if ((a->mtp_bound || a->mamba2 || a->shortconv) && !(m->claimed = calloc(quill_gguf_n_tensors(m->gguf) + 1, 1))) {
         s = quill_fail(err, QUILL_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -722,7 +732,10 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     }
     if (hp->tied_output) m->output = m->token_embd;
     else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
-    if ((s = load_vector(m, "output_norm.weight", hp->n_embd, &m->output_norm, err))) goto fail;
+    /* (LFM2's final norm is token_embd_norm, as the reference names it) */
+    if ((s = load_vector(m, a->shortconv ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd, &m->output_norm,
+                         err)))
+        goto fail;
     if (a->rope_freqs && (s = load_optional(m, "rope_freqs.weight", hp->n_rot / 2, &m->ap.rope_factors, err)))
         goto fail;
     if (a->rope_long_short &&
@@ -736,6 +749,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     }
     if (a->hybrid && (s = quill_hybrid_params(m, err))) goto fail;
     if (a->mamba2 && (s = quill_mamba_params(m, err))) goto fail;
+    if (a->shortconv && (s = quill_shortconv_params(m, err))) goto fail;
     if (a->per_layer_shapes && (s = quill_per_layer_shapes(m, err))) goto fail;
     if (a->per_layer_inputs && (s = quill_per_layer_inputs_bind(m, err))) goto fail;
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -767,7 +781,9 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
             if ((s = single_block_layer(m, l, err))) goto fail;
             continue;
         }
-        if (L->recurrent) {
+        if (L->shortconv) {
+            if ((s = quill_shortconv_bind_layer(m, l, err))) goto fail;
+        } else if (L->recurrent) {
             if ((s = a->mamba2 ? quill_mamba_bind_layer(m, l, err) : quill_hybrid_bind_layer(m, l, err))) goto fail;
         } else if (a->mla) {
             if ((s = quill_mla_bind_layer(m, l, err))) goto fail;

@@ -161,7 +161,15 @@ typedef struct quill_arch {
     bool unroped;         /* no layer is rotated: attention without positions (Nemotron-H) */
     bool mtp_bound;       /* block_count counts nextn_predict_layers MTP blocks after the main stack: their
                            * tensors are checked at load (claimed), never run */
+    /* LFM2 (shortconv.c): */
+    bool shortconv;       /* gated short-convolution layers (attention.head_count_kv 0 in its per-layer array)
+                           * between attention layers; the final norm is token_embd_norm; every tensor claimed */
+    bool router_norm_only; /* the router's chosen weights always normalised, never scaled; expert_gating_func
+                           * required; no shared experts (LFM2-8B-A1B: the keys the reference reads for it) */
 } quill_arch;
+
+/* Whether the architecture keeps a recurrent state per sequence (recurrent.h). */
+static inline bool quill_arch_stateful(const quill_arch *a) { return a->hybrid || a->mamba2 || a->shortconv; }
 
 /* Layer `layer`'s value of `key`: one number for all layers, or (arrays) an array of n_layer (model.c). */
 quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, int64_t n_layer, int64_t layer,
@@ -236,8 +244,10 @@ typedef struct {
     float *ple_norm;               /* per_layer_inputs: post_norm [n_embd] */
     size_t kv_offset;              /* where its KV cache starts: the KV widths (n_head_kv · head_dim) of the
                                     * layers before it that have one (context.h's quill_kv_at) */
-    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c), or with mamba2 a Mamba-2 mixer (mamba.c),
-                                    * instead of attention: no KV cache */
+    bool recurrent;                /* a Gated DeltaNet layer (deltanet.c), with mamba2 a Mamba-2 mixer (mamba.c), or a
+                                    * short convolution (shortconv.c) instead of attention: no KV cache, a recurrent state */
+    bool shortconv;                /* LFM2's gated short convolution (shortconv.c): ssm_in is its in_proj [b | c | x],
+                                    * ssm_out its out_proj, ssm_conv its taps [n_embd][l_cache] */
     bool attn_gated;               /* attn_q holds each head's query, then its output gate */
     quill_weight ssm_in, ssm_gate, ssm_beta, ssm_alpha, ssm_out; /* attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out */
     float *ssm_conv;               /* [conv channels][kernel] */

@@ -28,11 +28,13 @@ static size_t scratch_floats(const quill_model *m) {
     if (m->arch->mamba2)
         return (size_t)quill_model_ubatch(m) * (size_t)(ap->ssm_conv_dim + mamba_proj(m) + ap->ssm_inner);
     const size_t value_dim = (size_t)(ap->ssm_state * ap->ssm_v_heads), q_dim = (size_t)(m->hp.n_head * m->hp.head_dim);
-    return (size_t)quill_model_ubatch(m) * (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim);
+    const size_t shortconv = m->arch->shortconv ? 4 * (size_t)m->hp.n_embd : 0;
+    return (size_t)quill_model_ubatch(m) *
+           (2 * (size_t)ap->ssm_conv_dim + 3 * value_dim + 4 * (size_t)ap->ssm_v_heads + 3 * q_dim + shortconv);
 }
 
 double quill_recurrent_bytes(const quill_model *m, int n_seq, int n_ctx, bool reference) {
-    if (!m->arch->hybrid && !m->arch->mamba2) return 0;
+    if (!quill_arch_stateful(m->arch)) return 0;
     const double elem = reference ? sizeof(double) : sizeof(float);
     const double seq = (double)count_recurrent(m) * (double)(conv_elems(m) + ssm_elems(m)) * elem;
     return (double)n_seq * (seq * (1 + QUILL_CHECKPOINTS) + (double)n_ctx * sizeof(int32_t)) +
@@ -83,6 +85,8 @@ bool quill_recurrent_new(quill_context *c) {
         r->qkvz = r->gate + ub * q_dim;
         r->decay = r->qkvz + ub * ((size_t)ap->ssm_conv_dim + value_dim);
         r->gate_beta = r->decay + ub * heads;
+        r->bcx = r->gate_beta + ub * heads;
+        r->conv_y = r->bcx + ub * 3 * (size_t)m->hp.n_embd;
         r->bytes += scratch_floats(m) * sizeof(float);
     }
     return true;

@@ -40,6 +40,7 @@ struct quill_recurrent {
     float *qfull, *gate;        /* gated attention: [ub][2 q_dim], [ub][q_dim] */
     float *qkvz;                /* Qwen3-Next's fused ssm_in: [ub][conv channels + value dim] */
     float *decay, *gate_beta;   /* the delta rule's e^g and σ(b): [ub][v heads] each */
+    float *bcx, *conv_y;        /* short convolutions: in_proj's [ub][3 n_embd], the gated output [ub][n_embd] */
     size_t bytes;               /* all of the above, for the memory estimate */
 };
 
@@ -87,6 +88,24 @@ void quill_mamba_fast(quill_context *c, const quill_layer *L, int layer, int n_t
 /* The same for one token of sequence 0 in double: in [n_embd] -> out [n_embd]. */
 quill_status quill_mamba_exact(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
                                quill_error *err);
+
+/* ---------------------------------------------------------------- LFM2's short convolutions (shortconv.c)
+ *
+ * A conv layer keeps, per sequence, the last l_cache - 1 inputs of its convolution ([n_embd][l_cache - 1],
+ * the DeltaNet conv state's layout) and no matrices. */
+
+/* The layers' KV head count as the reference reads attention.head_count_kv: one number, or one per layer
+ * where 0 marks a conv layer; the attention layers' (all equal) into *out (n_head when there are none). */
+quill_status quill_shortconv_kv_heads(const quill_gguf *g, const char *key, int64_t n_layer, int64_t n_head,
+                                      int64_t *out, quill_error *err);
+/* shortconv.l_cache, the keys quill does not implement refused by name, the conv layers marked. */
+quill_status quill_shortconv_params(quill_model *m, quill_error *err);
+quill_status quill_shortconv_bind_layer(quill_model *m, int64_t l, quill_error *err);
+/* A conv layer on the micro-batch (its normed input in c->xb, its output left there), and one token
+ * of sequence 0 in double. */
+void quill_shortconv_fast(quill_context *c, const quill_layer *L, int layer, int n_tok);
+quill_status quill_shortconv_exact(const quill_context *c, const quill_layer *L, int layer, const double *in,
+                                   double *out, quill_error *err);
 
 /* ---------------------------------------------------------------- state (recurrent.c) */
 

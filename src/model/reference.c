@@ -134,6 +134,8 @@ quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n
             if (L->attn_norm) quill_ref_trace(c, "attn_norm", l, xb, d, 2, d, 1, tmp);
             if (L->ffn_only) {
                 if ((s = quill_ffn_of(L->ffn)->exact(c, L, l, xb, o, err))) goto done;
+            } else if (L->shortconv) {
+                if ((s = quill_shortconv_exact(c, L, l, xb, o, err))) goto done;
             } else if (L->recurrent && arch->mamba2) {
                 if ((s = quill_mamba_exact(c, L, l, xb, o, err))) goto done;
             } else if (L->recurrent) {

@@ -848,7 +848,7 @@ static bool wants_quantization(const quill_gguf_tensor *t) {
     const char *name = t->name;
     if (effective_dims(t) < 2 || !ends_with(name, "weight")) return false;
     static const char *const keep[] = {
-        "_norm.weight", "ffn_gate_inp.weight", "ssm_conv1d.weight", "time_mix_first.weight",
+        "_norm.weight", "ffn_gate_inp.weight", "ssm_conv1d.weight", "shortconv.conv.weight", "time_mix_first.weight",
         "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
         "time_mix_lerp_fused.weight", "attn_rel_b.weight", "altup", "laurel", "per_layer_model_proj",
     };

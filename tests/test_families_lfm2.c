@@ -1,0 +1,390 @@
+/* Liquid LFM2 (issue 48) against the reference implementation: lfm2 (gated short convolutions beside
+ * attention layers with q/k norms, the final norm token_embd_norm) and lfm2moe (the same layers, leading
+ * dense FFNs, then a sigmoid router with a selection bias). Each a small random-weight model from
+ * `quill synth --arch`, quantized to Q8_0 and Q4_K_M by the reference's quantizer, golden data made on the
+ * spot by its refdump: F32 logits, the quantized files' distance from float64 truth, greedy tokens, the
+ * trace by the reference's names and quill verify; the convolution's state in sequences (one batch,
+ * token by token, beside another sequence, truncated and copied); bad files refused by name. */
+#include "family_harness.h"
+#include "golden.h"
+#include "server_util.h"
+#include "test.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    const char *synth; /* quill synth arguments besides --vocab, --type and -o */
+} lfm2_case;
+
+#define SHAPE "--embd 256 --heads 4 --kv-heads 2 --ff 512 --seed 11"
+static const lfm2_case cases[] = {
+    /* conv, conv, attention, conv: a conv layer after the attention one too */
+    {"lfm2", "--arch lfm2 --layers 4 " SHAPE},
+    /* a dense layer, then routed ones (conv, attention, conv) */
+    {"lfm2moe", "--arch lfm2moe --layers 4 --dense-lead 1 --experts 16 --experts-used 4 --expert-ff 64 " SHAPE},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+#define KIND "lfm2"
+
+/* The trace by the reference's names (the projections, attention's output, the FFN's gate and up, each
+ * layer's output), within 1e-4. */
+static void check_trace(const lfm2_case *fc, const char *model, const char *prefix, const char *tokens) {
+    char trace[600], ref_trace[600], cmd[2048], *out = NULL;
+    snprintf(trace, sizeof trace, "%s/lfm2-%s-f32.trace.gguf", tmp_dir(), fc->name);
+    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "%s: exit %d: %s", fc->name, rc, out);
+    free(out);
+    quill_trace_diff *d;
+    size_t nd;
+    int64_t bad;
+    quill_error err;
+    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
+        CHECK(false, "%s", err.message);
+        return;
+    }
+    double worst = 0;
+    bool has_q = false, has_kqv = false, has_conv_out = false, has_result = false;
+    for (size_t k = 0; k < nd; k++) {
+        if (d[k].rel > worst) worst = d[k].rel;
+        has_q |= !strcmp(d[k].name, "Qcur-2");
+        has_kqv |= !strcmp(d[k].name, "kqv_out-2");
+        has_conv_out |= !strcmp(d[k].name, "l_out-3"); /* (a conv layer after the attention one) */
+        has_result |= !strcmp(d[k].name, "result_norm");
+    }
+    printf("    %-8s trace: %zu tensors by the reference's names, worst rel %.3g\n", fc->name, nd, worst);
+    CHECK(has_q && has_kqv && has_conv_out && has_result && nd >= 10,
+          "%s: only %zu tensors in common with the reference's trace", fc->name, nd);
+    CHECK(bad < 0, "%s: %s beyond tolerance (rel %.3g)", fc->name, bad >= 0 ? d[bad].name : "", bad >= 0 ? d[bad].rel : 0);
+    free(d);
+}
+
+/* F32: the fast path within 1e-5 of the reference implementation (relative to the largest logit), the
+ * float64 path too, greedy tokens up to a near-tie; the trace; quill verify. */
+static void check_f32(const lfm2_case *fc) {
+    char model[512], prefix[512], tokens[256], cmd[2048], *out = NULL;
+    family_model_path(KIND, fc->name, 0, model, sizeof model);
+    family_ref_prefix(KIND, fc->name, 0, prefix, sizeof prefix);
+    refdump_out r;
+    if (!family_load_ref(prefix, &r)) return;
+    const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
+    int agreed = 0;
+    bool at_tie = false;
+    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
+    float *fast = exact ? family_run_model(model, false, NULL, 0, NULL, NULL) : NULL;
+    const double tie = fast ? family_max_abs_diff(fast, r.logits, n) : 0;
+    free(fast);
+    fast = exact ? family_run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
+    if (fast && exact) {
+        const double vs_ref = family_rel_to_max(fast, r.logits, n), vs_exact = family_rel_to_max(fast, exact, n);
+        const double ref_vs_exact = family_rel_to_max(r.logits, exact, n);
+        printf("    %-8s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
+               "%d of %d greedy tokens equal%s\n",
+               fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
+        CHECK(vs_ref < 1e-5, "%s: logits %.3g from the reference implementation's", fc->name, vs_ref);
+        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation", fc->name, ref_vs_exact);
+        CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
+              fc->name, agreed, r.margin[agreed]);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+    family_tokens_arg(tokens, sizeof tokens);
+    check_trace(fc, model, prefix, tokens);
+    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0 && strstr(out, "ok: "), "%s: quill verify: exit %d: %s", fc->name, rc, out);
+    free(out);
+}
+
+/* A quantized file: quill at least 2x closer to float64 truth on the same weights than the reference
+ * implementation (rms over the prompt's logits). */
+static void check_quantized(const lfm2_case *fc, int quant) {
+    char model[512], prefix[512];
+    family_model_path(KIND, fc->name, quant, model, sizeof model);
+    family_ref_prefix(KIND, fc->name, quant, prefix, sizeof prefix);
+    refdump_out r;
+    if (!family_load_ref(prefix, &r)) return;
+    const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
+    float *fast = family_run_model(model, false, NULL, 0, NULL, NULL);
+    float *exact = fast ? family_run_model(model, true, NULL, 0, NULL, NULL) : NULL;
+    if (fast && exact) {
+        const double ours = rms_rel_error(fast, exact, n), theirs = rms_rel_error(r.logits, exact, n);
+        printf("    %-8s %s: rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", fc->name,
+               family_quants[quant], ours, theirs, theirs / ours);
+        CHECK(2 * ours <= theirs, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", fc->name,
+              family_quants[quant], ours, theirs);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+}
+
+TEST(families_lfm2_match_the_reference) {
+    REQUIRE_SHARED(shared);
+    for (size_t i = 0; i < N_CASES; i++) {
+        if (!family_make(shared, KIND, cases[i].name, cases[i].synth, true)) continue;
+        check_f32(&cases[i]);
+        check_quantized(&cases[i], 1);
+        check_quantized(&cases[i], 2);
+        family_remove(KIND, cases[i].name);
+    }
+}
+
+/* Logits of `n` tokens evaluated one at a time from the sequence's end. */
+static quill_status step_tokens(quill_context *c, int seq, const int32_t *tokens, int n, float *logits, int64_t nv,
+                                quill_error *err) {
+    for (int i = 0; i < n; i++) {
+        int32_t pos = quill_seq_len(c, seq);
+        quill_batch b = {1, &tokens[i], &seq, &pos, NULL};
+        quill_status st = quill_decode(c, &b, logits + (size_t)i * nv, err);
+        if (st) return st;
+    }
+    return QUILL_OK;
+}
+
+/* The convolution's window in sequences: each token's logits the same bits in one batch, token by token
+ * on one thread and beside another sequence; after truncating (to a checkpoint's position and before
+ * any) and copying a prefix to another sequence, the same tokens again give the same bits. */
+TEST(families_lfm2_state_in_sequences) {
+    REQUIRE_SHARED(shared);
+    char model[512], cmd[2048], *out = NULL;
+    snprintf(model, sizeof model, "%s/lfm2-seq.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s synth --arch lfm2 --layers 4 " SHAPE " --vocab %s/models/stories260K.gguf --type f16 -o %s",
+             quill_bin(), shared, model);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    if (rc) return;
+    float *one = family_logits_by(model, 0), *single = family_logits_by(model, 1), *beside = family_logits_by(model, 2);
+    if (one && single && beside) {
+        const size_t n = (size_t)FAMILY_N_PROMPT * 512 * sizeof(float);
+        CHECK(!memcmp(one, single, n), "one batch on 2 threads and token by token on 1 differ");
+        CHECK(!memcmp(one, beside, n), "sharing batches with another sequence changes the logits");
+    }
+    free(one), free(single), free(beside);
+
+    quill_model *m = NULL;
+    quill_context *c = NULL;
+    quill_error err;
+    quill_context_params p = {.n_ctx = 64, .n_threads = 2, .n_seq = 2};
+    quill_status st = quill_model_load(model, &m, &err);
+    if (!st) st = quill_context_new(m, &p, &c, &err);
+    const int64_t nv = m ? quill_model_hparams(m)->n_vocab : 0;
+    int32_t gen[12];
+    for (int i = 0; i < 12; i++) gen[i] = (int32_t)(i * 29 % 400 + 5);
+    float *first = malloc(12 * (size_t)(nv + 1) * sizeof(float)), *again = malloc(12 * (size_t)(nv + 1) * sizeof(float));
+    float *prompt_logits = malloc((size_t)FAMILY_N_PROMPT * (size_t)(nv + 1) * sizeof(float));
+    bool after = false, copy = false, before = false;
+    if (!st && (!first || !again || !prompt_logits)) st = QUILL_E_NOMEM;
+    if (!st) st = quill_eval(c, family_prompt, FAMILY_N_PROMPT, prompt_logits, true, &err);
+    if (!st) st = step_tokens(c, 0, gen, 12, first, nv, &err);
+    if (!st) { /* back to the prompt's end + 5 (its checkpoint at the prompt's end) */
+        quill_seq_truncate(c, 0, FAMILY_N_PROMPT + 5);
+        after = quill_seq_len(c, 0) == FAMILY_N_PROMPT + 5;
+        st = step_tokens(c, 0, gen + 5, 7, again, nv, &err);
+        after &= !st && !memcmp(again, first + 5 * (size_t)nv, 7 * (size_t)nv * sizeof(float));
+    }
+    if (!st) st = quill_seq_copy_prefix(c, 0, 1, FAMILY_N_PROMPT + 4, &err);
+    if (!st) st = step_tokens(c, 1, gen + 4, 8, again, nv, &err);
+    if (!st) copy = !memcmp(again, first + 4 * (size_t)nv, 8 * (size_t)nv * sizeof(float));
+    if (!st) { /* back to 6, before every checkpoint: from the empty window */
+        quill_seq_truncate(c, 0, 6);
+        st = step_tokens(c, 0, family_prompt + 6, 10, again, nv, &err);
+        before = !st && !memcmp(again, prompt_logits + 6 * (size_t)nv, 10 * (size_t)nv * sizeof(float));
+    }
+    CHECK(st == QUILL_OK, "%s", st == QUILL_E_NOMEM ? "out of memory" : err.message);
+    CHECK(after, "truncating to the prompt's end + 5 changed the logits");
+    CHECK(copy, "the copied prefix continues with other logits");
+    CHECK(before, "truncating to 6, before any checkpoint, changed the logits");
+    free(first), free(again), free(prompt_logits);
+    quill_context_free(c);
+    quill_model_free(m);
+    remove(model);
+}
+
+/* What the reference requires, or what quill does not implement, is refused naming the key or tensor. */
+TEST(families_lfm2_refuse_by_name) {
+    REQUIRE_SHARED(shared);
+    static const struct {
+        const char *arch, *drop_key, *drop_tensor, *add_key;
+        uint32_t add_value;
+        const char *message;
+    } refusals[] = {
+        {"lfm2", "lfm2.shortconv.l_cache", NULL, NULL, 0, "lfm2.shortconv.l_cache is missing"},
+        {"lfm2", "lfm2.shortconv.l_cache", NULL, "lfm2.shortconv.l_cache", 1, "lfm2.shortconv.l_cache = 1"},
+        {"lfm2", NULL, "token_embd_norm.weight", NULL, 0, "'token_embd_norm.weight' is missing"},
+        {"lfm2", NULL, "blk.0.shortconv.in_proj.weight", NULL, 0, "'blk.0.shortconv.in_proj.weight' is missing"},
+        {"lfm2", NULL, "blk.2.attn_q_norm.weight", NULL, 0, "'blk.2.attn_q_norm.weight' is missing"},
+        /* one KV head count: every layer attends */
+        {"lfm2", "lfm2.attention.head_count_kv", NULL, "lfm2.attention.head_count_kv", 1, "'blk.0.attn_q.weight' is missing"},
+        {"lfm2moe", "lfm2moe.leading_dense_block_count", NULL, NULL, 0, "'blk.0.ffn_gate_inp.weight' is missing"},
+        {"lfm2", NULL, NULL, "lfm2.attention.sliding_window", 64, "lfm2.attention.sliding_window = 64"},
+        {"lfm2moe", "lfm2moe.expert_gating_func", NULL, NULL, 0, "lfm2moe.expert_gating_func is missing"},
+        {"lfm2moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        char src[512], dst[512], cmd[2048], *out = NULL;
+        snprintf(src, sizeof src, "%s/refuse-lfm2-%s.gguf", tmp_dir(), refusals[i].arch);
+        snprintf(dst, sizeof dst, "%s/refuse-lfm2-%s-%zu.gguf", tmp_dir(), refusals[i].arch, i);
+        snprintf(cmd, sizeof cmd,
+                 "%s synth --arch %s --layers 3 --embd 64 --heads 2 --kv-heads 1 --ff 64 %s --vocab "
+                 "%s/models/stories260K.gguf --type f32 -o %s",
+                 quill_bin(), refusals[i].arch,
+                 strcmp(refusals[i].arch, "lfm2") ? "--experts 8 --experts-used 2 --expert-ff 32 --dense-lead 1" : "",
+                 shared, src);
+        const int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %s", refusals[i].arch, rc, out);
+        free(out);
+        quill_model *m = NULL;
+        quill_error err;
+        CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", refusals[i].arch,
+              err.message);
+        quill_model_free(m);
+        CHECK(family_variant(src, dst, refusals[i].drop_key, refusals[i].drop_tensor, refusals[i].add_key,
+                             refusals[i].add_value, false),
+              "cannot write %s", dst);
+        CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", refusals[i].arch, i);
+        CHECK_STR_CONTAINS(err.message, refusals[i].message);
+        remove(src);
+        remove(dst);
+    }
+}
+
+/* The types of `ours` and `theirs`, tensor by tensor: how many differ (the first few recorded). */
+static int mix_differences(const char *label, const char *ours, const char *theirs) {
+    quill_gguf *a = NULL, *b = NULL;
+    quill_error err;
+    int differ = 0;
+    if (quill_gguf_open(ours, &a, &err) != QUILL_OK || quill_gguf_open(theirs, &b, &err) != QUILL_OK) {
+        test_fail(__FILE__, __LINE__, "%s: %s", label, err.message);
+        differ = -1;
+    }
+    for (uint64_t k = 0; differ >= 0 && k < quill_gguf_n_tensors(b); k++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(b, k), *u = quill_gguf_find_tensor(a, t->name);
+        if ((!u || u->type != t->type) && differ++ < 3)
+            test_fail(__FILE__, __LINE__, "%s: %s is %s in quill's file, %s in the reference's", label, t->name,
+                  u ? quill_type_name(u->type) : "missing", quill_type_name(t->type));
+    }
+    if (differ >= 0 && quill_gguf_n_tensors(a) != quill_gguf_n_tensors(b)) differ++;
+    quill_gguf_close(a);
+    quill_gguf_close(b);
+    return differ;
+}
+
+/* quill quantize's Q4_0 and Q4_K_M mixes the reference's, tensor by tensor (the convolution's taps kept
+ * in f32, the attention layers' attn_v counted as the reference counts them); on quill's Q4_0 file, quill
+ * at least 2x closer to float64 than the reference implementation. */
+TEST(families_lfm2_quantize_mixes) {
+    REQUIRE_SHARED(shared);
+    for (size_t i = 0; i < N_CASES; i++) {
+        char f16[512], ours[512], theirs[512], prefix[512], tokens[256], cmd[4096], *out = NULL;
+        snprintf(f16, sizeof f16, "%s/lfm2-mix-%zu.gguf", tmp_dir(), i);
+        snprintf(ours, sizeof ours, "%s/lfm2-mix-%zu-quill.gguf", tmp_dir(), i);
+        snprintf(theirs, sizeof theirs, "%s/lfm2-mix-%zu-ref.gguf", tmp_dir(), i);
+        snprintf(prefix, sizeof prefix, "%s/lfm2-mix-%zu.ref", tmp_dir(), i);
+        family_tokens_arg(tokens, sizeof tokens);
+        snprintf(cmd, sizeof cmd,
+                 "(export OMP_WAIT_POLICY=PASSIVE; %s synth %s --vocab %s/models/stories260K.gguf -o %s && "
+                 "%s quantize --force %s %s q4_k_m && %s/ref/bin/llama-quantize %s %s Q4_K_M)",
+                 quill_bin(), cases[i].synth, shared, f16, quill_bin(), f16, ours, shared, f16, theirs);
+        int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %.2000s", cases[i].name, rc, out);
+        free(out);
+        if (rc) continue;
+        CHECK(mix_differences(cases[i].name, ours, theirs) == 0, "%s: q4_k_m mixes differ", cases[i].name);
+        snprintf(cmd, sizeof cmd,
+                 "(export OMP_WAIT_POLICY=PASSIVE; %s quantize --force %s %s q4_0 && %s/ref/bin/llama-quantize %s %s Q4_0"
+                 " && %s/ref/bin/refdump %s %s 0 - - 0 --tokens %s)",
+                 quill_bin(), f16, ours, shared, f16, theirs, shared, ours, prefix, tokens);
+        rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "%s: exit %d: %.2000s", cases[i].name, rc, out);
+        free(out);
+        if (!rc) CHECK(mix_differences(cases[i].name, ours, theirs) == 0, "%s: q4_0 mixes differ", cases[i].name);
+        refdump_out r;
+        if (!rc && family_load_ref(prefix, &r)) {
+            const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
+            float *fast = family_run_model(ours, false, NULL, 0, NULL, NULL);
+            float *exact = fast ? family_run_model(ours, true, NULL, 0, NULL, NULL) : NULL;
+            if (fast && exact) {
+                const double mine = rms_rel_error(fast, exact, n), ref = rms_rel_error(r.logits, exact, n);
+                printf("    %-8s q4_0 (quill's file): rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n",
+                       cases[i].name, mine, ref, ref / mine);
+                CHECK(2 * mine <= ref, "%s q4_0: quill %.3g is not 2x closer to truth than the reference's %.3g",
+                      cases[i].name, mine, ref);
+            }
+            free(fast), free(exact), free(r.logits);
+        }
+        char json[600], logits[600];
+        snprintf(json, sizeof json, "%s.json", prefix);
+        snprintf(logits, sizeof logits, "%s.logits.f32", prefix);
+        remove(f16), remove(ours), remove(theirs), remove(json), remove(logits);
+    }
+}
+
+/* One greedy completion of the prompt's first `n` tokens: its text (malloc'd) and the tokens the server
+ * reused. NULL after recording a failure. */
+static char *complete(int port, int n, int *cached) {
+    char body[2048];
+    int at = snprintf(body, sizeof body, "{\"prompt\": [");
+    for (int i = 0; i < n; i++) at += snprintf(body + at, sizeof body - (size_t)at, "%s%d", i ? "," : "", family_prompt[i]);
+    snprintf(body + at, sizeof body - (size_t)at, "], \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}");
+    http_resp r;
+    char *text = NULL;
+    if (!http_post(port, "/v1/completions", body, &r) || r.status != 200) {
+        test_fail(__FILE__, __LINE__, "completion of %d tokens: status %d: %s", n, r.status, r.body ? r.body : "");
+    } else {
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *t = cJSON_GetObjectItem(choice, "text");
+        const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"),
+                                                                 "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsString(t)) text = strdup(t->valuestring);
+        else test_fail(__FILE__, __LINE__, "no text in %s", r.body);
+        *cached = cJSON_IsNumber(c) ? (int)c->valuedouble : -1;
+        cJSON_Delete(j);
+    }
+    http_resp_free(&r);
+    return text;
+}
+
+/* quill serve runs lfm2moe: a prompt that extends a finished one reuses its state, the shorter prompt
+ * again goes back through a checkpoint, and both answer as a fresh server does. */
+TEST(families_lfm2_server_prefix_reuse_answers_as_fresh) {
+    REQUIRE_SHARED(shared);
+    char model[512], cmd[2048], *out = NULL;
+    snprintf(model, sizeof model, "%s/lfm2-serve.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s synth %s --vocab %s/models/stories260K.gguf --type f16 -o %s", quill_bin(),
+             cases[1].synth, shared, model);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    test_server s;
+    int cached_long = -1, cached_again = -1, unused;
+    char *first = NULL, *longer = NULL, *again = NULL, *fresh = NULL;
+    if (server_start(&s, model, "-np 2 -c 256 -t 2 -b 4")) {
+        first = complete(s.port, 10, &unused);
+        longer = complete(s.port, FAMILY_N_PROMPT, &cached_long);
+        again = complete(s.port, 10, &cached_again);
+        CHECK_EQ_INT(server_stop(&s), 0);
+    }
+    if (server_start(&s, model, "-np 2 -c 256 -t 2 -b 4")) {
+        fresh = complete(s.port, FAMILY_N_PROMPT, &unused);
+        CHECK_EQ_INT(server_stop(&s), 0);
+    }
+    remove(model);
+    const bool ok = first && longer && again && fresh;
+    const bool same_again = ok && !strcmp(first, again), same_longer = ok && !strcmp(longer, fresh);
+    printf("    lfm2moe served: %d and %d prompt tokens reused\n", cached_long, cached_again);
+    free(first), free(longer), free(again), free(fresh);
+    CHECK(ok, "a completion failed");
+    CHECK(cached_long >= 10, "the longer prompt reused %d tokens", cached_long);
+    CHECK(same_again, "the same prompt again answers differently");
+    CHECK(same_longer, "the longer prompt answers differently from a fresh server");
+}
