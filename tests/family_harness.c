@@ -196,3 +196,132 @@ float *family_logits_by(const char *model, int how) {
     quill_model_free(m);
     return out;
 }
+
+/* ---------------------------------------------------------------- the checks every family test makes */
+
+/* The trace of `model` over the prompt by the reference's names, against its trace. */
+static void check_trace(const char *kind, const char *name, const char *model, const char *prefix, const char *tokens,
+                        const family_f32_rules *rules) {
+    char trace[600], ref_trace[600], cmd[2048], *out = NULL;
+    snprintf(trace, sizeof trace, "%s/%s-%s-f32.trace.gguf", tmp_dir(), kind, name);
+    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "%s: exit %d: %s", name, rc, out);
+    free(out);
+    quill_trace_diff *d;
+    size_t nd;
+    int64_t bad;
+    quill_error err;
+    if (quill_trace_compare(trace, ref_trace, rules->trace_tol > 0 ? rules->trace_tol : 1e-4, &d, &nd, &bad, &err)) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err.message);
+        return;
+    }
+    double worst = 0;
+    const char *missing = NULL;
+    for (size_t k = 0; k < nd; k++)
+        if (d[k].rel > worst) worst = d[k].rel;
+    for (size_t i = 0; !missing && i < sizeof rules->trace_names / sizeof rules->trace_names[0] && rules->trace_names[i]; i++) {
+        bool found = false;
+        for (size_t k = 0; !found && k < nd; k++) found = !strcmp(d[k].name, rules->trace_names[i]);
+        if (!found) missing = rules->trace_names[i];
+    }
+    printf("    %-14s trace: %zu tensors by the reference's names, worst rel %.3g\n", name, nd, worst);
+    if (missing || nd < (rules->trace_min ? rules->trace_min : 12))
+        test_fail(__FILE__, __LINE__, "%s: only %zu tensors in common with the reference's trace%s%s", name, nd,
+                  missing ? ", not " : "", missing ? missing : "");
+    if (bad >= 0) test_fail(__FILE__, __LINE__, "%s: %s beyond tolerance (rel %.3g)", name, d[bad].name, d[bad].rel);
+    free(d);
+    remove(trace);
+}
+
+void family_check_f32(const char *kind, const char *name, const family_f32_rules *rules) {
+    char model[512], prefix[512], tokens[256], cmd[2048], *out = NULL;
+    family_model_path(kind, name, 0, model, sizeof model);
+    family_ref_prefix(kind, name, 0, prefix, sizeof prefix);
+    refdump_out r;
+    if (!family_load_ref(prefix, &r)) return;
+    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
+    int agreed = 0;
+    bool at_tie = false;
+    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
+    float *fast = exact ? family_run_model(model, false, NULL, 0, NULL, NULL) : NULL;
+    const double tie = fast ? family_max_abs_diff(fast, r.logits, n) : 0;
+    free(fast);
+    fast = exact ? family_run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
+    bool ok = fast && exact;
+    if (ok) {
+        const double vs_ref = family_rel_to_max(fast, r.logits, n), vs_exact = family_rel_to_max(fast, exact, n);
+        const double ref_vs_exact = family_rel_to_max(r.logits, exact, n);
+        const double float64_tol = rules->float64_tol > 0 ? rules->float64_tol : 1e-5;
+        printf("    %-14s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
+               "%d of %d greedy tokens equal%s\n",
+               name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
+        if (!((vs_ref < 1e-5 && !rules->ref_rounds) || vs_exact < 1e-5))
+            test_fail(__FILE__, __LINE__, "%s: logits %.3g from the reference implementation's, %.3g from float64", name,
+                      vs_ref, vs_exact);
+        if (!(ref_vs_exact < float64_tol))
+            test_fail(__FILE__, __LINE__, "%s: float64 path %.3g from the reference implementation", name, ref_vs_exact);
+        if (!(agreed == r.n_greedy || at_tie))
+            test_fail(__FILE__, __LINE__, "%s: greedy token %d differs from the reference's (margin %.3g)", name, agreed,
+                      r.margin[agreed]);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+    if (!ok) return;
+    family_tokens_arg(tokens, sizeof tokens);
+    if (rules->trace_tol >= 0) check_trace(kind, name, model, prefix, tokens, rules);
+    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
+    const int rc = run_cmd(cmd, &out, true);
+    if (!(rc == 0 && out && strstr(out, "ok: ")))
+        test_fail(__FILE__, __LINE__, "%s: quill verify: exit %d: %s", name, rc, out ? out : "");
+    free(out);
+}
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double family_median_position_error(const float *a, const float *truth, int64_t n_vocab) {
+    double e[N_PROMPT];
+    for (int p = 0; p < N_PROMPT; p++)
+        e[p] = rms_rel_error(a + (size_t)p * (size_t)n_vocab, truth + (size_t)p * (size_t)n_vocab, (size_t)n_vocab);
+    qsort(e, N_PROMPT, sizeof e[0], by_value);
+    return (e[N_PROMPT / 2 - 1] + e[N_PROMPT / 2]) / 2;
+}
+
+void family_check_quantized(const char *kind, const char *name, int quant, bool median_position, bool greedy) {
+    char model[512], prefix[512];
+    family_model_path(kind, name, quant, model, sizeof model);
+    family_ref_prefix(kind, name, quant, prefix, sizeof prefix);
+    refdump_out r;
+    if (!family_load_ref(prefix, &r)) return;
+    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
+    int agreed = 0;
+    bool at_tie = false;
+    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
+    float *fast = !exact ? NULL
+                  : greedy ? family_run_model(model, false, &r, family_max_abs_diff(r.logits, exact, n), &agreed, &at_tie)
+                           : family_run_model(model, false, NULL, 0, NULL, NULL);
+    if (fast && exact) {
+        const double all_ours = rms_rel_error(fast, exact, n), all_theirs = rms_rel_error(r.logits, exact, n);
+        const double ours = median_position ? family_median_position_error(fast, exact, r.n_vocab) : all_ours;
+        const double theirs = median_position ? family_median_position_error(r.logits, exact, r.n_vocab) : all_theirs;
+        printf("    %-14s %s: error vs float64 %s: quill %.3g, reference impl %.3g (%.1fx)", name, family_quants[quant],
+               median_position ? "at the median position" : "(rms over all)", ours, theirs, theirs / ours);
+        if (median_position) printf("; rms over all %.3g, %.3g", all_ours, all_theirs);
+        if (greedy) printf("; %d of %d greedy tokens equal", agreed, r.n_greedy);
+        printf("\n");
+        if (!(2 * ours <= theirs))
+            test_fail(__FILE__, __LINE__, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", name,
+                      family_quants[quant], ours, theirs);
+        if (greedy && !(agreed == r.n_greedy || at_tie))
+            test_fail(__FILE__, __LINE__, "%s %s: greedy token %d differs from the reference's (margin %.3g)", name,
+                      family_quants[quant], agreed, r.margin[agreed]);
+    }
+    free(fast);
+    free(exact);
+    free(r.logits);
+}

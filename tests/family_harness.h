@@ -38,6 +38,30 @@ float *family_logits_by(const char *model, int how);
 double family_rel_to_max(const float *a, const float *b, size_t n);
 double family_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* What a family's F32 file must meet (family_check_f32). */
+typedef struct {
+    bool ref_rounds;     /* the reference's logits are not the measure (a GELU by table): float64's are */
+    double float64_tol;  /* the float64 path against the reference's logits (0: 1e-5) */
+    double trace_tol;    /* each traced tensor against the reference's (0: 1e-4; < 0: no trace check) */
+    const char *trace_names[6]; /* tensors the trace must share with the reference's, by its names */
+    size_t trace_min;    /* and at least this many in common (0: 12) */
+} family_f32_rules;
+
+/* The F32 file of family `name` (made by family_make): the fast path within 1e-5 of the reference's
+ * logits (relative to the largest) or of float64's, the float64 path within float64_tol of the
+ * reference's, greedy tokens as the reference's up to a near-tie, the trace by the reference's
+ * names, and `quill verify`. Failures are recorded. */
+void family_check_f32(const char *kind, const char *name, const family_f32_rules *rules);
+
+/* A quantized file of family `name`: quill at least 2x closer to float64 truth on the same weights
+ * than the reference implementation, by the rms error over all the prompt's logits or (median_position,
+ * for routed layers) at the typical position: at a router's near-tie either engine's 8-bit
+ * activations may pick another expert than float64 does, and that position's error is then the
+ * other expert's output; with `greedy`, greedy tokens as the reference's up to a near-tie. */
+void family_check_quantized(const char *kind, const char *name, int quant, bool median_position, bool greedy);
+/* The median over the prompt's positions of each position's rms error relative to truth. */
+double family_median_position_error(const float *a, const float *truth, int64_t n_vocab);
+
 /* A copy of `src` without metadata `drop_key` and tensor `drop_tensor` (NULL: none), plus u32
  * metadata `add_key` = add_value (or, with add_sections, rope.dimension_sections-like [a, 0, 0, 0]). */
 bool family_variant(const char *src, const char *dst, const char *drop_key, const char *drop_tensor,

@@ -31,99 +31,11 @@ static const lfm2_case cases[] = {
 #define N_CASES (sizeof cases / sizeof cases[0])
 #define KIND "lfm2"
 
-/* The trace by the reference's names (the projections, attention's output, the FFN's gate and up, each
- * layer's output), within 1e-4. */
-static void check_trace(const lfm2_case *fc, const char *model, const char *prefix, const char *tokens) {
-    char trace[600], ref_trace[600], cmd[2048], *out = NULL;
-    snprintf(trace, sizeof trace, "%s/lfm2-%s-f32.trace.gguf", tmp_dir(), fc->name);
-    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
-    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
-    const int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "%s: exit %d: %s", fc->name, rc, out);
-    free(out);
-    quill_trace_diff *d;
-    size_t nd;
-    int64_t bad;
-    quill_error err;
-    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
-        CHECK(false, "%s", err.message);
-        return;
-    }
-    double worst = 0;
-    bool has_q = false, has_kqv = false, has_conv_out = false, has_result = false;
-    for (size_t k = 0; k < nd; k++) {
-        if (d[k].rel > worst) worst = d[k].rel;
-        has_q |= !strcmp(d[k].name, "Qcur-2");
-        has_kqv |= !strcmp(d[k].name, "kqv_out-2");
-        has_conv_out |= !strcmp(d[k].name, "l_out-3"); /* (a conv layer after the attention one) */
-        has_result |= !strcmp(d[k].name, "result_norm");
-    }
-    printf("    %-8s trace: %zu tensors by the reference's names, worst rel %.3g\n", fc->name, nd, worst);
-    CHECK(has_q && has_kqv && has_conv_out && has_result && nd >= 10,
-          "%s: only %zu tensors in common with the reference's trace", fc->name, nd);
-    CHECK(bad < 0, "%s: %s beyond tolerance (rel %.3g)", fc->name, bad >= 0 ? d[bad].name : "", bad >= 0 ? d[bad].rel : 0);
-    free(d);
-}
-
-/* F32: the fast path within 1e-5 of the reference implementation (relative to the largest logit), the
- * float64 path too, greedy tokens up to a near-tie; the trace; quill verify. */
+/* F32: logits, greedy tokens, the trace (the projections and attention's output of layer 2, the output of
+ * the conv layer after it, the final norm among its tensors), verify. */
 static void check_f32(const lfm2_case *fc) {
-    char model[512], prefix[512], tokens[256], cmd[2048], *out = NULL;
-    family_model_path(KIND, fc->name, 0, model, sizeof model);
-    family_ref_prefix(KIND, fc->name, 0, prefix, sizeof prefix);
-    refdump_out r;
-    if (!family_load_ref(prefix, &r)) return;
-    const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
-    int agreed = 0;
-    bool at_tie = false;
-    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
-    float *fast = exact ? family_run_model(model, false, NULL, 0, NULL, NULL) : NULL;
-    const double tie = fast ? family_max_abs_diff(fast, r.logits, n) : 0;
-    free(fast);
-    fast = exact ? family_run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
-    if (fast && exact) {
-        const double vs_ref = family_rel_to_max(fast, r.logits, n), vs_exact = family_rel_to_max(fast, exact, n);
-        const double ref_vs_exact = family_rel_to_max(r.logits, exact, n);
-        printf("    %-8s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
-               "%d of %d greedy tokens equal%s\n",
-               fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
-        CHECK(vs_ref < 1e-5, "%s: logits %.3g from the reference implementation's", fc->name, vs_ref);
-        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation", fc->name, ref_vs_exact);
-        CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
-              fc->name, agreed, r.margin[agreed]);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
-    family_tokens_arg(tokens, sizeof tokens);
-    check_trace(fc, model, prefix, tokens);
-    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
-    const int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0 && strstr(out, "ok: "), "%s: quill verify: exit %d: %s", fc->name, rc, out);
-    free(out);
-}
-
-/* A quantized file: quill at least 2x closer to float64 truth on the same weights than the reference
- * implementation (rms over the prompt's logits). */
-static void check_quantized(const lfm2_case *fc, int quant) {
-    char model[512], prefix[512];
-    family_model_path(KIND, fc->name, quant, model, sizeof model);
-    family_ref_prefix(KIND, fc->name, quant, prefix, sizeof prefix);
-    refdump_out r;
-    if (!family_load_ref(prefix, &r)) return;
-    const size_t n = (size_t)FAMILY_N_PROMPT * (size_t)r.n_vocab;
-    float *fast = family_run_model(model, false, NULL, 0, NULL, NULL);
-    float *exact = fast ? family_run_model(model, true, NULL, 0, NULL, NULL) : NULL;
-    if (fast && exact) {
-        const double ours = rms_rel_error(fast, exact, n), theirs = rms_rel_error(r.logits, exact, n);
-        printf("    %-8s %s: rms error vs float64: quill %.3g, reference impl %.3g (%.1fx)\n", fc->name,
-               family_quants[quant], ours, theirs, theirs / ours);
-        CHECK(2 * ours <= theirs, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", fc->name,
-              family_quants[quant], ours, theirs);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
+    family_f32_rules rules = {.trace_names = {"Qcur-2", "kqv_out-2", "l_out-3", "result_norm"}, .trace_min = 10};
+    family_check_f32(KIND, fc->name, &rules);
 }
 
 TEST(families_lfm2_match_the_reference) {
@@ -131,8 +43,8 @@ TEST(families_lfm2_match_the_reference) {
     for (size_t i = 0; i < N_CASES; i++) {
         if (!family_make(shared, KIND, cases[i].name, cases[i].synth, true)) continue;
         check_f32(&cases[i]);
-        check_quantized(&cases[i], 1);
-        check_quantized(&cases[i], 2);
+        family_check_quantized(KIND, cases[i].name, 1, false, false);
+        family_check_quantized(KIND, cases[i].name, 2, false, false);
         family_remove(KIND, cases[i].name);
     }
 }

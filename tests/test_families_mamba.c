@@ -42,125 +42,13 @@ static const family_case families[] = {
 #define KIND "mamba"
 #define N_PROMPT FAMILY_N_PROMPT
 
-/* The trace by the reference's names, within 1e-4 of its values. */
-static void check_trace(const family_case *fc, const char *model, const char *prefix, const char *tokens) {
-    char trace[600], ref_trace[600], cmd[2048], *out = NULL;
-    snprintf(trace, sizeof trace, "%s/mamba-%s-f32.trace.gguf", tmp_dir(), fc->name);
-    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
-    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
-    int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "%s: exit %d: %s", fc->name, rc, out);
-    free(out);
-    quill_trace_diff *d;
-    size_t nd;
-    int64_t bad;
-    quill_error err;
-    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
-        CHECK(false, "%s", err.message);
-        return;
-    }
-    double worst = 0;
-    bool has_kqv = false, has_ffn = false, has_norm = false;
-    const bool granite = strstr(fc->name, "granite") != NULL;
-    for (size_t k = 0; k < nd; k++) {
-        if (d[k].rel > worst) worst = d[k].rel;
-        /* (Nemotron-H: attention at 3, an FFN at 4; Granite 4.0-H: attention at 1) */
-        has_kqv |= !strcmp(d[k].name, granite ? "kqv_out-1" : "kqv_out-3");
-        has_ffn |= !strcmp(d[k].name, granite ? "ffn_out-2" : "l_out-4");
-        has_norm |= !strcmp(d[k].name, granite ? "attn_norm-2" : "attn_norm-5"); /* (after a mixer) */
-    }
-    printf("    %-14s trace: %zu tensors by the reference's names, worst rel %.3g\n", fc->name, nd, worst);
-    CHECK(has_kqv && has_ffn && has_norm && nd >= 12, "%s: only %zu tensors in common with the reference's trace",
-          fc->name, nd);
-    CHECK(bad < 0, "%s: %s beyond tolerance (rel %.3g)", fc->name, bad >= 0 ? d[bad].name : "", bad >= 0 ? d[bad].rel : 0);
-    free(d);
-    remove(trace);
-}
-
-/* F32: logits within 1e-5 of the reference's (relative to the largest) and of float64, greedy tokens,
- * trace, verify. */
+/* F32: logits, greedy tokens, the trace (attention, an FFN and the norm after a mixer among its tensors:
+ * Nemotron-H's attention is layer 3 and an FFN layer 4, Granite 4.0-H's attention layer 1), verify. */
 static void check_f32(const family_case *fc) {
-    char model[512], prefix[512], tokens[256], cmd[2048], *out = NULL;
-    family_model_path(KIND, fc->name, 0, model, sizeof model);
-    family_ref_prefix(KIND, fc->name, 0, prefix, sizeof prefix);
-    refdump_out r;
-    if (!family_load_ref(prefix, &r)) return;
-    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
-    int agreed = 0;
-    bool at_tie = false;
-    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
-    float *fast = exact ? family_run_model(model, false, &r, 0, NULL, NULL) : NULL;
-    const double tie = fast ? family_max_abs_diff(fast, r.logits, n) : 0;
-    free(fast);
-    fast = exact ? family_run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
-    if (fast && exact) {
-        const double vs_ref = family_rel_to_max(fast, r.logits, n), vs_exact = family_rel_to_max(fast, exact, n);
-        const double ref_vs_exact = family_rel_to_max(r.logits, exact, n);
-        printf("    %-14s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
-               "%d of %d greedy tokens equal%s\n",
-               fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
-        CHECK(vs_ref < 1e-5, "%s: logits %.3g from the reference implementation's", fc->name, vs_ref);
-        CHECK(vs_exact < 1e-5, "%s: logits %.3g from float64", fc->name, vs_exact);
-        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation", fc->name, ref_vs_exact);
-        CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
-              fc->name, agreed, r.margin[agreed]);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
-    family_tokens_arg(tokens, sizeof tokens);
-    check_trace(fc, model, prefix, tokens);
-    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
-    const int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0 && strstr(out, "ok: "), "%s: quill verify: exit %d: %s", fc->name, rc, out);
-    free(out);
-}
-
-static int by_value(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The median over the prompt's positions of each position's rms error relative to truth: the typical
- * position (at a router's near-tie either engine's 8-bit activations may pick another expert than
- * float64 does, and that position's error is then the other expert's output). */
-static double median_position_error(const float *a, const float *truth, int64_t n_vocab) {
-    double e[N_PROMPT];
-    for (int p = 0; p < N_PROMPT; p++)
-        e[p] = rms_rel_error(a + (size_t)p * (size_t)n_vocab, truth + (size_t)p * (size_t)n_vocab, (size_t)n_vocab);
-    qsort(e, N_PROMPT, sizeof e[0], by_value);
-    return (e[N_PROMPT / 2 - 1] + e[N_PROMPT / 2]) / 2;
-}
-
-/* A quantized file: quill at least 2x closer to float64 truth on the same weights than the reference
- * implementation at the typical position. */
-static void check_quantized(const family_case *fc, int quant) {
-    char model[512], prefix[512];
-    family_model_path(KIND, fc->name, quant, model, sizeof model);
-    family_ref_prefix(KIND, fc->name, quant, prefix, sizeof prefix);
-    refdump_out r;
-    if (!family_load_ref(prefix, &r)) return;
-    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
-    int agreed = 0;
-    bool at_tie = false;
-    float *exact = family_run_model(model, true, NULL, 0, NULL, NULL);
-    float *fast = exact ? family_run_model(model, false, &r, family_max_abs_diff(r.logits, exact, n), &agreed, &at_tie)
-                        : NULL;
-    if (fast && exact) {
-        const double ours = median_position_error(fast, exact, r.n_vocab);
-        const double theirs = median_position_error(r.logits, exact, r.n_vocab);
-        printf("    %-14s %s: error vs float64 at the median position: quill %.3g, reference impl %.3g (%.1fx); "
-               "rms over all %.3g, %.3g; %d of %d greedy tokens equal\n",
-               fc->name, family_quants[quant], ours, theirs, theirs / ours, rms_rel_error(fast, exact, n),
-               rms_rel_error(r.logits, exact, n), agreed, r.n_greedy);
-        CHECK(2 * ours <= theirs, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", fc->name,
-              family_quants[quant], ours, theirs);
-        CHECK(agreed == r.n_greedy || at_tie, "%s %s: greedy token %d differs from the reference's (margin %.3g)",
-              fc->name, family_quants[quant], agreed, r.margin[agreed]);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
+    const bool granite = strstr(fc->name, "granite") != NULL;
+    family_f32_rules rules = {.trace_names = {granite ? "kqv_out-1" : "kqv_out-3", granite ? "ffn_out-2" : "l_out-4",
+                                              granite ? "attn_norm-2" : "attn_norm-5"}};
+    family_check_f32(KIND, fc->name, &rules);
 }
 
 TEST(families_mamba_match_the_reference) {
@@ -169,8 +57,8 @@ TEST(families_mamba_match_the_reference) {
         const family_case *fc = &families[i];
         if (!family_make(shared, KIND, fc->name, fc->synth, true)) continue;
         check_f32(fc);
-        check_quantized(fc, 1);
-        check_quantized(fc, 2);
+        family_check_quantized(KIND, fc->name, 1, true, true);
+        family_check_quantized(KIND, fc->name, 2, true, true);
         family_remove(KIND, fc->name);
     }
 }
@@ -191,43 +79,6 @@ static bool open_model(const char *path, int n_threads, int n_seq, quill_model *
         return false;
     }
     return true;
-}
-
-/* Sequence 0's logits over the prompt: in one batch on 2 threads, token by token on 1, or in batches of
- * 3 shared with a second sequence reading the prompt reversed; NULL after a failure. */
-static float *logits_by(const char *model, int how) {
-    quill_model *m;
-    quill_context *c;
-    if (!open_model(model, how == 1 ? 1 : 2, how == 2 ? 2 : 1, &m, &c)) return NULL;
-    const int32_t *prompt = family_prompt;
-    const int64_t nv = quill_model_hparams(m)->n_vocab;
-    float *out = malloc((size_t)N_PROMPT * (size_t)nv * sizeof *out), *tmp = malloc((size_t)6 * (size_t)nv * sizeof *tmp);
-    quill_error err;
-    quill_status s = out && tmp ? QUILL_OK : QUILL_E_NOMEM;
-    if (!s && how == 0) s = quill_eval(c, prompt, N_PROMPT, out, true, &err);
-    for (int i = 0; !s && how == 1 && i < N_PROMPT; i++) s = quill_eval(c, prompt + i, 1, out + (size_t)i * nv, true, &err);
-    for (int at = 0; !s && how == 2 && at < N_PROMPT; at += 3) {
-        const int n = N_PROMPT - at < 3 ? N_PROMPT - at : 3;
-        int32_t bt[6], bs[6], bp[6];
-        bool want[6];
-        for (int i = 0; i < n; i++) {
-            bt[2 * i] = prompt[N_PROMPT - 1 - at - i], bs[2 * i] = 1, bp[2 * i] = at + i, want[2 * i] = true;
-            bt[2 * i + 1] = prompt[at + i], bs[2 * i + 1] = 0, bp[2 * i + 1] = at + i, want[2 * i + 1] = true;
-        }
-        quill_batch b = {2 * n, bt, bs, bp, want};
-        s = quill_decode(c, &b, tmp, &err);
-        for (int i = 0; !s && i < n; i++)
-            memcpy(out + (size_t)(at + i) * nv, tmp + (size_t)(2 * i + 1) * nv, (size_t)nv * sizeof *out);
-    }
-    if (s) {
-        test_fail(__FILE__, __LINE__, "%s", s == QUILL_E_NOMEM ? "out of memory" : err.message);
-        free(out);
-        out = NULL;
-    }
-    free(tmp);
-    quill_context_free(c);
-    quill_model_free(m);
-    return out;
 }
 
 /* Logits of `n` tokens evaluated one at a time from the sequence's current end. */
@@ -315,7 +166,7 @@ TEST(families_mamba_state_and_mixes) {
         CHECK(a && b && quill_gguf_n_tensors(a) == quill_gguf_n_tensors(b), "%s: tensor counts differ", families[i].name);
         quill_gguf_close(a);
         quill_gguf_close(b);
-        float *one = logits_by(ours, 0), *single = logits_by(ours, 1), *beside = logits_by(ours, 2);
+        float *one = family_logits_by(ours, 0), *single = family_logits_by(ours, 1), *beside = family_logits_by(ours, 2);
         CHECK(one && single && beside);
         if (one && single && beside) {
             const size_t n = (size_t)N_PROMPT * 512 * sizeof(float);

@@ -41,135 +41,16 @@ static const family_case families[] = {
 
 #define KIND "mla"
 #define N_PROMPT FAMILY_N_PROMPT
-#define N_GEN FAMILY_N_GEN
-#define prompt family_prompt
-#define quants family_quants
-#define tokens_arg family_tokens_arg
 #define variant family_variant
-#define rel_to_max family_rel_to_max
-#define max_abs_diff family_max_abs_diff
-#define load_ref family_load_ref
-#define run_model family_run_model
-typedef refdump_out ref_out;
-static void model_path(const family_case *fc, int q, char *buf, size_t cap) { family_model_path(KIND, fc->name, q, buf, cap); }
-static void ref_prefix(const family_case *fc, int q, char *buf, size_t cap) { family_ref_prefix(KIND, fc->name, q, buf, cap); }
 static bool make_family(const char *shared, const family_case *fc) { return family_make(shared, KIND, fc->name, fc->synth, fc->q4); }
 static void remove_family(const family_case *fc) { family_remove(KIND, fc->name); }
 
-/* The trace by the reference's names, within 1e-4 of its values. */
-static void check_trace(const family_case *fc, const char *model, const char *prefix, const char *tokens) {
-    char trace[600], ref_trace[600], cmd[2048], *out = NULL;
-    snprintf(trace, sizeof trace, "%s/mla-%s-f32.trace.gguf", tmp_dir(), fc->name);
-    snprintf(ref_trace, sizeof ref_trace, "%s.trace.bin", prefix);
-    snprintf(cmd, sizeof cmd, "%s run -m %s --tokens %s -n 0 -t 2 --trace %s", quill_bin(), model, tokens, trace);
-    int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "%s: exit %d: %s", fc->name, rc, out);
-    free(out);
-    quill_trace_diff *d;
-    size_t nd;
-    int64_t bad;
-    quill_error err;
-    if (quill_trace_compare(trace, ref_trace, 1e-4, &d, &nd, &bad, &err) != QUILL_OK) {
-        CHECK(false, "%s", err.message);
-        return;
-    }
-    double worst = 0;
-    bool has_qcur = false, has_lout = false, has_kqv = false;
-    for (size_t k = 0; k < nd; k++) {
-        if (d[k].rel > worst) worst = d[k].rel;
-        has_qcur |= !strcmp(d[k].name, "Qcur-1");
-        has_kqv |= !strcmp(d[k].name, "kqv_out-1");
-        has_lout |= !strcmp(d[k].name, "l_out-1");
-    }
-    printf("    %-14s trace: %zu tensors by the reference's names, worst rel %.3g\n", fc->name, nd, worst);
-    CHECK(has_qcur && has_kqv && has_lout && nd >= 12, "%s: only %zu tensors in common with the reference's trace",
-          fc->name, nd);
-    CHECK(bad < 0, "%s: %s beyond tolerance (rel %.3g)", fc->name, bad >= 0 ? d[bad].name : "", bad >= 0 ? d[bad].rel : 0);
-    free(d);
-}
-
-/* F32: logits, greedy tokens, trace, verify. */
+/* F32: logits, greedy tokens, trace (Qcur, kqv_out and l_out of layer 1 among them), verify. (The older
+ * files' reference computes the heads' keys and values: its Qcur, Kcur, Vcur are other tensors than the
+ * absorbed ones, so their trace is not compared; the logits and verify still hold.) */
 static void check_f32(const family_case *fc) {
-    char model[512], prefix[512], tokens[256], cmd[2048], *out = NULL;
-    model_path(fc, 0, model, sizeof model);
-    ref_prefix(fc, 0, prefix, sizeof prefix);
-    ref_out r;
-    if (!load_ref(prefix, &r)) return;
-    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
-    int agreed = 0;
-    bool at_tie = false;
-    float *exact = run_model(model, true, NULL, 0, NULL, NULL);
-    float *fast = exact ? run_model(model, false, &r, 0, NULL, NULL) : NULL;
-    const double tie = fast ? max_abs_diff(fast, r.logits, n) : 0;
-    free(fast);
-    fast = exact ? run_model(model, false, &r, tie, &agreed, &at_tie) : NULL;
-    if (fast && exact) {
-        const double vs_ref = rel_to_max(fast, r.logits, n), vs_exact = rel_to_max(fast, exact, n);
-        const double ref_vs_exact = rel_to_max(r.logits, exact, n);
-        printf("    %-14s f32: fast vs reference impl %.2g, fast vs float64 %.2g, reference impl vs float64 %.2g; "
-               "%d of %d greedy tokens equal%s\n",
-               fc->name, vs_ref, vs_exact, ref_vs_exact, agreed, r.n_greedy, agreed < r.n_greedy ? ", then a near-tie" : "");
-        CHECK(vs_ref < 1e-5 || vs_exact < 1e-5,
-              "%s: logits %.3g from the reference implementation's, %.3g from float64", fc->name, vs_ref, vs_exact);
-        CHECK(ref_vs_exact < 1e-5, "%s: float64 path %.3g from the reference implementation",
-              fc->name, ref_vs_exact);
-        CHECK(agreed == r.n_greedy || at_tie, "%s: greedy token %d differs from the reference's (margin %.3g)",
-              fc->name, agreed, r.margin[agreed]);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
-
-    tokens_arg(tokens, sizeof tokens);
-    /* (the older files' reference computes the heads' keys and values: its Qcur, Kcur, Vcur are other
-     * tensors than the absorbed ones; the logits above and verify below still hold) */
-    if (!fc->own_trace) check_trace(fc, model, prefix, tokens);
-    snprintf(cmd, sizeof cmd, "%s verify -m %s --tokens %s -t 2", quill_bin(), model, tokens);
-    const int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0 && strstr(out, "ok: "), "%s: quill verify: exit %d: %s", fc->name, rc, out);
-    free(out);
-}
-
-/* The median over the prompt's positions of each position's rms error relative to truth: the typical
- * position. A random router has near-ties, and where one engine's 8-bit activations (both quantize them
- * for quantized weights) tip a token to another expert than float64's, that position's error is the
- * other expert's output, whoever is more exact elsewhere. */
-static int by_value(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_position_error(const float *a, const float *truth, int64_t n_vocab) {
-    double e[N_PROMPT];
-    for (int p = 0; p < N_PROMPT; p++)
-        e[p] = rms_rel_error(a + (size_t)p * (size_t)n_vocab, truth + (size_t)p * (size_t)n_vocab, (size_t)n_vocab);
-    qsort(e, N_PROMPT, sizeof e[0], by_value);
-    return (e[N_PROMPT / 2 - 1] + e[N_PROMPT / 2]) / 2;
-}
-
-/* A quantized file: quill at least 2x closer to float64 truth on the same weights than the
- * reference implementation at the typical position. */
-static void check_quantized(const family_case *fc, int quant) {
-    char model[512], prefix[512];
-    model_path(fc, quant, model, sizeof model);
-    ref_prefix(fc, quant, prefix, sizeof prefix);
-    ref_out r;
-    if (!load_ref(prefix, &r)) return;
-    const size_t n = (size_t)N_PROMPT * (size_t)r.n_vocab;
-    float *fast = run_model(model, false, NULL, 0, NULL, NULL), *exact = run_model(model, true, NULL, 0, NULL, NULL);
-    if (fast && exact) {
-        const double ours = median_position_error(fast, exact, r.n_vocab);
-        const double theirs = median_position_error(r.logits, exact, r.n_vocab);
-        printf("    %-14s %s: error vs float64 at the median position: quill %.3g, reference impl %.3g (%.1fx); "
-               "rms over all: %.3g, %.3g\n",
-               fc->name, quants[quant], ours, theirs, theirs / ours, rms_rel_error(fast, exact, n),
-               rms_rel_error(r.logits, exact, n));
-        CHECK(2 * ours <= theirs, "%s %s: quill %.3g is not 2x closer to truth than the reference's %.3g", fc->name,
-              quants[quant], ours, theirs);
-    }
-    free(fast);
-    free(exact);
-    free(r.logits);
+    family_f32_rules rules = {.trace_tol = fc->own_trace ? -1 : 0, .trace_names = {"Qcur-1", "kqv_out-1", "l_out-1"}};
+    family_check_f32(KIND, fc->name, &rules);
 }
 
 TEST(families_mla_match_the_reference) {
@@ -178,8 +59,8 @@ TEST(families_mla_match_the_reference) {
         const family_case *fc = &families[i];
         if (!make_family(shared, fc)) continue;
         check_f32(fc);
-        check_quantized(fc, 1);
-        if (fc->q4) check_quantized(fc, 2);
+        family_check_quantized(KIND, fc->name, 1, true, false);
+        if (fc->q4) family_check_quantized(KIND, fc->name, 2, true, false);
         remove_family(fc);
     }
 }
