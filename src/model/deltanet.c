@@ -27,21 +27,6 @@
 
 /* ---------------------------------------------------------------- loading */
 
-static quill_status get_size(const quill_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
-                             int64_t *out, quill_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    quill_status s = quill_gguf_get_i64(g, key, out, err);
-    if (s == QUILL_E_NOT_FOUND)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s is missing (a %s model needs it)", quill_gguf_path(g),
-                          key, arch);
-    if (s) return s;
-    if (*out < lo || *out > hi)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range (%lld..%lld)",
-                          quill_gguf_path(g), key, (long long)*out, (long long)lo, (long long)hi);
-    return QUILL_OK;
-}
-
 /* Which layers are DeltaNet layers: attention.recurrent_layers (one flag per block) when the file
  * has it, else every layer but each full_attention_interval-th (default 4). */
 static quill_status mark_recurrent(quill_model *m, quill_error *err) {
@@ -109,11 +94,11 @@ quill_status quill_hybrid_params(quill_model *m, quill_error *err) {
     quill_arch_params *ap = &m->ap;
     int64_t inner;
     quill_status s;
-    if ((s = get_size(g, arch, "ssm.conv_kernel", 1, MAX_KERNEL, &ap->ssm_kernel, err)) ||
-        (s = get_size(g, arch, "ssm.state_size", 1, MAX_STATE, &ap->ssm_state, err)) ||
-        (s = get_size(g, arch, "ssm.group_count", 1, 1 << 16, &ap->ssm_k_heads, err)) ||
-        (s = get_size(g, arch, "ssm.time_step_rank", 1, 1 << 16, &ap->ssm_v_heads, err)) ||
-        (s = get_size(g, arch, "ssm.inner_size", 1, 1 << 24, &inner, err)))
+    if ((s = quill_ssm_size(g, arch, "ssm.conv_kernel", 1, MAX_KERNEL, &ap->ssm_kernel, err)) ||
+        (s = quill_ssm_size(g, arch, "ssm.state_size", 1, MAX_STATE, &ap->ssm_state, err)) ||
+        (s = quill_ssm_size(g, arch, "ssm.group_count", 1, 1 << 16, &ap->ssm_k_heads, err)) ||
+        (s = quill_ssm_size(g, arch, "ssm.time_step_rank", 1, 1 << 16, &ap->ssm_v_heads, err)) ||
+        (s = quill_ssm_size(g, arch, "ssm.inner_size", 1, 1 << 24, &inner, err)))
         return s;
     if (ap->ssm_v_heads % ap->ssm_k_heads)
         return quill_fail(err, QUILL_E_FORMAT,

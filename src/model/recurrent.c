@@ -3,6 +3,7 @@
 #include "model/recurrent.h"
 #include "base/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,4 +194,20 @@ int quill_recurrent_copy_prefix(quill_context *c, int src, int dst, int n) {
         return n;
     }
     return c->seq_len[dst] = restore(c, dst, n);
+}
+
+/* (recurrent.h) */
+quill_status quill_ssm_size(const quill_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
+                            int64_t *out, quill_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    quill_status s = quill_gguf_get_i64(g, key, out, err);
+    if (s == QUILL_E_NOT_FOUND)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s is missing (a %s model needs it)", quill_gguf_path(g),
+                          key, arch);
+    if (s) return s;
+    if (*out < lo || *out > hi)
+        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range (%lld..%lld)",
+                          quill_gguf_path(g), key, (long long)*out, (long long)lo, (long long)hi);
+    return QUILL_OK;
 }

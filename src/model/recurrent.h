@@ -71,6 +71,10 @@ void quill_attn_gate_apply(quill_context *c, int n_tok);
  * state); out = silu(Σ taps + L->ssm_conv_b when the layer has one). */
 void quill_causal_conv(quill_context *c, const quill_layer *L, int layer, int n_tok);
 
+/* The ssm.* size `arch`.`suffix`, required, within lo..hi (DeltaNet's and Mamba-2's keys). */
+quill_status quill_ssm_size(const quill_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
+                            int64_t *out, quill_error *err);
+
 /* ---------------------------------------------------------------- Mamba-2 (mamba.c) */
 
 /* Layer `layer`'s value of the per-layer key (an array of n_layer, or one number for all; 0 allowed;
