@@ -2,53 +2,13 @@
  * Server-Sent Events streams as OpenAI sends them (a first delta with the role, content deltas, a
  * last chunk with finish_reason, an optional usage chunk, `data: [DONE]`), and /v1/models. */
 #include "server.h"
+#include "generation.h"
 
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef enum { PHASE_ROLE, PHASE_CONTENT, PHASE_USAGE, PHASE_DONE } stream_phase;
-
-enum { MAX_CHOICES = 16 };
-
-/* One of the `n` choices: its job, the reply's parse (chat) and what a stream sent of it. */
-typedef struct choice {
-    job *job;
-    chat_tools *tools;
-    size_t text_sent, tokens_sent;
-    bool parsed_final, had_calls, finished;
-} choice;
-
-/* One generation request from parsing to the last byte sent. */
-struct gen {
-    sse_stream base;            /* first: a streamed reply's functions receive it */
-    server *srv;
-    struct MHD_Connection *conn;
-    gen_request req;
-    int n;                      /* choices */
-    choice ch[MAX_CHOICES];
-    char id[48];
-    long long created;
-    char *echo_text;            /* completions with echo: the prompt, which the text starts with */
-    stream_phase phase;         /* of a streamed reply */
-};
-
-void gen_free(gen *g) {
-    if (!g) return;
-    for (int i = 0; i < MAX_CHOICES; i++) {
-        job_release(g->srv->sched, g->ch[i].job);
-        chat_tools_free(g->ch[i].tools);
-    }
-    request_free(&g->req);
-    free(g->echo_text);
-    free(g);
-}
-
-static void cancel_all(gen *g) {
-    for (int i = 0; i < g->n; i++) scheduler_cancel(g->srv->sched, g->ch[i].job);   /* no-op when finished */
-}
 
 /* ---------------------------------------------------------------- JSON pieces */
 
@@ -156,31 +116,6 @@ static cJSON *completion_logprobs(const quill_tokenizer *tok, const token_info *
     return lp;
 }
 
-/* The text of tokens as the model writes them (invalid UTF-8 as U+FFFD); malloc'd. */
-static char *tokens_text(const quill_tokenizer *tok, const int32_t *ids, size_t n) {
-    size_t cap = 64, len = 0;
-    char *out = malloc(cap), piece[256];
-    for (size_t i = 0; out && i < n; i++) {
-        int k = quill_token_to_bytes(tok, ids[i], false, piece, sizeof piece);
-        if (k < 0) k = 0;
-        if ((size_t)k > sizeof piece) k = sizeof piece;
-        if (len + (size_t)k + 1 > cap) {
-            char *grown = realloc(out, (cap = (len + (size_t)k + 1) * 2));
-            if (!grown) {
-                free(out);
-                return NULL;
-            }
-            out = grown;
-        }
-        memcpy(out + len, piece, (size_t)k);
-        len += (size_t)k;
-    }
-    if (!out) return NULL;
-    char *text = utf8_sanitize(out, len);
-    free(out);
-    return text;
-}
-
 /* Under the scheduler's mutex. */
 static cJSON *usage_object(const job *j) {
     cJSON *u = cJSON_CreateObject();
@@ -225,185 +160,9 @@ static cJSON *envelope(const gen *g, const char *object) {
     return o;
 }
 
-/* ---------------------------------------------------------------- starting a request */
-
 static int fail(http_request *r, gen *g, const api_error *e) {
     gen_free(g);
     return reply_error(r, e);
-}
-
-gen *gen_begin(http_request *r, request_kind kind, const char *body, size_t len, const char *id_prefix, api_error *err_out) {
-    server *s = r->srv;
-    api_error e;
-    gen *g = calloc(1, sizeof *g);
-    if (!g) {
-        api_fail(err_out, 500, NULL, "out of memory");
-        return NULL;
-    }
-    g->srv = s;
-    g->conn = r->conn;
-    g->created = (long long)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s-%llx%06llx", id_prefix, (unsigned long long)s->created,
-             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
-    request_limits lim = {s->cfg.max_depth, s->cfg.max_tokens};
-    if (!request_parse(body, len, kind, &lim, &g->req, &e)) {
-        *err_out = e;
-        gen_free(g);
-        return NULL;
-    }
-    gen_request *q = &g->req;
-    g->n = q->n > 1 ? q->n : 1;
-    for (int i = 0; i < g->n; i++)
-        if (!(g->ch[i].job = job_new())) {
-            api_fail(&e, 500, NULL, "out of memory");
-            *err_out = e;
-            gen_free(g);
-            return NULL;
-        }
-    quill_error err;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    quill_status st = QUILL_OK;
-    if (kind == REQ_CHAT) {
-        char *prompt = NULL;
-        if (!chat_tools_prepare(s, body, len, g->id, &g->ch[0].tools, &prompt, &e)) {
-            *err_out = e;
-            gen_free(g);
-            return NULL;
-        }
-        for (int i = 1; i < g->n; i++)
-            if (!(g->ch[i].tools = chat_tools_clone(g->ch[0].tools, i))) {
-                free(prompt);
-                api_fail(err_out, 500, NULL, "out of memory");
-                gen_free(g);
-                return NULL;
-            }
-        /* templates such as Llama 2's write BOS themselves: it is added only when missing */
-        int32_t bos = quill_tokenizer_bos(s->tok);
-        const char *bos_text = bos >= 0 ? quill_tokenizer_piece(s->tok, bos) : "";
-        bool has_bos = bos_text && *bos_text && !strncmp(prompt, bos_text, strlen(bos_text));
-        st = quill_tokenize(s->tok, prompt, strlen(prompt), quill_tokenizer_add_bos(s->tok) && !has_bos, true, &ids, &n,
-                            &err);
-        free(prompt);
-    } else if (q->prompt) {
-        st = quill_tokenize(s->tok, q->prompt, strlen(q->prompt), true, true, &ids, &n, &err);
-    } else {
-        int32_t n_vocab = quill_tokenizer_n_vocab(s->tok);
-        for (size_t i = 0; i < q->n_prompt_ids; i++)
-            if (q->prompt_ids[i] >= n_vocab) {
-                api_fail(&e, 400, "prompt", "token id %d is outside the vocabulary (0..%d)", q->prompt_ids[i],
-                         n_vocab - 1);
-                *err_out = e;
-                gen_free(g);
-                return NULL;
-            }
-        ids = q->prompt_ids;
-        n = q->n_prompt_ids;
-        q->prompt_ids = NULL;
-        q->n_prompt_ids = 0;
-    }
-    if (st) {
-        api_fail(&e, st == QUILL_E_NOMEM ? 500 : 400, kind == REQ_CHAT ? "messages" : "prompt", "%s", err.message);
-        *err_out = e;
-        gen_free(g);
-        return NULL;
-    }
-    if (q->echo && !(g->echo_text = q->prompt ? strdup(q->prompt) : tokens_text(s->tok, ids, n))) {
-        free(ids);
-        api_fail(err_out, 500, NULL, "out of memory");
-        gen_free(g);
-        return NULL;
-    }
-    /* a required or named tool_choice: the reply is a call by construction (the syntax's grammar) */
-    const char *grammar = q->grammar, *grammar_param = q->grammar_param;
-    char *tool_grammar = NULL;
-    const char *trigger = NULL;
-    if (g->ch[0].tools && !chat_tools_grammar(g->ch[0].tools, s->tok, &tool_grammar, &trigger, err_out)) {
-        free(ids);
-        gen_free(g);
-        return NULL;
-    }
-    if (tool_grammar && trigger && (grammar || q->ignore_eos)) {
-        /* auto calls yield to the request's own grammar, and cannot end without end of generation */
-        free(tool_grammar);
-        tool_grammar = NULL;
-        trigger = NULL;
-    }
-    if (tool_grammar) {
-        if (grammar || q->ignore_eos) {
-            free(tool_grammar);
-            free(ids);
-            api_fail(err_out, 400, "tool_choice",
-                     "a required or named 'tool_choice' constrains the reply itself: it cannot be combined with '%s'",
-                     grammar ? (grammar_param ? grammar_param : "grammar") : "ignore_eos");
-            gen_free(g);
-            return NULL;
-        }
-        grammar = tool_grammar;
-        grammar_param = trigger ? "tools" : "tool_choice";
-    }
-    /* no seed: a different draw each time, as OpenAI does; with one, choice i draws from seed + i */
-    uint64_t seed = q->sp.seed;
-    if (!q->seed_given) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ atomic_fetch_add(&s->next_id, 1) << 32;
-    }
-    for (int i = 0; i < g->n; i++) {
-        job *j = g->ch[i].job;
-        if (i == 0) j->prompt = ids;
-        else if ((j->prompt = malloc((n ? n : 1) * sizeof *ids))) memcpy(j->prompt, ids, n * sizeof *ids);
-        if (!j->prompt) {
-            if (i == 0) free(ids);
-            api_fail(err_out, 500, NULL, "out of memory");
-            cancel_all(g);
-            gen_free(g);
-            return NULL;
-        }
-        j->n_prompt = (int)n;
-        j->prompt_source = i ? g->ch[0].job : NULL;   /* the choices share the prompt's evaluation */
-        j->sp = q->sp;
-        j->sp.seed = seed + (uint64_t)i;
-        j->max_tokens = q->max_tokens;
-        j->stop = q->stop;
-        j->n_stop = q->n_stop;
-        j->want_logprobs = q->logprobs;
-        j->prompt_logprobs = q->echo && q->logprobs;
-        if (j->prompt_logprobs && n && (j->prompt_info = calloc(n, sizeof *j->prompt_info))) {
-            j->prompt_info[0].id = ids[0];
-            j->prompt_info[0].n_top = -1;   /* nothing before the first token predicts it */
-        }
-        if (j->prompt_logprobs && n && !j->prompt_info) {
-            api_fail(err_out, 500, NULL, "out of memory");
-            cancel_all(g);
-            gen_free(g);
-            return NULL;
-        }
-        j->top_logprobs = q->top_logprobs;
-        j->ignore_eos = q->ignore_eos;
-        j->render_special = g->ch[i].tools && chat_tools_render_special(g->ch[i].tools);
-        if (grammar) {
-            /* parsed with the model's vocabulary (<|token|> names), once per choice (a job owns its grammar) */
-            st = quill_grammar_parse(s->tok, grammar, strlen(grammar), NULL, &j->grammar, &err);
-            j->grammar_trigger = trigger;
-            if (st) {
-                api_fail(err_out, st == QUILL_E_NOMEM ? 500 : 400, grammar_param, "%s", err.message);
-                free(tool_grammar);
-                cancel_all(g);
-                gen_free(g);
-                return NULL;
-            }
-        }
-        if (!scheduler_submit(s->sched, j, &e)) {
-            *err_out = e;
-            free(tool_grammar);
-            cancel_all(g);
-            gen_free(g);
-            return NULL;
-        }
-    }
-    free(tool_grammar);
-    return g;
 }
 
 /* Parses, renders the prompt, and queues the job. NULL after replying with an error. */
@@ -415,31 +174,6 @@ static gen *gen_start(http_request *r, request_kind kind, int *ret) {
 }
 
 /* ---------------------------------------------------------------- whole replies */
-
-bool gen_wait(gen *g) {
-    server *s = g->srv;
-    scheduler_lock(s->sched);
-    for (int i = 0; i < g->n; i++) {
-        job *j = g->ch[i].job;
-        while (!j->done) {
-            scheduler_wait(s->sched, j, 200);
-            if (j->done) break;
-            scheduler_unlock(s->sched);
-            if (http_client_gone(g->conn) || atomic_load(&s->stopping)) {
-                cancel_all(g);
-                return false;
-            }
-            scheduler_lock(s->sched);
-        }
-    }
-    return true;
-}
-
-job *gen_job(gen *g) { return g->ch[0].job; }
-chat_tools *gen_tools(gen *g) { return g->ch[0].tools; }
-const char *gen_id(const gen *g) { return g->id; }
-const gen_request *gen_req(const gen *g) { return &g->req; }
-server *gen_server(const gen *g) { return g->srv; }
 
 /* Usage over the choices: the prompt once, every choice's completion. Under the scheduler's mutex. */
 static cJSON *usage_all(const gen *g) {
@@ -678,7 +412,7 @@ static job *waiting(sse_stream *s, int *ms) {
     return g->ch[i].job;
 }
 
-static void cancel(sse_stream *s) { cancel_all((gen *)s); }
+static void cancel(sse_stream *s) { gen_cancel((gen *)s); }
 static void destroy(sse_stream *s) { gen_free((gen *)s); }
 
 static int route_generate(http_request *r, request_kind kind) {

@@ -4,6 +4,8 @@
  *                    signals, shutdown
  *   http.c           libmicrohttpd daemon: bodies and their limits, auth, CORS, the route table,
  *                    replies, error objects, metrics by status
+ *   generation.c     a generation request every API route shares: parsed, prompt rendered, a job per
+ *                    choice queued; waiting for it, reading a chat reply as it grows
  *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
  *   routes_misc.c    /health, /metrics, /tokenize, /detokenize
  *   routes_anthropic.c  /v1/messages (Anthropic's Messages API, translated to a chat request)
@@ -334,7 +336,7 @@ int route_metrics(http_request *r);
 int route_tokenize(http_request *r);
 int route_detokenize(http_request *r);
 
-/* ---------------------------------------------------------------- a generation (routes_openai.c) */
+/* ---------------------------------------------------------------- a generation (generation.c) */
 
 /* A request's generation, shared by the API routes: its body parsed as an OpenAI chat or
  * completions request (other APIs translate theirs to that), its prompt rendered and queued. */
@@ -386,7 +388,7 @@ void sse_json(sse_stream *s, const char *name, cJSON *data);
 int sse_reply(http_request *r, sse_stream *s);
 
 /* Reads a chat job's reply as it grows, as OpenAI deltas (content, reasoning_content, tool_calls),
- * for the routes that translate those into their own events. */
+ * for the routes that translate those into their own events (generation.c). */
 typedef struct reply_reader {
     size_t text_seen;
     bool parsed_final;      /* the whole reply has been read (the job is done) */

@@ -109,16 +109,3 @@ int sse_reply(http_request *r, sse_stream *s) {
     }
     return reply_stream(r, resp);
 }
-
-bool reply_reader_feed(reply_reader *rr, gen *g, void (*translate)(void *self, const cJSON *delta), void *self) {
-    const job *j = gen_job(g);
-    if (j->ready <= rr->text_seen && !(j->done && !rr->parsed_final)) return false;
-    const bool final = j->done && j->ready == j->text_len;
-    cJSON *delta = cJSON_CreateObject();
-    bool any = delta && chat_tools_delta(gen_tools(g), j->text, j->ready, final, j->finish_reason, delta, &rr->had_calls);
-    rr->text_seen = j->ready;
-    rr->parsed_final = final;
-    if (any) translate(self, delta);
-    cJSON_Delete(delta);
-    return any;
-}
