@@ -51,9 +51,8 @@ VERSION_MAJOR := $(call quill_version_part,MAJOR)
 VERSION       := $(VERSION_MAJOR).$(call quill_version_part,MINOR).$(call quill_version_part,PATCH)
 SONAME        := libquill.so.$(VERSION_MAJOR)
 
-# The x86 SIMD kernel sets' files, compiled with their ISA flags below.
-SIMD_OBJ := $(filter $(BUILD)/src/kernels/kernels_avx%.o $(BUILD)/src/kernels/kernels_vnni%.o \
-              $(BUILD)/src/kernels/kernels_amx.o $(BUILD)/src/kernels/kernels_recurrent_avx2.o,$(LIB_OBJ))
+# The x86 SIMD kernel sets' files (src/kernels/x86/), compiled with their ISA flags below.
+SIMD_OBJ := $(filter $(BUILD)/src/kernels/x86/%.o,$(LIB_OBJ))
 # Under SAN=1 everything gets ASan and UBSan, except that the SIMD kernel files get ASan alone:
 # clang needs minutes to instrument their inlined intrinsics for both (kernels_avx512.c: 7 s plain,
 # 110 s with ASan, 375 s with both, on a busy 2-core machine), and their out-of-bounds accesses are
@@ -70,15 +69,15 @@ endif
 # model) must stay out of them: tests/test_isa_objects.c checks every other object with objdump.
 TARGET_ARCH_NAME := $(shell $(CC) -dumpmachine 2>/dev/null)
 ifneq ($(findstring x86_64,$(TARGET_ARCH_NAME)),)
-$(BUILD)/src/kernels/kernels_avx2.o:       CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels/kernels_avxvnni_exact.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
-$(BUILD)/src/kernels/kernels_recurrent_avx2.o: CFLAGS += -mavx2 -mfma
-$(BUILD)/src/kernels/kernels_avx512.o:     CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+$(BUILD)/src/kernels/x86/kernels_avx2.o:       CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/x86/kernels_avx2_exact.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/x86/kernels_avxvnni_exact.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
+$(BUILD)/src/kernels/x86/kernels_recurrent_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/src/kernels/x86/kernels_avx512.o:     CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 VNNI_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c
-$(BUILD)/src/kernels/kernels_vnni.o:      CFLAGS += $(VNNI_FLAGS)
-$(BUILD)/src/kernels/kernels_vnni_pack.o: CFLAGS += $(VNNI_FLAGS)
-$(BUILD)/src/kernels/kernels_amx.o:       CFLAGS += $(VNNI_FLAGS) -mamx-tile -mamx-int8 -mamx-bf16
+$(BUILD)/src/kernels/x86/kernels_vnni.o:      CFLAGS += $(VNNI_FLAGS)
+$(BUILD)/src/kernels/x86/kernels_vnni_pack.o: CFLAGS += $(VNNI_FLAGS)
+$(BUILD)/src/kernels/x86/kernels_amx.o:       CFLAGS += $(VNNI_FLAGS) -mamx-tile -mamx-int8 -mamx-bf16
 endif
 # The same on aarch64 for src/kernels/arm/: NEON is baseline there; the exact products' files get
 # the byte products of their set (sdot: ARMv8.2's dotprod; smmla: i8mm).
@@ -214,7 +213,7 @@ FUZZ_TARGETS := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SUPPORT := $(addprefix $(FUZZ_BUILD)/,cli/options.o cli/util.o server/request.o server/translate.o server/util.o)
 FUZZ_RUNS ?= 60000
 ifeq ($(BUILD),$(FUZZ_BUILD))
-$(filter-out $(BUILD)/src/kernels/kernels_avx%.o $(BUILD)/src/kernels/kernels_vnni%.o $(BUILD)/src/kernels/kernels_amx.o,$(LIB_OBJ)) $(FUZZ_SUPPORT): CFLAGS += $(FUZZ_SAN)
+$(filter-out $(SIMD_OBJ),$(LIB_OBJ)) $(FUZZ_SUPPORT): CFLAGS += $(FUZZ_SAN)
 endif
 .PHONY: fuzz-targets fuzz-smoke
 fuzz:

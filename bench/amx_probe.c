@@ -1,6 +1,6 @@
 /* What the tile unit of this machine costs, measured apart from quill's kernels.
  *
- * The prompt loop (src/kernels/kernels_amx.c) pays, per 16 × 16 × 32 bf16 product, one tile load of the
+ * The prompt loop (src/kernels/x86/kernels_amx.c) pays, per 16 × 16 × 32 bf16 product, one tile load of the
  * activations, a share of a weight-tile load, one tile store (every 32-column sub-block has its
  * own scale, so its sums must leave the tile) and ~48 vector instructions that scale the stored
  * sums. This probe times those pieces alone and together, so that a change to the loop can be

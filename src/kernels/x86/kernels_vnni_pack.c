@@ -1,11 +1,11 @@
 /* The vnni set's load-time layout: packing a matrix once into the order its loops read it, and
  * the decoding and batch loops over the packed copy (exact_avx512.h describes the sets). */
-#include "kernels/exact_avx512.h"
+#include "kernels/x86/exact_avx512.h"
 
 #if defined(__x86_64__)
-#include "kernels/unpack_simd.h"
+#include "kernels/x86/unpack_simd.h"
 
-#include "kernels/pack_vnni16.h"
+#include "kernels/x86/pack_vnni16.h"
 _Static_assert(TR == PACK_TR && CW == PACK_CW, "the vnni loops read the layout's tiles and chunks");
 
 size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) { return vnni16_pack_bytes(type, rows, cols); }

@@ -8,7 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
-#include "kernels/unpack_simd.h"
+#include "kernels/x86/unpack_simd.h"
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
-#include "kernels/kernels_simd.h"
-#include "kernels/float_products.h"
+#include "kernels/x86/kernels_simd.h"
+#include "kernels/x86/float_products.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
 

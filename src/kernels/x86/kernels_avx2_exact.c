@@ -543,7 +543,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
  * (q4_0's 4, the others' 1) as one stream, front to back, both halves of a tile from each line.
  * The codes and scales are the file's, so the sums and f32 steps are those of the file's rows bit
  * for bit. */
-#include "kernels/pack_vnni16.h"
+#include "kernels/x86/pack_vnni16.h"
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
@@ -726,7 +726,7 @@ static size_t exact_scratch(int64_t cols, int n_tok) {
 
 /* ---------------------------------------------------------------- the unpacking kernels (exact_unpacked.h) */
 
-#include "kernels/unpack_simd.h"
+#include "kernels/x86/unpack_simd.h"
 
 static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
     __m256i acc = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)),

@@ -1,14 +1,14 @@
 /* AVX-512 kernels. Dequantizers perform the same float operations as the scalar to_float
  * functions (multiply, then subtract; never fused), so their output is bit-identical. */
-#include "kernels/kernels_simd.h"
-#include "kernels/float_products.h"
+#include "kernels/x86/kernels_simd.h"
+#include "kernels/x86/float_products.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "kernels/unpack_avx512.h"
+#include "kernels/x86/unpack_avx512.h"
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }

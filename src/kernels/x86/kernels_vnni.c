@@ -1,7 +1,7 @@
 /* The vnni set: decoding (one token) and batches on the vector unit by VNNI byte products, from the
  * file's rows or from the load-time layout (kernels_vnni_pack.c); exact_avx512.h describes the
  * sets. */
-#include "kernels/exact_avx512.h"
+#include "kernels/x86/exact_avx512.h"
 #include "kernels/exact_unpacked.h"
 
 #if defined(__x86_64__)
@@ -64,7 +64,7 @@ static inline __attribute__((always_inline)) void gemm_impl(const decode_job *j,
 
 TYPED_TASKS_LOWBIT(gemm, GEMM_TASK, GEMM_CASE)
 
-#include "kernels/unpack_simd.h"
+#include "kernels/x86/unpack_simd.h"
 
 /* The batch loop for the types of the unpacking kernels (exact = 2): gemm_impl's, with each row's
  * codes from its unpacker (u = q + code_bias: 128, mxfp4's 12) and its slot scales put in rows-in-lanes

@@ -1,7 +1,7 @@
 /* The amx set's batches: activations as bf16 codes in the tile unit's operand layout, weight codes
  * unpacked into tiles, and the tile loop (exact_avx512.h describes the sets). One token goes to the
  * vector unit's decoding loop. */
-#include "kernels/exact_avx512.h"
+#include "kernels/x86/exact_avx512.h"
 
 #if defined(__x86_64__)
 
