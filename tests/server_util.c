@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -251,4 +252,59 @@ char *sse_text(const char *body, char **finish, bool *done) {
         p = eol ? eol + 2 : NULL;
     }
     return text;
+}
+
+/* One greedy completion of `n` prompt tokens: its text (malloc'd) and the tokens the server reused.
+ * NULL after recording a failure. */
+static char *complete_tokens(int port, const int32_t *prompt, int n, int *cached) {
+    char body[8192];
+    int at = snprintf(body, sizeof body, "{\"prompt\": [");
+    for (int i = 0; i < n && at < (int)sizeof body - 64; i++)
+        at += snprintf(body + at, sizeof body - (size_t)at, "%s%d", i ? "," : "", prompt[i]);
+    snprintf(body + at, sizeof body - (size_t)at, "], \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}");
+    http_resp r;
+    char *text = NULL;
+    if (!http_post(port, "/v1/completions", body, &r) || r.status != 200) {
+        test_fail(__FILE__, __LINE__, "completion of %d tokens: status %d: %s", n, r.status, r.body ? r.body : "");
+    } else {
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *t = cJSON_GetObjectItem(choice, "text");
+        const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"),
+                                                                 "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsString(t)) text = strdup(t->valuestring);
+        else test_fail(__FILE__, __LINE__, "no text in %s", r.body);
+        *cached = cJSON_IsNumber(c) ? (int)c->valuedouble : -1;
+        cJSON_Delete(j);
+    }
+    http_resp_free(&r);
+    return text;
+}
+
+void server_check_prefix_reuse(const char *label, const char *model, const char *args, const int32_t *prompt,
+                               int n_first, int n) {
+    test_server s;
+    int cached_long = -1, cached_again = -1, unused;
+    char *first = NULL, *longer = NULL, *again = NULL, *fresh = NULL;
+    if (server_start(&s, model, args)) {
+        first = complete_tokens(s.port, prompt, n_first, &unused);
+        longer = complete_tokens(s.port, prompt, n, &cached_long);
+        again = complete_tokens(s.port, prompt, n_first, &cached_again);
+        if (server_stop(&s) != 0) test_fail(__FILE__, __LINE__, "%s: the server's exit was not clean", label);
+    }
+    if (server_start(&s, model, args)) {
+        fresh = complete_tokens(s.port, prompt, n, &unused);
+        if (server_stop(&s) != 0) test_fail(__FILE__, __LINE__, "%s: the server's exit was not clean", label);
+    }
+    const bool ok = first && longer && again && fresh;
+    printf("    %s served: %d and %d prompt tokens reused\n", label, cached_long, cached_again);
+    if (!ok) test_fail(__FILE__, __LINE__, "%s: a completion failed", label);
+    else if (cached_long < n_first) test_fail(__FILE__, __LINE__, "%s: the longer prompt reused %d tokens", label, cached_long);
+    else if (strcmp(first, again)) test_fail(__FILE__, __LINE__, "%s: the same prompt again answers differently", label);
+    else if (strcmp(longer, fresh))
+        test_fail(__FILE__, __LINE__, "%s: the longer prompt answers differently from a fresh server", label);
+    free(first);
+    free(longer);
+    free(again);
+    free(fresh);
 }

@@ -43,4 +43,11 @@ char *sse_text(const char *body, char **finish, bool *done);
 /* Connects and returns the socket, or -1. */
 int http_connect(int port);
 
+/* A recurrent model served with `args`: greedy completions of prompt[0..n_first), then of all n tokens
+ * (which must reuse at least n_first cached tokens), then of the first n_first again (back through a
+ * checkpoint); the second and third must answer as a fresh server does. Failures are recorded;
+ * `label` names the model in them. */
+void server_check_prefix_reuse(const char *label, const char *model, const char *args, const int32_t *prompt,
+                               int n_first, int n);
+
 #endif

@@ -240,32 +240,6 @@ TEST(families_lfm2_quantize_mixes) {
     }
 }
 
-/* One greedy completion of the prompt's first `n` tokens: its text (malloc'd) and the tokens the server
- * reused. NULL after recording a failure. */
-static char *complete(int port, int n, int *cached) {
-    char body[2048];
-    int at = snprintf(body, sizeof body, "{\"prompt\": [");
-    for (int i = 0; i < n; i++) at += snprintf(body + at, sizeof body - (size_t)at, "%s%d", i ? "," : "", family_prompt[i]);
-    snprintf(body + at, sizeof body - (size_t)at, "], \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}");
-    http_resp r;
-    char *text = NULL;
-    if (!http_post(port, "/v1/completions", body, &r) || r.status != 200) {
-        test_fail(__FILE__, __LINE__, "completion of %d tokens: status %d: %s", n, r.status, r.body ? r.body : "");
-    } else {
-        cJSON *j = cJSON_Parse(r.body);
-        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-        const cJSON *t = cJSON_GetObjectItem(choice, "text");
-        const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"),
-                                                                 "prompt_tokens_details"), "cached_tokens");
-        if (cJSON_IsString(t)) text = strdup(t->valuestring);
-        else test_fail(__FILE__, __LINE__, "no text in %s", r.body);
-        *cached = cJSON_IsNumber(c) ? (int)c->valuedouble : -1;
-        cJSON_Delete(j);
-    }
-    http_resp_free(&r);
-    return text;
-}
-
 /* quill serve runs lfm2moe: a prompt that extends a finished one reuses its state, the shorter prompt
  * again goes back through a checkpoint, and both answer as a fresh server does. */
 TEST(families_lfm2_server_prefix_reuse_answers_as_fresh) {
@@ -277,26 +251,6 @@ TEST(families_lfm2_server_prefix_reuse_answers_as_fresh) {
     const int rc = run_cmd(cmd, &out, true);
     CHECK(rc == 0, "exit %d: %s", rc, out);
     free(out);
-    test_server s;
-    int cached_long = -1, cached_again = -1, unused;
-    char *first = NULL, *longer = NULL, *again = NULL, *fresh = NULL;
-    if (server_start(&s, model, "-np 2 -c 256 -t 2 -b 4")) {
-        first = complete(s.port, 10, &unused);
-        longer = complete(s.port, FAMILY_N_PROMPT, &cached_long);
-        again = complete(s.port, 10, &cached_again);
-        CHECK_EQ_INT(server_stop(&s), 0);
-    }
-    if (server_start(&s, model, "-np 2 -c 256 -t 2 -b 4")) {
-        fresh = complete(s.port, FAMILY_N_PROMPT, &unused);
-        CHECK_EQ_INT(server_stop(&s), 0);
-    }
+    server_check_prefix_reuse("lfm2moe", model, "-np 2 -c 256 -t 2 -b 4", family_prompt, 10, FAMILY_N_PROMPT);
     remove(model);
-    const bool ok = first && longer && again && fresh;
-    const bool same_again = ok && !strcmp(first, again), same_longer = ok && !strcmp(longer, fresh);
-    printf("    lfm2moe served: %d and %d prompt tokens reused\n", cached_long, cached_again);
-    free(first), free(longer), free(again), free(fresh);
-    CHECK(ok, "a completion failed");
-    CHECK(cached_long >= 10, "the longer prompt reused %d tokens", cached_long);
-    CHECK(same_again, "the same prompt again answers differently");
-    CHECK(same_longer, "the longer prompt answers differently from a fresh server");
 }

@@ -10,6 +10,7 @@
  * name. */
 #include "family_harness.h"
 #include "golden.h"
+#include "server_util.h"
 #include "test.h"
 
 #include <math.h>
@@ -231,4 +232,19 @@ TEST(families_mamba_refuse_by_name) {
         remove(src);
         remove(dst);
     }
+}
+
+/* quill serve runs Nemotron-H: a prompt that extends a finished one reuses its Mamba-2 state, the shorter
+ * prompt again goes back through a checkpoint, and both answer as a fresh server does. */
+TEST(families_mamba_server_prefix_reuse_answers_as_fresh) {
+    REQUIRE_SHARED(shared);
+    char model[512], cmd[2048], *out = NULL;
+    snprintf(model, sizeof model, "%s/mamba-serve.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s synth %s --vocab %s/models/stories260K.gguf --type f16 -o %s", quill_bin(),
+             families[0].synth, shared, model);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    server_check_prefix_reuse("nemotron_h", model, "-np 2 -c 256 -t 2 -b 4", family_prompt, 10, FAMILY_N_PROMPT);
+    remove(model);
 }

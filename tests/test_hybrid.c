@@ -467,59 +467,13 @@ TEST(hybrid_cache_types_keep_the_contract) {
     cache_k = cache_v = QUILL_TYPE_F32;
 }
 
-/* One greedy completion of `n` prompt tokens (from prompt[0]); its text (malloc'd) and the
- * tokens the server reused. NULL after recording a failure. */
-static char *complete(int port, int n, int *cached) {
-    char body[2048];
-    int at = snprintf(body, sizeof body, "{\"prompt\": [");
-    for (int i = 0; i < n; i++) at += snprintf(body + at, sizeof body - (size_t)at, "%s%d", i ? "," : "", prompt[i]);
-    snprintf(body + at, sizeof body - (size_t)at, "], \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}");
-    http_resp r;
-    char *text = NULL;
-    if (!http_post(port, "/v1/completions", body, &r) || r.status != 200) {
-        test_fail(__FILE__, __LINE__, "completion of %d tokens: status %d: %s", n, r.status, r.body ? r.body : "");
-    } else {
-        cJSON *j = cJSON_Parse(r.body);
-        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-        const cJSON *t = cJSON_GetObjectItem(choice, "text");
-        const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"),
-                                                                 "prompt_tokens_details"), "cached_tokens");
-        if (cJSON_IsString(t)) text = strdup(t->valuestring);
-        else test_fail(__FILE__, __LINE__, "no text in %s", r.body);
-        *cached = cJSON_IsNumber(c) ? (int)c->valuedouble : -1;
-        cJSON_Delete(j);
-    }
-    http_resp_free(&r);
-    return text;
-}
-
 /* quill serve runs the hybrid: a prompt that extends a finished one reuses its state, the same
  * prompt again goes back through a checkpoint, and both answer as a fresh server does. */
 TEST(hybrid_server_prefix_reuse_answers_as_fresh) {
     REQUIRE_SHARED(shared);
     hybrid_files f;
     if (!make_files(shared, &f)) return;
-    test_server s;
-    int cached_long = -1, cached_again = -1, unused;
-    char *first = NULL, *longer = NULL, *again = NULL, *fresh = NULL;
-    if (server_start(&s, f.f32, "-np 2 -c 1024 -t 2 -b 32")) {
-        first = complete(s.port, 70, &unused);
-        longer = complete(s.port, N_PROMPT, &cached_long);
-        again = complete(s.port, 70, &cached_again);
-        CHECK_EQ_INT(server_stop(&s), 0);
-    }
-    if (server_start(&s, f.f32, "-np 2 -c 1024 -t 2 -b 32")) {
-        fresh = complete(s.port, N_PROMPT, &unused);
-        CHECK_EQ_INT(server_stop(&s), 0);
-    }
-    const bool ok = first && longer && again && fresh;
-    const bool same_again = ok && !strcmp(first, again), same_longer = ok && !strcmp(longer, fresh);
-    printf("    qwen35 served: %d and %d prompt tokens reused\n", cached_long, cached_again);
-    free(first); free(longer); free(again); free(fresh);
-    CHECK(ok, "a completion failed");
-    CHECK(cached_long >= 70, "the longer prompt reused %d tokens", cached_long);
-    CHECK(same_again, "the same prompt again answers differently");
-    CHECK(same_longer, "the longer prompt answers differently from a fresh server");
+    server_check_prefix_reuse("qwen35", f.f32, "-np 2 -c 1024 -t 2 -b 32", prompt, 70, N_PROMPT);
 }
 
 /* Copies the GGUF at src to dst with metadata key `key` set to the u32 `value` (or dropped when
