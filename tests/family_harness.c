@@ -325,3 +325,24 @@ void family_check_quantized(const char *kind, const char *name, int quant, bool 
     free(exact);
     free(r.logits);
 }
+
+void family_check_refusal(const char *shared, const char *kind, const family_refusal *r, size_t i, const char *synth) {
+    char src[512], dst[512], cmd[2048], *out = NULL;
+    snprintf(src, sizeof src, "%s/refuse-%s-%s.gguf", tmp_dir(), kind, r->arch);
+    snprintf(dst, sizeof dst, "%s/refuse-%s-%s-%zu.gguf", tmp_dir(), kind, r->arch, i);
+    snprintf(cmd, sizeof cmd, "%s synth --arch %s %s --vocab %s/models/stories260K.gguf --type f32 -o %s", quill_bin(),
+             r->arch, synth, shared, src);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "%s: exit %d: %s", r->arch, rc, out);
+    free(out);
+    quill_model *m = NULL;
+    quill_error err;
+    CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", r->arch, err.message);
+    quill_model_free(m);
+    CHECK(family_variant(src, dst, r->drop_key, r->drop_tensor, r->add_key, r->add_value, r->add_sections),
+          "cannot write %s", dst);
+    CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", r->arch, i);
+    CHECK_STR_CONTAINS(err.message, r->message);
+    remove(src);
+    remove(dst);
+}

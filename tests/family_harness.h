@@ -62,6 +62,19 @@ void family_check_quantized(const char *kind, const char *name, int quant, bool 
 /* The median over the prompt's positions of each position's rms error relative to truth. */
 double family_median_position_error(const float *a, const float *truth, int64_t n_vocab);
 
+/* A bad file of one family: its small model less a metadata key or a tensor, or with a u32 key
+ * added (with add_sections: rope.dimension_sections-like [a, 0, 0, 0]), and what its refusal says. */
+typedef struct {
+    const char *arch, *drop_key, *drop_tensor, *add_key;
+    uint32_t add_value;
+    const char *message;
+    bool add_sections;
+} family_refusal;
+/* Writes the model `quill synth --arch ARCH <synth>` (f32, the shared vocabulary), checks that it
+ * loads, and that its variant by `r` is refused naming r->message. Failures are recorded; `i` numbers
+ * the case in them. */
+void family_check_refusal(const char *shared, const char *kind, const family_refusal *r, size_t i, const char *synth);
+
 /* A copy of `src` without metadata `drop_key` and tensor `drop_tensor` (NULL: none), plus u32
  * metadata `add_key` = add_value (or, with add_sections, rope.dimension_sections-like [a, 0, 0, 0]). */
 bool family_variant(const char *src, const char *dst, const char *drop_key, const char *drop_tensor,

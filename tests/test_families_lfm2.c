@@ -124,49 +124,23 @@ TEST(families_lfm2_state_in_sequences) {
 /* What the reference requires, or what quill does not implement, is refused naming the key or tensor. */
 TEST(families_lfm2_refuse_by_name) {
     REQUIRE_SHARED(shared);
-    static const struct {
-        const char *arch, *drop_key, *drop_tensor, *add_key;
-        uint32_t add_value;
-        const char *message;
-    } refusals[] = {
-        {"lfm2", "lfm2.shortconv.l_cache", NULL, NULL, 0, "lfm2.shortconv.l_cache is missing"},
-        {"lfm2", "lfm2.shortconv.l_cache", NULL, "lfm2.shortconv.l_cache", 1, "lfm2.shortconv.l_cache = 1"},
-        {"lfm2", NULL, "token_embd_norm.weight", NULL, 0, "'token_embd_norm.weight' is missing"},
-        {"lfm2", NULL, "blk.0.shortconv.in_proj.weight", NULL, 0, "'blk.0.shortconv.in_proj.weight' is missing"},
-        {"lfm2", NULL, "blk.2.attn_q_norm.weight", NULL, 0, "'blk.2.attn_q_norm.weight' is missing"},
+    static const family_refusal refusals[] = {
+        {"lfm2", "lfm2.shortconv.l_cache", NULL, NULL, 0, "lfm2.shortconv.l_cache is missing", false},
+        {"lfm2", "lfm2.shortconv.l_cache", NULL, "lfm2.shortconv.l_cache", 1, "lfm2.shortconv.l_cache = 1", false},
+        {"lfm2", NULL, "token_embd_norm.weight", NULL, 0, "'token_embd_norm.weight' is missing", false},
+        {"lfm2", NULL, "blk.0.shortconv.in_proj.weight", NULL, 0, "'blk.0.shortconv.in_proj.weight' is missing", false},
+        {"lfm2", NULL, "blk.2.attn_q_norm.weight", NULL, 0, "'blk.2.attn_q_norm.weight' is missing", false},
         /* one KV head count: every layer attends */
-        {"lfm2", "lfm2.attention.head_count_kv", NULL, "lfm2.attention.head_count_kv", 1, "'blk.0.attn_q.weight' is missing"},
-        {"lfm2moe", "lfm2moe.leading_dense_block_count", NULL, NULL, 0, "'blk.0.ffn_gate_inp.weight' is missing"},
-        {"lfm2", NULL, NULL, "lfm2.attention.sliding_window", 64, "lfm2.attention.sliding_window = 64"},
-        {"lfm2moe", "lfm2moe.expert_gating_func", NULL, NULL, 0, "lfm2moe.expert_gating_func is missing"},
-        {"lfm2moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
+        {"lfm2", "lfm2.attention.head_count_kv", NULL, "lfm2.attention.head_count_kv", 1, "'blk.0.attn_q.weight' is missing", false},
+        {"lfm2moe", "lfm2moe.leading_dense_block_count", NULL, NULL, 0, "'blk.0.ffn_gate_inp.weight' is missing", false},
+        {"lfm2", NULL, NULL, "lfm2.attention.sliding_window", 64, "lfm2.attention.sliding_window = 64", false},
+        {"lfm2moe", "lfm2moe.expert_gating_func", NULL, NULL, 0, "lfm2moe.expert_gating_func is missing", false},
+        {"lfm2moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing", false},
     };
-    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
-        char src[512], dst[512], cmd[2048], *out = NULL;
-        snprintf(src, sizeof src, "%s/refuse-lfm2-%s.gguf", tmp_dir(), refusals[i].arch);
-        snprintf(dst, sizeof dst, "%s/refuse-lfm2-%s-%zu.gguf", tmp_dir(), refusals[i].arch, i);
-        snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --layers 3 --embd 64 --heads 2 --kv-heads 1 --ff 64 %s --vocab "
-                 "%s/models/stories260K.gguf --type f32 -o %s",
-                 quill_bin(), refusals[i].arch,
-                 strcmp(refusals[i].arch, "lfm2") ? "--experts 8 --experts-used 2 --expert-ff 32 --dense-lead 1" : "",
-                 shared, src);
-        const int rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "%s: exit %d: %s", refusals[i].arch, rc, out);
-        free(out);
-        quill_model *m = NULL;
-        quill_error err;
-        CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", refusals[i].arch,
-              err.message);
-        quill_model_free(m);
-        CHECK(family_variant(src, dst, refusals[i].drop_key, refusals[i].drop_tensor, refusals[i].add_key,
-                             refusals[i].add_value, false),
-              "cannot write %s", dst);
-        CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", refusals[i].arch, i);
-        CHECK_STR_CONTAINS(err.message, refusals[i].message);
-        remove(src);
-        remove(dst);
-    }
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        family_check_refusal(shared, "lfm2", &refusals[i], i, !strcmp(refusals[i].arch, "lfm2")
+                                 ? "--layers 3 --embd 64 --heads 2 --kv-heads 1 --ff 64"
+                                 : "--layers 3 --embd 64 --heads 2 --kv-heads 1 --ff 64 --experts 8 --experts-used 2 --expert-ff 32 --dense-lead 1");
 }
 
 /* The types of `ours` and `theirs`, tensor by tensor: how many differ (the first few recorded). */

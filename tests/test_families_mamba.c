@@ -184,54 +184,28 @@ TEST(families_mamba_state_and_mixes) {
 /* A missing key or tensor the reference requires, or a tensor nothing would read, is refused naming it. */
 TEST(families_mamba_refuse_by_name) {
     REQUIRE_SHARED(shared);
-    static const struct {
-        const char *arch, *drop_key, *drop_tensor, *add_key;
-        uint32_t add_value;
-        const char *message;
-    } cases[] = {
-        {"nemotron_h", "nemotron_h.ssm.inner_size", NULL, NULL, 0, "nemotron_h.ssm.inner_size is missing"},
-        {"nemotron_h", "nemotron_h.ssm.group_count", NULL, "nemotron_h.ssm.group_count", 3, "(ssm.group_count)"},
-        {"nemotron_h", NULL, "blk.0.ssm_d", NULL, 0, "'blk.0.ssm_d' is missing"},
-        {"nemotron_h", NULL, "blk.1.ffn_down.weight", NULL, 0, "'blk.1.ffn_down.weight' is missing"},
+    static const family_refusal cases[] = {
+        {"nemotron_h", "nemotron_h.ssm.inner_size", NULL, NULL, 0, "nemotron_h.ssm.inner_size is missing", false},
+        {"nemotron_h", "nemotron_h.ssm.group_count", NULL, "nemotron_h.ssm.group_count", 3, "(ssm.group_count)", false},
+        {"nemotron_h", NULL, "blk.0.ssm_d", NULL, 0, "'blk.0.ssm_d' is missing", false},
+        {"nemotron_h", NULL, "blk.1.ffn_down.weight", NULL, 0, "'blk.1.ffn_down.weight' is missing", false},
         /* no FFN widths: layer 1 (head_count_kv 0) is a mixer by the arrays alone */
         {"nemotron_h", "nemotron_h.feed_forward_length", NULL, "nemotron_h.feed_forward_length", 0,
-         "'blk.1.ssm_in.weight' is missing"},
-        {"nemotron_h_moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
-        {"nemotron_h_moe", NULL, "blk.1.ffn_up_shexp.weight", NULL, 0, "'blk.1.ffn_up_shexp.weight' is missing"},
+         "'blk.1.ssm_in.weight' is missing", false},
+        {"nemotron_h_moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing", false},
+        {"nemotron_h_moe", NULL, "blk.1.ffn_up_shexp.weight", NULL, 0, "'blk.1.ffn_up_shexp.weight' is missing", false},
         /* Nemotron 3 Super's experts in a latent space */
-        {"nemotron_h_moe", NULL, NULL, "nemotron_h_moe.moe_latent_size", 32, "nemotron_h_moe.moe_latent_size = 32"},
-        {"granitehybrid", NULL, "blk.0.ssm_conv1d.weight", NULL, 0, "'blk.0.ssm_conv1d.weight' is missing"},
-        {"granitehybrid", NULL, "blk.1.ffn_norm.weight", NULL, 0, "'blk.1.ffn_norm.weight' is missing"},
+        {"nemotron_h_moe", NULL, NULL, "nemotron_h_moe.moe_latent_size", 32, "nemotron_h_moe.moe_latent_size = 32", false},
+        {"granitehybrid", NULL, "blk.0.ssm_conv1d.weight", NULL, 0, "'blk.0.ssm_conv1d.weight' is missing", false},
+        {"granitehybrid", NULL, "blk.1.ffn_norm.weight", NULL, 0, "'blk.1.ffn_norm.weight' is missing", false},
         /* every layer attention by the arrays: the mixers' tensors are nobody's */
         {"granitehybrid", "granitehybrid.attention.head_count_kv", NULL, "granitehybrid.attention.head_count_kv", 1,
-         "'blk.0.attn_q.weight' is missing"},
+         "'blk.0.attn_q.weight' is missing", false},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char src[512], dst[512], cmd[2048], *out = NULL;
-        snprintf(src, sizeof src, "%s/refuse-mamba-%s.gguf", tmp_dir(), cases[i].arch);
-        snprintf(dst, sizeof dst, "%s/refuse-mamba-%s-%zu.gguf", tmp_dir(), cases[i].arch, i);
-        snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --layers 4 --embd 64 --heads 2 --kv-heads 1 --ff 64 %s --vocab "
-                 "%s/models/stories260K.gguf --type f32 -o %s",
-                 quill_bin(), cases[i].arch,
-                 strcmp(cases[i].arch, "nemotron_h_moe") ? "" : "--experts 8 --experts-used 2 --expert-ff 32", shared,
-                 src);
-        int rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "%s: exit %d: %s", cases[i].arch, rc, out);
-        free(out);
-        quill_model *m = NULL;
-        quill_error err;
-        CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", cases[i].arch,
-              err.message);
-        quill_model_free(m);
-        CHECK(family_variant(src, dst, cases[i].drop_key, cases[i].drop_tensor, cases[i].add_key, cases[i].add_value,
-                             false),
-              "cannot write %s", dst);
-        CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", cases[i].arch, i);
-        CHECK_STR_CONTAINS(err.message, cases[i].message);
-        remove(src);
-        remove(dst);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        family_check_refusal(shared, "mamba", &cases[i], i, !strcmp(cases[i].arch, "nemotron_h_moe")
+                                 ? "--layers 4 --embd 64 --heads 2 --kv-heads 1 --ff 64 --experts 8 --experts-used 2 --expert-ff 32"
+                                 : "--layers 4 --embd 64 --heads 2 --kv-heads 1 --ff 64");
 }
 
 /* quill serve runs Nemotron-H: a prompt that extends a finished one reuses its Mamba-2 state, the shorter

@@ -41,7 +41,6 @@ static const family_case families[] = {
 
 #define KIND "mla"
 #define N_PROMPT FAMILY_N_PROMPT
-#define variant family_variant
 static bool make_family(const char *shared, const family_case *fc) { return family_make(shared, KIND, fc->name, fc->synth, fc->q4); }
 static void remove_family(const family_case *fc) { family_remove(KIND, fc->name); }
 
@@ -69,54 +68,29 @@ TEST(families_mla_match_the_reference) {
  * tensor. */
 TEST(families_mla_refuse_by_name) {
     REQUIRE_SHARED(shared);
-    static const struct {
-        const char *arch, *drop_key, *drop_tensor, *add_key;
-        uint32_t add_value;
-        const char *message;
-    } cases[] = {
-        {"deepseek2", "deepseek2.attention.kv_lora_rank", NULL, NULL, 0, "deepseek2.attention.kv_lora_rank is missing"},
+    static const family_refusal cases[] = {
+        {"deepseek2", "deepseek2.attention.kv_lora_rank", NULL, NULL, 0, "deepseek2.attention.kv_lora_rank is missing", false},
         {"deepseek2", "deepseek2.expert_gating_func", NULL, "deepseek2.expert_gating_func", 3,
-         "deepseek2.expert_gating_func = 3"},
+         "deepseek2.expert_gating_func = 3", false},
         {"deepseek2", "deepseek2.expert_group_count", NULL, "deepseek2.expert_group_count", 3,
-         "deepseek2.expert_group_count = 3"},
-        {"deepseek2", NULL, "blk.1.attn_k_b.weight", NULL, 0, "'blk.1.attn_k_b.weight' is missing"},
-        {"deepseek2", NULL, "blk.0.ffn_up.weight", NULL, 0, "'blk.0.ffn_up.weight' is missing"},
-        {"deepseek2", NULL, "blk.2.nextn.eh_proj.weight", NULL, 0, "'blk.2.nextn.eh_proj.weight' is missing"},
+         "deepseek2.expert_group_count = 3", false},
+        {"deepseek2", NULL, "blk.1.attn_k_b.weight", NULL, 0, "'blk.1.attn_k_b.weight' is missing", false},
+        {"deepseek2", NULL, "blk.0.ffn_up.weight", NULL, 0, "'blk.0.ffn_up.weight' is missing", false},
+        {"deepseek2", NULL, "blk.2.nextn.eh_proj.weight", NULL, 0, "'blk.2.nextn.eh_proj.weight' is missing", false},
         /* without the key the MTP block's tensors are nobody's */
-        {"deepseek2", "deepseek2.nextn_predict_layers", NULL, NULL, 0, "tensor 'blk.2."},
+        {"deepseek2", "deepseek2.nextn_predict_layers", NULL, NULL, 0, "tensor 'blk.2.", false},
         {"deepseek2", "deepseek2.leading_dense_block_count", NULL, "deepseek2.leading_dense_block_count", 0,
-         "tensor 'blk.0.ffn_gate_inp.weight' is missing"},
+         "tensor 'blk.0.ffn_gate_inp.weight' is missing", false},
         {"deepseek2", "deepseek2.attention.key_length", NULL, "deepseek2.attention.key_length", 40,
-         "must be kv_lora_rank + rope.dimension_count"},
-        {"deepseek2", NULL, NULL, "deepseek2.attention.temperature_scale", 1, "deepseek2.attention.temperature_scale"},
-        {"glm4moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing"},
-        {"glm4moe", NULL, "blk.2.ffn_up_shexp.weight", NULL, 0, "'blk.2.ffn_up_shexp.weight' is missing"},
+         "must be kv_lora_rank + rope.dimension_count", false},
+        {"deepseek2", NULL, NULL, "deepseek2.attention.temperature_scale", 1, "deepseek2.attention.temperature_scale", false},
+        {"glm4moe", NULL, "blk.1.exp_probs_b.bias", NULL, 0, "'blk.1.exp_probs_b.bias' is missing", false},
+        {"glm4moe", NULL, "blk.2.ffn_up_shexp.weight", NULL, 0, "'blk.2.ffn_up_shexp.weight' is missing", false},
         {"glm4moe", "glm4moe.leading_dense_block_count", NULL, "glm4moe.leading_dense_block_count", 5,
-         "glm4moe.leading_dense_block_count = 5 is more than"},
+         "glm4moe.leading_dense_block_count = 5 is more than", false},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char src[512], dst[512], cmd[2048], *out = NULL;
-        snprintf(src, sizeof src, "%s/refuse-mla-%s.gguf", tmp_dir(), cases[i].arch);
-        snprintf(dst, sizeof dst, "%s/refuse-mla-%s-%zu.gguf", tmp_dir(), cases[i].arch, i);
-        snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 64 --experts 8 --experts-used 2 "
-                 "--expert-ff 32 --groups 4,2 --mtp 1 --vocab %s/models/stories260K.gguf --type f32 -o %s",
-                 quill_bin(), cases[i].arch, shared, src);
-        int rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "%s: exit %d: %s", cases[i].arch, rc, out);
-        free(out);
-        quill_model *m = NULL;
-        quill_error err;
-        CHECK(quill_model_load(src, &m, &err) == QUILL_OK, "%s: the unchanged model fails: %s", cases[i].arch,
-              err.message);
-        quill_model_free(m);
-        CHECK(variant(src, dst, cases[i].drop_key, cases[i].drop_tensor, cases[i].add_key, cases[i].add_value, false),
-              "cannot write %s", dst);
-        CHECK(quill_model_load(dst, &m, &err) != QUILL_OK, "%s: case %zu loads", cases[i].arch, i);
-        CHECK_STR_CONTAINS(err.message, cases[i].message);
-        remove(src);
-        remove(dst);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        family_check_refusal(shared, "mla", &cases[i], i, "--layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 64 --experts 8 --experts-used 2 --expert-ff 32 --groups 4,2 --mtp 1");
 }
 
 /* The latent cache and the routers: each token's logits the same bits in one batch, token by token on
