@@ -1,4 +1,4 @@
-/* Chat-template engine, builtins: string helpers, %-formatting, tojson, sorting, filters, tests, methods, and the
+/* Chat-template engine, builtins: string helpers, tojson, sorting, filters, tests, methods, and the
  * built-in templates. */
 #include "jinja/jinja_internal.h"
 
@@ -64,51 +64,6 @@ static bool map_case(J *j, const char *s, size_t n, int mode, jv *out) {
         if (!jj_bput(j, &b, e, jj_u8enc(m, e))) { jj_bfree(&b); return false; }
     }
     return jj_buf_to_str(j, &b, out);
-}
-
-/* Knuth-Morris-Pratt, linear whatever the input: a naive scan with a long needle can go
- * quadratic, and both template and message text are untrusted. `rev` finds the last match.
- * Returns false when the table cannot be allocated (the caller falls back to the naive scan). */
-static bool kmp(const char *h, size_t hn, const char *nd, size_t nn, bool rev, const char **hit) {
-    size_t *fail = malloc(nn * sizeof *fail);
-    if (!fail) return false;
-#define NDL(i) (rev ? nd[nn - 1 - (i)] : nd[i])
-#define HAY(i) (rev ? h[hn - 1 - (i)] : h[i])
-    fail[0] = 0;
-    for (size_t i = 1, k = 0; i < nn; i++) {
-        while (k && NDL(i) != NDL(k)) k = fail[k - 1];
-        if (NDL(i) == NDL(k)) k++;
-        fail[i] = k;
-    }
-    *hit = NULL;
-    for (size_t i = 0, k = 0; i < hn; i++) {
-        while (k && HAY(i) != NDL(k)) k = fail[k - 1];
-        if (HAY(i) == NDL(k)) k++;
-        if (k == nn) { *hit = rev ? h + (hn - 1 - i) : h + (i + 1 - nn); break; }
-    }
-#undef NDL
-#undef HAY
-    free(fail);
-    return true;
-}
-
-const char *jj_find_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
-    if (nn == 0) return h;
-    if (nn > hn) return NULL;
-    const char *hit;
-    if (nn > 16 && kmp(h, hn, nd, nn, false, &hit)) return hit;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
-    return NULL;
-}
-
-static const char *rfind_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
-    if (nn > hn) return NULL;
-    const char *hit;
-    if (nn > 16 && kmp(h, hn, nd, nn, true, &hit)) return hit;
-    for (size_t i = hn - nn + 1; i-- > 0;)
-        if (memcmp(h + i, nd, nn) == 0) return h + i;
-    return NULL;
 }
 
 static bool push_str(J *j, jlist *l, const char *s, size_t n) {
@@ -180,7 +135,7 @@ static bool do_split(J *j, const jstr *s, const jv *sepv, int64_t maxsplit, bool
             int64_t count = 0;
             const char *f;
             ok = rev != NULL;
-            while (ok && (maxsplit < 0 || count < maxsplit) && (f = rfind_bytes(p, e, sep, sn))) {
+            while (ok && (maxsplit < 0 || count < maxsplit) && (f = jj_rfind_bytes(p, e, sep, sn))) {
                 ok = push_str(j, rev, f + sn, (size_t)(p + e - (f + sn)));
                 e = (size_t)(f - p);
                 count++;
@@ -256,197 +211,6 @@ static bool pad_str(J *j, const char *s, size_t n, int64_t width, char align, co
     for (int64_t i = 0; ok && i < left; i++) ok = jj_bput(j, &b, fill, fl);
     if (ok) ok = jj_bput(j, &b, s, n);
     for (int64_t i = left; ok && i < marg; i++) ok = jj_bput(j, &b, fill, fl);
-    if (!ok) { jj_bfree(&b); return false; }
-    return jj_buf_to_str(j, &b, out);
-}
-
-/* ------------------------------------------------------------------ str % args */
-
-static char locale_radix(void) {
-    char t[8];
-    snprintf(t, sizeof t, "%.1f", 1.5);
-    return t[1];
-}
-
-/* snprintf of a double with the radix made '.' whatever the locale. */
-static void fmt_c_double(char *o, size_t cap, const char *cfmt, int width, int prec, double x) {
-    snprintf(o, cap, cfmt, width, prec, x);
-    char r = locale_radix();
-    if (r != '.')
-        for (char *p = o; *p; p++)
-            if (*p == r) *p = '.';
-}
-
-bool jj_py_format(J *j, const char *fmt, size_t n, jv args, bool args_is_tuple, jv *out) {
-    const jv *items = &args;
-    size_t nitems = 1, ai = 0;
-    if (args_is_tuple) { items = args.u.l->v; nitems = args.u.l->n; }
-    const jdict *mapping = (!args_is_tuple && args.t == T_DICT) ? args.u.d : NULL;
-    jbuf b = {0};
-    bool ok = true;
-    for (size_t i = 0; ok && i < n;) {
-        if (fmt[i] != '%') {
-            size_t e = i;
-            while (e < n && fmt[e] != '%') e++;
-            ok = jj_bput(j, &b, fmt + i, e - i);
-            i = e;
-            continue;
-        }
-        i++;
-        const jv *val = NULL;
-        if (i < n && fmt[i] == '(') {
-            size_t e = i + 1;
-            while (e < n && fmt[e] != ')') e++;
-            if (e >= n) { jj_rterr(j, NULL, "incomplete format key"); ok = false; break; }
-            if (!mapping) { jj_rterr(j, NULL, "format requires a mapping"); ok = false; break; }
-            for (size_t k = 0; k < mapping->n; k++)
-                if (mapping->e[k].k.t == T_STR && mapping->e[k].k.u.s->len == e - i - 1 &&
-                    memcmp(mapping->e[k].k.u.s->s, fmt + i + 1, e - i - 1) == 0)
-                    val = &mapping->e[k].v;
-            if (!val) { jj_rterr(j, NULL, "format key '%.*s' not found", (int)(e - i - 1), fmt + i + 1); ok = false; break; }
-            i = e + 1;
-        }
-        bool minus = false, plus = false, space = false, alt = false, zero = false;
-        for (; i < n && strchr("-+ #0", fmt[i]); i++) {
-            if (fmt[i] == '-') minus = true;
-            else if (fmt[i] == '+') plus = true;
-            else if (fmt[i] == ' ') space = true;
-            else if (fmt[i] == '#') alt = true;
-            else zero = true;
-        }
-        int64_t width = 0, prec = -1;
-        if (i < n && fmt[i] == '*') {
-            if (ai >= nitems || !is_intlike(items[ai])) { jj_rterr(j, NULL, "* wants int"); ok = false; break; }
-            width = as_int(items[ai++]);
-            if (width < 0) { minus = true; width = -width; }
-            i++;
-        } else {
-            while (i < n && jj_is_digit(fmt[i]) && width < 100000) width = width * 10 + (fmt[i++] - '0');
-        }
-        if (i < n && fmt[i] == '.') {
-            i++;
-            prec = 0;
-            if (i < n && fmt[i] == '*') {
-                if (ai >= nitems || !is_intlike(items[ai])) { jj_rterr(j, NULL, "* wants int"); ok = false; break; }
-                prec = as_int(items[ai++]);
-                i++;
-            } else {
-                while (i < n && jj_is_digit(fmt[i]) && prec < 100000) prec = prec * 10 + (fmt[i++] - '0');
-            }
-        }
-        if (width > 100000 || prec > 1000) { jj_rterr(j, NULL, "format width or precision too large"); ok = false; break; }
-        while (i < n && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) i++;
-        if (i >= n) { jj_rterr(j, NULL, "incomplete format"); ok = false; break; }
-        char conv = fmt[i++];
-        if (conv == '%') { ok = jj_bputc(j, &b, '%'); continue; }
-        if (!val) {
-            if (ai >= nitems) { jj_rterr(j, NULL, "not enough arguments for format string"); ok = false; break; }
-            val = &items[ai++];
-        }
-        char body[400];
-        const char *sign = "", *prefix = "";
-        bool numeric = true;
-        jv sv = mk_undef();
-        switch (conv) {
-        case 's': case 'r': case 'a': {
-            numeric = false;
-            if (conv == 's') ok = jj_to_str(j, *val, &sv);
-            else {
-                jbuf rb = {0};
-                ok = jj_put_value(j, &rb, *val, true, 0) && jj_buf_to_str(j, &rb, &sv);
-                if (!ok) jj_bfree(&rb);
-            }
-            if (!ok) break;
-            size_t len = sv.u.s->len;
-            if (prec >= 0) {
-                size_t off = 0, l;
-                for (int64_t k = 0; k < prec && off < len; k++) { u8dec(sv.u.s->s + off, len - off, &l); off += l; }
-                len = off;
-            }
-            int64_t cps = (int64_t)jj_u8len(sv.u.s->s, len);
-            for (int64_t k = cps; ok && !minus && k < width; k++) ok = jj_bputc(j, &b, ' ');
-            if (ok) ok = jj_bput(j, &b, sv.u.s->s, len);
-            for (int64_t k = cps; ok && minus && k < width; k++) ok = jj_bputc(j, &b, ' ');
-            jj_unref(sv);
-            break;
-        }
-        case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': {
-            int64_t v;
-            if (is_intlike(*val)) v = as_int(*val);
-            else if (val->t == T_FLOAT && (conv == 'd' || conv == 'i' || conv == 'u') && isfinite(val->u.f) &&
-                     fabs(val->u.f) < 9.2e18) v = (int64_t)val->u.f;
-            else {
-                jj_rterr(j, NULL, "%%%c format: %s is required, not %s", conv,
-                      conv == 'x' || conv == 'X' || conv == 'o' ? "an integer" : "a real number", jj_type_name(*val));
-                ok = false;
-                break;
-            }
-            uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-            sign = v < 0 ? "-" : plus ? "+" : space ? " " : "";
-            const char *cf = conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu";
-            if (alt) prefix = conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
-            snprintf(body, sizeof body, cf, (unsigned long long)mag);
-            if (prec > (int64_t)strlen(body)) {
-                char t[400];
-                size_t bl = strlen(body), z = (size_t)prec - bl;
-                memset(t, '0', z);
-                memcpy(t + z, body, bl + 1);
-                memcpy(body, t, z + bl + 1);
-            }
-            break;
-        }
-        case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
-            if (!is_num(*val)) {
-                jj_rterr(j, NULL, "must be real number, not %s", jj_type_name(*val));
-                ok = false;
-                break;
-            }
-            double x = as_dbl(*val);
-            sign = signbit(x) && !(x != x) ? "-" : plus ? "+" : space ? " " : "";
-            char cf[8] = "%*.*", *q = cf + 4;
-            if (alt) { memmove(cf + 2, cf + 1, 4); cf[1] = '#'; q++; }
-            q[0] = conv;
-            q[1] = 0;
-            fmt_c_double(body, sizeof body, cf, 0, prec < 0 ? 6 : (int)prec, fabs(x));
-            if (x != x) sign = plus ? "+" : space ? " " : "";
-            break;
-        }
-        case 'c': {
-            numeric = false;
-            char e[4];
-            size_t el;
-            if (is_intlike(*val) && as_int(*val) >= 0 && as_int(*val) <= 0x10FFFF) el = jj_u8enc((uint32_t)as_int(*val), e);
-            else if (val->t == T_STR && jj_u8len(val->u.s->s, val->u.s->len) == 1) {
-                el = val->u.s->len;
-                memcpy(e, val->u.s->s, el);
-            }
-            else { jj_rterr(j, NULL, "%%c requires int or char"); ok = false; break; }
-            for (int64_t k = 1; ok && !minus && k < width; k++) ok = jj_bputc(j, &b, ' ');
-            if (ok) ok = jj_bput(j, &b, e, el);
-            for (int64_t k = 1; ok && minus && k < width; k++) ok = jj_bputc(j, &b, ' ');
-            break;
-        }
-        default:
-            jj_rterr(j, NULL, "unsupported format character '%c'", conv);
-            ok = false;
-            break;
-        }
-        if (!ok || !numeric) continue;
-        bool finite_num = !(strchr("eEfFgG", conv) && (strstr(body, "inf") || strstr(body, "nan") ||
-                                                       strstr(body, "INF") || strstr(body, "NAN")));
-        int64_t len = (int64_t)(strlen(sign) + strlen(prefix) + strlen(body));
-        int64_t padn = width > len ? width - len : 0;
-        bool zpad = zero && !minus && finite_num;
-        for (int64_t k = 0; ok && !minus && !zpad && k < padn; k++) ok = jj_bputc(j, &b, ' ');
-        if (ok) ok = jj_bputs(j, &b, sign) && jj_bputs(j, &b, prefix);
-        for (int64_t k = 0; ok && zpad && k < padn; k++) ok = jj_bputc(j, &b, '0');
-        if (ok) ok = jj_bputs(j, &b, body);
-        for (int64_t k = 0; ok && minus && k < padn; k++) ok = jj_bputc(j, &b, ' ');
-    }
-    if (ok && ai < nitems && !mapping) {
-        jj_rterr(j, NULL, "not all arguments converted during string formatting");
-        ok = false;
-    }
     if (!ok) { jj_bfree(&b); return false; }
     return jj_buf_to_str(j, &b, out);
 }
@@ -1029,7 +793,7 @@ static bool f_truncate(J *j, jv v, const jargs *a, jv *out) {
     size_t off = 0, l;
     for (int64_t k = 0; k < length - endlen; k++) { u8dec(s.u.s->s + off, s.u.s->len - off, &l); off += l; }
     if (!(kwd && jj_truthy(*kwd))) {
-        const char *sp = rfind_bytes(s.u.s->s, off, " ", 1);
+        const char *sp = jj_rfind_bytes(s.u.s->s, off, " ", 1);
         if (sp) off = (size_t)(sp - s.u.s->s);
     }
     jbuf b = {0};
@@ -1059,7 +823,7 @@ static bool f_round(J *j, jv v, const jargs *a, jv *out) {
         char buf[400], *end;
         if (prec >= 0) {
             /* printf rounds the exact binary value half-to-even, as Python's round() does */
-            fmt_c_double(buf, sizeof buf, "%*.*f", 0, (int)prec, x);
+            jj_fmt_c_double(buf, sizeof buf, "%*.*f", 0, (int)prec, x);
             *out = mk_float(jj_loc_strtod(buf, &end));
         } else {
             double p = pow(10.0, (double)-prec), y = x / p, r = nearbyint(y);
@@ -1526,7 +1290,7 @@ bool jj_call_method(J *j, const jmethod *m, const jargs *a, jv *out) {
                 return true;
             }
             bool rev = m->id == M_RFIND || m->id == M_RINDEX;
-            const char *f = rev ? rfind_bytes(s->s, s->len, t->s, t->len) : jj_find_bytes(s->s, s->len, t->s, t->len);
+            const char *f = rev ? jj_rfind_bytes(s->s, s->len, t->s, t->len) : jj_find_bytes(s->s, s->len, t->s, t->len);
             if (!f && (m->id == M_INDEX || m->id == M_RINDEX)) { jj_rterr(j, NULL, "substring not found"); return false; }
             *out = mk_int(f ? (int64_t)jj_u8len(s->s, (size_t)(f - s->s)) : -1);
             return true;
@@ -1620,7 +1384,7 @@ bool jj_call_method(J *j, const jmethod *m, const jargs *a, jv *out) {
             if (!str_arg(j, a0, "separator", &t)) return false;
             if (!t->len) { jj_rterr(j, NULL, "empty separator"); return false; }
             bool rev = m->id == M_RPARTITION;
-            const char *f = rev ? rfind_bytes(s->s, s->len, t->s, t->len) : jj_find_bytes(s->s, s->len, t->s, t->len);
+            const char *f = rev ? jj_rfind_bytes(s->s, s->len, t->s, t->len) : jj_find_bytes(s->s, s->len, t->s, t->len);
             jlist *l = jj_list_new(j, 3);
             if (!l) return false;
             l->tuple = true;

@@ -1,5 +1,11 @@
-/* Private to src/jinja: the values, AST and render context shared by the lexer/parser, the
- * evaluator and the builtins (see jinja_eval.c for the design). Not installed. */
+/* Private to src/jinja: the values, AST and render context shared by the engine's files (see
+ * jinja_eval.c for the design). Not installed. The files are layers, each calling only those below:
+ *   jinja.c           the entry points (quill_chat_render*, quill_chat_check) and JSON input
+ *   jinja_eval.c      the evaluator: scopes, expressions, statements, macros
+ *   jinja_builtins.c  filters, tests, methods, tojson, sorting
+ *   jinja_ops.c       operations on values: attributes, items, slices, iteration, operators, str % args
+ *   jinja_parse.c     lexer and parser (and the name lists of filters and tests)
+ *   jinja_values.c    arena, buffers, UTF-8, values, truth, equality, number formatting */
 #ifndef QUILL_JINJA_INTERNAL_H
 #define QUILL_JINJA_INTERNAL_H
 
@@ -268,6 +274,8 @@ double jj_loc_strtod(const char *s, char **end);
 void jj_fmt_float(double x, char *out, size_t cap);
 bool jj_put_value(J *j, jbuf *b, jv v, bool repr, int depth);
 bool jj_to_str(J *j, jv v, jv *out);
+/* snprintf of a double with the radix '.' whatever the locale */
+void jj_fmt_c_double(char *o, size_t cap, const char *cfmt, int width, int prec, double x);
 bool jj_is_digit(char c);
 void jj_unexpected(J *j, const char *wanted);
 bool jj_in_list(const char *const *l, const char *s);
@@ -275,22 +283,27 @@ node *jj_compile(J *j, const char *src);
 scope *jj_scope_new(J *j, scope *parent);
 void jj_capture(J *j, scope *s);
 bool jj_scope_set(J *j, scope *s, const char *k, jv v);
+/* jinja_ops.c: operations on values, shared by the evaluator and the filters */
 int jj_method_id(jtype t, const char *name);
 const char *jj_method_name(int id);
 bool jj_get_attr(J *j, jv obj, const char *name, jv *out);
 bool jj_get_item(J *j, jv obj, jv key, jv *out);
+bool jj_slice(J *j, jv obj, jv start, jv stop, jv step, jv *out);
 bool jj_iter_list(J *j, jv v, jlist **out);
 bool jj_contains(J *j, jv container, jv item, bool *res);
 bool jj_int_result(J *j, bool overflow, int64_t r, jv *out);
+const char *jj_op_sym(int op);
 bool jj_binop(J *j, int op, jv a, jv b, jv *out);
 const jv *jj_arg(const jargs *a, size_t idx, const char *name);
 bool jj_check_args(J *j, const jargs *a, size_t max_pos, const char *const *kw, const char *what);
+const char *jj_find_bytes(const char *h, size_t hn, const char *nd, size_t nn);
+const char *jj_rfind_bytes(const char *h, size_t hn, const char *nd, size_t nn);
+bool jj_py_format(J *j, const char *fmt, size_t n, jv args, bool args_is_tuple, jv *out);
+/* jinja_eval.c */
 xres jj_exec(J *j, const node *s, scope *sc, jbuf *out);
 void jj_cleanup(J *j);
 void jj_set_err(quill_error *err, quill_status st, const char *msg);
 bool jj_set_str(J *j, scope *g, const char *name, const char *s);
-const char *jj_find_bytes(const char *h, size_t hn, const char *nd, size_t nn);
-bool jj_py_format(J *j, const char *fmt, size_t n, jv args, bool args_is_tuple, jv *out);
 bool jj_apply_filter(J *j, const char *name, jv v, const jargs *a, jv *out);
 bool jj_run_test(J *j, const char *name, jv v, const jargs *a, bool *res);
 bool jj_call_method(J *j, const jmethod *m, const jargs *a, jv *out);
