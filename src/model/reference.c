@@ -12,17 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* out[r] = Σ_i W[r][i]·x[i] in double. */
-void quill_ref_matvec(const quill_weight *w, const double *x, double *out, float *row) {
-    const quill_type_traits *tr = quill_type_traits_of(w->type);
-    for (int64_t r = 0; r < w->rows; r++) {
-        tr->to_float(w->data + (size_t)r * w->row_bytes, row, w->cols);
-        double sum = 0;
-        for (int64_t i = 0; i < w->cols; i++) sum += (double)row[i] * x[i];
-        out[r] = sum;
-    }
-}
-
 /* (weight NULL: no norm, out = x) */
 static void ref_rmsnorm(double *out, const double *x, const float *weight, int64_t n, double eps) {
     if (!weight) {
@@ -71,33 +60,6 @@ static void ref_rmsnorm_in_place(double *x, const float *weight, int64_t n, doub
 }
 
 /* Hands a double vector to the trace callback as f32, one token at a time being appended. */
-void quill_ref_trace(const quill_context *c, const char *name, int layer, const double *v, int64_t n, int n_dims,
-                     int64_t ne0, int64_t ne1, float *tmp) {
-    if (!c->trace) return;
-    char full[64];
-    if (layer >= 0) snprintf(full, sizeof full, "%s-%d", name, layer);
-    else snprintf(full, sizeof full, "%s", name);
-    for (int64_t i = 0; i < n; i++) tmp[i] = (float)v[i];
-    int64_t ne[3] = {ne0, ne1, 1};   /* one token: the token dimension is 1 */
-    c->trace(full, tmp, n_dims, ne, c->trace_user);
-}
-
-void quill_ref_gated_activation(const quill_context *c, double *gate, const double *up, int64_t n) {
-    if (c->model->arch->act == QUILL_ACT_SWIGLU_OAI)
-        for (int64_t i = 0; i < n; i++) {
-            const double x = gate[i] < QUILL_OAI_LIMIT ? gate[i] : QUILL_OAI_LIMIT;
-            const double y = up[i] < -QUILL_OAI_LIMIT ? -QUILL_OAI_LIMIT : up[i] > QUILL_OAI_LIMIT ? QUILL_OAI_LIMIT : up[i];
-            gate[i] = x / (1.0 + exp(-(double)QUILL_OAI_ALPHA * x)) * (y + 1.0);
-        }
-    else if (c->model->arch->act == QUILL_ACT_GELU_TANH)
-        for (int64_t i = 0; i < n; i++) {
-            const double x = gate[i];
-            gate[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * up[i];
-        }
-    else
-        for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
-}
-
 quill_status quill_reference_eval(quill_context *c, const int32_t *tokens, int n, float *logits,
                                   bool all_logits, quill_error *err) {
     const quill_model *m = c->model;
