@@ -15,46 +15,6 @@
 #define MAX_LAYERS 4096
 
 static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err);
-static quill_status get_dim(const quill_gguf *g, const char *key, int64_t fallback, int64_t *out,
-                            quill_error *err) {
-    int64_t v;
-    quill_status s = quill_gguf_get_i64(g, key, &v, err);
-    if (s == QUILL_E_NOT_FOUND && fallback >= 0) {
-        *out = fallback;
-        return QUILL_OK;
-    }
-    if (s) return s;
-    if (v <= 0 || v > MAX_DIM)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s = %lld is out of range (1..%d)",
-                          quill_gguf_path(g), key, (long long)v, MAX_DIM);
-    *out = v;
-    return QUILL_OK;
-}
-
-/* Layer `layer`'s value of a key that may be one number for every layer or an array of one per
- * layer (only where the architecture has per-layer shapes: elsewhere an array is refused by name). */
-quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, int64_t n_layer, int64_t layer,
-                             int64_t fallback, int64_t *out, quill_error *err) {
-    const quill_gguf_value *v = quill_gguf_find(g, key);
-    if (!v || v->type != QUILL_GGUF_ARRAY) return get_dim(g, key, fallback, out, err);
-    if (!arrays)
-        return quill_fail(err, QUILL_E_UNSUPPORTED, "%s: %s is a per-layer array: quill reads per-layer values for gemma4 only",
-                          quill_gguf_path(g), key);
-    if (v->count != (uint64_t)n_layer)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: %s has %llu values for %lld layers", quill_gguf_path(g), key,
-                          (unsigned long long)v->count, (long long)n_layer);
-    uint64_t cursor = 0;
-    quill_gguf_value e;
-    int64_t value = -1;
-    for (int64_t i = 0; i <= layer; i++)
-        if (!quill_gguf_array_next(v, &cursor, &e) || !quill_gguf_value_i64(&e, &value)) value = -1;
-    if (value <= 0 || value > MAX_DIM)
-        return quill_fail(err, QUILL_E_FORMAT, "%s: metadata %s[%lld] = %lld is out of range (1..%d)", quill_gguf_path(g),
-                          key, (long long)layer, (long long)value, MAX_DIM);
-    *out = value;
-    return QUILL_OK;
-}
-
 static quill_status get_real(const quill_gguf *g, const char *key, double fallback, double *out,
                              quill_error *err) {
     quill_status s = quill_gguf_get_f64(g, key, out, err);
@@ -126,8 +86,8 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     if (a->mamba2 && (s = mamba_dims(g, hp, err))) return s;
     if (a->mamba2) {
         /* (the per-layer values were read by mamba_dims) */
-    } else if ((s = get_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
-        (s = get_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
+    } else if ((s = quill_model_dim(g, KEY("embedding_length"), -1, &hp->n_embd, err)) ||
+        (s = quill_model_dim(g, KEY("block_count"), -1, &hp->n_layer, err)) ||
         (s = quill_layer_dim(g, KEY("attention.head_count"), arrays, hp->n_layer, 0, -1, &hp->n_head, err)) ||
         (s = a->shortconv ? quill_shortconv_kv_heads(g, KEY("attention.head_count_kv"), hp->n_layer, hp->n_head,
                                                      &hp->n_head_kv, err)
@@ -135,7 +95,7 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
                                             &hp->n_head_kv, err)) ||
         (s = quill_layer_dim(g, KEY("feed_forward_length"), arrays, hp->n_layer, 0,
                              a->ffn == QUILL_FFN_MOE && !a->experts_optional ? 0 : -1, &hp->n_ff, err)) ||
-        (s = get_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
+        (s = quill_model_dim(g, KEY("context_length"), 2048, &hp->n_ctx_train, err)))
         return s;
     int64_t experts = 0;
     if (a->ffn == QUILL_FFN_DENSE && quill_gguf_get_i64(g, KEY("expert_count"), &experts, NULL) == QUILL_OK &&
@@ -164,15 +124,15 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
         return quill_fail(err, QUILL_E_FORMAT,
                           "%s: embedding length %lld is not a multiple of the head count %lld and %s is missing",
                           quill_gguf_path(g), (long long)hp->n_embd, (long long)hp->n_head, key);
-    if ((s = get_dim(g, KEY("attention.key_length"), hp->n_embd / hp->n_head, &hp->head_dim, err))) return s;
+    if ((s = quill_model_dim(g, KEY("attention.key_length"), hp->n_embd / hp->n_head, &hp->head_dim, err))) return s;
     int64_t value_dim;
-    if ((s = get_dim(g, KEY("attention.value_length"), hp->head_dim, &value_dim, err))) return s;
+    if ((s = quill_model_dim(g, KEY("attention.value_length"), hp->head_dim, &value_dim, err))) return s;
     /* (latent attention: values of the latent's width; mla.c reads the heads' parts) */
     if (value_dim != hp->head_dim && !a->mla)
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "%s: keys of %lld and values of %lld dims per head: quill needs them equal",
                           quill_gguf_path(g), (long long)hp->head_dim, (long long)value_dim);
-    if ((s = get_dim(g, KEY("rope.dimension_count"), hp->head_dim, &hp->n_rot, err))) return s;
+    if ((s = quill_model_dim(g, KEY("rope.dimension_count"), hp->head_dim, &hp->n_rot, err))) return s;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return quill_fail(err, QUILL_E_FORMAT,
                           "%s: %s.rope.dimension_count = %lld must be even and at most the head dimension %lld",
@@ -188,7 +148,7 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
     const quill_gguf_tensor *embd = quill_gguf_find_tensor(g, "token_embd.weight");
     if (tokens && tokens->type == QUILL_GGUF_ARRAY) hp->n_vocab = (int64_t)tokens->count;
     else if (embd) hp->n_vocab = embd->ne[1];
-    else if ((s = get_dim(g, KEY("vocab_size"), -1, &hp->n_vocab, err))) return s;
+    else if ((s = quill_model_dim(g, KEY("vocab_size"), -1, &hp->n_vocab, err))) return s;
 #undef KEY
     /* (Cohere 2's output is token_embd whatever output.weight the file has, as the reference reads it) */
     hp->tied_output = a->output_tied || quill_gguf_find_tensor(g, "output.weight") == NULL;
@@ -201,9 +161,9 @@ quill_status quill_hparams_from_gguf(const quill_gguf *g, quill_hparams *hp, qui
 static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
     char key[96];
     quill_status s;
-    if ((s = get_dim(g, akey(hp, "embedding_length", key, sizeof key), -1, &hp->n_embd, err)) ||
-        (s = get_dim(g, akey(hp, "block_count", key, sizeof key), -1, &hp->n_layer, err)) ||
-        (s = get_dim(g, akey(hp, "context_length", key, sizeof key), 2048, &hp->n_ctx_train, err)))
+    if ((s = quill_model_dim(g, akey(hp, "embedding_length", key, sizeof key), -1, &hp->n_embd, err)) ||
+        (s = quill_model_dim(g, akey(hp, "block_count", key, sizeof key), -1, &hp->n_layer, err)) ||
+        (s = quill_model_dim(g, akey(hp, "context_length", key, sizeof key), 2048, &hp->n_ctx_train, err)))
         return s;
     if (hp->n_layer > MAX_LAYERS)
         return quill_fail(err, QUILL_E_FORMAT, "%s: %s.block_count = %lld is out of range", quill_gguf_path(g),
@@ -227,77 +187,8 @@ static quill_status mamba_dims(const quill_gguf *g, quill_hparams *hp, quill_err
     return QUILL_OK;
 }
 
-/* Binds tensor `name` as a [rows][cols] matrix, or as n_expert of them when n_expert > 0 (a 3-D
- * expert tensor [n_expert][rows][cols]), after checking its shape and type. */
-static quill_status bind_tensor(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n_expert,
-                                quill_weight *w, quill_error *err) {
-    const quill_gguf *g = m->gguf;
-    const quill_gguf_tensor *t = quill_gguf_find_tensor(g, name);
-    if (!t) return quill_fail(err, QUILL_E_FORMAT, "%s: tensor '%s' is missing", quill_gguf_path(g), name);
-    const int64_t depth = n_expert > 0 ? n_expert : 1;
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != depth || t->ne[3] != 1) {
-        char want[96];
-        if (n_expert > 0) snprintf(want, sizeof want, "[%lld, %lld, %lld] (%lld experts)", (long long)cols,
-                                   (long long)rows, (long long)n_expert, (long long)n_expert);
-        else snprintf(want, sizeof want, "[%lld, %lld]", (long long)cols, (long long)rows);
-        return quill_fail(err, QUILL_E_FORMAT,
-                          "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected %s from the hyperparameters",
-                          quill_gguf_path(g), name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                          (long long)t->ne[3], want);
-    }
-    const quill_type_traits *tr = quill_type_traits_of(t->type);
-    if (!tr || !tr->to_float)
-        return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "%s: unsupported tensor type %s in tensor '%s': it is not a weight type quill decodes "
-                          "(the float, legacy, k-quant, iq, ternary and fp4 types are); "
-                          "re-quantize the file from its f16/f32 source",
-                          quill_gguf_path(g), quill_type_name(t->type), name);
-    if (m->claimed) m->claimed[t - quill_gguf_tensor_at(g, 0)] = 1;
-    w->name = t->name;
-    w->type = t->type;
-    w->cols = cols;
-    w->rows = rows;
-    w->row_bytes = quill_row_size(t->type, cols);
-    w->data = t->data;
-    w->n_expert = depth;
-    w->expert_bytes = (size_t)rows * w->row_bytes;
-    return QUILL_OK;
-}
-
-static quill_status bind_weight(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
-                                quill_error *err) {
-    return bind_tensor(m, name, cols, rows, 0, w, err);
-}
-
-/* A small tensor [rows][cols] dequantized to floats at load. */
-static quill_status load_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
-                                quill_error *err) {
-    quill_weight w;
-    quill_status s = bind_weight(m, name, cols, rows, &w, err);
-    if (s) return s;
-    *out = malloc((size_t)(cols * rows) * sizeof **out);
-    if (!*out) return quill_fail(err, QUILL_E_NOMEM, "out of memory loading '%s'", name);
-    for (int64_t r = 0; r < rows && !s; r++) s = quill_dequantize(w.type, w.data + (size_t)r * w.row_bytes, *out + r * cols, cols, err);
-    return s;
-}
-
-quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
-                              quill_error *err) {
-    return bind_weight(m, name, cols, rows, w, err);
-}
-
-quill_status quill_model_bind_experts(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n,
-                                      quill_weight *w, quill_error *err) {
-    return bind_tensor(m, name, cols, rows, n, w, err);
-}
-
-quill_status quill_model_floats(quill_model *m, const char *name, int64_t cols, int64_t rows, float **out,
-                                quill_error *err) {
-    return load_floats(m, name, cols, rows, out, err);
-}
-
 static quill_status load_vector(quill_model *m, const char *name, int64_t n, float **out, quill_error *err) {
-    return load_floats(m, name, n, 1, out, err);
+    return quill_model_floats(m, name, n, 1, out, err);
 }
 
 /* A vector the architecture may have: NULL when the file has none. */
@@ -672,27 +563,27 @@ static quill_status single_block_layer(quill_model *m, int64_t l, quill_error *e
          * shared expert of the same kind */
         const int64_t E = m->ap.n_expert, ff = m->ap.n_ff_exp, sh = m->ap.n_ff_shexp;
         L->ffn = QUILL_FFN_MOE_SHARED;
-        if ((s = bind_weight(m, NAME("ffn_gate_inp.weight"), d, E, &L->w_router, err)) ||
+        if ((s = quill_model_bind(m, NAME("ffn_gate_inp.weight"), d, E, &L->w_router, err)) ||
             (s = load_vector(m, NAME("exp_probs_b.bias"), E, &L->probs_bias, err)) ||
-            (s = bind_tensor(m, NAME("ffn_up_exps.weight"), d, ff, E, &L->w_up, err)) ||
-            (s = bind_tensor(m, NAME("ffn_down_exps.weight"), ff, d, E, &L->w_down, err)) ||
-            (s = bind_weight(m, NAME("ffn_up_shexp.weight"), d, sh, &L->w_up_shexp, err)) ||
-            (s = bind_weight(m, NAME("ffn_down_shexp.weight"), sh, d, &L->w_down_shexp, err)))
+            (s = quill_model_bind_experts(m, NAME("ffn_up_exps.weight"), d, ff, E, &L->w_up, err)) ||
+            (s = quill_model_bind_experts(m, NAME("ffn_down_exps.weight"), ff, d, E, &L->w_down, err)) ||
+            (s = quill_model_bind(m, NAME("ffn_up_shexp.weight"), d, sh, &L->w_up_shexp, err)) ||
+            (s = quill_model_bind(m, NAME("ffn_down_shexp.weight"), sh, d, &L->w_down_shexp, err)))
             return s;
         return QUILL_OK;
     }
     if (L->ffn_only) {
-        if ((s = bind_weight(m, NAME("ffn_up.weight"), d, L->n_ff, &L->w_up, err)) ||
-            (s = bind_weight(m, NAME("ffn_down.weight"), L->n_ff, d, &L->w_down, err)) ||
+        if ((s = quill_model_bind(m, NAME("ffn_up.weight"), d, L->n_ff, &L->w_up, err)) ||
+            (s = quill_model_bind(m, NAME("ffn_down.weight"), L->n_ff, d, &L->w_down, err)) ||
             (s = load_optional(m, NAME("ffn_up.bias"), L->n_ff, &L->b_up, err)) ||
             (s = load_optional(m, NAME("ffn_down.bias"), d, &L->b_down, err)))
             return s;
         return QUILL_OK;
     }
-    if ((s = bind_weight(m, NAME("attn_q.weight"), d, q_dim, &L->wq, err)) ||
-        (s = bind_weight(m, NAME("attn_k.weight"), d, kv_dim, &L->wk, err)) ||
-        (s = bind_weight(m, NAME("attn_v.weight"), d, kv_dim, &L->wv, err)) ||
-        (s = bind_weight(m, NAME("attn_output.weight"), q_dim, d, &L->wo, err)) ||
+    if ((s = quill_model_bind(m, NAME("attn_q.weight"), d, q_dim, &L->wq, err)) ||
+        (s = quill_model_bind(m, NAME("attn_k.weight"), d, kv_dim, &L->wk, err)) ||
+        (s = quill_model_bind(m, NAME("attn_v.weight"), d, kv_dim, &L->wv, err)) ||
+        (s = quill_model_bind(m, NAME("attn_output.weight"), q_dim, d, &L->wo, err)) ||
         (s = load_optional(m, NAME("attn_q.bias"), q_dim, &L->bq, err)) ||
         (s = load_optional(m, NAME("attn_k.bias"), kv_dim, &L->bk, err)) ||
         (s = load_optional(m, NAME("attn_v.bias"), kv_dim, &L->bv, err)) ||
@@ -724,14 +615,14 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     }
     if (a->mla && (s = quill_mla_dims(m, err))) goto fail;
     const int64_t n_expert = m->ap.n_expert, ff_exp = m->ap.n_ff_exp;
-    if ((s = bind_weight(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
+    if ((s = quill_model_bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err))) goto fail;
     if (hp->tied_output && a->output_required) {
         s = quill_fail(err, QUILL_E_FORMAT, "%s: tensor 'output.weight' is missing (%s does not tie it to the embeddings)",
                        path, a->name);
         goto fail;
     }
     if (hp->tied_output) m->output = m->token_embd;
-    else if ((s = bind_weight(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
+    else if ((s = quill_model_bind(m, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err))) goto fail;
     /* (LFM2's final norm is token_embd_norm, as the reference names it) */
     if ((s = load_vector(m, a->shortconv ? "token_embd_norm.weight" : "output_norm.weight", hp->n_embd, &m->output_norm,
                          err)))
@@ -757,11 +648,11 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         char name[96];
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
 #define BIND(field, suffix, cols, rows) \
-    if ((s = bind_weight(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
+    if ((s = quill_model_bind(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define VECTOR(field, suffix, n) \
     if ((s = load_vector(m, NAME(suffix), n, &L->field, err))) goto fail;
 #define FLOATS(field, suffix, cols, rows) \
-    if ((s = load_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
+    if ((s = quill_model_floats(m, NAME(suffix), cols, rows, &L->field, err))) goto fail;
 #define OPTIONAL(field, suffix, n) \
     if ((s = load_optional(m, NAME(suffix), n, &L->field, err))) goto fail;
         if (!a->per_layer_shapes && !a->mamba2) L->n_head = hp->n_head, L->n_head_kv = hp->n_head_kv, L->head_dim = hp->head_dim, L->n_ff = hp->n_ff;
@@ -825,7 +716,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
         const bool moe = n_expert && l >= m->ap.n_dense_lead;
         L->ffn = !moe ? QUILL_FFN_DENSE : m->ap.n_ff_shexp ? QUILL_FFN_MOE_SHARED : QUILL_FFN_MOE;
 #define EXPERTS(field, suffix, cols, rows) \
-    if ((s = bind_tensor(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
+    if ((s = quill_model_bind_experts(m, NAME(suffix), cols, rows, n_expert, &L->field, err))) goto fail;
         if (moe) {
             BIND(w_router, "ffn_gate_inp.weight", hp->n_embd, n_expert)
             EXPERTS(w_gate, "ffn_gate_exps.weight", hp->n_embd, ff_exp)

@@ -171,13 +171,16 @@ typedef struct quill_arch {
 /* Whether the architecture keeps a recurrent state per sequence (recurrent.h). */
 static inline bool quill_arch_stateful(const quill_arch *a) { return a->hybrid || a->mamba2 || a->shortconv; }
 
-/* Layer `layer`'s value of `key`: one number for all layers, or (arrays) an array of n_layer (model.c). */
+/* ---- bind.c: metadata sizes and tensors by name, for the loader and the layer kinds */
+/* The size `key`: positive and within bounds; missing: `fallback`, or an error when fallback < 0. */
+quill_status quill_model_dim(const quill_gguf *g, const char *key, int64_t fallback, int64_t *out, quill_error *err);
+/* Layer `layer`'s value of `key`: one number for all layers, or (arrays) an array of n_layer. */
 quill_status quill_layer_dim(const quill_gguf *g, const char *key, bool arrays, int64_t n_layer, int64_t layer,
                              int64_t fallback, int64_t *out, quill_error *err);
-/* Binds tensor `name` as a matrix of rows x cols, checking its shape and type (model.c). */
+/* Binds tensor `name` as a matrix of rows x cols, checking its shape and type. */
 quill_status quill_model_bind(quill_model *m, const char *name, int64_t cols, int64_t rows, quill_weight *w,
                               quill_error *err);
-/* Binds the 3-D tensor `name` as n matrices of rows x cols, one after the other (model.c). */
+/* Binds the 3-D tensor `name` as n matrices of rows x cols, one after the other. */
 quill_status quill_model_bind_experts(quill_model *m, const char *name, int64_t cols, int64_t rows, int64_t n,
                                       quill_weight *w, quill_error *err);
 /* Loads the small tensor `name` [rows][cols] as f32 (malloc'd into *out). */
