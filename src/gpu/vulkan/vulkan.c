@@ -24,6 +24,18 @@ static const uint32_t spv_product_float[] =
 #include "shaders/product_float.comp.inc"
     ;
 
+typedef struct {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    void *map;
+    size_t bytes;
+} gpu_buffer;
+
+struct resident {
+    const void *host;
+    gpu_buffer buf;
+};
+
 enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_COUNT };
 #define BINDINGS 4
 #define WORKGROUP 64
@@ -41,6 +53,9 @@ struct quill_gpu {
     VkPipeline pipes[PIPE_COUNT];
     uint32_t host_memory_type;
     int validation_errors;
+    struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
+    int n_resident, cap_resident;
+    char name[256];
 };
 
 bool quill_gpu_built(void) { return true; }
@@ -167,16 +182,22 @@ quill_status quill_gpu_devices(quill_gpu_device *out, int max, int *n, quill_err
     return s;
 }
 
+const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
+
 int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
 
 bool quill_gpu_supports(uint32_t type) {
     return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0;
 }
 
+static void buffer_free(quill_gpu *g, gpu_buffer *b);
+
 void quill_gpu_close(quill_gpu *g) {
     if (!g) return;
     if (g->device) {
         vkDeviceWaitIdle(g->device);
+        for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
+        free(g->resident);
         for (int i = 0; i < PIPE_COUNT; i++)
             if (g->pipes[i]) vkDestroyPipeline(g->device, g->pipes[i], NULL);
         if (g->pipe_layout) vkDestroyPipelineLayout(g->device, g->pipe_layout, NULL);
@@ -224,6 +245,9 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     }
     g->phys = phys[index];
     free(phys);
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(g->phys, &props);
+    snprintf(g->name, sizeof g->name, "%s", props.deviceName);
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -296,12 +320,6 @@ quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
 
 /* ---------------------------------------------------------------- one product */
 
-typedef struct {
-    VkBuffer buf;
-    VkDeviceMemory mem;
-    void *map;
-    size_t bytes;
-} gpu_buffer;
 
 static quill_status buffer_make(quill_gpu *g, size_t bytes, gpu_buffer *b, quill_error *err) {
     b->bytes = (bytes + 3) & ~(size_t)3;
@@ -330,6 +348,35 @@ static void buffer_free(quill_gpu *g, gpu_buffer *b) {
     if (b->buf) vkDestroyBuffer(g->device, b->buf, NULL);
     if (b->mem) vkFreeMemory(g->device, b->mem, NULL);
     memset(b, 0, sizeof *b);
+}
+
+static const gpu_buffer *resident_of(const quill_gpu *g, const void *host, size_t bytes) {
+    for (int i = 0; i < g->n_resident; i++)
+        if (g->resident[i].host == host && g->resident[i].buf.bytes >= bytes) return &g->resident[i].buf;
+    return NULL;
+}
+
+bool quill_gpu_resident(const quill_gpu *g, const void *w) { return g && resident_of(g, w, 0); }
+
+quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err) {
+    if (resident_of(g, w, bytes)) return QUILL_OK;
+    if (g->n_resident == g->cap_resident) {
+        const int cap = g->cap_resident ? 2 * g->cap_resident : 64;
+        struct resident *r = realloc(g->resident, (size_t)cap * sizeof *r);
+        if (!r) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+        g->resident = r, g->cap_resident = cap;
+    }
+    struct resident *r = &g->resident[g->n_resident];
+    memset(r, 0, sizeof *r);
+    quill_status s = buffer_make(g, bytes, &r->buf, err);
+    if (s) {
+        buffer_free(g, &r->buf);
+        return s;
+    }
+    memcpy(r->buf.map, w, bytes);
+    r->host = w;
+    g->n_resident++;
+    return QUILL_OK;
 }
 
 static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS]) {
@@ -364,12 +411,17 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
     VkFence fence = VK_NULL_HANDLE;
     const size_t xs = (size_t)cols * (size_t)n_tok;
     quill_status s;
-    if ((s = buffer_make(g, (size_t)rows * row_bytes, &wb, err)) || (s = buffer_make(g, xs * sizeof(float), &xb, err)) ||
+    /* the weights: uploaded once (quill_gpu_upload), or for this call */
+    const gpu_buffer *weights = resident_of(g, w, (size_t)rows * row_bytes);
+    if ((!weights && (s = buffer_make(g, (size_t)rows * row_bytes, &wb, err))) || (s = buffer_make(g, xs * sizeof(float), &xb, err)) ||
         (s = buffer_make(g, exact ? xs * sizeof(int32_t) : 4, &codes, err)) ||
         (s = buffer_make(g, exact ? xs / 32 * sizeof(float) : 4, &da, err)) ||
         (s = buffer_make(g, (size_t)rows * (size_t)n_tok * sizeof(float), &yb, err)))
         goto done;
-    memcpy(wb.map, w, (size_t)rows * row_bytes);
+    if (!weights) {
+        memcpy(wb.map, w, (size_t)rows * row_bytes);
+        weights = &wb;
+    }
     memcpy(xb.map, x, xs * sizeof(float));
 
     const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
@@ -391,8 +443,8 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
     /* the quantizer reads x and writes the codes and scales; the exact product reads those, the
      * float product x (its binding 1) */
     bind_set(g, sets[0], (const gpu_buffer *const[]){&xb, &codes, &da, &yb});
-    bind_set(g, sets[1], exact ? (const gpu_buffer *const[]){&wb, &codes, &da, &yb}
-                               : (const gpu_buffer *const[]){&wb, &xb, &da, &yb});
+    bind_set(g, sets[1], exact ? (const gpu_buffer *const[]){weights, &codes, &da, &yb}
+                               : (const gpu_buffer *const[]){weights, &xb, &da, &yb});
 
     const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
                                              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
