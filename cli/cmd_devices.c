@@ -11,7 +11,7 @@
 #define MAX_DEVICES 16
 
 /* Random weights of each type the backend runs, products of 3 tokens on the device and on the CPU:
- * q4_0 and q8_0 must agree bit for bit with the CPU's exact products; f32 and f16 within f32
+ * q8_0, q4_0, q4_K and q6_K must agree bit for bit with the CPU's exact products; f32 and f16 within f32
  * rounding of a float64 sum (a relative 1e-5 of the largest |y|). Returns the number of types
  * that failed (-1: the device could not run them). */
 static int selftest(int device) {
@@ -22,7 +22,8 @@ static int selftest(int device) {
         return -1;
     }
     enum { ROWS = 96, COLS = 256, TOKENS = 3 };
-    static const uint32_t types[] = {QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0};
+    static const uint32_t types[] = {QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_K,
+                                     QUILL_TYPE_Q6_K};
     float *wf = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * TOKENS * COLS);
     float *yg = malloc(sizeof(float) * ROWS * TOKENS), *yc = malloc(sizeof(float) * ROWS * TOKENS);
     uint8_t *wq = malloc(quill_row_size(QUILL_TYPE_F32, COLS) * ROWS);
@@ -86,7 +87,8 @@ int cmd_devices(int argc, char **argv) {
         "lists the GPUs (and CPU drivers such as lavapipe) that quill's Vulkan backend sees: name, driver,\n"
         "memory, subgroup size and the shader features found.\n"
         "  --json        one JSON object per device, one a line\n"
-        "  --selftest    run the backend's weight products (f32, f16, q8_0, q4_0) on device N (default 0)\n"
+        "  --selftest    run the backend's weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on device N\n"
+        "                (default 0)\n"
         "                and compare them with the CPU path's; exit status 1 when one differs\n"
         "  --device N    the device of --selftest\n"
         "The model's forward pass does not run on the GPU yet (docs/gpu.md).\n";

@@ -115,10 +115,10 @@ typedef struct quill_context_params {
     quill_type type_k, type_v;
     /* QUILL_BACKEND_VULKAN: the weight products of the last n_gpu_layers layers (more than the
      * model's layers: the output layer too; negative: all) run on Vulkan device `device`, their
-     * weights uploaded once, bit for bit the CPU's for q8_0 and q4_0; norms, RoPE, attention and
-     * the KV cache stay on the CPU in this version. Refused by name: a build without Vulkan, a
-     * layer kind other than dense attention + dense FFN, a weight type other than f32, f16, q8_0,
-     * q4_0. */
+     * weights uploaded once, bit for bit the CPU's for q8_0, q4_0, q4_K and q6_K; norms, RoPE,
+     * attention and the KV cache stay on the CPU in this version. Refused by name: a build without
+     * Vulkan, a layer kind other than dense attention + dense FFN, a weight type other than f32,
+     * f16, q8_0, q4_0, q4_K, q6_K. */
     quill_backend backend;
     int n_gpu_layers, device;
 } quill_context_params;

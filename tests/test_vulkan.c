@@ -114,6 +114,9 @@ TEST(vulkan_products_match_cpu) {
         check_products(g, types[k], 70, 96, 4, 11 + k);
         check_products(g, types[k], 33, 512, 3, 23 + k);
     }
+    /* the k-quants: blocks of 256, q4_K's minimums, q6_K's slots of 16 */
+    check_products(g, QUILL_TYPE_Q4_K, 37, 512, 3, 41);
+    check_products(g, QUILL_TYPE_Q6_K, 37, 512, 3, 43);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
     quill_gpu_close(g);
 }
@@ -128,8 +131,8 @@ TEST(vulkan_refuses_types_by_name) {
     uint8_t w[210] = {0};
     float x[256] = {0}, y[1];
     quill_error err;
-    CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q6_K, w, sizeof w, 1, 256, x, 1, y, &err) == QUILL_E_UNSUPPORTED);
-    CHECK_STR_CONTAINS(err.message, "q6_K");
+    CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q5_K, w, 176, 1, 256, x, 1, y, &err) == QUILL_E_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err.message, "q5_K");
     /* a row size that does not match the type and width is refused, not read past */
     CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q8_0, w, 33, 1, 32, x, 1, y, &err) == QUILL_E_ARG);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
@@ -225,7 +228,7 @@ TEST(vulkan_forward_matches_cpu) {
         return;
     }
     REQUIRE_SHARED(shared);
-    char models[512], f32[512], cmd[2048], *out = NULL;
+    char models[512], f32[512], cmd[4096], *out = NULL;
     snprintf(models, sizeof models, "%s/models/stories260K.gguf", shared);
     check_model_logits(models, false);
     /* a synthesized TinyLlama-like model (GQA: 4 heads, 2 KV heads) in f32, f16, q8_0 and q4_0 */
@@ -248,6 +251,21 @@ TEST(vulkan_forward_matches_cpu) {
         check_model_logits(path, k > 0);
         remove(path);
     }
+    /* q4_k_m of a model 256 wide (the k-quants' blocks): q4_K with q6_K for attn_v, ffn_down and the
+     * output */
+    char wide[512], kq[512];
+    snprintf(wide, sizeof wide, "%s/vk-wide.gguf", tmp_dir());
+    snprintf(kq, sizeof kq, "%s/vk-wide-q4_k_m.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --seed 4 --vocab %s --type f32 -o %s && "
+             "%s quantize %s %s q4_k_m",
+             quill_bin(), models, wide, quill_bin(), wide, kq);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth + quantize q4_k_m: %s", out);
+    free(out);
+    check_model_logits(kq, true);
+    remove(wide);
+    remove(kq);
     /* a type the backend lacks is refused by name, not run on the CPU */
     char path[512];
     snprintf(path, sizeof path, "%s/vk-q4_k_m.gguf", tmp_dir());
@@ -260,7 +278,7 @@ TEST(vulkan_forward_matches_cpu) {
     remove(path);
     remove(f32);
     CHECK(rc != 0);
-    /* (the q4_k_m mix keeps these small matrices in q5_0, the reference's fallback) */
+    /* (the q4_k_m mix of a model 64 wide keeps its matrices in q5_0, the reference's fallback) */
     CHECK_STR_CONTAINS(out, "is q5_0, which the Vulkan backend does not run yet");
     CHECK_STR_CONTAINS(out, "--backend cpu");
     free(out);

@@ -1,7 +1,7 @@
 /* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
  * and glslc (the Makefile's VULKAN), else left out. This first step enumerates the devices and runs
- * the weight products (f32, f16, q4_0, q8_0) on one, with the CPU path's exact integer semantics;
- * the forward pass does not use it yet. */
+ * the weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on one, with the CPU path's exact integer
+ * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
 #ifndef QUILL_GPU_H
 #define QUILL_GPU_H
 
@@ -40,7 +40,7 @@ void quill_gpu_close(quill_gpu *g);
 int quill_gpu_validation_errors(const quill_gpu *g);
 /* Whether the device runs products of weights of `type`. */
 bool quill_gpu_supports(uint32_t type);
-/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For q4_0 and q8_0 the bits
+/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For q8_0, q4_0, q4_K, q6_K the bits
  * are the CPU's exact products' (src/kernels/exact_scalar.c); for f32 and f16 an f32 sum in column
  * order. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,

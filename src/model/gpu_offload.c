@@ -31,7 +31,7 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
     if (!quill_gpu_supports(w->type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (f32, f16, q8_0, "
-                          "q4_0 do); use fewer -ngl layers or --backend cpu",
+                          "q4_0, q4_K, q6_K do); use fewer -ngl layers or --backend cpu",
                           w->name ? w->name : "a weight", layer >= 0 ? " of layer " : "", layer >= 0 ? layer : 0,
                           quill_type_name(w->type));
     quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)w->rows * w->row_bytes, err);

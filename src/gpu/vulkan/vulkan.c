@@ -186,8 +186,13 @@ const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
 
 int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
 
+/* product_exact.comp's kind of a type, or -1 */
+static int exact_kind(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 ? 0 : type == QUILL_TYPE_Q8_0 ? 1 : type == QUILL_TYPE_Q4_K ? 2 : type == QUILL_TYPE_Q6_K ? 3 : -1;
+}
+
 bool quill_gpu_supports(uint32_t type) {
-    return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0;
+    return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || exact_kind(type) >= 0;
 }
 
 static void buffer_free(quill_gpu *g, gpu_buffer *b);
@@ -397,10 +402,10 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
     if (!quill_gpu_supports(type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "vulkan: weights of type %s have no GPU product yet (f32, f16, q4_0, q8_0 do)",
+                          "vulkan: weights of type %s have no GPU product yet (f32, f16, q8_0, q4_0, q4_K, q6_K do)",
                           quill_type_name(type));
-    const bool exact = type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0;
-    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % (exact ? 32 : 2) || row_bytes != quill_row_size(type, cols) ||
+    const bool exact = exact_kind(type) >= 0;
+    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % (exact ? block_elems(type) : 2) || row_bytes != quill_row_size(type, cols) ||
         (uint64_t)rows * (uint64_t)n_tok > UINT32_MAX / 2 || (uint64_t)rows * row_bytes > UINT32_MAX / 2 ||
         (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
@@ -467,7 +472,7 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
                              NULL, 0, NULL);
     }
     const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
-                            type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_F16 ? 1u : 0u};
+                            exact ? (uint32_t)exact_kind(type) : type == QUILL_TYPE_F16 ? 1u : 0u};
     vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
     vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[1], 0, NULL);
     vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
