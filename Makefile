@@ -35,6 +35,18 @@ LIB_SRC  := $(wildcard src/*/*.c src/kernels/*/*.c)
 # the quill tool: cli/ (one file per command) and server/ (quill serve)
 CLI_SRC  := $(wildcard cli/*.c server/*.c)
 TEST_SRC := $(wildcard tests/*.c)
+# The Vulkan backend (src/gpu/vulkan/, docs/gpu.md): built when pkg-config finds Vulkan and glslc is on
+# the PATH, for the machine itself (a cross build leaves it out); VULKAN=0 leaves it out, VULKAN=1
+# insists. Its GLSL compute shaders become SPIR-V at build time, as C arrays in the build folder.
+ifeq ($(origin VULKAN),undefined)
+  VULKAN := $(if $(and $(filter $(shell uname -m),$(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null)))),$(shell pkg-config --exists vulkan 2>/dev/null && command -v glslc 2>/dev/null)),1,0)
+endif
+ifeq ($(VULKAN),1)
+  LIB_SRC += $(wildcard src/gpu/vulkan/*.c)
+  LDLIBS  += $(shell pkg-config --libs vulkan)
+  VULKAN_SHADERS := $(wildcard src/gpu/vulkan/shaders/*.comp)
+  VULKAN_SPV     := $(VULKAN_SHADERS:src/gpu/vulkan/%=$(BUILD)/gpu/%.inc)
+endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -94,6 +106,14 @@ all: $(BUILD)/libquill.a $(BUILD)/libquill.so $(BUILD)/quill $(BUILD)/quill_test
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(OBJ_SAN) $(WERROR_FLAG) -c $< -o $@
+
+ifeq ($(VULKAN),1)
+$(BUILD)/gpu/shaders/%.comp.inc: src/gpu/vulkan/shaders/%.comp Makefile
+	@mkdir -p $(dir $@)
+	glslc -O --target-env=vulkan1.0 -mfmt=c $< -o $@
+$(filter $(BUILD)/src/gpu/%,$(LIB_OBJ)): CFLAGS += -DQUILL_VULKAN -I$(BUILD)/gpu $(shell pkg-config --cflags vulkan)
+$(BUILD)/src/gpu/vulkan/vulkan.o: $(VULKAN_SPV)
+endif
 
 $(BUILD)/libquill.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

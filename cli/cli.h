@@ -20,6 +20,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);   /* server/serve.c */
+int cmd_devices(int argc, char **argv);
 
 /* Prints "quill: <message>" to stderr and returns the exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

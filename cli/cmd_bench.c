@@ -24,6 +24,9 @@ static const char bench_usage[] =
     "           untimed), as llama-bench's -d: attention then reads N more cached positions\n"
     "  -ctk, --cache-type-k TYPE, -ctv, --cache-type-v TYPE\n"
     "           the KV cache's key and value types: f32 (default), f16, bf16, q8_0, q4_0\n"
+    "  --backend cpu|vulkan, -ngl N, --device N\n"
+    "           as quill run's: the weight products of the last N layers (default all) on Vulkan\n"
+    "           device N (docs/gpu.md)\n"
     "  --json   print one JSON object instead of the table\n"
     "  --bw-mib N  size of the bandwidth test's buffer in MiB (default 1024, at most a quarter of\n"
     "           the available memory); small buffers partly fit in the caches and read too fast\n"
@@ -478,6 +481,8 @@ int cmd_bench(int argc, char **argv) {
     long p = 512, n = 128, reps = 3, threads = 0, bw_mib = 1024, depth = 0;
     bool json = false;
     quill_type type_k = QUILL_TYPE_F32, type_v = QUILL_TYPE_F32;
+    quill_backend backend = QUILL_BACKEND_CPU;
+    long ngl = -1, device = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -492,6 +497,20 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--backend")) {
+            if (i + 1 >= argc) return cli_fail("option %s needs a value (see quill bench --help)", a);
+            const char *v = argv[++i];
+            if (!strcmp(v, "cpu")) backend = QUILL_BACKEND_CPU;
+            else if (!strcmp(v, "vulkan")) backend = QUILL_BACKEND_VULKAN;
+            else return cli_fail("bench: --backend %s: the backends are cpu and vulkan", v);
+            continue;
+        }
+        if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--device")) {
+            const bool is_ngl = strcmp(a, "--device") != 0;
+            if (i + 1 >= argc || !cli_parse_long(argv[++i], is_ngl ? -1 : 0, is_ngl ? 1 << 20 : 64, is_ngl ? &ngl : &device))
+                return cli_fail("bench: %s needs a whole number (-ngl: -1 for all; --device: quill devices)", a);
             continue;
         }
         bool is_model = !strcmp(a, "-m") || !strcmp(a, "--model");
@@ -542,7 +561,8 @@ int cmd_bench(int argc, char **argv) {
     const int n_ctx = (int)depth + (int)(p > n + TG_PROMPT ? p : n + TG_PROMPT) + 16;
     const uint64_t file_bytes = quill_gguf_file_size(g);
     /* (the layers with a KV cache: a hybrid's DeltaNet layers have none) */
-    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .type_k = type_k, .type_v = type_v};
+    quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)threads, .type_k = type_k, .type_v = type_v,
+                               .backend = backend, .n_gpu_layers = (int)ngl, .device = (int)device};
     const uint64_t kv_bytes = (uint64_t)quill_context_kv_bytes(m, &cp);
     /* the hybrids' recurrent state and its checkpoints (0 for the others) */
     const uint64_t state_bytes = (uint64_t)quill_recurrent_bytes(m, 1, n_ctx, false);
@@ -625,6 +645,11 @@ int cmd_bench(int argc, char **argv) {
     if (rss_kb > hwm_kb) hwm_kb = rss_kb;
     const double pages_2m = weights_2m_share(model, packed, packed_bytes);
     const char *kernels = quill_context_kernels(c); /* a static name: outlives the context */
+    const char *gpu_name;
+    int gpu_layers;
+    const char *backend_name = quill_context_backend(c, &gpu_name, &gpu_layers); /* (static too) */
+    char device_name[256] = "";
+    if (gpu_name) snprintf(device_name, sizeof device_name, "%s", gpu_name);
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
     quill_context_free(c);
     c = NULL;
@@ -660,6 +685,12 @@ int cmd_bench(int argc, char **argv) {
             printf("  \"tg_paired_share\": null,\n  \"tg_bandwidth_around_gbs\": null,\n");
         }
         printf("  \"kernels\": \"%s\",\n", kernels);
+        printf("  \"backend\": \"%s\",\n", backend_name);
+        if (device_name[0]) {
+            printf("  \"device\": ");
+            cli_json_string(stdout, device_name, strlen(device_name));
+            printf(",\n  \"gpu_layers\": %d,\n", gpu_layers);
+        }
         if (pages_2m >= 0) printf("  \"weights_2m_share\": %.4f,\n", pages_2m);
         else printf("  \"weights_2m_share\": null,\n");
         printf("  \"load_ms\": %.3f,\n", load_ms);

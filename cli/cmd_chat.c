@@ -408,7 +408,8 @@ int cmd_chat(int argc, char **argv) {
     rep.view.hide = o.hide_reasoning;
     rep.view.dim = isatty(STDOUT_FILENO);
     quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads,
-                               .type_k = o.type_k, .type_v = o.type_v};
+                               .type_k = o.type_k, .type_v = o.type_v,
+                               .backend = o.backend, .n_gpu_layers = (int)o.n_gpu_layers, .device = (int)o.device};
     if (quill_context_new(m, &cp, &ctx, &err) || quill_sampler_new(&o.sp, quill_tokenizer_n_vocab(tok), &smp, &err)) {
         cli_fail("%s", err.message);
         goto done;

@@ -137,7 +137,8 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     quill_context_params cp = {.n_ctx = (int)o.n_ctx, .n_threads = (int)o.n_threads, .reference = o.reference,
-                               .type_k = o.type_k, .type_v = o.type_v};
+                               .type_k = o.type_k, .type_v = o.type_v,
+                               .backend = o.backend, .n_gpu_layers = (int)o.n_gpu_layers, .device = (int)o.device};
     if (quill_context_new(m, &cp, &c, &err)) {
         cli_fail("%s", err.message);
         goto done;
@@ -227,6 +228,14 @@ int cmd_run(int argc, char **argv) {
                "\"generation_ms\": %.3f, \"generation_tokens_per_s\": %.3f}",
                t_load, t_prompt, n_prompt / (t_prompt / 1e3), t_gen, n_gen ? n_gen / (t_gen / 1e3) : 0.0);
         printf(", \"context_full\": %s", res.context_full ? "true" : "false");
+        const char *gpu_name;
+        int gpu_layers;
+        printf(", \"backend\": \"%s\"", quill_context_backend(c, &gpu_name, &gpu_layers));
+        if (gpu_name) {
+            printf(", \"device\": ");
+            cli_json_string(stdout, gpu_name, strlen(gpu_name));
+            printf(", \"gpu_layers\": %d", gpu_layers);
+        }
         if (drafter) printf(", \"draft\": {\"drafted\": %d, \"accepted\": %d}", res.n_drafted, res.n_accepted);
         printf("}\n");
     } else if (res.context_full) {

@@ -24,6 +24,7 @@ static const command commands[] = {
     {"verify", cmd_verify, "check a model's fast path against the float64 path, layer by layer"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: many requests decoded together"},
     {"bench", cmd_bench, "measure prompt and generation speed against the memory bandwidth"},
+    {"devices", cmd_devices, "list the GPUs of the Vulkan backend; --selftest checks its products"},
 };
 
 /* The version the library reports when it has one, else this build's. */

@@ -12,7 +12,7 @@ enum opt_id {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_NO_BOS, O_SPECIAL, O_REFERENCE, O_JSON,
     O_CHAT, O_SYSTEM, O_TEMPLATE, O_FORMAT, O_LOGITS, O_TRACE, O_VERBOSE, O_NO_DISPLAY_PROMPT, O_NGL,
     O_MLOCK, O_NO_MMAP, O_HIDE_REASONING, O_GRAMMAR, O_GRAMMAR_FILE, O_JSON_SCHEMA, O_JSON_SCHEMA_FILE,
-    O_CACHE_TYPE_K, O_CACHE_TYPE_V, O_MODEL_DRAFT, O_DRAFT_MAX, O_DRAFT_MIN, O_DRAFT_P_MIN, O_LOOKUP,
+    O_CACHE_TYPE_K, O_CACHE_TYPE_V, O_MODEL_DRAFT, O_DRAFT_MAX, O_DRAFT_MIN, O_DRAFT_P_MIN, O_LOOKUP, O_BACKEND, O_DEVICE,
 };
 
 #define GEN (CLI_RUN | CLI_CHAT)
@@ -73,7 +73,12 @@ static const option options[] = {
     {O_VERBOSE, "-v", "--verbose", NULL, NULL, GEN, "say more: seed, kernels, per-turn evaluation counts"},
     {O_HIDE_REASONING, NULL, "--hide-reasoning", NULL, NULL, CLI_CHAT | CLI_RUN,
      "do not show a reply's reasoning (<think>, gpt-oss's analysis channel); shown dimmed otherwise"},
-    {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN, "accepted for llama-cli habits (quill runs on the CPU)"},
+    {O_BACKEND, NULL, "--backend", "NAME", NULL, GEN,
+     "cpu (default) or vulkan: the weight products of -ngl layers on a GPU (docs/gpu.md; quill devices)"},
+    {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN,
+     "with --backend vulkan: the last N layers' weights and products on the GPU, N > layers: the output too "
+     "(default all); the rest, attention and the KV cache on the CPU"},
+    {O_DEVICE, NULL, "--device", "N", NULL, GEN, "with --backend vulkan: the device (quill devices; default 0)"},
     {O_MLOCK, NULL, "--mlock", NULL, NULL, GEN, "accepted for llama-cli habits (the mapping is used as is)"},
     {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL, GEN, "accepted for llama-cli habits (the file is always mapped)"},
     {O_HELP, "-h", "--help", NULL, NULL, ALL, "this help"},
@@ -274,6 +279,14 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
         case O_NGL:
             if (parse_count(name, v, -1, 1 << 20, "", &ngl)) return 1;
             break;
+        case O_BACKEND:
+            if (!strcmp(v, "cpu")) o->backend = QUILL_BACKEND_CPU;
+            else if (!strcmp(v, "vulkan")) o->backend = QUILL_BACKEND_VULKAN;
+            else return cli_fail("%s: --backend %s: the backends are cpu and vulkan", cmd, v);
+            break;
+        case O_DEVICE:
+            if (parse_count(name, v, 0, 64, "", &o->device)) return 1;
+            break;
         case O_TEMP: case O_TOP_K: case O_TOP_P: case O_MIN_P: case O_REPEAT_PENALTY: case O_REPEAT_LAST_N:
         case O_SEED:
             if (quill_sampler_params_set(&o->sp, name, v, &err)) return cli_fail("%s", err.message);
@@ -369,8 +382,9 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
     if (diag && o->n_threads > 0 && cpus > 0 && o->n_threads > cpus)
         fprintf(diag, "quill: warning: -t %ld is more threads than the %ld online CPUs; the extra threads "
                       "share cores and usually slow generation down\n", o->n_threads, cpus);
-    if (diag && ngl > 0)
-        fprintf(diag, "quill: note: -ngl %ld ignored: quill runs on the CPU\n", ngl);
+    o->n_gpu_layers = ngl;
+    if (diag && ngl > 0 && o->backend == QUILL_BACKEND_CPU)
+        fprintf(diag, "quill: note: -ngl %ld ignored: quill runs on the CPU (--backend vulkan runs layers on a GPU)\n", ngl);
     return 0;
 }
 

@@ -36,6 +36,9 @@ typedef struct cli_opts {
     bool lookup;
     long draft_max, draft_min;
     double draft_p_min;
+    /* --backend, -ngl (-1: all), --device */
+    quill_backend backend;
+    long n_gpu_layers, device;
 } cli_opts;
 
 /* Parses argv (argv[0] is the command name). Returns 0 on success, -1 when --help was printed

@@ -98,6 +98,9 @@ QUILL_API const quill_gguf *quill_model_gguf(const quill_model *m);
 
 typedef struct quill_context quill_context;
 
+/* Where a context's weight products run (docs/gpu.md). */
+typedef enum { QUILL_BACKEND_CPU = 0, QUILL_BACKEND_VULKAN = 1 } quill_backend;
+
 typedef struct quill_context_params {
     int n_ctx;          /* context length in tokens, of each sequence; 0 = the model's training
                          * context (at most 4096) */
@@ -110,6 +113,14 @@ typedef struct quill_context_params {
      * of 32). Attention reads the rounded values in f32; logits stay bitwise identical for any
      * batching and thread count with every type. */
     quill_type type_k, type_v;
+    /* QUILL_BACKEND_VULKAN: the weight products of the last n_gpu_layers layers (more than the
+     * model's layers: the output layer too; negative: all) run on Vulkan device `device`, their
+     * weights uploaded once, bit for bit the CPU's for q8_0, q4_0, q4_K and q6_K; norms, RoPE,
+     * attention and the KV cache stay on the CPU in this version. Refused by name: a build without
+     * Vulkan, a layer kind other than dense attention + dense FFN, a weight type other than f32,
+     * f16, q8_0, q4_0, q4_K, q6_K. */
+    quill_backend backend;
+    int n_gpu_layers, device;
 } quill_context_params;
 
 /* The KV cache type a name gives ("f32", "f16", "bf16", "q8_0", "q4_0": the reference's spellings);
@@ -135,6 +146,9 @@ QUILL_API int quill_context_n_ctx(const quill_context *c);
 /* The kernel set it computes with: "amx", "vnni", "avx512", "avx2" or "scalar" (the best the CPU
  * offers, or the one QUILL_ISA names), or "reference" for the float64 path. */
 QUILL_API const char *quill_context_kernels(const quill_context *c);
+/* "cpu", or "vulkan" with the device's name in *device and the layers whose products run there in
+ * *gpu_layers (the output layer counted as one more); either pointer may be NULL. */
+QUILL_API const char *quill_context_backend(const quill_context *c, const char **device, int *gpu_layers);
 /* The layout of the weights it reads: NULL for the file's own, or the name of a copy its kernel set
  * made at load (the vnni set's "vnni16"; QUILL_REPACK=0 in the environment turns copying off), and
  * then, for diagnostics such as /proc/self/smaps, where that copy is mapped (*start, *bytes). */

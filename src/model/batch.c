@@ -6,6 +6,7 @@
  * it, so going back in a recurrent state is two steps, the state's restore of a checkpoint and
  * this file's evaluation of the tokens after it. */
 #include "model/context.h"
+#include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
@@ -75,6 +76,7 @@ quill_status quill_decode(quill_context *c, const quill_batch *b, float *logits,
         int rows = 0;
         for (int i = 0; i < n; i++) rows += want[i];
         quill_forward_ubatch(c, b->token + done, b->seq + done, b->pos + done, want, n, logits);
+        if ((st = quill_gpu_failed(c, err))) return st;
         if (c->rec) quill_recurrent_after_ubatch(c, b->token + done, b->seq + done, b->pos + done, n);
         for (int i = 0; i < n; i++) c->seq_len[b->seq[done + i]] = b->pos[done + i] + 1;
         if (logits) logits += (size_t)rows * n_vocab;
@@ -138,6 +140,7 @@ static quill_status evaluate_again(quill_context *c, int seq, int to, quill_erro
                 pos[i] = done + i;
             }
             quill_forward_ubatch(c, tokens + done, seqs, pos, want, n, NULL);
+            if ((s = quill_gpu_failed(c, err))) break;
             done += n;
         }
     }

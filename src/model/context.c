@@ -1,5 +1,6 @@
 /* Inference context lifetime: the KV cache, scratch buffers and RoPE tables of one conversation. */
 #include "model/context.h"
+#include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
@@ -334,12 +335,23 @@ quill_status quill_context_new(quill_model *m, const quill_context_params *p, qu
         quill_context_free(c);
         return QUILL_E_NOMEM;
     }
+    if (p && p->backend == QUILL_BACKEND_VULKAN) {
+        const quill_status gs = quill_gpu_offload(c, p, err);
+        if (gs) {
+            quill_context_free(c);
+            return gs;
+        }
+    } else if (p && p->backend != QUILL_BACKEND_CPU) {
+        quill_context_free(c);
+        return quill_fail(err, QUILL_E_ARG, "backend %d is not one of cpu (0) and vulkan (1)", (int)p->backend);
+    }
     *out = c;
     return QUILL_OK;
 }
 
 void quill_context_free(quill_context *c) {
     if (!c) return;
+    quill_gpu_offload_free(c);
     quill_pool_free(c->pool);
     quill_recurrent_free(c);
     if (c->buffers) {

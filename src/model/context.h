@@ -43,6 +43,11 @@ struct quill_context {
     bool reference;
     quill_pool *pool;
     const quill_kernels *kern;
+    /* the Vulkan backend (gpu_offload.c): the device, whose uploaded weights' products run there, the
+     * layers placed on it, and the first failure of a product there (the pass's callers return it) */
+    struct quill_gpu *gpu;
+    int gpu_layers;
+    struct quill_gpu_failure *gpu_failure; /* (its own allocation: the products see a const context) */
     bool packed;                    /* the model's weights are packed for kern (their packed copies serve) */
     quill_trace_fn trace;
     void *trace_user;

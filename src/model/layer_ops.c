@@ -62,6 +62,7 @@ static quill_matmul_fn matrix_product(const quill_context *c, const quill_weight
  * the dequantized-row scratch, `scratch` is the kernel's. */
 static void matmul_on(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y,
                       quill_pool *pool, void *scratch, int thread) {
+    if (quill_gpu_product(c, w, x, n_tok, y)) return;
     quill_matrix m;
     const quill_matmul_fn product = matrix_product(c, w, y, &m);
     if (product) {
@@ -99,6 +100,11 @@ static int product_group(const quill_context *c, const quill_weight *const *w, f
 static void matmuls_on(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
                        int n_tok, quill_pool *pool, void *scratch, int thread) {
     for (int i = 0; i < n;) {
+        if (c->gpu) { /* (one by one: the device runs the uploaded ones) */
+            matmul_on(c, w[i], x, n_tok, y[i], pool, scratch, thread);
+            i++;
+            continue;
+        }
         quill_matrix m[QUILL_MATMUL_MAX_MATS];
         quill_matmul_fn joined;
         const int group = product_group(c, w + i, y + i, n - i, m, &joined);

@@ -1,0 +1,57 @@
+/* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
+ * and glslc (the Makefile's VULKAN), else left out. This first step enumerates the devices and runs
+ * the weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on one, with the CPU path's exact integer
+ * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
+#ifndef QUILL_GPU_H
+#define QUILL_GPU_H
+
+#include "quill.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether this build has the Vulkan backend. */
+bool quill_gpu_built(void);
+/* What to install to get it, for messages. */
+#define QUILL_GPU_HOWTO                                                                                 \
+    "this quill was built without Vulkan: install libvulkan-dev and glslc (Debian), and "              \
+    "mesa-vulkan-drivers for a CPU driver, then rebuild (make clean all)"
+
+typedef struct {
+    char name[256];
+    char driver[520];     /* the driver's name and version, e.g. "llvmpipe: Mesa 22.3.6" */
+    char kind[16];        /* discrete, integrated, virtual, cpu, other */
+    uint32_t api_version; /* VK_MAKE_API_VERSION */
+    uint64_t memory;      /* bytes of its device-local heaps */
+    uint32_t subgroup_size;
+    bool fp16, int8, fp64, int16; /* the shader features found (the products need none of them) */
+} quill_gpu_device;
+
+/* Fills up to `max` devices; *n gets how many exist. */
+quill_status quill_gpu_devices(quill_gpu_device *out, int max, int *n, quill_error *err);
+
+typedef struct quill_gpu quill_gpu;
+/* Opens device `index` for compute. With QUILL_VULKAN_VALIDATION=1 in the environment the Khronos
+ * validation layer is enabled and its errors counted (quill_gpu_validation_errors). */
+quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err);
+void quill_gpu_close(quill_gpu *g);
+/* The validation layer's error messages since the open (0 when it is off). */
+int quill_gpu_validation_errors(const quill_gpu *g);
+/* Whether the device runs products of weights of `type`. */
+bool quill_gpu_supports(uint32_t type);
+/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For q8_0, q4_0, q4_K, q6_K the bits
+ * are the CPU's exact products' (src/kernels/exact_scalar.c); for f32 and f16 an f32 sum in column
+ * order. An unsupported type is refused by name. */
+quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
+                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
+
+/* Copies the weights w[0..bytes) to the device once; later products of w read that copy. The caller
+ * keeps w unchanged while g is open (a model's mapped weights). */
+quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err);
+/* Whether w was uploaded. */
+bool quill_gpu_resident(const quill_gpu *g, const void *w);
+/* The device's name (for --json and logs). */
+const char *quill_gpu_name(const quill_gpu *g);
+
+#endif

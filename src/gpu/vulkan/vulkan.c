@@ -1,0 +1,508 @@
+/* The Vulkan compute backend (gpu.h): instance and device, the shaders of shaders/ (compiled to
+ * SPIR-V by glslc at build time and included as word arrays), and the weight products.
+ *
+ * Memory is host-visible and coherent, allocated per call: right for lavapipe (where all memory is
+ * the CPU's) and for checking the arithmetic; weights resident in device-local memory come with the
+ * forward pass (docs/gpu.md). */
+#ifdef QUILL_VULKAN
+#include "gpu/gpu.h"
+#include "base/error.h"
+#include "kernels/kernels_exact.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vulkan/vulkan.h>
+
+static const uint32_t spv_quantize[] =
+#include "shaders/quantize.comp.inc"
+    ;
+static const uint32_t spv_product_exact[] =
+#include "shaders/product_exact.comp.inc"
+    ;
+static const uint32_t spv_product_float[] =
+#include "shaders/product_float.comp.inc"
+    ;
+
+typedef struct {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    void *map;
+    size_t bytes;
+} gpu_buffer;
+
+struct resident {
+    const void *host;
+    gpu_buffer buf;
+};
+
+enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_COUNT };
+#define BINDINGS 4
+#define WORKGROUP 64
+
+struct quill_gpu {
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice phys;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkCommandPool pool;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipe_layout;
+    VkPipeline pipes[PIPE_COUNT];
+    uint32_t host_memory_type;
+    int validation_errors;
+    struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
+    int n_resident, cap_resident;
+    char name[256];
+};
+
+bool quill_gpu_built(void) { return true; }
+
+static quill_status vk_fail(quill_error *err, VkResult r, const char *what) {
+    const bool oom = r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    return quill_fail(err, oom ? QUILL_E_NOMEM : QUILL_E_UNSUPPORTED, "vulkan: %s failed (VkResult %d)%s", what, (int)r,
+                      r == VK_ERROR_INCOMPATIBLE_DRIVER
+                          ? ": no Vulkan driver (install mesa-vulkan-drivers for lavapipe, or your GPU's driver)"
+                          : "");
+}
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                    VkDebugUtilsMessageTypeFlagsEXT types,
+                                                    const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    (void)types;
+    if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+        ((quill_gpu *)user)->validation_errors++;
+        quill_log(QUILL_LOG_ERROR, "vulkan validation: %s", data->pMessage ? data->pMessage : "(no message)");
+    }
+    return VK_FALSE;
+}
+
+static bool validation_wanted(void) {
+    const char *v = getenv("QUILL_VULKAN_VALIDATION");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* An instance (1.1: subgroup properties), with the validation layer when asked for (g: NULL when
+ * only enumerating). */
+static quill_status make_instance(quill_gpu *g, VkInstance *out, quill_error *err) {
+    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "quill",
+                                   .apiVersion = VK_API_VERSION_1_1};
+    const char *layers[] = {"VK_LAYER_KHRONOS_validation"};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    const bool validate = g && validation_wanted();
+    const VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app,
+                                     .enabledLayerCount = validate ? 1 : 0, .ppEnabledLayerNames = layers,
+                                     .enabledExtensionCount = validate ? 1 : 0, .ppEnabledExtensionNames = exts};
+    VkResult r = vkCreateInstance(&ci, NULL, out);
+    if (r == VK_ERROR_LAYER_NOT_PRESENT)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "vulkan: QUILL_VULKAN_VALIDATION is set but the Khronos validation layer is not installed "
+                          "(Debian: vulkan-validationlayers)");
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateInstance");
+    if (validate) {
+        PFN_vkCreateDebugUtilsMessengerEXT create =
+            (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(*out, "vkCreateDebugUtilsMessengerEXT");
+        const VkDebugUtilsMessengerCreateInfoEXT mi = {
+            .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+            .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT,
+            .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+            .pfnUserCallback = on_validation, .pUserData = g};
+        if (!create || (r = create(*out, &mi, NULL, &g->messenger)) != VK_SUCCESS) {
+            vkDestroyInstance(*out, NULL);
+            return vk_fail(err, create ? r : VK_ERROR_EXTENSION_NOT_PRESENT, "vkCreateDebugUtilsMessengerEXT");
+        }
+    }
+    return QUILL_OK;
+}
+
+static quill_status physical_devices(VkInstance inst, VkPhysicalDevice **out, uint32_t *n, quill_error *err) {
+    VkResult r = vkEnumeratePhysicalDevices(inst, n, NULL);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkEnumeratePhysicalDevices");
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    if (!*out) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory listing devices");
+    r = vkEnumeratePhysicalDevices(inst, n, *out);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
+        free(*out);
+        return vk_fail(err, r, "vkEnumeratePhysicalDevices");
+    }
+    return QUILL_OK;
+}
+
+static void describe(VkPhysicalDevice p, quill_gpu_device *d) {
+    memset(d, 0, sizeof *d);
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(p, &props);
+    VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    const bool v12 = props.apiVersion >= VK_API_VERSION_1_2;
+    if (v12) sub.pNext = &driver;
+    VkPhysicalDeviceProperties2 props2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sub};
+    vkGetPhysicalDeviceProperties2(p, &props2);
+    snprintf(d->name, sizeof d->name, "%s", props.deviceName);
+    if (v12) snprintf(d->driver, sizeof d->driver, "%s: %s", driver.driverName, driver.driverInfo);
+    else snprintf(d->driver, sizeof d->driver, "driver version %u", props.driverVersion);
+    static const char *kinds[] = {"other", "integrated", "discrete", "virtual", "cpu"};
+    snprintf(d->kind, sizeof d->kind, "%s", props.deviceType <= VK_PHYSICAL_DEVICE_TYPE_CPU ? kinds[props.deviceType] : "other");
+    d->api_version = props.apiVersion;
+    d->subgroup_size = sub.subgroupSize;
+    VkPhysicalDeviceMemoryProperties mem;
+    vkGetPhysicalDeviceMemoryProperties(p, &mem);
+    for (uint32_t i = 0; i < mem.memoryHeapCount; i++)
+        if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d->memory += mem.memoryHeaps[i].size;
+    VkPhysicalDeviceFeatures f;
+    vkGetPhysicalDeviceFeatures(p, &f);
+    d->fp64 = f.shaderFloat64;
+    d->int16 = f.shaderInt16;
+    if (v12) {
+        VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+        vkGetPhysicalDeviceFeatures2(p, &f2);
+        d->fp16 = f12.shaderFloat16;
+        d->int8 = f12.shaderInt8;
+    }
+}
+
+quill_status quill_gpu_devices(quill_gpu_device *out, int max, int *n, quill_error *err) {
+    *n = 0;
+    VkInstance inst;
+    quill_status s = make_instance(NULL, &inst, err);
+    if (s) return s;
+    VkPhysicalDevice *phys;
+    uint32_t count;
+    s = physical_devices(inst, &phys, &count, err);
+    if (!s) {
+        for (uint32_t i = 0; i < count && (int)i < max; i++) describe(phys[i], &out[i]);
+        *n = (int)count;
+        free(phys);
+    }
+    vkDestroyInstance(inst, NULL);
+    return s;
+}
+
+const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
+
+int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
+
+/* product_exact.comp's kind of a type, or -1 */
+static int exact_kind(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 ? 0 : type == QUILL_TYPE_Q8_0 ? 1 : type == QUILL_TYPE_Q4_K ? 2 : type == QUILL_TYPE_Q6_K ? 3 : -1;
+}
+
+bool quill_gpu_supports(uint32_t type) {
+    return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || exact_kind(type) >= 0;
+}
+
+static void buffer_free(quill_gpu *g, gpu_buffer *b);
+
+void quill_gpu_close(quill_gpu *g) {
+    if (!g) return;
+    if (g->device) {
+        vkDeviceWaitIdle(g->device);
+        for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
+        free(g->resident);
+        for (int i = 0; i < PIPE_COUNT; i++)
+            if (g->pipes[i]) vkDestroyPipeline(g->device, g->pipes[i], NULL);
+        if (g->pipe_layout) vkDestroyPipelineLayout(g->device, g->pipe_layout, NULL);
+        if (g->set_layout) vkDestroyDescriptorSetLayout(g->device, g->set_layout, NULL);
+        if (g->pool) vkDestroyCommandPool(g->device, g->pool, NULL);
+        vkDestroyDevice(g->device, NULL);
+    }
+    if (g->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(g->instance, "vkDestroyDebugUtilsMessengerEXT");
+        if (destroy) destroy(g->instance, g->messenger, NULL);
+    }
+    if (g->instance) vkDestroyInstance(g->instance, NULL);
+    free(g);
+}
+
+static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t bytes, VkPipeline *out, quill_error *err) {
+    const VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
+    VkShaderModule module;
+    VkResult r = vkCreateShaderModule(g->device, &mi, NULL, &module);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateShaderModule");
+    const VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = module, .pName = "main"},
+        .layout = g->pipe_layout};
+    r = vkCreateComputePipelines(g->device, VK_NULL_HANDLE, 1, &ci, NULL, out);
+    vkDestroyShaderModule(g->device, module, NULL);
+    return r == VK_SUCCESS ? QUILL_OK : vk_fail(err, r, "vkCreateComputePipelines");
+}
+
+static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
+    quill_status s = make_instance(g, &g->instance, err);
+    if (s) return s;
+    VkPhysicalDevice *phys;
+    uint32_t count;
+    if ((s = physical_devices(g->instance, &phys, &count, err))) return s;
+    if (count == 0 || index < 0 || (uint32_t)index >= count) {
+        free(phys);
+        if (!count)
+            return quill_fail(err, QUILL_E_UNSUPPORTED,
+                              "vulkan: no Vulkan device found (install mesa-vulkan-drivers for lavapipe, or your GPU's driver)");
+        return quill_fail(err, QUILL_E_ARG, "vulkan: --device %d: there are %u devices, 0 to %u (quill devices lists them)",
+                          index, count, count - 1);
+    }
+    g->phys = phys[index];
+    free(phys);
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(g->phys, &props);
+    snprintf(g->name, sizeof g->name, "%s", props.deviceName);
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[16];
+    if (nq > 16) nq = 16;
+    vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, qf);
+    g->queue_family = UINT32_MAX;
+    for (uint32_t i = 0; i < nq && g->queue_family == UINT32_MAX; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) g->queue_family = i;
+    if (g->queue_family == UINT32_MAX)
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: device %d has no compute queue", index);
+    VkPhysicalDeviceMemoryProperties mem;
+    vkGetPhysicalDeviceMemoryProperties(g->phys, &mem);
+    const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    g->host_memory_type = UINT32_MAX;
+    for (uint32_t i = 0; i < mem.memoryTypeCount && g->host_memory_type == UINT32_MAX; i++)
+        if ((mem.memoryTypes[i].propertyFlags & want) == want) g->host_memory_type = i;
+    if (g->host_memory_type == UINT32_MAX)
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: device %d has no host-visible coherent memory", index);
+
+    const float priority = 1.0f;
+    const VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                        .queueFamilyIndex = g->queue_family, .queueCount = 1, .pQueuePriorities = &priority};
+    /* the exact products round their multiply-adds once through float64 (product_exact.comp) */
+    VkPhysicalDeviceFeatures have;
+    vkGetPhysicalDeviceFeatures(g->phys, &have);
+    if (!have.shaderFloat64)
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "vulkan: device %d lacks shaderFloat64, which quill's exact products need (docs/gpu.md)", index);
+    const VkPhysicalDeviceFeatures enable = {.shaderFloat64 = VK_TRUE};
+    const VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
+                                   .pQueueCreateInfos = &qi, .pEnabledFeatures = &enable};
+    VkResult r = vkCreateDevice(g->phys, &di, NULL, &g->device);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateDevice");
+    vkGetDeviceQueue(g->device, g->queue_family, 0, &g->queue);
+    const VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                        .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                        .queueFamilyIndex = g->queue_family};
+    if ((r = vkCreateCommandPool(g->device, &pi, NULL, &g->pool)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateCommandPool");
+    VkDescriptorSetLayoutBinding b[BINDINGS];
+    for (uint32_t i = 0; i < BINDINGS; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    const VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                                .bindingCount = BINDINGS, .pBindings = b};
+    if ((r = vkCreateDescriptorSetLayout(g->device, &li, NULL, &g->set_layout)) != VK_SUCCESS)
+        return vk_fail(err, r, "vkCreateDescriptorSetLayout");
+    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 5 * sizeof(uint32_t)};
+    const VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
+                                           .pSetLayouts = &g->set_layout, .pushConstantRangeCount = 1,
+                                           .pPushConstantRanges = &push};
+    if ((r = vkCreatePipelineLayout(g->device, &pl, NULL, &g->pipe_layout)) != VK_SUCCESS)
+        return vk_fail(err, r, "vkCreatePipelineLayout");
+    if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
+    if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
+    return make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err);
+}
+
+quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
+    *out = NULL;
+    quill_gpu *g = calloc(1, sizeof *g);
+    if (!g) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+    quill_status s = open_device(g, index, err);
+    if (s) {
+        quill_gpu_close(g);
+        return s;
+    }
+    *out = g;
+    return QUILL_OK;
+}
+
+/* ---------------------------------------------------------------- one product */
+
+
+static quill_status buffer_make(quill_gpu *g, size_t bytes, gpu_buffer *b, quill_error *err) {
+    b->bytes = (bytes + 3) & ~(size_t)3;
+    if (b->bytes == 0) b->bytes = 4;
+    const VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = b->bytes,
+                                   .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkResult r = vkCreateBuffer(g->device, &bi, NULL, &b->buf);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateBuffer");
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(g->device, b->buf, &req);
+    if (!(req.memoryTypeBits & (1u << g->host_memory_type)))
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: the device keeps storage buffers out of host-visible memory");
+    const VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+                                     .memoryTypeIndex = g->host_memory_type};
+    if ((r = vkAllocateMemory(g->device, &ai, NULL, &b->mem)) != VK_SUCCESS)
+        return r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                   ? quill_fail(err, QUILL_E_NOMEM, "vulkan: %zu bytes do not fit the device's memory", b->bytes)
+                   : vk_fail(err, r, "vkAllocateMemory");
+    if ((r = vkBindBufferMemory(g->device, b->buf, b->mem, 0)) != VK_SUCCESS) return vk_fail(err, r, "vkBindBufferMemory");
+    if ((r = vkMapMemory(g->device, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map)) != VK_SUCCESS) return vk_fail(err, r, "vkMapMemory");
+    return QUILL_OK;
+}
+
+static void buffer_free(quill_gpu *g, gpu_buffer *b) {
+    if (b->map) vkUnmapMemory(g->device, b->mem);
+    if (b->buf) vkDestroyBuffer(g->device, b->buf, NULL);
+    if (b->mem) vkFreeMemory(g->device, b->mem, NULL);
+    memset(b, 0, sizeof *b);
+}
+
+static const gpu_buffer *resident_of(const quill_gpu *g, const void *host, size_t bytes) {
+    for (int i = 0; i < g->n_resident; i++)
+        if (g->resident[i].host == host && g->resident[i].buf.bytes >= bytes) return &g->resident[i].buf;
+    return NULL;
+}
+
+bool quill_gpu_resident(const quill_gpu *g, const void *w) { return g && resident_of(g, w, 0); }
+
+quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err) {
+    if (resident_of(g, w, bytes)) return QUILL_OK;
+    if (g->n_resident == g->cap_resident) {
+        const int cap = g->cap_resident ? 2 * g->cap_resident : 64;
+        struct resident *r = realloc(g->resident, (size_t)cap * sizeof *r);
+        if (!r) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+        g->resident = r, g->cap_resident = cap;
+    }
+    struct resident *r = &g->resident[g->n_resident];
+    memset(r, 0, sizeof *r);
+    quill_status s = buffer_make(g, bytes, &r->buf, err);
+    if (s) {
+        buffer_free(g, &r->buf);
+        return s;
+    }
+    memcpy(r->buf.map, w, bytes);
+    r->host = w;
+    g->n_resident++;
+    return QUILL_OK;
+}
+
+static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS]) {
+    VkDescriptorBufferInfo info[BINDINGS];
+    VkWriteDescriptorSet w[BINDINGS];
+    for (int i = 0; i < BINDINGS; i++) {
+        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, 0, VK_WHOLE_SIZE};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &info[i]};
+    }
+    vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
+}
+
+static uint32_t groups(uint64_t n) { return (uint32_t)((n + WORKGROUP - 1) / WORKGROUP); }
+
+quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
+                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
+    if (!quill_gpu_supports(type))
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "vulkan: weights of type %s have no GPU product yet (f32, f16, q8_0, q4_0, q4_K, q6_K do)",
+                          quill_type_name(type));
+    const bool exact = exact_kind(type) >= 0;
+    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % (exact ? block_elems(type) : 2) || row_bytes != quill_row_size(type, cols) ||
+        (uint64_t)rows * (uint64_t)n_tok > UINT32_MAX / 2 || (uint64_t)rows * row_bytes > UINT32_MAX / 2 ||
+        (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
+        return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
+                          (long long)rows, (long long)cols, quill_type_name(type), n_tok);
+    gpu_buffer wb = {0}, xb = {0}, codes = {0}, da = {0}, yb = {0};
+    VkDescriptorPool dpool = VK_NULL_HANDLE;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    VkFence fence = VK_NULL_HANDLE;
+    const size_t xs = (size_t)cols * (size_t)n_tok;
+    quill_status s;
+    /* the weights: uploaded once (quill_gpu_upload), or for this call */
+    const gpu_buffer *weights = resident_of(g, w, (size_t)rows * row_bytes);
+    if ((!weights && (s = buffer_make(g, (size_t)rows * row_bytes, &wb, err))) || (s = buffer_make(g, xs * sizeof(float), &xb, err)) ||
+        (s = buffer_make(g, exact ? xs * sizeof(int32_t) : 4, &codes, err)) ||
+        (s = buffer_make(g, exact ? xs / 32 * sizeof(float) : 4, &da, err)) ||
+        (s = buffer_make(g, (size_t)rows * (size_t)n_tok * sizeof(float), &yb, err)))
+        goto done;
+    if (!weights) {
+        memcpy(wb.map, w, (size_t)rows * row_bytes);
+        weights = &wb;
+    }
+    memcpy(xb.map, x, xs * sizeof(float));
+
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
+    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 2,
+                                            .poolSizeCount = 1, .pPoolSizes = &ps};
+    VkResult r = vkCreateDescriptorPool(g->device, &dpi, NULL, &dpool);
+    if (r != VK_SUCCESS) {
+        s = vk_fail(err, r, "vkCreateDescriptorPool");
+        goto done;
+    }
+    VkDescriptorSet sets[2];
+    const VkDescriptorSetLayout layouts[2] = {g->set_layout, g->set_layout};
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = dpool,
+                                             .descriptorSetCount = 2, .pSetLayouts = layouts};
+    if ((r = vkAllocateDescriptorSets(g->device, &dai, sets)) != VK_SUCCESS) {
+        s = vk_fail(err, r, "vkAllocateDescriptorSets");
+        goto done;
+    }
+    /* the quantizer reads x and writes the codes and scales; the exact product reads those, the
+     * float product x (its binding 1) */
+    bind_set(g, sets[0], (const gpu_buffer *const[]){&xb, &codes, &da, &yb});
+    bind_set(g, sets[1], exact ? (const gpu_buffer *const[]){weights, &codes, &da, &yb}
+                               : (const gpu_buffer *const[]){weights, &xb, &da, &yb});
+
+    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if ((r = vkAllocateCommandBuffers(g->device, &cai, &cmd)) != VK_SUCCESS) {
+        s = vk_fail(err, r, "vkAllocateCommandBuffers");
+        goto done;
+    }
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    vkBeginCommandBuffer(cmd, &bi);
+    if (exact) {
+        const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)act_max(type)};
+        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
+        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[0], 0, NULL);
+        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
+        vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
+        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                    .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
+        vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                             NULL, 0, NULL);
+    }
+    const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
+                            exact ? (uint32_t)exact_kind(type) : type == QUILL_TYPE_F16 ? 1u : 0u};
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
+    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[1], 0, NULL);
+    vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
+    vkCmdDispatch(cmd, groups((uint64_t)rows * (uint64_t)n_tok), 1, 1);
+    const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
+    if ((r = vkEndCommandBuffer(cmd)) != VK_SUCCESS) {
+        s = vk_fail(err, r, "vkEndCommandBuffer");
+        goto done;
+    }
+    const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = vkCreateFence(g->device, &fi, NULL, &fence)) != VK_SUCCESS) {
+        s = vk_fail(err, r, "vkCreateFence");
+        goto done;
+    }
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    if ((r = vkQueueSubmit(g->queue, 1, &si, fence)) != VK_SUCCESS ||
+        (r = vkWaitForFences(g->device, 1, &fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS) {
+        s = vk_fail(err, r, "running the product");
+        goto done;
+    }
+    memcpy(y, yb.map, (size_t)rows * (size_t)n_tok * sizeof(float));
+done:
+    if (fence) vkDestroyFence(g->device, fence, NULL);
+    if (cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &cmd);
+    if (dpool) vkDestroyDescriptorPool(g->device, dpool, NULL);
+    buffer_free(g, &wb), buffer_free(g, &xb), buffer_free(g, &codes), buffer_free(g, &da), buffer_free(g, &yb);
+    return s;
+}
+#else
+typedef int quill_gpu_vulkan_unused; /* (ISO C wants a translation unit to declare something) */
+#endif

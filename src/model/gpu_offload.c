@@ -1,0 +1,101 @@
+/* The Vulkan backend as an executor of the model's weight products (docs/gpu.md): at context
+ * creation the layers placed on the device (the last n_gpu_layers, as the reference places them;
+ * more than the model has: the output layer too) are checked and their weights uploaded; the forward
+ * pass (forward.c's matmul_on) then sends every product of an uploaded weight to the device. The
+ * family's forward pass stays the one in forward.c. */
+#include "model/forward.h"
+#include "gpu/gpu.h"
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct quill_gpu_failure {
+    quill_status status;
+    quill_error err;
+};
+
+/* The weights of a layer whose products the device runs, and a reason when the layer kind has
+ * more than those products (its other operations are not written for a device-side executor). */
+static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
+    if (L->recurrent || L->shortconv) return "a recurrent layer (DeltaNet, Mamba-2 or short convolution)";
+    if (L->mla) return "latent attention";
+    if (L->ffn != QUILL_FFN_DENSE) return "a mixture-of-experts FFN";
+    if (L->ffn_only || L->no_ffn) return "a single-block layer";
+    if (L->ple_gate.data || m->arch->per_layer_inputs) return "per-layer inputs";
+    return NULL;
+}
+
+static quill_status upload(quill_context *c, const quill_weight *w, int layer, quill_error *err) {
+    if (!w->data) return QUILL_OK;
+    if (!quill_gpu_supports(w->type))
+        return quill_fail(err, QUILL_E_UNSUPPORTED,
+                          "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (f32, f16, q8_0, "
+                          "q4_0, q4_K, q6_K do); use fewer -ngl layers or --backend cpu",
+                          w->name ? w->name : "a weight", layer >= 0 ? " of layer " : "", layer >= 0 ? layer : 0,
+                          quill_type_name(w->type));
+    quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)w->rows * w->row_bytes, err);
+    if (s == QUILL_E_NOMEM)
+        return quill_fail(err, s, "--backend vulkan: %s (%.1f MiB) does not fit the device's memory; use fewer -ngl layers",
+                          w->name ? w->name : "a weight", (double)w->rows * (double)w->row_bytes / (1024.0 * 1024.0));
+    return s;
+}
+
+quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, quill_error *err) {
+    const quill_model *m = c->model;
+    const int n_layer = (int)c->hp->n_layer;
+    if (c->reference)
+        return quill_fail(err, QUILL_E_ARG, "--backend vulkan: the float64 reference path runs on the CPU only");
+    const int ngl = p->n_gpu_layers < 0 || p->n_gpu_layers > n_layer + 1 ? n_layer + 1 : p->n_gpu_layers;
+    const int first = n_layer - ngl < 0 ? 0 : n_layer - ngl;
+    for (int l = first; l < n_layer; l++) {
+        const char *why = layer_refusal(m, &m->layers[l]);
+        if (why)
+            return quill_fail(err, QUILL_E_UNSUPPORTED,
+                              "--backend vulkan: layer %d of this %s model has %s, which the Vulkan backend does not run "
+                              "yet; use --backend cpu",
+                              l, m->arch->name, why);
+    }
+    if (!(c->gpu_failure = calloc(1, sizeof *c->gpu_failure))) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    quill_status s = quill_gpu_open(p->device, &c->gpu, err);
+    if (s) return s;
+    for (int l = first; l < n_layer && !s; l++) {
+        const quill_layer *L = &m->layers[l];
+        const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !s; i++) s = upload(c, ws[i], l, err);
+    }
+    if (!s && ngl > n_layer) s = upload(c, &m->output, -1, err);
+    c->gpu_layers = ngl;
+    return s;
+}
+
+const char *quill_context_backend(const quill_context *c, const char **device, int *gpu_layers) {
+    if (device) *device = c->gpu ? quill_gpu_name(c->gpu) : NULL;
+    if (gpu_layers) *gpu_layers = c->gpu ? c->gpu_layers : 0;
+    return c->gpu ? "vulkan" : "cpu";
+}
+
+void quill_gpu_offload_free(quill_context *c) {
+    quill_gpu_close(c->gpu);
+    free(c->gpu_failure);
+    c->gpu = NULL;
+    c->gpu_failure = NULL;
+}
+
+quill_status quill_gpu_failed(quill_context *c, quill_error *err) {
+    if (!c->gpu_failure || !c->gpu_failure->status) return QUILL_OK;
+    const quill_status s = c->gpu_failure->status;
+    if (err) *err = c->gpu_failure->err;
+    c->gpu_failure->status = QUILL_OK;
+    return s;
+}
+
+bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    if (!c->gpu || !quill_gpu_resident(c->gpu, w->data)) return false;
+    struct quill_gpu_failure *f = c->gpu_failure;
+    if (f->status == QUILL_OK)
+        f->status = quill_gpu_matmul(c->gpu, w->type, w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, &f->err);
+    if (f->status)
+        for (int64_t i = 0; i < w->rows * n_tok; i++) y[i] = __builtin_nanf(""); /* (the pass's result is discarded) */
+    return true;
+}

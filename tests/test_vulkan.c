@@ -1,0 +1,285 @@
+/* The Vulkan backend (src/gpu/, docs/gpu.md) on whatever device the loader finds first: lavapipe
+ * (mesa-vulkan-drivers) here and in CI, with the Khronos validation layer on. In a build with the
+ * backend these tests run and must pass (no device is a failure); in a build without it they check
+ * that the CLI says how to get it. */
+#include "test.h"
+#include "gpu/gpu.h"
+#include "kernels/exact_scalar.h"
+#include "quill.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static quill_gpu *open_validated(void) {
+    setenv("QUILL_VULKAN_VALIDATION", "1", 1);
+    quill_gpu *g = NULL;
+    quill_error err;
+    if (quill_gpu_open(0, &g, &err)) test_fail(__FILE__, __LINE__, "quill_gpu_open: %s", err.message);
+    unsetenv("QUILL_VULKAN_VALIDATION");
+    return g;
+}
+
+TEST(vulkan_absent_says_how) {
+    if (quill_gpu_built()) {
+        test_skip("this build has the Vulkan backend (the other vulkan_ tests run it)");
+        return;
+    }
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s devices", quill_bin());
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc != 0);
+    CHECK_STR_CONTAINS(out, "libvulkan-dev");
+    free(out);
+}
+
+TEST(vulkan_devices_listed) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    quill_gpu_device d[8];
+    int n = 0;
+    quill_error err;
+    CHECK(quill_gpu_devices(d, 8, &n, &err) == QUILL_OK, "%s", err.message);
+    CHECK(n >= 1, "no Vulkan device: install mesa-vulkan-drivers (lavapipe)");
+    CHECK(d[0].name[0] && d[0].driver[0] && d[0].subgroup_size > 0);
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s devices --json", quill_bin());
+    const int rc = run_cmd(cmd, &out, false);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_CONTAINS(out, "\"subgroup_size\":");
+    CHECK_STR_CONTAINS(out, d[0].name);
+    free(out);
+    /* a device number past the list is refused by name */
+    quill_gpu *g = NULL;
+    CHECK(quill_gpu_open(n, &g, &err) == QUILL_E_ARG && !g);
+    CHECK_STR_CONTAINS(err.message, "quill devices");
+}
+
+/* Weights of `type` (rows x cols, random, a block of zeros and one of large values among the
+ * activations), products of 1 and of n_tok tokens on the device: q4_0 and q8_0 equal to the CPU's
+ * exact products bit for bit; f32 and f16 within a relative 1e-5 of a float64 sum (f32 rounding
+ * of a sum in another order: ~1e-7 relative per add, at most a few hundred adds); and every token's
+ * result the same whatever the batch. */
+static void check_products(quill_gpu *g, uint32_t type, int64_t rows, int64_t cols, int n_tok, uint64_t seed) {
+    const size_t row_bytes = quill_row_size(type, cols);
+    float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)(n_tok * cols));
+    uint8_t *w = malloc(row_bytes * (size_t)rows);
+    float *y = malloc(sizeof(float) * (size_t)(rows * n_tok)), *y1 = malloc(sizeof(float) * (size_t)rows);
+    float *ref = malloc(sizeof(float) * (size_t)(rows * n_tok)), *row = malloc(sizeof(float) * (size_t)cols);
+    CHECK(wf && x && w && y && y1 && ref && row);
+    for (int64_t i = 0; i < rows * cols; i++) wf[i] = test_randf(&seed);
+    for (int64_t i = 0; i < n_tok * cols; i++) x[i] = test_randf(&seed) * (i % 7 == 0 ? 40.0f : 1.0f);
+    for (int64_t i = 0; i < 32 && n_tok > 1; i++) x[cols + i] = 0; /* token 1's first block: all zeros */
+    quill_error err;
+    CHECK(quill_quantize_rows(type, wf, w, rows, cols, &err) == QUILL_OK, "%s", err.message);
+    CHECK(quill_gpu_matmul(g, type, w, row_bytes, rows, cols, x, n_tok, y, &err) == QUILL_OK, "%s", err.message);
+    for (int t = 0; t < n_tok; t++) {
+        CHECK(quill_gpu_matmul(g, type, w, row_bytes, rows, cols, x + t * cols, 1, y1, &err) == QUILL_OK, "%s",
+              err.message);
+        CHECK(!memcmp(y1, y + t * rows, sizeof(float) * (size_t)rows), "%s: token %d alone differs from its batch",
+              quill_type_name(type), t);
+    }
+    if (quill_exact_supported(type)) {
+        CHECK(quill_exact_matmul_model(type, w, row_bytes, rows, cols, x, n_tok, ref));
+        for (int64_t i = 0; i < rows * n_tok; i++)
+            CHECK(!memcmp(&y[i], &ref[i], sizeof(float)), "%s %lldx%lld: y[%lld] = %.9g on the GPU, %.9g on the CPU",
+                  quill_type_name(type), (long long)rows, (long long)cols, (long long)i, y[i], ref[i]);
+    } else {
+        double worst = 0, ymax = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            CHECK(quill_dequantize(type, w + r * row_bytes, row, cols, &err) == QUILL_OK);
+            for (int t = 0; t < n_tok; t++) {
+                double sum = 0;
+                for (int64_t c = 0; c < cols; c++) sum += (double)row[c] * x[t * cols + c];
+                worst = fmax(worst, fabs(sum - y[t * rows + r]));
+                ymax = fmax(ymax, fabs(sum));
+            }
+        }
+        CHECK(worst <= 1e-5 * ymax, "%s: max |gpu - float64| %.3g of max |y| %.3g", quill_type_name(type), worst, ymax);
+    }
+    free(wf), free(x), free(w), free(y), free(y1), free(ref), free(row);
+}
+
+TEST(vulkan_products_match_cpu) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    quill_gpu *g = open_validated();
+    CHECK(g);
+    /* 96 columns: three blocks a row, so that q4_0's and q8_0's rows start off 4-byte boundaries */
+    static const uint32_t types[] = {QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_F32, QUILL_TYPE_F16};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        check_products(g, types[k], 70, 96, 4, 11 + k);
+        check_products(g, types[k], 33, 512, 3, 23 + k);
+    }
+    /* the k-quants: blocks of 256, q4_K's minimums, q6_K's slots of 16 */
+    check_products(g, QUILL_TYPE_Q4_K, 37, 512, 3, 41);
+    check_products(g, QUILL_TYPE_Q6_K, 37, 512, 3, 43);
+    CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
+    quill_gpu_close(g);
+}
+
+TEST(vulkan_refuses_types_by_name) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    quill_gpu *g = open_validated();
+    CHECK(g);
+    uint8_t w[210] = {0};
+    float x[256] = {0}, y[1];
+    quill_error err;
+    CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q5_K, w, 176, 1, 256, x, 1, y, &err) == QUILL_E_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err.message, "q5_K");
+    /* a row size that does not match the type and width is refused, not read past */
+    CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q8_0, w, 33, 1, 32, x, 1, y, &err) == QUILL_E_ARG);
+    CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
+    quill_gpu_close(g);
+}
+
+/* ---------------------------------------------------------------- the forward pass with --backend vulkan */
+
+/* The logits of every position of `tokens` (n of them), evaluated in batches of `step` tokens, on the
+ * CPU (gpu_layers 0) or with the products of the last gpu_layers layers on the device (-1: all and
+ * the output layer). NULL after a failed check. */
+static float *model_logits(quill_model *m, const int32_t *tokens, int n, int step, int gpu_layers) {
+    quill_context_params cp = {.n_ctx = 64, .n_threads = 2};
+    if (gpu_layers) cp.backend = QUILL_BACKEND_VULKAN, cp.n_gpu_layers = gpu_layers;
+    setenv("QUILL_VULKAN_VALIDATION", "1", 1);
+    quill_context *c = NULL;
+    quill_error err;
+    const quill_status s = quill_context_new(m, &cp, &c, &err);
+    unsetenv("QUILL_VULKAN_VALIDATION");
+    if (s) {
+        test_fail(__FILE__, __LINE__, "context (gpu layers %d): %s", gpu_layers, err.message);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    float *logits = malloc(sizeof(float) * (size_t)(n * nv));
+    for (int done = 0; logits && done < n; done += step) {
+        const int k = n - done < step ? n - done : step;
+        if (quill_eval(c, tokens + done, k, logits + done * nv, true, &err)) {
+            test_fail(__FILE__, __LINE__, "eval: %s", err.message);
+            free(logits);
+            logits = NULL;
+        }
+    }
+    if (gpu_layers) {
+        const char *device = NULL;
+        int layers = 0;
+        if (strcmp(quill_context_backend(c, &device, &layers), "vulkan") || !device || layers < 1) {
+            test_fail(__FILE__, __LINE__, "the context does not name the device and its layers");
+            free(logits);
+            logits = NULL;
+        }
+    }
+    quill_context_free(c);
+    return logits;
+}
+
+static int argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int)best;
+}
+
+/* One model against the CPU: all layers and the output on the device in one batch, token by token,
+ * and (exact types) only the last layer there. q8_0 and q4_0 logits equal the CPU's bit for bit (both
+ * keep the exact integer contract); f32 and f16 within 1e-4 of the largest |logit| (products summed
+ * in another order: f32 rounding, ~1e-6 relative after a few layers); greedy tokens equal. */
+static void check_model_logits(const char *path, bool exact) {
+    quill_model *m;
+    quill_error err;
+    CHECK(quill_model_load(path, &m, &err) == QUILL_OK, "%s: %s", path, err.message);
+    enum { N = 12 };
+    int32_t tokens[N];
+    uint64_t seed = 7;
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    for (int i = 0; i < N; i++) tokens[i] = (int32_t)(1 + test_rand(&seed) % (uint32_t)(nv - 1));
+    float *cpu = model_logits(m, tokens, N, N, 0), *gpu = model_logits(m, tokens, N, N, -1);
+    float *gpu1 = model_logits(m, tokens, N, 1, -1);
+    float *last = exact ? model_logits(m, tokens, N, 5, 1) : NULL;
+    bool ok = cpu && gpu && gpu1 && (!exact || last);
+    if (ok && !exact) {
+        double worst = 0, top = 0;
+        for (int64_t i = 0; i < N * nv; i++) worst = fmax(worst, fabs(gpu[i] - cpu[i])), top = fmax(top, fabs(cpu[i]));
+        if (!(worst <= 1e-4 * top)) test_fail(__FILE__, __LINE__, "%s: max |gpu - cpu| %.3g of max |logit| %.3g", path, worst, top);
+        for (int t = 0; t < N; t++)
+            if (argmax(gpu + t * nv, nv) != argmax(cpu + t * nv, nv))
+                test_fail(__FILE__, __LINE__, "%s: position %d: greedy token differs", path, t);
+    } else if (ok) {
+        if (memcmp(cpu, gpu, sizeof(float) * (size_t)(N * nv)))
+            test_fail(__FILE__, __LINE__, "%s: GPU logits differ from the CPU's", path);
+        if (memcmp(cpu, last, sizeof(float) * (size_t)(N * nv)))
+            test_fail(__FILE__, __LINE__, "%s: -ngl 1 logits differ from the CPU's", path);
+    }
+    if (ok && memcmp(gpu, gpu1, sizeof(float) * (size_t)(N * nv)))
+        test_fail(__FILE__, __LINE__, "%s: GPU logits depend on the batch", path);
+    free(cpu), free(gpu), free(gpu1), free(last);
+    quill_model_free(m);
+}
+
+TEST(vulkan_forward_matches_cpu) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    REQUIRE_SHARED(shared);
+    char models[512], f32[512], cmd[4096], *out = NULL;
+    snprintf(models, sizeof models, "%s/models/stories260K.gguf", shared);
+    check_model_logits(models, false);
+    /* a synthesized TinyLlama-like model (GQA: 4 heads, 2 KV heads) in f32, f16, q8_0 and q4_0 */
+    snprintf(f32, sizeof f32, "%s/vk-f32.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --seed 3 --vocab %s --type f32 -o %s",
+             quill_bin(), models, f32);
+    int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth: %s", out);
+    free(out);
+    check_model_logits(f32, false);
+    static const char *types[] = {"f16", "q8_0", "q4_0"};
+    for (int k = 0; k < 3; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/vk-%s.gguf", tmp_dir(), types[k]);
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), f32, path, types[k]);
+        rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "quantize %s: %s", types[k], out);
+        free(out);
+        check_model_logits(path, k > 0);
+        remove(path);
+    }
+    /* q4_k_m of a model 256 wide (the k-quants' blocks): q4_K with q6_K for attn_v, ffn_down and the
+     * output */
+    char wide[512], kq[512];
+    snprintf(wide, sizeof wide, "%s/vk-wide.gguf", tmp_dir());
+    snprintf(kq, sizeof kq, "%s/vk-wide-q4_k_m.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --seed 4 --vocab %s --type f32 -o %s && "
+             "%s quantize %s %s q4_k_m",
+             quill_bin(), models, wide, quill_bin(), wide, kq);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth + quantize q4_k_m: %s", out);
+    free(out);
+    check_model_logits(kq, true);
+    remove(wide);
+    remove(kq);
+    /* a type the backend lacks is refused by name, not run on the CPU */
+    char path[512];
+    snprintf(path, sizeof path, "%s/vk-q4_k_m.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m", quill_bin(), f32, path);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "quantize q4_k_m: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --backend vulkan", quill_bin(), path);
+    rc = run_cmd(cmd, &out, true);
+    remove(path);
+    remove(f32);
+    CHECK(rc != 0);
+    /* (the q4_k_m mix of a model 64 wide keeps its matrices in q5_0, the reference's fallback) */
+    CHECK_STR_CONTAINS(out, "is q5_0, which the Vulkan backend does not run yet");
+    CHECK_STR_CONTAINS(out, "--backend cpu");
+    free(out);
+}
