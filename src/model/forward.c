@@ -231,9 +231,6 @@ static void scale_rows(float *x, int64_t n, float s) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind) {
-    return kind == QUILL_FFN_MOE ? &quill_ffn_moe : kind == QUILL_FFN_MOE_SHARED ? &quill_ffn_moe_shared : &quill_ffn_dense;
-}
 
 /* ---------------------------------------------------------------- one micro-batch */
 

@@ -98,7 +98,7 @@ quill_status quill_per_layer_inputs_exact_layer(const quill_context *c, const qu
  * input `in` [n_embd] to `out` [n_embd] in double (the same per-token arithmetic, so that the
  * same experts are chosen wherever the logits are not near a tie); `announce` tells the pool the block's first
  * product (quill_announce), while attention's output product runs. */
-typedef struct {
+typedef struct quill_ffn_impl {
     void (*announce)(const quill_context *c, const quill_layer *L, int n_tok);
     void (*fast)(quill_context *c, const quill_layer *L, int layer, int n_tok);
     quill_status (*exact)(const quill_context *c, const quill_layer *L, int layer, const double *in, double *out,
@@ -108,7 +108,7 @@ typedef struct {
 
 extern const quill_ffn_impl quill_ffn_dense, quill_ffn_moe, quill_ffn_moe_shared;
 
-/* The implementation of an FFN kind (forward.c). */
+/* The implementation of an FFN kind (model.c; a layer's is L->ffn_impl). */
 const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind);
 
 #endif

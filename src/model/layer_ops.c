@@ -151,7 +151,7 @@ void quill_announce(const quill_context *c, const quill_weight *const *w, int n,
 void quill_announce_next_layer(const quill_context *c, int layer, int n_tok) {
     const quill_model *m = c->model;
     if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].ffn_only) {
-        quill_ffn_of(m->layers[layer + 1].ffn)->announce(c, &m->layers[layer + 1], n_tok);
+        m->layers[layer + 1].ffn_impl->announce(c, &m->layers[layer + 1], n_tok);
     } else if (layer + 1 < c->hp->n_layer && m->layers[layer + 1].recurrent) {
         quill_announce(c, (const quill_weight *[]){&m->layers[layer + 1].ssm_in}, 1, n_tok);
     } else if (layer + 1 < c->hp->n_layer) {

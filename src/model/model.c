@@ -3,6 +3,7 @@
  * forward passes can index without checks. */
 #include "base/error.h"
 #include "model/model.h"
+#include "model/forward.h"
 #include "model/recurrent.h"
 
 #include <math.h>
@@ -593,6 +594,10 @@ static quill_status single_block_layer(quill_model *m, int64_t l, quill_error *e
     return QUILL_OK;
 }
 
+const quill_ffn_impl *quill_ffn_of(quill_ffn_kind kind) {
+    return kind == QUILL_FFN_MOE ? &quill_ffn_moe : kind == QUILL_FFN_MOE_SHARED ? &quill_ffn_moe_shared : &quill_ffn_dense;
+}
+
 quill_status quill_model_load(const char *path, quill_model **out, quill_error *err) {
     *out = NULL;
     quill_model *m = calloc(1, sizeof *m);
@@ -813,6 +818,7 @@ quill_status quill_model_load(const char *path, quill_model **out, quill_error *
     if ((s = arch_params(m, err))) goto fail;
     if (a->mla && (s = quill_mla_params(m, err))) goto fail;
     if (m->claimed && (s = quill_model_all_claimed(m, err))) goto fail;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) m->layers[l].ffn_impl = quill_ffn_of(m->layers[l].ffn);
     *out = m;
     return QUILL_OK;
 fail:

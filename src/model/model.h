@@ -227,6 +227,7 @@ typedef struct {
     float *sinks;                  /* [n_head] or NULL */
     quill_weight wq, wk, wv, wo;
     quill_ffn_kind ffn;            /* the architecture's FFN block */
+    const struct quill_ffn_impl *ffn_impl; /* its implementation (forward.h), set once the layers are bound */
     quill_weight w_gate, w_up, w_down; /* MoE: [n_expert] of [n_ff_exp][n_embd], [n_embd][n_ff_exp] */
     float *b_gate, *b_up, *b_down; /* the dense FFN's biases: [n_ff], [n_ff], [n_embd] or NULL (Granite) */
     quill_weight w_router;         /* MoE: ffn_gate_inp [n_expert][n_embd] */
