@@ -1,7 +1,8 @@
 #!/bin/sh
-# The whole suite: the gcc build, then the same tests built with clang under AddressSanitizer and
-# UndefinedBehaviorSanitizer, then every fuzz target on 60000 inputs from a fixed seed, then the aarch64 compile,
-# then the aarch64 build's kernel tests and logits under qemu. Ends with the combined "N passed, N failed" line.
+# The whole suite: the gcc build's tests, the same tests built with clang under AddressSanitizer and
+# UndefinedBehaviorSanitizer, every fuzz target on 60000 inputs from a fixed seed, the aarch64
+# compile, and the aarch64 build's kernel tests and logits under qemu (two lanes, below). Ends with
+# the combined "N passed, N failed" line.
 set -u
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -14,44 +15,70 @@ if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt test
     (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
 fi
 
+# Two cores, two lanes: the test runs are mostly one busy thread (a model, a server and its
+# clients taking turns), so each shares the machine with the next phase's builds, started in the
+# background at a lower priority (the tests' timing stays theirs) and reported after the tests.
+# Lane 1: the gcc build's tests | the sanitizer build, the fuzz targets and the aarch64 library.
+# Lane 2: the sanitizer build's tests | the fuzz smoke run and the aarch64 build under qemu.
+mkdir -p build-san build-fuzz
+rm -f build/cross.log build/cross-test.log
+BG="nice -n 10"
+(
+    if $BG make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill > build-san/build.log 2>&1; then
+        echo ok > build-san/build.status
+    else
+        echo failed > build-san/build.status
+    fi
+    $BG make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1 && echo ok > build-fuzz/build.status || echo failed > build-fuzz/build.status
+    # The scalar path must build on other 64-bit targets: the library for aarch64, into the folder
+    # the qemu run (make cross-test) builds in, so that it compiles once.
+    if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
+        if $BG make -s -j"$JOBS" CC=aarch64-linux-gnu-gcc BUILD=build-arm64-test build-arm64-test/libquill.a > build/cross-build.log 2>&1; then
+            echo "1 passed, 0 failed" > build/cross.log
+        else
+            cat build/cross-build.log > build/cross.log
+            echo "0 passed, 1 failed" >> build/cross.log
+        fi
+    fi
+) &
+builds=$!
 QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
+wait "$builds"
+
 echo "== sanitizers (clang, ASan + UBSan) =="
-if make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill; then
+(
+    # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
+    if [ "$(cat build-fuzz/build.status)" = ok ]; then
+        $BG ./fuzz/smoke.sh > build-fuzz/smoke.log 2>&1
+    else
+        { tail -n 30 build-fuzz/build.log; echo "make fuzz failed: see build-fuzz/build.log"; echo "0 passed, 1 failed"; } > build-fuzz/smoke.log
+    fi
+    # The aarch64 kernel sets run: make cross-test (tests/cross_test.sh) under qemu-user, where installed.
+    if command -v qemu-aarch64 > /dev/null 2>&1 && command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
+        $BG make -s cross-test CROSS_BUILD=build-arm64-test > build/cross-test.log 2>&1
+    fi
+) &
+checks=$!
+if [ "$(cat build-san/build.status)" = ok ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         QUILL_BIN=./build-san/quill ./build-san/quill_test | tee build-san/test.log
 else
-    echo "0 passed, 1 failed" > build-san/test.log
+    tail -n 30 build-san/build.log
+    echo "0 passed, 1 failed" | tee build-san/test.log
 fi
+wait "$checks"
 
-# Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
 echo "== fuzz targets (clang libFuzzer, ${FUZZ_RUNS:-60000} inputs each, fixed seed) =="
-mkdir -p build-fuzz
-if make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
-    ./fuzz/smoke.sh | tee build-fuzz/smoke.log
-else
-    tail -n 30 build-fuzz/build.log
-    echo "make fuzz failed: see build-fuzz/build.log"
-    echo "0 passed, 1 failed" | tee build-fuzz/smoke.log
-fi
-
-# The scalar path must build on other 64-bit targets: compile the library for aarch64.
-echo "== non-x86 build (make cross: aarch64, compile only) =="
-rm -f build/cross.log
-if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
-    if make -s -j"$JOBS" cross; then
-        echo "1 passed, 0 failed" | tee build/cross.log
-    else
-        echo "0 passed, 1 failed" | tee build/cross.log
-    fi
+cat build-fuzz/smoke.log
+echo "== non-x86 build (aarch64 library, compile only) =="
+if [ -f build/cross.log ]; then
+    cat build/cross.log
 else
     echo "skipped: aarch64-linux-gnu-gcc is not installed (Debian: gcc-aarch64-linux-gnu)"
 fi
-
-# The aarch64 kernel sets run: make cross-test (tests/cross_test.sh) under qemu-user, where installed.
 echo "== aarch64 under qemu (make cross-test) =="
-rm -f build/cross-test.log
-if command -v qemu-aarch64 > /dev/null 2>&1 && command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
-    make -s cross-test 2>&1 | tee build/cross-test.log
+if [ -f build/cross-test.log ]; then
+    cat build/cross-test.log
 else
     echo "skipped: qemu-aarch64 or aarch64-linux-gnu-gcc is not installed (Debian: qemu-user, gcc-aarch64-linux-gnu)"
 fi
