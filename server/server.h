@@ -2,8 +2,10 @@
  *
  *   serve.c          options, startup (the HTTP side answers "loading" while the model loads),
  *                    signals, shutdown
- *   http.c           libmicrohttpd daemon: bodies and their limits, auth, CORS, the route table,
- *                    replies, error objects, metrics by status
+ *   http.c           libmicrohttpd daemon: bodies and their limits, auth, the route table (the top
+ *                    of the server: it calls the routes, and nothing calls back into it)
+ *   reply.c          replies, error objects, CORS headers, streams, metrics by status, a client
+ *                    gone: what the routes, sse.c and generation.c answer through
  *   generation.c     a generation request every API route shares: parsed, prompt rendered, a job per
  *                    choice queued; waiting for it, reading a chat reply as it grows
  *   routes_openai.c  /v1/chat/completions, /v1/completions, /v1/models (replies and SSE streams)
@@ -301,7 +303,7 @@ void chat_tools_message(chat_tools *t, const char *text, size_t n, cJSON *msg, c
 bool chat_tools_delta(chat_tools *t, const char *text, size_t n, bool final, const char *finish_reason, cJSON *delta,
                       bool *had_calls);
 
-/* ---------------------------------------------------------------- HTTP (http.c) */
+/* ---------------------------------------------------------------- HTTP (http.c, reply.c) */
 
 struct MHD_Connection;
 struct MHD_Response;
@@ -314,10 +316,12 @@ typedef struct http_request {
     size_t body_len;
 } http_request;
 
-/* Replies, each counted by status in /metrics. `json` is consumed. */
+/* Replies (reply.c), each counted by status in /metrics. `json` is consumed. */
 int reply_json(http_request *r, int status, cJSON *json);
 int reply_text(http_request *r, int status, const char *content_type, const char *text);
 int reply_error(http_request *r, const api_error *e);
+/* Queues any response with the common headers (consumed; MHD_NO when NULL). */
+int reply_queue(http_request *r, int status, struct MHD_Response *resp);
 /* Queues a streamed reply (the response is consumed). */
 int reply_stream(http_request *r, struct MHD_Response *resp);
 /* True when the client closed its end of the connection. */

@@ -76,7 +76,7 @@ typedef void (*quill_delta_rule_fn)(float *state, int64_t s, int n_tok, const fl
                                     int64_t qk_stride, const float *v, int64_t v_stride, const float *decay,
                                     const float *beta, int64_t gate_stride, float scale, float *out,
                                     int64_t out_stride);
-/* The plain version, the model of every set's (kernels.c). */
+/* The plain version, the model of every set's (kernels_scalar.c). */
 void quill_delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q, const float *k, int64_t qk_stride,
                              const float *v, int64_t v_stride, const float *decay, const float *beta,
                              int64_t gate_stride, float scale, float *out, int64_t out_stride);

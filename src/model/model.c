@@ -38,7 +38,7 @@ static const char *akey(const quill_hparams *hp, const char *suffix, char *buf, 
 
 /* RoPE scaling. Linear scaling (rope.scaling.type "linear", or the older rope.scale_linear key)
  * divides every position by the factor; YaRN (gpt-oss) scales only the low frequencies (model
- * context.c's quill_rope_angle). Without them a model tuned that way would run and print fluent
+ * rope.c's quill_rope_angle). Without them a model tuned that way would run and print fluent
  * nonsense, so any other scaling type is refused rather than ignored. */
 static quill_status rope_scaling(const quill_gguf *g, quill_hparams *hp, quill_error *err) {
     char key[96];

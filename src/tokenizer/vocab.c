@@ -6,7 +6,7 @@
  * picks the deterministic choice that agrees with it on every real vocabulary; where the reference
  * would crash or throw on hostile data, loading fails with an error instead.
  *
- * The room src/tokenizer/: text to token ids and back (vocab.c, spm.c, bpe.c, merge_heap.h). It
+ * The room src/tokenizer/: text to token ids and back (vocab.c, spm.c, bpe.c, merge_heap.h, vocab_table.c). It
  * calls only src/base/ and PCRE2; sampling, generation, chat and the front ends call into it,
  * never the reverse.
  */
@@ -15,27 +15,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------- helpers */
-
-uint32_t vocab_hash_more(uint32_t h, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 16777619u;
-    }
-    return h;
-}
-
-/* FNV-1a: keys are short, and it spreads 32k-256k token texts (and BPE merges) well enough. */
-uint32_t vocab_hash(const char *s, size_t n) { return vocab_hash_more(2166136261u, s, n); }
-
-int32_t vocab_lookup(const quill_tokenizer *t, const char *s, size_t n) {
-    for (uint32_t i = vocab_hash(s, n) & t->slot_mask;; i = (i + 1) & t->slot_mask) {
-        int32_t id = t->slots[i];
-        if (id < 0) return -1;
-        if (t->text_len[id] == n && memcmp(vocab_text(t, id), s, n) == 0) return id;
-    }
-}
 
 static bool is_type(const quill_tokenizer *t, int32_t id, int type) { return t->type[id] == type; }
 
@@ -680,18 +659,6 @@ const char *quill_tokenizer_piece(const quill_tokenizer *t, int32_t id) {
 }
 
 /* ---------------------------------------------------------------- encoding */
-
-bool ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return true;
-}
 
 /* A stretch of the input: raw text still to be tokenized, or a special token already found. */
 typedef struct {
