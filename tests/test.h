@@ -51,6 +51,11 @@ char *path_join(const char *a, const char *b);
 void *read_file(const char *path, size_t *size);
 /* Path of the built quill binary (for CLI tests) and a fresh temporary directory. */
 const char *quill_bin(void);
+/* The build folder the tests run from (quill_bin's folder: build/ or build-san/), whose objects
+ * the tests that read the compiled code inspect. */
+const char *quill_build_dir(void);
+/* Whether a tool runs (`cmd` prints its version): for tests that skip without binutils. */
+bool tool_available(const char *cmd);
 const char *tmp_dir(void);
 /* Runs a shell command, capturing stdout (and stderr when merge_stderr); returns the exit status. */
 int run_cmd(const char *cmd, char **out, bool merge_stderr);

@@ -72,19 +72,13 @@ TEST(isa_objects_only_kernels_use_simd) {
     test_skip("not an x86-64 build: no ISA flags are given");
     return;
 #endif
-    char *out = NULL;
-    if (run_cmd("objdump --version", &out, true) != 0) {
-        free(out);
+    if (!tool_available("objdump --version")) {
         test_skip("objdump not found (binutils)");
         return;
     }
-    free(out);
     /* the objects of the build the tests run from: build/quill -> build/src, build/tests, build/cli */
-    char build[512];
-    snprintf(build, sizeof build, "%s", quill_bin());
-    char *slash = strrchr(build, '/');
-    if (slash) *slash = 0;
-    else snprintf(build, sizeof build, ".");
+    const char *build = quill_build_dir();
+    char *out = NULL;
     char cmd[1800];
     snprintf(cmd, sizeof cmd, "find '%s/src' '%s/cli' '%s/tests' -name '*.o' 2>/dev/null | sort", build, build, build);
     CHECK(run_cmd(cmd, &out, false) == 0 && out, "cannot list the objects of %s", build);

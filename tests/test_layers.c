@@ -143,18 +143,11 @@ static int unit_of(const char *object, const char *build) {
 }
 
 TEST(layers_call_one_way) {
-    char *out = NULL;
-    if (run_cmd("nm --version", &out, true) != 0) {
-        free(out);
+    if (!tool_available("nm --version")) {
         test_skip("nm not found (binutils)");
         return;
     }
-    free(out);
-    char build[512];
-    snprintf(build, sizeof build, "%s", quill_bin());
-    char *slash = strrchr(build, '/');
-    if (slash) *slash = 0;
-    else snprintf(build, sizeof build, ".");
+    const char *build = quill_build_dir();
     char cmd[1800];
     /* one nm for every object ("path: name type [value size]" lines): a process per object took
      * seconds on a busy machine */

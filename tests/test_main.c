@@ -96,6 +96,22 @@ const char *quill_bin(void) {
     return env && *env ? env : "./build/quill";
 }
 
+const char *quill_build_dir(void) {
+    static char build[512];
+    snprintf(build, sizeof build, "%s", quill_bin());
+    char *slash = strrchr(build, '/');
+    if (slash) *slash = 0;
+    else snprintf(build, sizeof build, ".");
+    return build;
+}
+
+bool tool_available(const char *cmd) {
+    char *out = NULL;
+    const int status = run_cmd(cmd, &out, true);
+    free(out);
+    return status == 0;
+}
+
 const char *tmp_dir(void) {
     static char dir[256];
     if (!dir[0]) {
