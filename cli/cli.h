@@ -29,6 +29,8 @@ void cli_json_string(FILE *f, const char *s, size_t len);
 /* A whole file, NUL-terminated and malloc'd; NULL with errno set on failure (files over 1 GiB
  * are refused). */
 char *cli_read_file(const char *path, size_t *len);
+/* The rest of a stream (stdin), NUL-terminated; NULL on a read error or out of memory. */
+char *cli_read_stream(FILE *f, size_t *len);
 /* Parses a whole decimal number into *out within [lo, hi]; false on junk or out of range. */
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);

@@ -177,25 +177,6 @@ static int parse_count(const char *opt, const char *v, long lo, long hi, const c
     return 0;
 }
 
-static char *read_stream(FILE *f) {
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *grown = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!grown) {
-                free(buf);
-                return NULL;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = 0;
-    return buf;
-}
-
 /* As llama-cli does for -f: the newline that ends a file or an echo is not part of the prompt. */
 static void drop_final_newline(char *s) {
     size_t n = strlen(s);
@@ -355,7 +336,7 @@ static int parse_options(int argc, char **argv, unsigned command, cli_opts *o, F
                         command == CLI_RUN ? " or --tokens IDS" : "");
     if (o->tokens && o->chat) return cli_fail("run: --tokens cannot be combined with --chat");
     if (o->prompt_arg && !strcmp(o->prompt_arg, "-")) {
-        if (!(o->prompt = read_stream(stdin))) return cli_fail("%s: cannot read the prompt from stdin", cmd);
+        if (!(o->prompt = cli_read_stream(stdin, NULL))) return cli_fail("%s: cannot read the prompt from stdin", cmd);
     } else if (o->prompt_file) {
         if (!(o->prompt = cli_read_file(o->prompt_file, NULL)))
             return cli_fail("%s: cannot read the prompt: %s", o->prompt_file, strerror(errno));

@@ -69,9 +69,7 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
     fputc('"', f);
 }
 
-char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+char *cli_read_stream(FILE *f, size_t *len) {
     size_t cap = 4096, n = 0, got;
     char *buf = malloc(cap + 1);
     while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
@@ -80,22 +78,27 @@ char *cli_read_file(const char *path, size_t *len) {
             char *grown = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2 + 1) : NULL;
             if (!grown) {
                 free(buf);
-                buf = NULL;
                 errno = ENOMEM;
-                break;
+                return NULL;
             }
             buf = grown;
             cap *= 2;
         }
     }
-    bool failed = ferror(f);
-    fclose(f);
-    if (!buf || failed) {
+    if (!buf || ferror(f)) {
         free(buf);
         return NULL;
     }
     buf[n] = 0;
     if (len) *len = n;
+    return buf;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = cli_read_stream(f, len);
+    fclose(f);
     return buf;
 }
 

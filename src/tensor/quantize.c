@@ -377,19 +377,30 @@ void quill_from_float_q2_K(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
+/* The symmetric k-quants' first step: each of a super-block's 16 groups fitted alone (codes into
+ * L, its scale into scales[]); returns the scale of largest magnitude (the first of equals, as
+ * the reference keeps it) and that magnitude in *amax. */
+static float fit_sub_blocks(const float *x, float (*fit)(int, int, const float *, int8_t *), int nmax, int8_t *L,
+                            float *scales, float *amax) {
+    float max_scale = 0.0f;
+    *amax = 0.0f;
+    for (int j = 0; j < QK_K / 16; j++) {
+        scales[j] = fit(16, nmax, x + 16 * j, L + 16 * j);
+        const float a = fabsf(scales[j]);
+        if (a > *amax) {
+            *amax = a;
+            max_scale = scales[j];
+        }
+    }
+    return max_scale;
+}
+
 void quill_from_float_q3_K(const float *x, uint8_t *dst, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q3_K)) {
-        float max_scale = 0.0f, amax = 0.0f;
-        for (int j = 0; j < QK_K / 16; j++) {
-            scales[j] = fit_symmetric_refine(16, 4, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > amax) {
-                amax = a;
-                max_scale = scales[j];
-            }
-        }
+        float amax;
+        const float max_scale = fit_sub_blocks(x, fit_symmetric_refine, 4, L, scales, &amax);
         block_q3_K b;
         memset(b.scales, 0, sizeof b.scales);
         if (max_scale != 0.0f) {
@@ -522,15 +533,8 @@ void quill_from_float_q6_K(const float *x, uint8_t *dst, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += QK_K, dst += sizeof(block_q6_K)) {
-        float max_scale = 0.0f, max_abs = 0.0f;
-        for (int j = 0; j < QK_K / 16; j++) {
-            scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
-            const float a = fabsf(scales[j]);
-            if (a > max_abs) {
-                max_abs = a;
-                max_scale = scales[j];
-            }
-        }
+        float max_abs;
+        const float max_scale = fit_sub_blocks(x, fit_symmetric, 32, L, scales, &max_abs);
         block_q6_K b;
         if (max_abs < GROUP_EPS) {
             memset(&b, 0, sizeof b);
