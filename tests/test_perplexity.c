@@ -217,7 +217,11 @@ TEST(perplexity_kld_matches_float64) {
  * lacks `last_line` is repeated, up to three times. */
 static char *run_reference(const char *shared, const char *args, const char *last_line, int *rc) {
     char *log = path_join(tmp_dir(), "ref.log"), cmd[4096], *text = NULL;
-    for (int attempt = 0; attempt < 3 && !(text && strstr(text, last_line)); attempt++) {
+    /* The reference's logger is a queue that a thread empties, and the program exits without
+     * waiting for it (it leaks the logger on purpose: llama.cpp issue 22142), so its last lines are
+     * lost now and then: on a busy machine in more than half of the runs. Each run takes a
+     * fraction of a second: try again until the line the test needs is there. */
+    for (int attempt = 0; attempt < 12 && !(text && strstr(text, last_line)); attempt++) {
         free(text);
         unlink(log);
         snprintf(cmd, sizeof cmd, "%s/ref/bin/llama-perplexity %s -t 1 --log-file %s > /dev/null 2>&1", shared, args, log);
@@ -305,8 +309,12 @@ TEST(perplexity_base_files_cross_with_reference) {
     CHECK(fabs(ref_base_ppl - quill_ppl) <= 1e-3 * quill_ppl, "reference reads PPL(base) %.6f from quill's base, quill's PPL %.6f",
           ref_base_ppl, quill_ppl);
     CHECK(fabs(ref_kld) < 1e-3, "the reference's F32 run against quill's F32 base: mean KLD %.6f", ref_kld);
-    CHECK(isfinite(quill_base_ppl) && fabs(quill_base_ppl - ref_ppl) <= 1e-3 * ref_ppl,
-          "quill reads PPL(base) %.6f from the reference's base, whose PPL is %.6f", quill_base_ppl, ref_ppl);
+    CHECK(rc_write == 0 && compared, "the reference wrote no base quill could read (exit %d)", rc_write);
+    /* the reference's own figure when its log kept it (see run_reference), else quill's perplexity
+     * of the same run, which perplexity_equals_reference_on_f32 ties to the reference's */
+    const double writer_ppl = isfinite(ref_ppl) ? ref_ppl : quill_ppl;
+    CHECK(isfinite(quill_base_ppl) && fabs(quill_base_ppl - writer_ppl) <= 1e-3 * writer_ppl,
+          "quill reads PPL(base) %.6f from the reference's base, whose PPL is %.6f", quill_base_ppl, writer_ppl);
     CHECK(fabs(quill_kld) < 1e-3, "quill's F32 run against the reference's F32 base: mean KLD %.6f", quill_kld);
 }
 
