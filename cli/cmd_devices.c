@@ -11,8 +11,8 @@
 #define MAX_DEVICES 16
 
 /* Random weights of each type the backend runs, products of 3 tokens on the device and on the CPU:
- * q8_0, q4_0, q4_K and q6_K must agree bit for bit with the CPU's exact products; f32 and f16 within f32
- * rounding of a float64 sum (a relative 1e-5 of the largest |y|). Returns the number of types
+ * the types with exact products must agree bit for bit with the CPU's; the float ones (f32, f16, bf16,
+ * iq4_nl, iq4_xs) within f32 rounding of a float64 sum (a relative 1e-5 of the largest |y|). Returns the number of types
  * that failed (-1: the device could not run them). */
 static int selftest(int device) {
     quill_gpu *g;
@@ -22,8 +22,6 @@ static int selftest(int device) {
         return -1;
     }
     enum { ROWS = 96, COLS = 256, TOKENS = 3 };
-    static const uint32_t types[] = {QUILL_TYPE_F32, QUILL_TYPE_F16, QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_K,
-                                     QUILL_TYPE_Q6_K};
     float *wf = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * TOKENS * COLS);
     float *yg = malloc(sizeof(float) * ROWS * TOKENS), *yc = malloc(sizeof(float) * ROWS * TOKENS);
     uint8_t *wq = malloc(quill_row_size(QUILL_TYPE_F32, COLS) * ROWS);
@@ -39,8 +37,8 @@ static int selftest(int device) {
         if (i < ROWS * COLS) wf[i] = v;
         else x[i - ROWS * COLS] = v;
     }
-    for (size_t k = 0; failed >= 0 && k < sizeof types / sizeof types[0]; k++) {
-        const uint32_t type = types[k];
+    for (uint32_t type = 0; failed >= 0 && type < QUILL_TYPE_COUNT; type++) {
+        if (!quill_gpu_supports(type)) continue;
         const size_t row_bytes = quill_row_size(type, COLS);
         if (quill_quantize_rows(type, wf, wq, ROWS, COLS, &err) ||
             quill_gpu_matmul(g, type, wq, row_bytes, ROWS, COLS, x, TOKENS, yg, &err)) {
@@ -52,7 +50,7 @@ static int selftest(int device) {
             quill_exact_matmul_model(type, wq, row_bytes, ROWS, COLS, x, TOKENS, yc);
             int differ = 0;
             for (int i = 0; i < ROWS * TOKENS; i++) differ += memcmp(&yg[i], &yc[i], sizeof(float)) != 0;
-            printf("  %-5s %d of %d results differ from the CPU's exact product (bit for bit)\n", quill_type_name(type),
+            printf("  %-6s %d of %d results differ from the CPU's exact product (bit for bit)\n", quill_type_name(type),
                    differ, ROWS * TOKENS);
             failed += differ != 0;
         } else {
@@ -69,7 +67,7 @@ static int selftest(int device) {
             }
             free(row);
             const bool ok = row && worst <= 1e-5 * ymax;
-            printf("  %-5s max |gpu - float64| = %.3g (%.3g of max |y|; limit 1e-5)\n", quill_type_name(type), worst,
+            printf("  %-6s max |gpu - float64| = %.3g (%.3g of max |y|; limit 1e-5)\n", quill_type_name(type), worst,
                    worst / ymax);
             failed += !ok;
         }
@@ -87,11 +85,11 @@ int cmd_devices(int argc, char **argv) {
         "lists the GPUs (and CPU drivers such as lavapipe) that quill's Vulkan backend sees: name, driver,\n"
         "memory, subgroup size and the shader features found.\n"
         "  --json        one JSON object per device, one a line\n"
-        "  --selftest    run the backend's weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on device N\n"
-        "                (default 0)\n"
+        "  --selftest    run the backend's weight products of every type it runs on device N (default 0)\n"
         "                and compare them with the CPU path's; exit status 1 when one differs\n"
         "  --device N    the device of --selftest\n"
-        "The model's forward pass does not run on the GPU yet (docs/gpu.md).\n";
+        "Types on the device: " QUILL_GPU_TYPES ".\n"
+        "The forward pass runs the weight products of the -ngl layers there (docs/gpu.md).\n";
     bool json = false, test = false;
     long device = 0;
     for (int i = 1; i < argc; i++) {

@@ -57,8 +57,9 @@ TEST(vulkan_devices_listed) {
 }
 
 /* Weights of `type` (rows x cols, random, a block of zeros and one of large values among the
- * activations), products of 1 and of n_tok tokens on the device: q4_0 and q8_0 equal to the CPU's
- * exact products bit for bit; f32 and f16 within a relative 1e-5 of a float64 sum (f32 rounding
+ * activations), products of 1 and of n_tok tokens on the device: the exact types equal to the CPU's
+ * exact products bit for bit; the float ones (f32, f16, bf16, iq4_nl, iq4_xs: decoded weights)
+ * within a relative 1e-5 of a float64 sum (f32 rounding
  * of a sum in another order: ~1e-7 relative per add, at most a few hundred adds); and every token's
  * result the same whatever the batch. */
 static void check_products(quill_gpu *g, uint32_t type, int64_t rows, int64_t cols, int n_tok, uint64_t seed) {
@@ -108,15 +109,23 @@ TEST(vulkan_products_match_cpu) {
     }
     quill_gpu *g = open_validated();
     CHECK(g);
-    /* 96 columns: three blocks a row, so that q4_0's and q8_0's rows start off 4-byte boundaries */
+    /* 96 columns: three blocks a row, so that the rows of the 32-column formats (18 to 34-byte
+     * blocks) start off 4-byte boundaries */
     static const uint32_t types[] = {QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_F32, QUILL_TYPE_F16};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         check_products(g, types[k], 70, 96, 4, 11 + k);
         check_products(g, types[k], 33, 512, 3, 23 + k);
     }
-    /* the k-quants: blocks of 256, q4_K's minimums, q6_K's slots of 16 */
-    check_products(g, QUILL_TYPE_Q4_K, 37, 512, 3, 41);
-    check_products(g, QUILL_TYPE_Q6_K, 37, 512, 3, 43);
+    /* the other 32-column formats: minimums (q4_1, q5_1), fifth bits (q5_0, q5_1), mxfp4's E8M0
+     * scale and fp4 levels, iq4_nl's levels; bf16 */
+    static const uint32_t narrow[] = {QUILL_TYPE_Q4_1, QUILL_TYPE_Q5_0, QUILL_TYPE_Q5_1, QUILL_TYPE_MXFP4,
+                                      QUILL_TYPE_IQ4_NL, QUILL_TYPE_BF16};
+    for (size_t k = 0; k < sizeof narrow / sizeof narrow[0]; k++) check_products(g, narrow[k], 70, 96, 3, 31 + k);
+    /* the k-quants: blocks of 256, q4_K's and q5_K's minimums, q6_K's, q2_K's and q3_K's slots of
+     * 16 (q2_K's minimums per slot), iq4_xs's 6-bit scales */
+    static const uint32_t wide[] = {QUILL_TYPE_Q4_K, QUILL_TYPE_Q6_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q2_K,
+                                    QUILL_TYPE_Q3_K, QUILL_TYPE_IQ4_XS};
+    for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) check_products(g, wide[k], 37, 512, 3, 41 + k);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
     quill_gpu_close(g);
 }
@@ -131,8 +140,8 @@ TEST(vulkan_refuses_types_by_name) {
     uint8_t w[210] = {0};
     float x[256] = {0}, y[1];
     quill_error err;
-    CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q5_K, w, 176, 1, 256, x, 1, y, &err) == QUILL_E_UNSUPPORTED);
-    CHECK_STR_CONTAINS(err.message, "q5_K");
+    CHECK(quill_gpu_matmul(g, QUILL_TYPE_TQ2_0, w, 66, 1, 256, x, 1, y, &err) == QUILL_E_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err.message, "tq2_0");
     /* a row size that does not match the type and width is refused, not read past */
     CHECK(quill_gpu_matmul(g, QUILL_TYPE_Q8_0, w, 33, 1, 32, x, 1, y, &err) == QUILL_E_ARG);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
@@ -251,35 +260,46 @@ TEST(vulkan_forward_matches_cpu) {
         check_model_logits(path, k > 0);
         remove(path);
     }
-    /* q4_k_m of a model 256 wide (the k-quants' blocks): q4_K with q6_K for attn_v, ffn_down and the
-     * output */
-    char wide[512], kq[512];
-    snprintf(wide, sizeof wide, "%s/vk-wide.gguf", tmp_dir());
-    snprintf(kq, sizeof kq, "%s/vk-wide-q4_k_m.gguf", tmp_dir());
-    snprintf(cmd, sizeof cmd,
-             "%s synth --embd 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --seed 4 --vocab %s --type f32 -o %s && "
-             "%s quantize %s %s q4_k_m",
-             quill_bin(), models, wide, quill_bin(), wide, kq);
-    rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "synth + quantize q4_k_m: %s", out);
-    free(out);
-    check_model_logits(kq, true);
-    remove(wide);
-    remove(kq);
-    /* a type the backend lacks is refused by name, not run on the CPU */
+    /* the q4_k_m mix of the model 64 wide keeps its matrices in q5_0 (the reference's fallback for
+     * rows narrower than a k-quant block) and its output in q8_0 */
     char path[512];
     snprintf(path, sizeof path, "%s/vk-q4_k_m.gguf", tmp_dir());
     snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m", quill_bin(), f32, path);
     rc = run_cmd(cmd, &out, true);
     CHECK(rc == 0, "quantize q4_k_m: %s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --backend vulkan", quill_bin(), path);
+    check_model_logits(path, true);
+    remove(path);
+    /* a model 256 wide (the k-quants' blocks) in q2_k (q2_K, q3_K, q6_K) and q3_k_m (q3_K, q4_K,
+     * q5_K, q6_K) */
+    char wide[512];
+    snprintf(wide, sizeof wide, "%s/vk-wide.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --seed 4 --vocab %s --type f32 -o %s",
+             quill_bin(), models, wide);
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth: %s", out);
+    free(out);
+    static const char *mixes[] = {"q2_k", "q3_k_m"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/vk-wide-%s.gguf", tmp_dir(), mixes[k]);
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), wide, path, mixes[k]);
+        rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "quantize %s: %s", mixes[k], out);
+        free(out);
+        check_model_logits(path, true);
+        remove(path);
+    }
+    remove(wide);
+    /* a type the backend lacks is refused by name, not run on the CPU */
+    snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_0 && %s run -m %s -p hi -n 1 --backend vulkan", quill_bin(), f32,
+             path, quill_bin(), path);
     rc = run_cmd(cmd, &out, true);
     remove(path);
     remove(f32);
     CHECK(rc != 0);
-    /* (the q4_k_m mix of a model 64 wide keeps its matrices in q5_0, the reference's fallback) */
-    CHECK_STR_CONTAINS(out, "is q5_0, which the Vulkan backend does not run yet");
+    CHECK_STR_CONTAINS(out, "is q2_0, which the Vulkan backend does not run yet");
     CHECK_STR_CONTAINS(out, "--backend cpu");
     free(out);
 }

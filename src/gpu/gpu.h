@@ -1,6 +1,6 @@
 /* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
- * and glslc (the Makefile's VULKAN), else left out. This first step enumerates the devices and runs
- * the weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on one, with the CPU path's exact integer
+ * and glslc (the Makefile's VULKAN), else left out. It enumerates the devices and runs the weight
+ * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer
  * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
 #ifndef QUILL_GPU_H
 #define QUILL_GPU_H
@@ -38,11 +38,14 @@ quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err);
 void quill_gpu_close(quill_gpu *g);
 /* The validation layer's error messages since the open (0 when it is off). */
 int quill_gpu_validation_errors(const quill_gpu *g);
+/* The weight types the device multiplies, for messages. */
+#define QUILL_GPU_TYPES "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4"
 /* Whether the device runs products of weights of `type`. */
 bool quill_gpu_supports(uint32_t type);
-/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For q8_0, q4_0, q4_K, q6_K the bits
- * are the CPU's exact products' (src/kernels/exact_scalar.c); for f32 and f16 an f32 sum in column
- * order. An unsupported type is refused by name. */
+/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For the types with exact
+ * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4) the bits are the CPU's exact products'
+ * (src/kernels/exact_scalar.c); for f32, f16, bf16, iq4_nl and iq4_xs an f32 sum of the decoded
+ * weights in column order. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
 

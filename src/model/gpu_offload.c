@@ -30,8 +30,8 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
     if (!w->data) return QUILL_OK;
     if (!quill_gpu_supports(w->type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (f32, f16, q8_0, "
-                          "q4_0, q4_K, q6_K do); use fewer -ngl layers or --backend cpu",
+                          "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (" QUILL_GPU_TYPES
+                          " do); use fewer -ngl layers or --backend cpu",
                           w->name ? w->name : "a weight", layer >= 0 ? " of layer " : "", layer >= 0 ? layer : 0,
                           quill_type_name(w->type));
     quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)w->rows * w->row_bytes, err);

@@ -186,14 +186,37 @@ const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
 
 int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
 
-/* product_exact.comp's kind of a type, or -1 */
+/* product_exact.comp's kind of a type, or -1: the types with the CPU path's exact products */
 static int exact_kind(uint32_t type) {
-    return type == QUILL_TYPE_Q4_0 ? 0 : type == QUILL_TYPE_Q8_0 ? 1 : type == QUILL_TYPE_Q4_K ? 2 : type == QUILL_TYPE_Q6_K ? 3 : -1;
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 0;
+    case QUILL_TYPE_Q4_1: return 1;
+    case QUILL_TYPE_Q5_0: return 2;
+    case QUILL_TYPE_Q5_1: return 3;
+    case QUILL_TYPE_Q8_0: return 4;
+    case QUILL_TYPE_MXFP4: return 5;
+    case QUILL_TYPE_Q4_K: return 6;
+    case QUILL_TYPE_Q5_K: return 7;
+    case QUILL_TYPE_Q6_K: return 8;
+    case QUILL_TYPE_Q2_K: return 9;
+    case QUILL_TYPE_Q3_K: return 10;
+    default: return -1;
+    }
 }
 
-bool quill_gpu_supports(uint32_t type) {
-    return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || exact_kind(type) >= 0;
+/* product_float.comp's kind of a type, or -1: the types the CPU path multiplies in f32 */
+static int float_kind(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_F32: return 0;
+    case QUILL_TYPE_F16: return 1;
+    case QUILL_TYPE_BF16: return 2;
+    case QUILL_TYPE_IQ4_NL: return 3;
+    case QUILL_TYPE_IQ4_XS: return 4;
+    default: return -1;
+    }
 }
+
+bool quill_gpu_supports(uint32_t type) { return float_kind(type) >= 0 || exact_kind(type) >= 0; }
 
 static void buffer_free(quill_gpu *g, gpu_buffer *b);
 
@@ -402,10 +425,12 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
     if (!quill_gpu_supports(type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "vulkan: weights of type %s have no GPU product yet (f32, f16, q8_0, q4_0, q4_K, q6_K do)",
+                          "vulkan: weights of type %s have no GPU product yet (" QUILL_GPU_TYPES " do)",
                           quill_type_name(type));
     const bool exact = exact_kind(type) >= 0;
-    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % (exact ? block_elems(type) : 2) || row_bytes != quill_row_size(type, cols) ||
+    /* (the activations' codes come in blocks of 32; f16 and bf16 are read in pairs) */
+    const int64_t block = quill_type_traits_of(type)->block_size;
+    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % block || cols % (exact ? 32 : 2) || row_bytes != quill_row_size(type, cols) ||
         (uint64_t)rows * (uint64_t)n_tok > UINT32_MAX / 2 || (uint64_t)rows * row_bytes > UINT32_MAX / 2 ||
         (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
@@ -472,7 +497,7 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
                              NULL, 0, NULL);
     }
     const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
-                            exact ? (uint32_t)exact_kind(type) : type == QUILL_TYPE_F16 ? 1u : 0u};
+                            (uint32_t)(exact ? exact_kind(type) : float_kind(type))};
     vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
     vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[1], 0, NULL);
     vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
