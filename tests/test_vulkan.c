@@ -3,10 +3,12 @@
  * backend these tests run and must pass (no device is a failure); in a build without it they check
  * that the CLI says how to get it. */
 #include "test.h"
+#include "server_util.h"
 #include "gpu/gpu.h"
 #include "kernels/exact_scalar.h"
 #include "quill.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -302,4 +304,98 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK_STR_CONTAINS(out, "is q2_0, which the Vulkan backend does not run yet");
     CHECK_STR_CONTAINS(out, "--backend cpu");
     free(out);
+}
+
+/* ---------------------------------------------------------------- perplexity and serve with --backend vulkan */
+
+/* `quill perplexity --json` of a model over bench/text/fidelity.txt (2 chunks of 64) with `backend`
+ * args; the parsed object (NULL, with a failure, when it fails). */
+static cJSON *perplexity_json(const char *model, const char *backend) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f bench/text/fidelity.txt -c 64 --chunks 2 -t 2 --json %s 2>/dev/null",
+             quill_bin(), model, backend);
+    const int rc = run_cmd(cmd, &out, false);
+    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
+    if (!j) test_fail(__FILE__, __LINE__, "`%s` exited %d with %s", cmd, rc, out ? out : "(nothing)");
+    free(out);
+    return j;
+}
+
+/* A greedy completion's text from a server started with `args` (malloc'd; NULL after a failure).
+ * `log_has`: what its log must say (NULL: nothing). */
+static char *served_text(const char *model, const char *args, const char *log_has) {
+    test_server s;
+    if (!server_start(&s, model, args)) return NULL;
+    http_resp r = {0};
+    char *text = NULL;
+    if (http_post(s.port, "/v1/completions",
+                  "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, \"temperature\": 0}", &r) &&
+        r.status == 200) {
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "text");
+        if (cJSON_IsString(t)) text = strdup(t->valuestring);
+        cJSON_Delete(j);
+    }
+    if (!text) test_fail(__FILE__, __LINE__, "serve %s: no completion (status %d)", args, r.status);
+    http_resp_free(&r);
+    const int stopped = server_stop(&s);
+    if (stopped) test_fail(__FILE__, __LINE__, "serve %s: exit status %d", args, stopped);
+    size_t len = 0;
+    char *log = read_file(s.log, &len);
+    if (!log) test_fail(__FILE__, __LINE__, "serve %s: no log", args);
+    if (log && log_has && !strstr(log, log_has)) test_fail(__FILE__, __LINE__, "serve %s: the log lacks \"%s\": %s", args, log_has, log);
+    if (log && strstr(log, "vulkan validation")) test_fail(__FILE__, __LINE__, "serve %s: validation errors: %s", args, log);
+    free(log);
+    return text;
+}
+
+/* perplexity and serve with --backend vulkan on a q8_0 model (3 layers; -ngl 2 leaves one and the
+ * output on the CPU): the perplexity (every chunk's, to the
+ * last bit of its %.17g) and a greedy completion equal to the CPU's; the JSON and the server's log
+ * name the backend and the device. */
+TEST(vulkan_perplexity_and_serve_match_cpu) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    REQUIRE_SHARED(shared);
+    /* (stories260K's FFN is 172 wide, which q8_0's blocks do not divide: a synthesized model with its
+     * vocabulary instead) */
+    char f32[512], q8[512], cmd[2048], *out = NULL;
+    snprintf(f32, sizeof f32, "%s/vk-pp-f32.gguf", tmp_dir());
+    snprintf(q8, sizeof q8, "%s/vk-pp-q8_0.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --embd 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --seed 5 --vocab %s/models/stories260K.gguf "
+             "--type f32 -o %s && %s quantize %s %s q8_0",
+             quill_bin(), shared, f32, quill_bin(), f32, q8);
+    const int rc = run_cmd(cmd, &out, true);
+    remove(f32);
+    CHECK(rc == 0, "synth + quantize: %s", out);
+    free(out);
+    setenv("QUILL_VULKAN_VALIDATION", "1", 1);
+    cJSON *cpu = perplexity_json(q8, ""), *gpu = perplexity_json(q8, "--backend vulkan"),
+          *last = perplexity_json(q8, "--backend vulkan -ngl 2 --device 0");
+    if (cpu && gpu && last) {
+        char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cpu, "chunk_ppl"));
+        char *g = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(gpu, "chunk_ppl"));
+        char *l = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(last, "chunk_ppl"));
+        CHECK(c && g && l && !strcmp(c, g) && !strcmp(c, l), "chunk perplexities: cpu %s, vulkan %s, -ngl 2 %s", c, g, l);
+        free(c), free(g), free(l);
+        const cJSON *ppl_c = cJSON_GetObjectItemCaseSensitive(cpu, "ppl"), *ppl_g = cJSON_GetObjectItemCaseSensitive(gpu, "ppl");
+        CHECK(cJSON_IsNumber(ppl_c) && cJSON_IsNumber(ppl_g) && ppl_c->valuedouble == ppl_g->valuedouble);
+        const char *bc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cpu, "backend"));
+        const char *bg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(gpu, "backend"));
+        CHECK(bc && bg && !strcmp(bc, "cpu") && !strcmp(bg, "vulkan"), "backends: %s, %s", bc, bg);
+        CHECK(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(gpu, "device")) != NULL);
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(last, "gpu_layers");
+        CHECK(cJSON_IsNumber(layers) && layers->valueint == 2);
+    }
+    cJSON_Delete(cpu), cJSON_Delete(gpu), cJSON_Delete(last);
+    char *served_cpu = served_text(q8, "-np 2 -c 256 -t 2", NULL);
+    char *served_gpu = served_text(q8, "-np 2 -c 256 -t 2 --backend vulkan -ngl 99", "vulkan backend on");
+    unsetenv("QUILL_VULKAN_VALIDATION");
+    CHECK(served_cpu && served_gpu && !strcmp(served_cpu, served_gpu), "served: cpu \"%s\", vulkan \"%s\"",
+          served_cpu ? served_cpu : "", served_gpu ? served_gpu : "");
+    free(served_cpu), free(served_gpu);
+    remove(q8);
 }
