@@ -49,9 +49,13 @@ bool quill_gpu_supports(uint32_t type);
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
 
-/* Copies the weights w[0..bytes) to the device once; later products of w read that copy. The caller
- * keeps w unchanged while g is open (a model's mapped weights). */
+/* Copies the weights w[0..bytes) to the device's own (device-local) memory once; later products of
+ * w read that copy. The caller keeps w unchanged while g is open (a model's mapped weights). */
 quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err);
+/* Uploads after this go through the staging buffer `chunk` bytes at a time (a multiple of 4), into
+ * device-local memory the host does not map, also where that memory is host-visible (lavapipe,
+ * integrated GPUs): the path a discrete GPU's uploads take, for the tests. */
+void quill_gpu_force_staging(quill_gpu *g, size_t chunk);
 /* Whether w was uploaded. */
 bool quill_gpu_resident(const quill_gpu *g, const void *w);
 /* The device's name (for --json and logs). */

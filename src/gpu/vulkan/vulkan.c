@@ -1,9 +1,12 @@
 /* The Vulkan compute backend (gpu.h): instance and device, the shaders of shaders/ (compiled to
  * SPIR-V by glslc at build time and included as word arrays), and the weight products.
  *
- * Memory is host-visible and coherent, allocated per call: right for lavapipe (where all memory is
- * the CPU's) and for checking the arithmetic; weights resident in device-local memory come with the
- * forward pass (docs/gpu.md). */
+ * Memory: uploaded weights and the activations' codes live in device-local memory (a discrete GPU
+ * reads its own memory, not the host's over the bus); the weights go there once through a
+ * host-visible staging buffer, or are written in place where the device-local memory is
+ * host-visible too (lavapipe, integrated GPUs). A product's activations and results go through
+ * host-visible buffers. Those buffers, the descriptor sets, the command buffer and the fence are made
+ * once and kept (the buffers grown when a product needs more), not made per product. */
 #ifdef QUILL_VULKAN
 #include "gpu/gpu.h"
 #include "base/error.h"
@@ -51,7 +54,16 @@ struct quill_gpu {
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipe_layout;
     VkPipeline pipes[PIPE_COUNT];
-    uint32_t host_memory_type;
+    uint32_t host_memory_type;   /* host-visible and coherent: activations in, results out */
+    uint32_t device_memory_type; /* device-local: weights and codes */
+    bool device_memory_mapped;   /* the device-local type is host-visible too: no staging */
+    size_t staging_chunk;        /* bytes per staged copy */
+    /* kept across products (a product at a time: the forward pass runs them in order) */
+    VkDescriptorPool dpool;
+    VkDescriptorSet sets[2];
+    VkCommandBuffer cmd;
+    VkFence fence;
+    gpu_buffer x, codes, da, y, w; /* w: the weights of a product whose weights were not uploaded */
     int validation_errors;
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
@@ -226,6 +238,11 @@ void quill_gpu_close(quill_gpu *g) {
         vkDeviceWaitIdle(g->device);
         for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
         free(g->resident);
+        buffer_free(g, &g->x), buffer_free(g, &g->codes), buffer_free(g, &g->da), buffer_free(g, &g->y);
+        buffer_free(g, &g->w);
+        if (g->fence) vkDestroyFence(g->device, g->fence, NULL);
+        if (g->cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &g->cmd);
+        if (g->dpool) vkDestroyDescriptorPool(g->device, g->dpool, NULL);
         for (int i = 0; i < PIPE_COUNT; i++)
             if (g->pipes[i]) vkDestroyPipeline(g->device, g->pipes[i], NULL);
         if (g->pipe_layout) vkDestroyPipelineLayout(g->device, g->pipe_layout, NULL);
@@ -289,11 +306,17 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     VkPhysicalDeviceMemoryProperties mem;
     vkGetPhysicalDeviceMemoryProperties(g->phys, &mem);
     const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    g->host_memory_type = UINT32_MAX;
-    for (uint32_t i = 0; i < mem.memoryTypeCount && g->host_memory_type == UINT32_MAX; i++)
-        if ((mem.memoryTypes[i].propertyFlags & want) == want) g->host_memory_type = i;
+    g->host_memory_type = g->device_memory_type = UINT32_MAX;
+    for (uint32_t i = 0; i < mem.memoryTypeCount; i++) {
+        const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
+        if (g->host_memory_type == UINT32_MAX && (f & want) == want) g->host_memory_type = i;
+        if (g->device_memory_type == UINT32_MAX && (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) g->device_memory_type = i;
+    }
     if (g->host_memory_type == UINT32_MAX)
         return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: device %d has no host-visible coherent memory", index);
+    if (g->device_memory_type == UINT32_MAX) g->device_memory_type = g->host_memory_type;
+    g->device_memory_mapped = (mem.memoryTypes[g->device_memory_type].propertyFlags & want) == want;
+    g->staging_chunk = (size_t)64 << 20;
 
     const float priority = 1.0f;
     const VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
@@ -330,7 +353,22 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
         return vk_fail(err, r, "vkCreatePipelineLayout");
     if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
     if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
-    return make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err);
+    if ((s = make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err))) return s;
+    /* a product's two descriptor sets (the quantizer's, the product's), its command buffer and fence */
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
+    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 2,
+                                            .poolSizeCount = 1, .pPoolSizes = &ps};
+    if ((r = vkCreateDescriptorPool(g->device, &dpi, NULL, &g->dpool)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateDescriptorPool");
+    const VkDescriptorSetLayout layouts[2] = {g->set_layout, g->set_layout};
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = g->dpool,
+                                             .descriptorSetCount = 2, .pSetLayouts = layouts};
+    if ((r = vkAllocateDescriptorSets(g->device, &dai, g->sets)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateDescriptorSets");
+    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if ((r = vkAllocateCommandBuffers(g->device, &cai, &g->cmd)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateCommandBuffers");
+    const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = vkCreateFence(g->device, &fi, NULL, &g->fence)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateFence");
+    return QUILL_OK;
 }
 
 quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
@@ -349,25 +387,32 @@ quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
 /* ---------------------------------------------------------------- one product */
 
 
-static quill_status buffer_make(quill_gpu *g, size_t bytes, gpu_buffer *b, quill_error *err) {
+/* A storage buffer of `bytes` in device-local memory (device_local) or host-visible memory; mapped
+ * when its memory is host-visible. */
+static quill_status buffer_make(quill_gpu *g, size_t bytes, bool device_local, gpu_buffer *b, quill_error *err) {
     b->bytes = (bytes + 3) & ~(size_t)3;
     if (b->bytes == 0) b->bytes = 4;
     const VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = b->bytes,
-                                   .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+                                   .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                            VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                   .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult r = vkCreateBuffer(g->device, &bi, NULL, &b->buf);
     if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateBuffer");
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(g->device, b->buf, &req);
-    if (!(req.memoryTypeBits & (1u << g->host_memory_type)))
-        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: the device keeps storage buffers out of host-visible memory");
+    const uint32_t type = device_local ? g->device_memory_type : g->host_memory_type;
+    if (!(req.memoryTypeBits & (1u << type)))
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: the device keeps storage buffers out of its %s memory",
+                          device_local ? "device-local" : "host-visible");
     const VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
-                                     .memoryTypeIndex = g->host_memory_type};
+                                     .memoryTypeIndex = type};
     if ((r = vkAllocateMemory(g->device, &ai, NULL, &b->mem)) != VK_SUCCESS)
         return r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
                    ? quill_fail(err, QUILL_E_NOMEM, "vulkan: %zu bytes do not fit the device's memory", b->bytes)
                    : vk_fail(err, r, "vkAllocateMemory");
     if ((r = vkBindBufferMemory(g->device, b->buf, b->mem, 0)) != VK_SUCCESS) return vk_fail(err, r, "vkBindBufferMemory");
-    if ((r = vkMapMemory(g->device, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map)) != VK_SUCCESS) return vk_fail(err, r, "vkMapMemory");
+    if ((!device_local || g->device_memory_mapped) && (r = vkMapMemory(g->device, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map)) != VK_SUCCESS)
+        return vk_fail(err, r, "vkMapMemory");
     return QUILL_OK;
 }
 
@@ -376,6 +421,61 @@ static void buffer_free(quill_gpu *g, gpu_buffer *b) {
     if (b->buf) vkDestroyBuffer(g->device, b->buf, NULL);
     if (b->mem) vkFreeMemory(g->device, b->mem, NULL);
     memset(b, 0, sizeof *b);
+}
+
+/* A kept buffer with room for `bytes`: made again, larger, when it has less. */
+static quill_status buffer_room(quill_gpu *g, gpu_buffer *b, size_t bytes, bool device_local, quill_error *err) {
+    if (b->buf && b->bytes >= bytes) return QUILL_OK;
+    buffer_free(g, b);
+    const quill_status s = buffer_make(g, bytes, device_local, b, err);
+    if (s) buffer_free(g, b);
+    return s;
+}
+
+/* Runs the command buffer as recorded and waits for it. */
+static quill_status submit_and_wait(quill_gpu *g, const char *what, quill_error *err) {
+    VkResult r = vkEndCommandBuffer(g->cmd);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkEndCommandBuffer");
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &g->cmd};
+    if ((r = vkResetFences(g->device, 1, &g->fence)) != VK_SUCCESS || (r = vkQueueSubmit(g->queue, 1, &si, g->fence)) != VK_SUCCESS ||
+        (r = vkWaitForFences(g->device, 1, &g->fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS)
+        return vk_fail(err, r, what);
+    return QUILL_OK;
+}
+
+static void begin_commands(quill_gpu *g) {
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    vkResetCommandBuffer(g->cmd, 0);
+    vkBeginCommandBuffer(g->cmd, &bi);
+}
+
+void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
+    g->device_memory_mapped = false;
+    g->staging_chunk = chunk < 4 ? 4 : chunk & ~(size_t)3;
+}
+
+/* Copies host bytes into a device-local buffer that the host cannot map, through a staging buffer
+ * of at most staging_chunk bytes (64 MiB: a large weight does not need its size twice in host
+ * memory). */
+static quill_status upload_staged(quill_gpu *g, const void *host, size_t bytes, const gpu_buffer *dst, quill_error *err) {
+    gpu_buffer staging = {0};
+    const size_t chunk = bytes < g->staging_chunk ? bytes : g->staging_chunk;
+    quill_status s = buffer_make(g, chunk, false, &staging, err);
+    for (size_t at = 0; !s && at < bytes; at += chunk) {
+        const size_t n = bytes - at < chunk ? bytes - at : chunk;
+        memcpy(staging.map, (const char *)host + at, n);
+        begin_commands(g);
+        const VkBufferCopy copy = {.srcOffset = 0, .dstOffset = at, .size = (n + 3) & ~(size_t)3};
+        vkCmdCopyBuffer(g->cmd, staging.buf, dst->buf, 1, &copy);
+        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                    .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
+        vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0,
+                             NULL);
+        s = submit_and_wait(g, "uploading weights", err);
+    }
+    buffer_free(g, &staging);
+    return s;
 }
 
 static const gpu_buffer *resident_of(const quill_gpu *g, const void *host, size_t bytes) {
@@ -396,12 +496,15 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
     }
     struct resident *r = &g->resident[g->n_resident];
     memset(r, 0, sizeof *r);
-    quill_status s = buffer_make(g, bytes, &r->buf, err);
+    quill_status s = buffer_make(g, bytes, true, &r->buf, err);
+    if (!s) {
+        if (r->buf.map) memcpy(r->buf.map, w, bytes);
+        else s = upload_staged(g, w, bytes, &r->buf, err);
+    }
     if (s) {
         buffer_free(g, &r->buf);
         return s;
     }
-    memcpy(r->buf.map, w, bytes);
     r->host = w;
     g->n_resident++;
     return QUILL_OK;
@@ -435,60 +538,33 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
         (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
                           (long long)rows, (long long)cols, quill_type_name(type), n_tok);
-    gpu_buffer wb = {0}, xb = {0}, codes = {0}, da = {0}, yb = {0};
-    VkDescriptorPool dpool = VK_NULL_HANDLE;
-    VkCommandBuffer cmd = VK_NULL_HANDLE;
-    VkFence fence = VK_NULL_HANDLE;
-    const size_t xs = (size_t)cols * (size_t)n_tok;
+    const size_t xs = (size_t)cols * (size_t)n_tok, ys = (size_t)rows * (size_t)n_tok;
     quill_status s;
-    /* the weights: uploaded once (quill_gpu_upload), or for this call */
+    /* the weights: uploaded once (quill_gpu_upload), or for this call in the kept host-visible buffer */
     const gpu_buffer *weights = resident_of(g, w, (size_t)rows * row_bytes);
-    if ((!weights && (s = buffer_make(g, (size_t)rows * row_bytes, &wb, err))) || (s = buffer_make(g, xs * sizeof(float), &xb, err)) ||
-        (s = buffer_make(g, exact ? xs * sizeof(int32_t) : 4, &codes, err)) ||
-        (s = buffer_make(g, exact ? xs / 32 * sizeof(float) : 4, &da, err)) ||
-        (s = buffer_make(g, (size_t)rows * (size_t)n_tok * sizeof(float), &yb, err)))
-        goto done;
+    if ((!weights && (s = buffer_room(g, &g->w, (size_t)rows * row_bytes, false, err))) ||
+        (s = buffer_room(g, &g->x, xs * sizeof(float), false, err)) ||
+        (s = buffer_room(g, &g->codes, exact ? xs * sizeof(int32_t) : 4, true, err)) ||
+        (s = buffer_room(g, &g->da, exact ? xs / 32 * sizeof(float) : 4, true, err)) ||
+        (s = buffer_room(g, &g->y, ys * sizeof(float), false, err)))
+        return s;
     if (!weights) {
-        memcpy(wb.map, w, (size_t)rows * row_bytes);
-        weights = &wb;
+        memcpy(g->w.map, w, (size_t)rows * row_bytes);
+        weights = &g->w;
     }
-    memcpy(xb.map, x, xs * sizeof(float));
-
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
-    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 2,
-                                            .poolSizeCount = 1, .pPoolSizes = &ps};
-    VkResult r = vkCreateDescriptorPool(g->device, &dpi, NULL, &dpool);
-    if (r != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkCreateDescriptorPool");
-        goto done;
-    }
-    VkDescriptorSet sets[2];
-    const VkDescriptorSetLayout layouts[2] = {g->set_layout, g->set_layout};
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = dpool,
-                                             .descriptorSetCount = 2, .pSetLayouts = layouts};
-    if ((r = vkAllocateDescriptorSets(g->device, &dai, sets)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkAllocateDescriptorSets");
-        goto done;
-    }
+    memcpy(g->x.map, x, xs * sizeof(float));
     /* the quantizer reads x and writes the codes and scales; the exact product reads those, the
      * float product x (its binding 1) */
-    bind_set(g, sets[0], (const gpu_buffer *const[]){&xb, &codes, &da, &yb});
-    bind_set(g, sets[1], exact ? (const gpu_buffer *const[]){weights, &codes, &da, &yb}
-                               : (const gpu_buffer *const[]){weights, &xb, &da, &yb});
+    bind_set(g, g->sets[0], (const gpu_buffer *const[]){&g->x, &g->codes, &g->da, &g->y});
+    bind_set(g, g->sets[1], exact ? (const gpu_buffer *const[]){weights, &g->codes, &g->da, &g->y}
+                                  : (const gpu_buffer *const[]){weights, &g->x, &g->da, &g->y});
 
-    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
-                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
-    if ((r = vkAllocateCommandBuffers(g->device, &cai, &cmd)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkAllocateCommandBuffers");
-        goto done;
-    }
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    vkBeginCommandBuffer(cmd, &bi);
+    begin_commands(g);
+    VkCommandBuffer cmd = g->cmd;
     if (exact) {
         const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)act_max(type)};
         vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
-        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[0], 0, NULL);
+        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
         vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
         const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
@@ -499,34 +575,15 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
     const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
                             (uint32_t)(exact ? exact_kind(type) : float_kind(type))};
     vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
-    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[1], 0, NULL);
+    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1], 0, NULL);
     vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
     vkCmdDispatch(cmd, groups((uint64_t)rows * (uint64_t)n_tok), 1, 1);
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
-    if ((r = vkEndCommandBuffer(cmd)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkEndCommandBuffer");
-        goto done;
-    }
-    const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = vkCreateFence(g->device, &fi, NULL, &fence)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkCreateFence");
-        goto done;
-    }
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-    if ((r = vkQueueSubmit(g->queue, 1, &si, fence)) != VK_SUCCESS ||
-        (r = vkWaitForFences(g->device, 1, &fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "running the product");
-        goto done;
-    }
-    memcpy(y, yb.map, (size_t)rows * (size_t)n_tok * sizeof(float));
-done:
-    if (fence) vkDestroyFence(g->device, fence, NULL);
-    if (cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &cmd);
-    if (dpool) vkDestroyDescriptorPool(g->device, dpool, NULL);
-    buffer_free(g, &wb), buffer_free(g, &xb), buffer_free(g, &codes), buffer_free(g, &da), buffer_free(g, &yb);
-    return s;
+    if ((s = submit_and_wait(g, "running the product", err))) return s;
+    memcpy(y, g->y.map, ys * sizeof(float));
+    return QUILL_OK;
 }
 #else
 typedef int quill_gpu_vulkan_unused; /* (ISO C wants a translation unit to declare something) */
