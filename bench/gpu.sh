@@ -33,7 +33,8 @@
 # SMALL: 64]; TG [128; SMALL: 16]; REPS [3; SMALL: 1]; MODELS [tinyllama-q4_0 tinyllama-q8_0
 # tinyllama-q4_k_m llama8b-q4_k_m; SMALL: stories260K synth64-q8_0 synth64-q4_k_m]; BUDGET_S
 # [480: no model is started after that many seconds]; STEP_S [150: a run or bench command that
-# takes longer is stopped, and reported as failed or slow]; BW_MIB (quill bench's bandwidth test) [1024;
+# takes longer is stopped, and reported as failed or slow]; MAKE_S [300: the same for synthesizing
+# and quantizing a model]; BW_MIB (quill bench's bandwidth test) [1024;
 # SMALL: 16]; QUILL [.gpu/quill, else build/quill].
 # Needs sh, awk, sed, od, cmp and paste.
 set -eu
@@ -79,6 +80,7 @@ OUT=${OUT:-$root/gpu-out}
 WORK=${WORK:-/tmp/quill-gpu}
 BUDGET_S=${BUDGET_S:-480}
 STEP_S=${STEP_S:-150}
+MAKE_S=${MAKE_S:-300}
 if [ "$SMALL" = 1 ]; then
     PP=${PP:-64} TG=${TG:-16} REPS=${REPS:-1} BW_MIB=${BW_MIB:-16}
     MODELS=${MODELS:-stories260K synth64-q8_0 synth64-q4_k_m}
@@ -124,7 +126,7 @@ vocab_dir=$pack/models
     if command -v nvidia-smi > /dev/null 2>&1; then
         echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | head -n 1)"
     fi
-} > "$OUT/results.md"
+} > "$WORK/head.md"
 
 echo "== quill devices" >> "$log"
 "$QUILL" devices --json > "$WORK/devices.jsonl" 2>> "$log" || die "quill devices failed: $(tail -n 5 "$log")"
@@ -134,13 +136,13 @@ if [ -z "${DEVICE:-}" ]; then
     DEVICE=${DEVICE:-0}
 fi
 device_line=$(sed -n "$((DEVICE + 1))p" "$WORK/devices.jsonl")
-echo "- Vulkan device $DEVICE: $device_line" >> "$OUT/results.md"
+echo "- Vulkan device $DEVICE: $device_line" >> "$WORK/head.md"
 
 echo "== quill devices --selftest --device $DEVICE" >> "$log"
 selftest=ok
 "$QUILL" devices --selftest --device "$DEVICE" > "$OUT/selftest.txt" 2>&1 || selftest=FAILED
 cat "$OUT/selftest.txt" >> "$log"
-echo "- \`quill devices --selftest\`: $selftest (selftest.txt)" >> "$OUT/results.md"
+echo "- \`quill devices --selftest\`: $selftest (selftest.txt)" >> "$WORK/head.md"
 
 # A model by name, made in $WORK when absent (random weights of a real shape, real tokenizer).
 make_model() { # name -> path on stdout
@@ -161,10 +163,12 @@ make_model() { # name -> path on stdout
     if [ ! -f "$out" ]; then
         if [ ! -f "$f16" ]; then
             # shellcheck disable=SC2086 # $synth is a list of options
-            "$QUILL" synth $synth --vocab "$vocab_dir/$vocab" -o "$f16.part" >> "$log" 2>&1 || die "synth $name failed (log.txt)"
+            timeout "$MAKE_S" "$QUILL" synth $synth --vocab "$vocab_dir/$vocab" -o "$f16.part" >> "$log" 2>&1 ||
+                die "synth $name failed or took over MAKE_S (log.txt)"
             mv "$f16.part" "$f16"
         fi
-        "$QUILL" quantize "$f16" "$out.part" "${name#*-}" >> "$log" 2>&1 || die "quantize $name failed (log.txt)"
+        timeout "$MAKE_S" "$QUILL" quantize "$f16" "$out.part" "${name#*-}" >> "$log" 2>&1 ||
+            die "quantize $name failed or took over MAKE_S (log.txt)"
         mv "$out.part" "$out"
     fi
     echo "$out"
@@ -236,6 +240,37 @@ bench_one() { # name path side
     fi
 }
 
+# results.md: the machine and the checks (head.md), the table of the speeds so far and the logits'
+# checks; written after every model, so that a run stopped by the device call's timeout still
+# leaves its table.
+write_results() {
+    cp "$WORK/head.md" "$OUT/results.md"
+    {
+        echo
+        echo "pp$PP and tg$TG in tokens/s (means of $REPS runs); the CPU path with $THREADS threads; ref: the reference's Vulkan llama-bench (-ngl 99)."
+        echo
+        echo "| model | pp$PP vulkan / cpu / ref | vulkan/cpu | vulkan/ref | tg$TG vulkan / cpu / ref | vulkan/cpu | vulkan/ref |"
+        echo "| --- | --: | --: | --: | --: | --: | --: |"
+        awk '{ pp[$1, $2] = $3; tg[$1, $2] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+            function v(x) { return x == "" || x == "-" ? "—" : sprintf("%.2f", x) }
+            function r(a, b) { return a == "" || a == "-" || b == "" || b == "-" || b + 0 == 0 ? "—" : sprintf("%.3fx", a / b) }
+            END {
+                for (k = 1; k <= n; k++) {
+                    m = order[k]
+                    printf "| %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s |\n", m,
+                           v(pp[m, "vulkan"]), v(pp[m, "cpu"]), v(pp[m, "ref"]), r(pp[m, "vulkan"], pp[m, "cpu"]), r(pp[m, "vulkan"], pp[m, "ref"]),
+                           v(tg[m, "vulkan"]), v(tg[m, "cpu"]), v(tg[m, "ref"]), r(tg[m, "vulkan"], tg[m, "cpu"]), r(tg[m, "vulkan"], tg[m, "ref"])
+                }
+            }' "$WORK/speeds"
+        echo
+        echo "After $(($(date +%s) - started)) s; load: $(uptime | sed 's/.*load average: //').${skipped:+ Not run (BUDGET_S reached):$skipped.}"
+        echo
+        echo "Logits against the CPU path (logits.txt):"
+        echo
+        sed 's/^/- /' "$OUT/logits.txt"
+    } >> "$OUT/results.md"
+}
+
 : > "$OUT/logits.txt"
 : > "$OUT/bench.txt"
 : > "$WORK/speeds"
@@ -252,34 +287,10 @@ for name in $MODELS; do
     [ -x "$pack/ref/llama-bench" ] && bench_one "$name" "$path" ref
     bench_one "$name" "$path" cpu
     case $name in stories260K) ;; *) rm -f "$WORK/$name.gguf" ;; esac # (the disk holds a few at most)
+    write_results
 done
 
-{
-    echo
-    echo "pp$PP and tg$TG in tokens/s (means of $REPS runs); the CPU path with $THREADS threads; ref: the reference's Vulkan llama-bench (-ngl 99)."
-    echo
-    echo "| model | pp$PP vulkan / cpu / ref | vulkan/cpu | vulkan/ref | tg$TG vulkan / cpu / ref | vulkan/cpu | vulkan/ref |"
-    echo "| --- | --: | --: | --: | --: | --: | --: |"
-    awk '{ pp[$1, $2] = $3; tg[$1, $2] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
-        function v(x) { return x == "" || x == "-" ? "—" : sprintf("%.2f", x) }
-        function r(a, b) { return a == "" || a == "-" || b == "" || b == "-" || b + 0 == 0 ? "—" : sprintf("%.3fx", a / b) }
-        END {
-            for (k = 1; k <= n; k++) {
-                m = order[k]
-                printf "| %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s |\n", m,
-                       v(pp[m, "vulkan"]), v(pp[m, "cpu"]), v(pp[m, "ref"]), r(pp[m, "vulkan"], pp[m, "cpu"]), r(pp[m, "vulkan"], pp[m, "ref"]),
-                       v(tg[m, "vulkan"]), v(tg[m, "cpu"]), v(tg[m, "ref"]), r(tg[m, "vulkan"], tg[m, "cpu"]), r(tg[m, "vulkan"], tg[m, "ref"])
-            }
-        }' "$WORK/speeds"
-    echo
-    echo "Run in $(($(date +%s) - started)) s; load after: $(uptime | sed 's/.*load average: //').${skipped:+ Not run (BUDGET_S reached):$skipped.}"
-} >> "$OUT/results.md"
-{
-    echo
-    echo "Logits against the CPU path (logits.txt):"
-    echo
-    sed 's/^/- /' "$OUT/logits.txt"
-} >> "$OUT/results.md"
+write_results
 cat "$OUT/results.md"
 # the exit status says whether the checks passed (the speeds are for reading)
 [ "$selftest" = ok ] && ! grep -q FAILED "$OUT/logits.txt"
