@@ -152,7 +152,7 @@ make_model() { # name -> path on stdout
     tinyllama-*) f16=$WORK/tinyllama-f16.gguf synth="--like tinyllama-1.1b" vocab=ggml-vocab-llama-spm.gguf ;;
     llama8b-*)
         f16=$WORK/llama8b-f16.gguf vocab=ggml-vocab-llama-bpe.gguf
-        synth="--arch llama3 --embd 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --ctx 8192" ;;
+        synth="--embd 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --ctx 8192" ;;
     synth64-*)
         f16=$WORK/synth64-f32.gguf vocab=../models/stories260K.gguf
         [ -d "$pack/models" ] && vocab=stories260K.gguf

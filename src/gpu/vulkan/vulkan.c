@@ -306,10 +306,15 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     VkPhysicalDeviceMemoryProperties mem;
     vkGetPhysicalDeviceMemoryProperties(g->phys, &mem);
     const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    /* the host's buffers: cached memory where there is some (the host reads the results back: from
+     * write-combined memory that is slow), and the host's own rather than a GPU's small window of
+     * its memory (the 256 MiB BAR without resizable BAR) */
     g->host_memory_type = g->device_memory_type = UINT32_MAX;
+    int best = -1;
     for (uint32_t i = 0; i < mem.memoryTypeCount; i++) {
         const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
-        if (g->host_memory_type == UINT32_MAX && (f & want) == want) g->host_memory_type = i;
+        const int score = 2 * !!(f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) + !(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if ((f & want) == want && score > best) g->host_memory_type = i, best = score;
         if (g->device_memory_type == UINT32_MAX && (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) g->device_memory_type = i;
     }
     if (g->host_memory_type == UINT32_MAX)
