@@ -70,7 +70,9 @@ float add_slot(float acc, int c, float s, float dab, bool with_min, float neg_m,
 void main() {
     const uint id = gl_GlobalInvocationID.x;
     if (id >= p.rows * p.n_tok) return;
-    const uint r = id % p.rows, t = id / p.rows;
+    // neighbouring invocations take the tokens of one row: they read the same weight bytes (one
+    // fetch for the workgroup, not one per token), and each still sums its own (row, token) alone
+    const uint r = id / p.n_tok, t = id % p.n_tok;
     const uint nb = p.cols / 32u, row = r * p.row_bytes, kind = p.kind;
     precise float acc = 0.0;
     // block after block of 32 activations (their codes share one scale da), in column order

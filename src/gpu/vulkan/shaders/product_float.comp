@@ -21,7 +21,9 @@ float half_at(uint i) { return unpackHalf2x16(byte_at(i) | (byte_at(i + 1u) << 8
 void main() {
     const uint id = gl_GlobalInvocationID.x;
     if (id >= p.rows * p.n_tok) return;
-    const uint r = id % p.rows, t = id / p.rows;
+    // neighbouring invocations take the tokens of one row: they read the same weight bytes (one
+    // fetch for the workgroup, not one per token), and each still sums its own (row, token) alone
+    const uint r = id / p.n_tok, t = id % p.n_tok;
     const uint x0 = t * p.cols, w0 = r * p.row_bytes / 4u, row = r * p.row_bytes;
     precise float acc = 0.0;
     if (p.kind == 0u) {
