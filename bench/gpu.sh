@@ -34,7 +34,8 @@
 # tinyllama-q4_k_m llama8b-q4_k_m; SMALL: stories260K synth64-q8_0 synth64-q4_k_m]; BUDGET_S
 # [480: no model is started after that many seconds]; STEP_S [150: a run or bench command that
 # takes longer is stopped, and reported as failed or slow]; MAKE_S [300: the same for synthesizing
-# and quantizing a model]; BW_MIB (quill bench's bandwidth test) [1024;
+# and quantizing a model]; LAYERS_8B [32: fewer make the 8B shape's model, single-threaded in quill
+# synth, in less time]; BW_MIB (quill bench's bandwidth test) [1024;
 # SMALL: 16]; QUILL [.gpu/quill, else build/quill].
 # Needs sh, awk, sed, od, cmp and paste.
 set -eu
@@ -152,7 +153,7 @@ make_model() { # name -> path on stdout
     tinyllama-*) f16=$WORK/tinyllama-f16.gguf synth="--like tinyllama-1.1b" vocab=ggml-vocab-llama-spm.gguf ;;
     llama8b-*)
         f16=$WORK/llama8b-f16.gguf vocab=ggml-vocab-llama-bpe.gguf
-        synth="--embd 4096 --layers 32 --heads 32 --kv-heads 8 --ff 14336 --ctx 8192" ;;
+        synth="--embd 4096 --layers ${LAYERS_8B:-32} --heads 32 --kv-heads 8 --ff 14336 --ctx 8192" ;;
     synth64-*)
         f16=$WORK/synth64-f32.gguf vocab=../models/stories260K.gguf
         [ -d "$pack/models" ] && vocab=stories260K.gguf
