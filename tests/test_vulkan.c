@@ -173,6 +173,44 @@ TEST(vulkan_staged_weights) {
     quill_gpu_close(g);
 }
 
+/* A group of products with one input in one submission (quill_gpu_matmuls): q8_0, q4_0 (another
+ * act_max: the codes made again between the products), f16 (the activations themselves) and q8_0
+ * again, rows whose results do not end on the device's offset alignment; each result equal to the
+ * same product alone, bit for bit; a group with weights not uploaded refused. */
+TEST(vulkan_grouped_products) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    quill_gpu *g = open_validated();
+    CHECK(g);
+    enum { COLS = 96, TOK = 5, N = 4 };
+    static const uint32_t types[N] = {QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_F16, QUILL_TYPE_Q8_0};
+    static const int64_t rows[N] = {13, 7, 21, 3};
+    static float wf[21 * COLS], x[TOK * COLS], y[N][21 * TOK], alone[21 * TOK];
+    static uint8_t w[N][21 * COLS * 2];
+    uint64_t seed = 5;
+    for (int i = 0; i < TOK * COLS; i++) x[i] = test_randf(&seed) * (i % 5 == 0 ? 30.0f : 1.0f);
+    quill_gpu_mat p[N];
+    quill_error err;
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < rows[k] * COLS; i++) wf[i] = test_randf(&seed);
+        CHECK(quill_quantize_rows(types[k], wf, w[k], rows[k], COLS, &err) == QUILL_OK, "%s", err.message);
+        p[k] = (quill_gpu_mat){types[k], w[k], quill_row_size(types[k], COLS), rows[k], y[k]};
+    }
+    CHECK(quill_gpu_matmuls(g, p, N, COLS, x, TOK, &err) == QUILL_E_ARG); /* not uploaded */
+    for (int k = 0; k < N; k++)
+        CHECK(quill_gpu_upload(g, w[k], p[k].row_bytes * (size_t)rows[k], &err) == QUILL_OK, "%s", err.message);
+    CHECK(quill_gpu_matmuls(g, p, N, COLS, x, TOK, &err) == QUILL_OK, "%s", err.message);
+    for (int k = 0; k < N; k++) {
+        CHECK(quill_gpu_matmul(g, types[k], w[k], p[k].row_bytes, rows[k], COLS, x, TOK, alone, &err) == QUILL_OK, "%s",
+              err.message);
+        CHECK(!memcmp(alone, y[k], sizeof(float) * (size_t)(rows[k] * TOK)), "product %d of the group differs from it alone", k);
+    }
+    CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
+    quill_gpu_close(g);
+}
+
 TEST(vulkan_refuses_types_by_name) {
     if (!quill_gpu_built()) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");

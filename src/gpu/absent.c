@@ -34,6 +34,12 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
     (void)g, (void)type, (void)w, (void)row_bytes, (void)rows, (void)cols, (void)x, (void)n_tok, (void)y;
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
+
+quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
+                               quill_error *err) {
+    (void)g, (void)p, (void)n, (void)cols, (void)x, (void)n_tok;
+    return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
+}
 #else
 typedef int quill_gpu_absent_unused; /* (ISO C wants a translation unit to declare something) */
 #endif

@@ -49,6 +49,22 @@ bool quill_gpu_supports(uint32_t type);
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
 
+/* One product of a group: y[t * rows + r] = W[r] · x[t]. */
+typedef struct {
+    uint32_t type;
+    const void *w;
+    size_t row_bytes;
+    int64_t rows;
+    float *y;
+} quill_gpu_mat;
+/* The most products of one group. */
+#define QUILL_GPU_GROUP_MAX 4
+/* The products of n (1 to QUILL_GPU_GROUP_MAX) weights of `cols` columns with the same x (a layer's
+ * q, k and v; its gate and up) in one submission: x goes to the device once and is quantized once
+ * per act_max among them; each result as quill_gpu_matmul's. With n > 1 every w must be uploaded. */
+quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
+                               quill_error *err);
+
 /* Copies the weights w[0..bytes) to the device's own (device-local) memory once; later products of
  * w read that copy. The caller keeps w unchanged while g is open (a model's mapped weights). */
 quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err);

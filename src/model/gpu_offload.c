@@ -90,12 +90,21 @@ quill_status quill_gpu_failed(quill_context *c, quill_error *err) {
     return s;
 }
 
-bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
-    if (!c->gpu || !quill_gpu_resident(c->gpu, w->data)) return false;
+int quill_gpu_products(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                       int n_tok) {
+    if (!c->gpu) return 0;
+    quill_gpu_mat p[QUILL_GPU_GROUP_MAX];
+    int k = 0;
+    for (; k < n && k < QUILL_GPU_GROUP_MAX && w[k]->cols == w[0]->cols && quill_gpu_resident(c->gpu, w[k]->data); k++)
+        p[k] = (quill_gpu_mat){w[k]->type, w[k]->data, w[k]->row_bytes, w[k]->rows, y[k]};
+    if (!k) return 0;
     struct quill_gpu_failure *f = c->gpu_failure;
-    if (f->status == QUILL_OK)
-        f->status = quill_gpu_matmul(c->gpu, w->type, w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, &f->err);
-    if (f->status)
-        for (int64_t i = 0; i < w->rows * n_tok; i++) y[i] = __builtin_nanf(""); /* (the pass's result is discarded) */
-    return true;
+    if (f->status == QUILL_OK) f->status = quill_gpu_matmuls(c->gpu, p, k, w[0]->cols, x, n_tok, &f->err);
+    for (int i = 0; f->status && i < k; i++)
+        for (int64_t j = 0; j < w[i]->rows * n_tok; j++) y[i][j] = __builtin_nanf(""); /* (the pass's result is discarded) */
+    return k;
+}
+
+bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    return quill_gpu_products(c, &w, &y, 1, x, n_tok) == 1;
 }

@@ -60,7 +60,8 @@ struct quill_gpu {
     size_t staging_chunk;        /* bytes per staged copy */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
-    VkDescriptorSet sets[2];
+    VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
+    size_t offset_alignment;                        /* minStorageBufferOffsetAlignment */
     VkCommandBuffer cmd;
     VkFence fence;
     gpu_buffer x, codes, da, y, w; /* w: the weights of a product whose weights were not uploaded */
@@ -293,6 +294,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(g->phys, &props);
     snprintf(g->name, sizeof g->name, "%s", props.deviceName);
+    g->offset_alignment = props.limits.minStorageBufferOffsetAlignment ? (size_t)props.limits.minStorageBufferOffsetAlignment : 4;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -359,14 +361,17 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
     if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
     if ((s = make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err))) return s;
-    /* a product's two descriptor sets (the quantizer's, the product's), its command buffer and fence */
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
-    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 2,
+    /* the descriptor sets of a group of products (the quantizer's, each product's), the command
+     * buffer and the fence */
+    enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, SETS * BINDINGS};
+    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS,
                                             .poolSizeCount = 1, .pPoolSizes = &ps};
     if ((r = vkCreateDescriptorPool(g->device, &dpi, NULL, &g->dpool)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateDescriptorPool");
-    const VkDescriptorSetLayout layouts[2] = {g->set_layout, g->set_layout};
+    VkDescriptorSetLayout layouts[SETS];
+    for (int i = 0; i < SETS; i++) layouts[i] = g->set_layout;
     const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = g->dpool,
-                                             .descriptorSetCount = 2, .pSetLayouts = layouts};
+                                             .descriptorSetCount = SETS, .pSetLayouts = layouts};
     if ((r = vkAllocateDescriptorSets(g->device, &dai, g->sets)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateDescriptorSets");
     const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
                                              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
@@ -515,11 +520,12 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
     return QUILL_OK;
 }
 
-static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS]) {
+/* A descriptor set of the four buffers, the results' (binding 3) from y_offset bytes on. */
+static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS], size_t y_offset) {
     VkDescriptorBufferInfo info[BINDINGS];
     VkWriteDescriptorSet w[BINDINGS];
     for (int i = 0; i < BINDINGS; i++) {
-        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, 0, VK_WHOLE_SIZE};
+        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, i == 3 ? y_offset : 0, VK_WHOLE_SIZE};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &info[i]};
@@ -529,66 +535,107 @@ static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const 
 
 static uint32_t groups(uint64_t n) { return (uint32_t)((n + WORKGROUP - 1) / WORKGROUP); }
 
-quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
-                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
-    if (!quill_gpu_supports(type))
+/* Whether one product's arguments are in range (the shaders index in 32 bits). */
+static quill_status check_product(const quill_gpu_mat *p, int64_t cols, int n_tok, quill_error *err) {
+    if (!quill_gpu_supports(p->type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
                           "vulkan: weights of type %s have no GPU product yet (" QUILL_GPU_TYPES " do)",
-                          quill_type_name(type));
-    const bool exact = exact_kind(type) >= 0;
+                          quill_type_name(p->type));
+    const bool exact = exact_kind(p->type) >= 0;
     /* (the activations' codes come in blocks of 32; f16 and bf16 are read in pairs) */
-    const int64_t block = quill_type_traits_of(type)->block_size;
-    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % block || cols % (exact ? 32 : 2) || row_bytes != quill_row_size(type, cols) ||
-        (uint64_t)rows * (uint64_t)n_tok > UINT32_MAX / 2 || (uint64_t)rows * row_bytes > UINT32_MAX / 2 ||
-        (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
+    const int64_t block = quill_type_traits_of(p->type)->block_size;
+    if (p->rows <= 0 || cols <= 0 || n_tok <= 0 || cols % block || cols % (exact ? 32 : 2) ||
+        p->row_bytes != quill_row_size(p->type, cols) || (uint64_t)p->rows * (uint64_t)n_tok > UINT32_MAX / 2 ||
+        (uint64_t)p->rows * p->row_bytes > UINT32_MAX / 2 || (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
-                          (long long)rows, (long long)cols, quill_type_name(type), n_tok);
-    const size_t xs = (size_t)cols * (size_t)n_tok, ys = (size_t)rows * (size_t)n_tok;
+                          (long long)p->rows, (long long)cols, quill_type_name(p->type), n_tok);
+    return QUILL_OK;
+}
+
+static size_t aligned(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
+                               quill_error *err) {
+    if (n < 1 || n > QUILL_GPU_GROUP_MAX)
+        return quill_fail(err, QUILL_E_ARG, "vulkan: %d products in one group (1 to %d)", n, QUILL_GPU_GROUP_MAX);
     quill_status s;
+    const size_t xs = (size_t)cols * (size_t)n_tok;
+    const gpu_buffer *weights[QUILL_GPU_GROUP_MAX];
+    size_t y_at[QUILL_GPU_GROUP_MAX + 1] = {0};
+    bool any_exact = false;
+    for (int i = 0; i < n; i++) {
+        if ((s = check_product(&p[i], cols, n_tok, err))) return s;
+        any_exact |= exact_kind(p[i].type) >= 0;
+        weights[i] = resident_of(g, p[i].w, (size_t)p[i].rows * p[i].row_bytes);
+        if (!weights[i] && n > 1)
+            return quill_fail(err, QUILL_E_ARG, "vulkan: the weights of a group of products must be uploaded first");
+        /* each product's results at an offset the device's storage descriptors accept */
+        y_at[i + 1] = aligned(y_at[i] + (size_t)p[i].rows * (size_t)n_tok * sizeof(float), g->offset_alignment);
+    }
     /* the weights: uploaded once (quill_gpu_upload), or for this call in the kept host-visible buffer */
-    const gpu_buffer *weights = resident_of(g, w, (size_t)rows * row_bytes);
-    if ((!weights && (s = buffer_room(g, &g->w, (size_t)rows * row_bytes, false, err))) ||
+    if ((!weights[0] && (s = buffer_room(g, &g->w, (size_t)p[0].rows * p[0].row_bytes, false, err))) ||
         (s = buffer_room(g, &g->x, xs * sizeof(float), false, err)) ||
-        (s = buffer_room(g, &g->codes, exact ? xs * sizeof(int32_t) : 4, true, err)) ||
-        (s = buffer_room(g, &g->da, exact ? xs / 32 * sizeof(float) : 4, true, err)) ||
-        (s = buffer_room(g, &g->y, ys * sizeof(float), false, err)))
+        (s = buffer_room(g, &g->codes, any_exact ? xs * sizeof(int32_t) : 4, true, err)) ||
+        (s = buffer_room(g, &g->da, any_exact ? xs / 32 * sizeof(float) : 4, true, err)) ||
+        (s = buffer_room(g, &g->y, y_at[n], false, err)))
         return s;
-    if (!weights) {
-        memcpy(g->w.map, w, (size_t)rows * row_bytes);
-        weights = &g->w;
+    if (!weights[0]) {
+        memcpy(g->w.map, p[0].w, (size_t)p[0].rows * p[0].row_bytes);
+        weights[0] = &g->w;
     }
     memcpy(g->x.map, x, xs * sizeof(float));
-    /* the quantizer reads x and writes the codes and scales; the exact product reads those, the
-     * float product x (its binding 1) */
-    bind_set(g, g->sets[0], (const gpu_buffer *const[]){&g->x, &g->codes, &g->da, &g->y});
-    bind_set(g, g->sets[1], exact ? (const gpu_buffer *const[]){weights, &g->codes, &g->da, &g->y}
-                                  : (const gpu_buffer *const[]){weights, &g->x, &g->da, &g->y});
+    /* the quantizer reads x and writes the codes and scales; an exact product reads those, a float
+     * product x (its binding 1) */
+    bind_set(g, g->sets[0], (const gpu_buffer *const[]){&g->x, &g->codes, &g->da, &g->y}, 0);
+    for (int i = 0; i < n; i++)
+        bind_set(g, g->sets[1 + i],
+                 exact_kind(p[i].type) >= 0 ? (const gpu_buffer *const[]){weights[i], &g->codes, &g->da, &g->y}
+                                            : (const gpu_buffer *const[]){weights[i], &g->x, &g->da, &g->y},
+                 y_at[i]);
 
     begin_commands(g);
     VkCommandBuffer cmd = g->cmd;
-    if (exact) {
-        const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)act_max(type)};
-        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
-        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
-        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
-        vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
-        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                    .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
-        vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
-                             NULL, 0, NULL);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    int quantized_for = -1; /* the act_max of the codes in the codes buffer */
+    for (int i = 0; i < n; i++) {
+        const bool exact = exact_kind(p[i].type) >= 0;
+        /* the codes once for the group, again where a type wants another act_max (after the
+         * products that read the earlier ones) */
+        if (exact && act_max(p[i].type) != quantized_for) {
+            if (quantized_for >= 0)
+                vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
+                                     0, NULL, 0, NULL);
+            quantized_for = act_max(p[i].type);
+            const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)quantized_for};
+            vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
+            vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
+            vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
+            vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
+            vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                                 NULL, 0, NULL);
+        }
+        const uint32_t pp[5] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type))};
+        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
+        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
+        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
+        vkCmdDispatch(cmd, groups((uint64_t)p[i].rows * (uint64_t)n_tok), 1, 1);
     }
-    const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
-                            (uint32_t)(exact ? exact_kind(type) : float_kind(type))};
-    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
-    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1], 0, NULL);
-    vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
-    vkCmdDispatch(cmd, groups((uint64_t)rows * (uint64_t)n_tok), 1, 1);
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
-    if ((s = submit_and_wait(g, "running the product", err))) return s;
-    memcpy(y, g->y.map, ys * sizeof(float));
+    if ((s = submit_and_wait(g, "running the products", err))) return s;
+    for (int i = 0; i < n; i++)
+        memcpy(p[i].y, (const char *)g->y.map + y_at[i], (size_t)p[i].rows * (size_t)n_tok * sizeof(float));
     return QUILL_OK;
+}
+
+quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
+                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
+    const quill_gpu_mat p = {type, w, row_bytes, rows, y};
+    return quill_gpu_matmuls(g, &p, 1, cols, x, n_tok, err);
 }
 #else
 typedef int quill_gpu_vulkan_unused; /* (ISO C wants a translation unit to declare something) */
