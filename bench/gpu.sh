@@ -180,9 +180,12 @@ make_model() { # name -> path on stdout
 # |logit| with the same greedy tokens.
 check_logits() { # name path
     tokens=1,15,100,200,300,400,450,499,7,33,250,123,321,77,88,99
-    timeout "$STEP_S" "$QUILL" run -m "$2" --tokens $tokens -n 0 --logits "$WORK/cpu.bin" -t "$THREADS" >> "$log" 2>&1 &&
-        timeout "$STEP_S" "$QUILL" run -m "$2" --tokens $tokens -n 0 --logits "$WORK/gpu.bin" -t "$THREADS" --backend vulkan \
-            --device "$DEVICE" >> "$log" 2>&1 || { echo "$1: FAILED (quill run: log.txt)" >> "$OUT/logits.txt"; return; }
+    if ! timeout "$STEP_S" "$QUILL" run -m "$2" --tokens $tokens -n 0 --logits "$WORK/cpu.bin" -t "$THREADS" >> "$log" 2>&1 ||
+        ! timeout "$STEP_S" "$QUILL" run -m "$2" --tokens $tokens -n 0 --logits "$WORK/gpu.bin" -t "$THREADS" --backend vulkan \
+            --device "$DEVICE" >> "$log" 2>&1; then
+        echo "$1: FAILED (quill run, or over STEP_S: log.txt)" >> "$OUT/logits.txt"
+        return
+    fi
     exact=1
     case $1 in stories260K | *-f32 | *-f16 | *-bf16) exact=0 ;; esac
     same=0
