@@ -446,6 +446,9 @@ static int parse_options(int argc, char **argv, ppl_options *o) {
         }
     }
     if (!o->model) return cli_fail("perplexity: -m MODEL is required");
+    if (o->n_gpu_layers > 0 && o->backend == QUILL_BACKEND_CPU)
+        fprintf(stderr, "quill: note: -ngl %ld ignored: quill runs on the CPU (--backend vulkan runs layers on a GPU)\n",
+                o->n_gpu_layers);
     if (o->kld && !o->base)
         return cli_fail("perplexity: --kl-divergence compares with a base file: give it with --kl-divergence-base FILE");
     if (!o->kld && !o->text) return cli_fail("perplexity: -f TEXT is required (the text to score)");

@@ -157,6 +157,9 @@ static int parse_options(int argc, char **argv, server_config *c) {
         fprintf(stderr, "quill serve: no model given: use -m MODEL.gguf (see quill serve --help)\n");
         return 1;
     }
+    if (c->n_gpu_layers > 0 && c->backend == QUILL_BACKEND_CPU)
+        fprintf(stderr, "quill serve: note: -ngl %d ignored: quill runs on the CPU (--backend vulkan runs layers on a GPU)\n",
+                c->n_gpu_layers);
     if (c->model_draft && c->lookup) {
         fprintf(stderr, "quill serve: give one of -md/--model-draft and --lookup (two ways of drafting)\n");
         return 1;
