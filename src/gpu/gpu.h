@@ -74,6 +74,9 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk);
 /* Whether w was uploaded. */
 bool quill_gpu_resident(const quill_gpu *g, const void *w);
+/* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
+ * when that is less. */
+uint64_t quill_gpu_memory(const quill_gpu *g);
 /* The device's name (for --json and logs). */
 const char *quill_gpu_name(const quill_gpu *g);
 

@@ -41,6 +41,16 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
     return s;
 }
 
+static double weight_bytes(const quill_weight *w) { return w->data ? (double)w->rows * (double)w->row_bytes : 0; }
+
+/* The bytes of a layer's weights that go to the device. */
+static double layer_bytes(const quill_layer *L) {
+    const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    double b = 0;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += weight_bytes(ws[i]);
+    return b;
+}
+
 quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, quill_error *err) {
     const quill_model *m = c->model;
     const int n_layer = (int)c->hp->n_layer;
@@ -59,6 +69,22 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     if (!(c->gpu_failure = calloc(1, sizeof *c->gpu_failure))) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     quill_status s = quill_gpu_open(p->device, &c->gpu, err);
     if (s) return s;
+    /* the placed weights against the device's memory, before any is uploaded: the sizes, and how
+     * many of the last layers would fit */
+    const double mib = 1024.0 * 1024.0, memory = (double)quill_gpu_memory(c->gpu);
+    double need = ngl > n_layer ? weight_bytes(&m->output) : 0, fit_need = 0;
+    int fits = 0;
+    for (int l = n_layer - 1; l >= first; l--) {
+        need += layer_bytes(&m->layers[l]);
+        if (fits == n_layer - 1 - l && fit_need + layer_bytes(&m->layers[l]) <= memory)
+            fit_need += layer_bytes(&m->layers[l]), fits++;
+    }
+    if (need > memory)
+        return quill_fail(err, QUILL_E_NOMEM,
+                          "--backend vulkan: -ngl %d places %.1f MiB of weights on %s, which has %.1f MiB of "
+                          "device-local memory%s; -ngl %d fits (the rest of the layers on the CPU), or use --backend cpu",
+                          ngl, need / mib, quill_gpu_name(c->gpu), memory / mib,
+                          getenv("QUILL_VULKAN_MEMORY_MIB") ? " for quill (QUILL_VULKAN_MEMORY_MIB)" : "", fits);
     for (int l = first; l < n_layer && !s; l++) {
         const quill_layer *L = &m->layers[l];
         const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};

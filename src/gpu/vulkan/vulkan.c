@@ -58,6 +58,7 @@ struct quill_gpu {
     uint32_t device_memory_type; /* device-local: weights and codes */
     bool device_memory_mapped;   /* the device-local type is host-visible too: no staging */
     size_t staging_chunk;        /* bytes per staged copy */
+    uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
     VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
@@ -197,6 +198,8 @@ quill_status quill_gpu_devices(quill_gpu_device *out, int max, int *n, quill_err
 
 const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
 
+uint64_t quill_gpu_memory(const quill_gpu *g) { return g->memory; }
+
 int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
 
 /* product_exact.comp's kind of a type, or -1: the types with the CPU path's exact products */
@@ -324,6 +327,15 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if (g->device_memory_type == UINT32_MAX) g->device_memory_type = g->host_memory_type;
     g->device_memory_mapped = (mem.memoryTypes[g->device_memory_type].propertyFlags & want) == want;
     g->staging_chunk = (size_t)64 << 20;
+    for (uint32_t i = 0; i < mem.memoryHeapCount; i++)
+        if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) g->memory += mem.memoryHeaps[i].size;
+    /* a cap on what quill takes, leaving the rest to other programs */
+    const char *cap = getenv("QUILL_VULKAN_MEMORY_MIB");
+    char *end;
+    const unsigned long long mib = cap && *cap ? strtoull(cap, &end, 10) : 0;
+    if (cap && *cap && (*end || mib == 0))
+        return quill_fail(err, QUILL_E_ARG, "vulkan: QUILL_VULKAN_MEMORY_MIB=%s is not a positive whole number of MiB", cap);
+    if (mib && (mib << 20) < g->memory) g->memory = mib << 20;
 
     const float priority = 1.0f;
     const VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
