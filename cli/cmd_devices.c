@@ -10,8 +10,10 @@
 
 #define MAX_DEVICES 16
 
-/* Random weights of each type the backend runs, products of 3 tokens on the device and on the CPU:
- * the types with exact products must agree bit for bit with the CPU's; the float ones (f32, f16, bf16,
+/* Random weights of each type the backend runs, products of 12 tokens on the device and on the CPU,
+ * and of the first token alone (on a GPU the exact types' products of a few tokens take the other
+ * way, a workgroup per (row, token)): the types with exact products must agree bit for bit with the
+ * CPU's, both times; the float ones (f32, f16, bf16,
  * iq4_nl, iq4_xs) within f32 rounding of a float64 sum (a relative 1e-5 of the largest |y|). Returns the number of types
  * that failed (-1: the device could not run them). */
 static int selftest(int device) {
@@ -21,12 +23,13 @@ static int selftest(int device) {
         cli_fail("devices: %s", err.message);
         return -1;
     }
-    enum { ROWS = 96, COLS = 256, TOKENS = 3 };
+    enum { ROWS = 96, COLS = 256, TOKENS = 12 };
     float *wf = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * TOKENS * COLS);
     float *yg = malloc(sizeof(float) * ROWS * TOKENS), *yc = malloc(sizeof(float) * ROWS * TOKENS);
+    float *y1 = malloc(sizeof(float) * ROWS);
     uint8_t *wq = malloc(quill_row_size(QUILL_TYPE_F32, COLS) * ROWS);
     int failed = 0;
-    if (!wf || !x || !yg || !yc || !wq) {
+    if (!wf || !x || !yg || !yc || !y1 || !wq) {
         cli_fail("devices: out of memory");
         failed = -1;
     }
@@ -41,7 +44,8 @@ static int selftest(int device) {
         if (!quill_gpu_supports(type)) continue;
         const size_t row_bytes = quill_row_size(type, COLS);
         if (quill_quantize_rows(type, wf, wq, ROWS, COLS, &err) ||
-            quill_gpu_matmul(g, type, wq, row_bytes, ROWS, COLS, x, TOKENS, yg, &err)) {
+            quill_gpu_matmul(g, type, wq, row_bytes, ROWS, COLS, x, TOKENS, yg, &err) ||
+            quill_gpu_matmul(g, type, wq, row_bytes, ROWS, COLS, x, 1, y1, &err)) {
             cli_fail("devices: %s: %s", quill_type_name(type), err.message);
             failed++;
             continue;
@@ -50,8 +54,9 @@ static int selftest(int device) {
             quill_exact_matmul_model(type, wq, row_bytes, ROWS, COLS, x, TOKENS, yc);
             int differ = 0;
             for (int i = 0; i < ROWS * TOKENS; i++) differ += memcmp(&yg[i], &yc[i], sizeof(float)) != 0;
+            for (int i = 0; i < ROWS; i++) differ += memcmp(&y1[i], &yc[i], sizeof(float)) != 0;
             printf("  %-6s %d of %d results differ from the CPU's exact product (bit for bit)\n", quill_type_name(type),
-                   differ, ROWS * TOKENS);
+                   differ, ROWS * (TOKENS + 1));
             failed += differ != 0;
         } else {
             float *row = malloc(sizeof(float) * COLS);
@@ -74,7 +79,7 @@ static int selftest(int device) {
     }
     const int verrors = quill_gpu_validation_errors(g);
     if (verrors) printf("  %d validation errors\n", verrors);
-    free(wf), free(x), free(yg), free(yc), free(wq);
+    free(wf), free(x), free(yg), free(yc), free(y1), free(wq);
     quill_gpu_close(g);
     return failed < 0 ? -1 : failed + (verrors != 0);
 }

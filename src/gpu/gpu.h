@@ -74,6 +74,10 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk);
 /* Whether w was uploaded. */
 bool quill_gpu_resident(const quill_gpu *g, const void *w);
+/* Whether products of an exact type with a few tokens run as a workgroup per (row, token) (split)
+ * or, as the others, one invocation per (row, token); both give the same bits. By default split on
+ * a GPU, not on a CPU driver; the tests set it to check both ways on lavapipe. */
+void quill_gpu_set_split(quill_gpu *g, bool split);
 /* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
  * when that is less. */
 uint64_t quill_gpu_memory(const quill_gpu *g);

@@ -59,6 +59,7 @@ struct quill_gpu {
     bool device_memory_mapped;   /* the device-local type is host-visible too: no staging */
     size_t staging_chunk;        /* bytes per staged copy */
     uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
+    bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
     VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
@@ -298,6 +299,9 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     vkGetPhysicalDeviceProperties(g->phys, &props);
     snprintf(g->name, sizeof g->name, "%s", props.deviceName);
     g->offset_alignment = props.limits.minStorageBufferOffsetAlignment ? (size_t)props.limits.minStorageBufferOffsetAlignment : 4;
+    /* a CPU driver runs a workgroup's invocations as one thread's vector lanes: the split way's
+     * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
+    g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -364,7 +368,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
                                                 .bindingCount = BINDINGS, .pBindings = b};
     if ((r = vkCreateDescriptorSetLayout(g->device, &li, NULL, &g->set_layout)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreateDescriptorSetLayout");
-    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 5 * sizeof(uint32_t)};
+    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 6 * sizeof(uint32_t)};
     const VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                            .pSetLayouts = &g->set_layout, .pushConstantRangeCount = 1,
                                            .pPushConstantRanges = &push};
@@ -472,6 +476,8 @@ static void begin_commands(quill_gpu *g) {
     vkBeginCommandBuffer(g->cmd, &bi);
 }
 
+void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
+
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
     g->device_memory_mapped = false;
     g->staging_chunk = chunk < 4 ? 4 : chunk & ~(size_t)3;
@@ -545,7 +551,19 @@ static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const 
     vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
 }
 
-static uint32_t groups(uint64_t n) { return (uint32_t)((n + WORKGROUP - 1) / WORKGROUP); }
+static uint64_t groups(uint64_t n) { return (n + WORKGROUP - 1) / WORKGROUP; }
+
+/* n workgroups, over x and y where they outnumber the 65535 a device must take in x (the shaders
+ * number them y · width + x, and skip those past their work). */
+static void dispatch(VkCommandBuffer cmd, uint64_t n) {
+    const uint32_t x = n < 65535 ? (uint32_t)(n ? n : 1) : 65535;
+    vkCmdDispatch(cmd, x, (uint32_t)((n + x - 1) / x), 1);
+}
+
+/* Slots of a product of an exact type's weights (product_exact.comp's MAX_SLOTS: its shared memory)
+ * and tokens up to which a workgroup takes each (row, token) */
+#define SPLIT_MAX_SLOTS 1024
+#define SPLIT_MAX_TOKENS 8
 
 /* Whether one product's arguments are in range (the shaders index in 32 bits). */
 static quill_status check_product(const quill_gpu_mat *p, int64_t cols, int n_tok, quill_error *err) {
@@ -624,16 +642,21 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
             vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
             vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
             vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
-            vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
+            dispatch(cmd, groups(xs / 32));
             vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
                                  NULL, 0, NULL);
         }
-        const uint32_t pp[5] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
-                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type))};
+        /* a few tokens: a workgroup per (row, token), else the rows alone are too few for a GPU
+         * (the bits are the same either way) */
+        const bool split = exact && n_tok <= SPLIT_MAX_TOKENS && cols / slot_width(p[i].type) <= SPLIT_MAX_SLOTS &&
+                           g->split;
+        const uint32_t pp[6] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split};
         vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
-        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
-        vkCmdDispatch(cmd, groups((uint64_t)p[i].rows * (uint64_t)n_tok), 1, 1);
+        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, exact ? sizeof pp : 5 * sizeof(uint32_t), pp);
+        const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
+        dispatch(cmd, split ? pairs : groups(pairs));
     }
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};

@@ -19,7 +19,7 @@ uint byte_at(uint i) { return (w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu; }
 float half_at(uint i) { return unpackHalf2x16(byte_at(i) | (byte_at(i + 1u) << 8)).x; }
 
 void main() {
-    const uint id = gl_GlobalInvocationID.x;
+    const uint id = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
     if (id >= p.rows * p.n_tok) return;
     // neighbouring invocations take the tokens of one row: they read the same weight bytes (one
     // fetch for the workgroup, not one per token), and each still sums its own (row, token) alone
