@@ -136,6 +136,12 @@ TEST(vulkan_products_match_cpu) {
         if (quill_gpu_supports(type) && quill_exact_supported(type))
             check_products(g, type, 9, quill_type_traits_of(type)->block_size == 256 ? 512 : 96, 2, 61 + type);
     check_products(g, QUILL_TYPE_Q4_K, 5, 512, 9, 97);
+    /* workgroups spread over x and y (as past the 65535 a device must take in x), here past 3 */
+    quill_gpu_set_dispatch_width(g, 3);
+    check_products(g, QUILL_TYPE_Q8_0, 9, 96, 2, 98);  /* split: 18 workgroups */
+    quill_gpu_set_split(g, false);
+    check_products(g, QUILL_TYPE_Q4_K, 37, 512, 13, 99); /* 8 workgroups; the quantizer's 4 */
+    check_products(g, QUILL_TYPE_F16, 70, 96, 5, 100);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
     quill_gpu_close(g);
 }

@@ -78,6 +78,9 @@ bool quill_gpu_resident(const quill_gpu *g, const void *w);
  * or, as the others, one invocation per (row, token); both give the same bits. By default split on
  * a GPU, not on a CPU driver; the tests set it to check both ways on lavapipe. */
 void quill_gpu_set_split(quill_gpu *g, bool split);
+/* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
+ * y): the tests lower it to check the spreading on small products. */
+void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width);
 /* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
  * when that is less. */
 uint64_t quill_gpu_memory(const quill_gpu *g);

@@ -60,6 +60,7 @@ struct quill_gpu {
     size_t staging_chunk;        /* bytes per staged copy */
     uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
     bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
+    uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
     VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
@@ -302,6 +303,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     /* a CPU driver runs a workgroup's invocations as one thread's vector lanes: the split way's
      * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
     g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    g->dispatch_width = 65535;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -478,6 +480,8 @@ static void begin_commands(quill_gpu *g) {
 
 void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
 
+void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { g->dispatch_width = width ? width : 1; }
+
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
     g->device_memory_mapped = false;
     g->staging_chunk = chunk < 4 ? 4 : chunk & ~(size_t)3;
@@ -555,8 +559,8 @@ static uint64_t groups(uint64_t n) { return (n + WORKGROUP - 1) / WORKGROUP; }
 
 /* n workgroups, over x and y where they outnumber the 65535 a device must take in x (the shaders
  * number them y · width + x, and skip those past their work). */
-static void dispatch(VkCommandBuffer cmd, uint64_t n) {
-    const uint32_t x = n < 65535 ? (uint32_t)(n ? n : 1) : 65535;
+static void dispatch(const quill_gpu *g, VkCommandBuffer cmd, uint64_t n) {
+    const uint32_t x = n < g->dispatch_width ? (uint32_t)(n ? n : 1) : g->dispatch_width;
     vkCmdDispatch(cmd, x, (uint32_t)((n + x - 1) / x), 1);
 }
 
@@ -642,7 +646,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
             vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
             vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
             vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
-            dispatch(cmd, groups(xs / 32));
+            dispatch(g, cmd, groups(xs / 32));
             vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
                                  NULL, 0, NULL);
         }
@@ -656,7 +660,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, exact ? sizeof pp : 5 * sizeof(uint32_t), pp);
         const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
-        dispatch(cmd, split ? pairs : groups(pairs));
+        dispatch(g, cmd, split ? pairs : groups(pairs));
     }
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
