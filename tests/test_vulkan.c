@@ -129,13 +129,15 @@ TEST(vulkan_products_match_cpu) {
                                     QUILL_TYPE_Q3_K, QUILL_TYPE_IQ4_XS};
     for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) check_products(g, wide[k], 37, 512, 3, 41 + k);
     /* the other way to the same bits, a workgroup per (row, token) (a GPU's for a few tokens; off on
-     * lavapipe, where it is slow): each exact type's products of 1 and 2 tokens equal to the CPU's,
-     * and of 9 tokens, which still take the first way, equal to each token alone */
+     * lavapipe, where it is slow): each type's products of 1 and 2 tokens equal to the CPU's (or
+     * within the float bound), and of 9 tokens, which still take the first way, equal to each token
+     * alone */
     quill_gpu_set_split(g, true);
     for (uint32_t type = 0; type < QUILL_TYPE_COUNT; type++)
-        if (quill_gpu_supports(type) && quill_exact_supported(type))
+        if (quill_gpu_supports(type))
             check_products(g, type, 9, quill_type_traits_of(type)->block_size == 256 ? 512 : 96, 2, 61 + type);
     check_products(g, QUILL_TYPE_Q4_K, 5, 512, 9, 97);
+    check_products(g, QUILL_TYPE_F16, 5, 70, 9, 96); /* (blocks of 32 columns and one of 6) */
     /* workgroups spread over x and y (as past the 65535 a device must take in x), here past 3 */
     quill_gpu_set_dispatch_width(g, 3);
     check_products(g, QUILL_TYPE_Q8_0, 9, 96, 2, 98);  /* split: 18 workgroups */

@@ -564,9 +564,9 @@ static void dispatch(const quill_gpu *g, VkCommandBuffer cmd, uint64_t n) {
     vkCmdDispatch(cmd, x, (uint32_t)((n + x - 1) / x), 1);
 }
 
-/* Slots of a product of an exact type's weights (product_exact.comp's MAX_SLOTS: its shared memory)
- * and tokens up to which a workgroup takes each (row, token) */
-#define SPLIT_MAX_SLOTS 1024
+/* The most slots of an exact type's row, or blocks of 32 of a float type's (the shaders' MAX_SLOTS,
+ * MAX_BLOCKS: their shared memory), and tokens, for which a workgroup takes each (row, token) */
+#define SPLIT_MAX_PARTS 1024
 #define SPLIT_MAX_TOKENS 8
 
 /* Whether one product's arguments are in range (the shaders index in 32 bits). */
@@ -652,13 +652,13 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
         }
         /* a few tokens: a workgroup per (row, token), else the rows alone are too few for a GPU
          * (the bits are the same either way) */
-        const bool split = exact && n_tok <= SPLIT_MAX_TOKENS && cols / slot_width(p[i].type) <= SPLIT_MAX_SLOTS &&
-                           g->split;
+        const int64_t parts = exact ? cols / slot_width(p[i].type) : (cols + 31) / 32;
+        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
         const uint32_t pp[6] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
                                 (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split};
         vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
-        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, exact ? sizeof pp : 5 * sizeof(uint32_t), pp);
+        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
         const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
         dispatch(g, cmd, split ? pairs : groups(pairs));
     }
