@@ -45,7 +45,8 @@ bool quill_gpu_supports(uint32_t type);
 /* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For the types with exact
  * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4) the bits are the CPU's exact products'
  * (src/kernels/exact_scalar.c); for f32, f16, bf16, iq4_nl and iq4_xs an f32 sum of the decoded
- * weights in column order. An unsupported type is refused by name. */
+ * weights (blocks of 32 in column order, then the blocks' sums in order). Either way a token's
+ * result does not depend on the batch. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
 
@@ -74,8 +75,8 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk);
 /* Whether w was uploaded. */
 bool quill_gpu_resident(const quill_gpu *g, const void *w);
-/* Whether products of an exact type with a few tokens run as a workgroup per (row, token) (split)
- * or, as the others, one invocation per (row, token); both give the same bits. By default split on
+/* Whether products of a few tokens run as a workgroup per (row, token) (split) or, as the others,
+ * one invocation per (row, token); both give the same bits. By default split on
  * a GPU, not on a CPU driver; the tests set it to check both ways on lavapipe. */
 void quill_gpu_set_split(quill_gpu *g, bool split);
 /* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
