@@ -37,5 +37,7 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out);
 /* -ctk/--cache-type-k and -ctv/--cache-type-v: the KV cache type `value` names; false after
  * printing "<command>: <flag>: ..." with the allowed names. */
 bool cli_parse_cache_type(const char *command, const char *flag, const char *value, quill_type *out);
+/* --backend: cpu or vulkan; false after printing "<command>: --backend ...: the backends are ...". */
+bool cli_parse_backend(const char *command, const char *value, quill_backend *out);
 
 #endif

@@ -501,10 +501,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--backend")) {
             if (i + 1 >= argc) return cli_fail("option %s needs a value (see quill bench --help)", a);
-            const char *v = argv[++i];
-            if (!strcmp(v, "cpu")) backend = QUILL_BACKEND_CPU;
-            else if (!strcmp(v, "vulkan")) backend = QUILL_BACKEND_VULKAN;
-            else return cli_fail("bench: --backend %s: the backends are cpu and vulkan", v);
+            if (!cli_parse_backend("bench", argv[++i], &backend)) return 1;
             continue;
         }
         if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--device")) {

@@ -24,7 +24,7 @@
 static int perplexity_usage(FILE *f) {
     fprintf(f,
             "usage: quill perplexity -m MODEL -f TEXT [-c 512] [-b N] [--chunks N] [-t N] [-ctk T] [-ctv T] [--exact]\n"
-            "                        [--json]\n"
+            "                        [--backend cpu|vulkan] [-ngl N] [--device N] [--json]\n"
             "       quill perplexity -m MODEL -f TEXT --kl-divergence-base BASE [--exact] ...   (write a base)\n"
             "       quill perplexity -m MODEL --kl-divergence-base BASE --kl-divergence ...    (compare with it)\n"
             "  Perplexity as the reference's llama-perplexity computes it: the text in chunks of -c tokens,\n"
@@ -39,6 +39,9 @@ static int perplexity_usage(FILE *f) {
             "  what an engine's arithmetic adds to the same weights.\n"
             "  -ctk/--cache-type-k, -ctv/--cache-type-v: the KV cache's types (f32 default, f16, bf16, q8_0,\n"
             "  q4_0): against an f32 base, --kl-divergence measures what a cache type adds.\n"
+            "  --backend vulkan runs the weight products of the last -ngl N layers (default all, and the\n"
+            "  output layer) on the GPU --device N (quill devices; docs/gpu.md); the exact types give the\n"
+            "  CPU's numbers bit for bit.\n"
             "  --json prints one JSON object instead of the text report.\n");
     return f == stdout ? 0 : 1;
 }
@@ -48,6 +51,8 @@ typedef struct {
     long n_ctx, n_batch, max_chunks, threads;
     bool ctx_given, kld, exact, json;
     quill_type type_k, type_v;
+    quill_backend backend;
+    long n_gpu_layers, device; /* -ngl (-1: all and the output layer), --device */
 } ppl_options;
 
 /* ---------------------------------------------------------------- the base file */
@@ -400,7 +405,7 @@ static void progress(int done, int total, double started, double *last_line) {
 }
 
 static int parse_options(int argc, char **argv, ppl_options *o) {
-    *o = (ppl_options){.n_ctx = 512, .max_chunks = -1};
+    *o = (ppl_options){.n_ctx = 512, .max_chunks = -1, .n_gpu_layers = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return perplexity_usage(stdout) ? 1 : -1;
@@ -428,12 +433,22 @@ static int parse_options(int argc, char **argv, ppl_options *o) {
                     return cli_fail("perplexity: --chunks needs a positive number (or -1: all)");
             } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
                 if (!cli_parse_long(v, 1, 1024, &o->threads)) return cli_fail("perplexity: %s needs a number from 1 to 1024", a);
+            } else if (!strcmp(a, "--backend")) {
+                if (!cli_parse_backend("perplexity", v, &o->backend)) return 1;
+            } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+                if (!cli_parse_long(v, -1, 1 << 20, &o->n_gpu_layers))
+                    return cli_fail("perplexity: %s needs a whole number of layers (-1: all and the output layer)", a);
+            } else if (!strcmp(a, "--device")) {
+                if (!cli_parse_long(v, 0, 64, &o->device)) return cli_fail("perplexity: --device needs a device number (quill devices)");
             } else {
                 return cli_fail("perplexity: unknown option '%s' (see quill perplexity --help)", a);
             }
         }
     }
     if (!o->model) return cli_fail("perplexity: -m MODEL is required");
+    if (o->n_gpu_layers > 0 && o->backend == QUILL_BACKEND_CPU)
+        fprintf(stderr, "quill: note: -ngl %ld ignored: quill runs on the CPU (--backend vulkan runs layers on a GPU)\n",
+                o->n_gpu_layers);
     if (o->kld && !o->base)
         return cli_fail("perplexity: --kl-divergence compares with a base file: give it with --kl-divergence-base FILE");
     if (!o->kld && !o->text) return cli_fail("perplexity: -f TEXT is required (the text to score)");
@@ -510,7 +525,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (writing && base_create(&base, o.base, n_ctx, n_vocab, n_chunk, tokens)) goto done;
 
     quill_context_params cp = {.n_ctx = n_ctx, .n_threads = (int)o.threads, .reference = o.exact,
-                               .type_k = o.type_k, .type_v = o.type_v};
+                               .type_k = o.type_k, .type_v = o.type_v, .backend = o.backend,
+                               .n_gpu_layers = (int)o.n_gpu_layers, .device = (int)o.device};
     if (quill_context_new(m, &cp, &c, &err)) {
         rc = cli_fail("%s", err.message);
         goto done;
@@ -535,9 +551,13 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
 
+    const char *gpu_name = NULL;
+    int gpu_layers = 0;
+    const char *backend_name = quill_context_backend(c, &gpu_name, &gpu_layers);
     fprintf(stderr, "perplexity: %s: %d chunks of %d tokens (the last %d of each scored), kernels %s, KV cache %s/%s%s%s\n",
             o.model, n_chunk, n_ctx, scored, quill_context_kernels(c), quill_type_name(o.type_k),
             quill_type_name(o.type_v), writing ? ", writing " : o.kld ? ", base " : "", o.base ? o.base : "");
+    if (gpu_name) fprintf(stderr, "perplexity: %s backend on %s, %d layers there\n", backend_name, gpu_name, gpu_layers);
     if (!o.json && o.kld)
         printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS"
                "            Same top p\n");
@@ -637,6 +657,12 @@ int cmd_perplexity(int argc, char **argv) {
         printf(", \"kernels\": \"%s\", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"n_ctx\": %d, \"n_chunks\": %d, "
                "\"n_scored\": %zu, ",
                quill_context_kernels(c), quill_type_name(o.type_k), quill_type_name(o.type_v), n_ctx, n_chunk, count);
+        printf("\"backend\": \"%s\", ", backend_name);
+        if (gpu_name) {
+            printf("\"device\": ");
+            cli_json_string(stdout, gpu_name, strlen(gpu_name));
+            printf(", \"gpu_layers\": %d, ", gpu_layers);
+        }
         json_number("ppl", ppl, true);
         json_number("ppl_error", ppl_err, true);
         printf("\"chunk_ppl\": [");

@@ -128,3 +128,13 @@ bool cli_parse_cache_type(const char *command, const char *flag, const char *val
     cli_fail("%s: %s: %s", command, flag, err.message);
     return false;
 }
+
+bool cli_parse_backend(const char *command, const char *value, quill_backend *out) {
+    if (!strcmp(value, "cpu")) *out = QUILL_BACKEND_CPU;
+    else if (!strcmp(value, "vulkan")) *out = QUILL_BACKEND_VULKAN;
+    else {
+        cli_fail("%s: --backend %s: the backends are cpu and vulkan", command, value);
+        return false;
+    }
+    return true;
+}

@@ -49,6 +49,7 @@ struct scheduler {
     const quill_tokenizer *tok;
     scheduler_params p;
     int n_vocab;
+    char backend[320];          /* scheduler_backend's text */
     slot *slots;
     int32_t *eog;               /* end-of-generation ids, masked for ignore_eos */
     int n_eog;
@@ -496,12 +497,17 @@ quill_status scheduler_new(quill_model *m, const scheduler_params *p, scheduler 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     quill_context_params cp = {.n_ctx = p->n_ctx, .n_threads = p->n_threads, .n_seq = p->n_slots,
-                               .type_k = p->type_k, .type_v = p->type_v};
+                               .type_k = p->type_k, .type_v = p->type_v, .backend = p->backend,
+                               .n_gpu_layers = p->n_gpu_layers, .device = p->device};
     quill_status st = quill_context_new(m, &cp, &s->ctx, err);
     if (st) {
         scheduler_free(s);
         return st;
     }
+    const char *device = NULL;
+    int gpu_layers = 0;
+    const char *backend = quill_context_backend(s->ctx, &device, &gpu_layers);
+    if (device) snprintf(s->backend, sizeof s->backend, ", %s backend on %s (%d layers)", backend, device, gpu_layers);
     s->p.n_ctx = quill_context_n_ctx(s->ctx);
     if ((st = quill_grammar_vocab_new(s->tok, &s->grammar_vocab, err))) {
         scheduler_free(s);
@@ -654,3 +660,5 @@ void scheduler_stats_get(scheduler *s, scheduler_stats *out) {
 
 int scheduler_n_ctx(const scheduler *s) { return s->p.n_ctx; }
 const char *scheduler_kernels(const scheduler *s) { return quill_context_kernels(s->ctx); }
+
+const char *scheduler_backend(const scheduler *s) { return s->backend; }

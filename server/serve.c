@@ -43,7 +43,12 @@ static const char usage[] =
     "                        while the step's batch has room; replies do not change\n"
     "  --lookup              speculative decoding by n-gram lookup in each request's text (no model)\n"
     "  --draft-max N         tokens drafted at most per request and step (default 16)\n"
-    "  --draft-min N         shorter drafts are not used (default 0)\n";
+    "  --draft-min N         shorter drafts are not used (default 0)\n"
+    "  --backend NAME        cpu (default) or vulkan: the weight products of the -ngl layers on a GPU\n"
+    "                        (docs/gpu.md; quill devices); embeddings and the draft model stay on the CPU\n"
+    "  -ngl, --n-gpu-layers N  with --backend vulkan: the last N layers there, N > layers: the output\n"
+    "                        too (default all)\n"
+    "  --device N            with --backend vulkan: the device (quill devices; default 0)\n";
 
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
     char *end;
@@ -76,7 +81,7 @@ static char *read_text_file(const char *path, size_t limit) {
 static int parse_options(int argc, char **argv, server_config *c) {
     *c = (server_config){.host = "127.0.0.1", .port = 8080, .n_slots = 4, .n_batch = 64, .timeout_s = 600,
                          .read_timeout_s = 15, .max_per_client = 32, .max_queue = 64, .max_connections = 256, .max_depth = 64, .max_body = 4u << 20,
-                         .chat_format = "chatml", .draft_max = 16};
+                         .chat_format = "chatml", .draft_max = 16, .n_gpu_layers = -1};
     const char *key_file = NULL, *draft_option = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -115,6 +120,9 @@ static int parse_options(int argc, char **argv, server_config *c) {
         INT("--max-tokens", "", 1, 1 << 30, max_tokens)
         INT("--draft-max", "--spec-draft-n-max", 1, QUILL_DRAFT_MAX, draft_max)
         INT("--draft-min", "--spec-draft-n-min", 0, QUILL_DRAFT_MAX, draft_min)
+        INT("-ngl", "--n-gpu-layers", -1, 1 << 20, n_gpu_layers)
+        INT("--gpu-layers", "", -1, 1 << 20, n_gpu_layers)
+        INT("--device", "", 0, 64, device)
 #undef INT
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model_path = v;
         else if (!strcmp(a, "--host")) c->host = v;
@@ -125,6 +133,14 @@ static int parse_options(int argc, char **argv, server_config *c) {
         else if (!strcmp(a, "--chat-format")) c->chat_format = v;
         else if (!strcmp(a, "--cors")) c->cors_origin = v;
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) c->model_draft = v;
+        else if (!strcmp(a, "--backend")) {
+            if (!strcmp(v, "cpu")) c->backend = QUILL_BACKEND_CPU;
+            else if (!strcmp(v, "vulkan")) c->backend = QUILL_BACKEND_VULKAN;
+            else {
+                fprintf(stderr, "quill serve: --backend %s: the backends are cpu and vulkan\n", v);
+                return 1;
+            }
+        }
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
             quill_error err;
             const bool keys = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
@@ -141,6 +157,9 @@ static int parse_options(int argc, char **argv, server_config *c) {
         fprintf(stderr, "quill serve: no model given: use -m MODEL.gguf (see quill serve --help)\n");
         return 1;
     }
+    if (c->n_gpu_layers > 0 && c->backend == QUILL_BACKEND_CPU)
+        fprintf(stderr, "quill serve: note: -ngl %d ignored: quill runs on the CPU (--backend vulkan runs layers on a GPU)\n",
+                c->n_gpu_layers);
     if (c->model_draft && c->lookup) {
         fprintf(stderr, "quill serve: give one of -md/--model-draft and --lookup (two ways of drafting)\n");
         return 1;
@@ -201,7 +220,8 @@ static quill_status load(server *s, quill_error *err) {
         per_slot = hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
     }
     scheduler_params sp = {c->n_slots, per_slot, c->n_threads, c->n_batch, c->max_queue, c->type_k, c->type_v,
-                           .lookup = c->lookup, .draft_max = c->draft_max, .draft_min = c->draft_min};
+                           .lookup = c->lookup, .draft_max = c->draft_max, .draft_min = c->draft_min,
+                           .backend = c->backend, .n_gpu_layers = c->n_gpu_layers, .device = c->device};
     if (c->model_draft) {
         if ((st = quill_model_load(c->model_draft, &s->draft_model, err))) return st;
         sp.draft_model = s->draft_model;
@@ -252,8 +272,8 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     atomic_store(&s->ready, true);
-    fprintf(stderr, "quill serve: ready in %.0f ms: %d slots of %d tokens, %s kernels%s%s%s\n", now_ms() - t0,
-            s->cfg.n_slots, scheduler_n_ctx(s->sched), scheduler_kernels(s->sched),
+    fprintf(stderr, "quill serve: ready in %.0f ms: %d slots of %d tokens, %s kernels%s%s%s%s\n", now_ms() - t0,
+            s->cfg.n_slots, scheduler_n_ctx(s->sched), scheduler_kernels(s->sched), scheduler_backend(s->sched),
             s->api_key ? ", API key required" : "",
             s->cfg.lookup ? ", speculative decoding by n-gram lookup" : s->cfg.model_draft ? ", draft model " : "",
             s->cfg.model_draft && !s->cfg.lookup ? s->cfg.model_draft : "");

@@ -168,6 +168,9 @@ typedef struct scheduler_params {
     bool lookup;
     quill_model *draft_model;
     int draft_max, draft_min;
+    /* --backend, -ngl, --device: where the slots' context runs its weight products */
+    quill_backend backend;
+    int n_gpu_layers, device;
 } scheduler_params;
 
 typedef struct scheduler_stats {
@@ -195,6 +198,8 @@ void scheduler_wait(scheduler *s, job *j, int ms);
 void scheduler_stats_get(scheduler *s, scheduler_stats *out);
 int scheduler_n_ctx(const scheduler *s);
 const char *scheduler_kernels(const scheduler *s);
+/* ", vulkan backend on DEVICE (N layers)" for the startup line, or "" on the CPU. */
+const char *scheduler_backend(const scheduler *s);
 
 job *job_new(void);
 void job_release(scheduler *s, job *j);   /* drops a reference (under no lock) */
@@ -212,6 +217,8 @@ typedef struct server_config {
     long max_tokens;
     size_t max_body;
     quill_type type_k, type_v;      /* the KV cache's types (-ctk, -ctv; default f32) */
+    quill_backend backend;          /* --backend, -ngl (-1: all and the output layer), --device */
+    int n_gpu_layers, device;
 } server_config;
 
 /* What the chat template can do with tools, probed once at start (chat_tools.c). */

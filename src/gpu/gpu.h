@@ -1,6 +1,6 @@
 /* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
- * and glslc (the Makefile's VULKAN), else left out. This first step enumerates the devices and runs
- * the weight products (f32, f16, q8_0, q4_0, q4_K, q6_K) on one, with the CPU path's exact integer
+ * and glslc (the Makefile's VULKAN), else left out. It enumerates the devices and runs the weight
+ * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer
  * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
 #ifndef QUILL_GPU_H
 #define QUILL_GPU_H
@@ -38,19 +38,53 @@ quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err);
 void quill_gpu_close(quill_gpu *g);
 /* The validation layer's error messages since the open (0 when it is off). */
 int quill_gpu_validation_errors(const quill_gpu *g);
+/* The weight types the device multiplies, for messages. */
+#define QUILL_GPU_TYPES "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4"
 /* Whether the device runs products of weights of `type`. */
 bool quill_gpu_supports(uint32_t type);
-/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For q8_0, q4_0, q4_K, q6_K the bits
- * are the CPU's exact products' (src/kernels/exact_scalar.c); for f32 and f16 an f32 sum in column
- * order. An unsupported type is refused by name. */
+/* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For the types with exact
+ * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4) the bits are the CPU's exact products'
+ * (src/kernels/exact_scalar.c); for f32, f16, bf16, iq4_nl and iq4_xs an f32 sum of the decoded
+ * weights (blocks of 32 in column order, then the blocks' sums in order). Either way a token's
+ * result does not depend on the batch. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err);
 
-/* Copies the weights w[0..bytes) to the device once; later products of w read that copy. The caller
- * keeps w unchanged while g is open (a model's mapped weights). */
+/* One product of a group: y[t * rows + r] = W[r] · x[t]. */
+typedef struct {
+    uint32_t type;
+    const void *w;
+    size_t row_bytes;
+    int64_t rows;
+    float *y;
+} quill_gpu_mat;
+/* The most products of one group. */
+#define QUILL_GPU_GROUP_MAX 4
+/* The products of n (1 to QUILL_GPU_GROUP_MAX) weights of `cols` columns with the same x (a layer's
+ * q, k and v; its gate and up) in one submission: x goes to the device once and is quantized once
+ * per act_max among them; each result as quill_gpu_matmul's. With n > 1 every w must be uploaded. */
+quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
+                               quill_error *err);
+
+/* Copies the weights w[0..bytes) to the device's own (device-local) memory once; later products of
+ * w read that copy. The caller keeps w unchanged while g is open (a model's mapped weights). */
 quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err);
+/* Uploads after this go through the staging buffer `chunk` bytes at a time (a multiple of 4), into
+ * device-local memory the host does not map, also where that memory is host-visible (lavapipe,
+ * integrated GPUs): the path a discrete GPU's uploads take, for the tests. */
+void quill_gpu_force_staging(quill_gpu *g, size_t chunk);
 /* Whether w was uploaded. */
 bool quill_gpu_resident(const quill_gpu *g, const void *w);
+/* Whether products of a few tokens run as a workgroup per (row, token) (split) or, as the others,
+ * one invocation per (row, token); both give the same bits. By default split on
+ * a GPU, not on a CPU driver; the tests set it to check both ways on lavapipe. */
+void quill_gpu_set_split(quill_gpu *g, bool split);
+/* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
+ * y): the tests lower it to check the spreading on small products. */
+void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width);
+/* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
+ * when that is less. */
+uint64_t quill_gpu_memory(const quill_gpu *g);
 /* The device's name (for --json and logs). */
 const char *quill_gpu_name(const quill_gpu *g);
 

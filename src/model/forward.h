@@ -23,11 +23,15 @@ static inline float quill_attn_temperature(const quill_arch_params *ap, int pos)
 
 /* The Vulkan backend's executor (gpu_offload.c): at context creation, the layers placed on the device
  * checked and their weights uploaded; at the end, its release. quill_gpu_product runs y = W·x there
- * when w was uploaded (false: not, the CPU runs it); a failure there is kept for quill_gpu_failed,
- * which the pass's callers check after each micro-batch (and which clears it). */
+ * when w was uploaded (false: not, the CPU runs it); quill_gpu_products runs y[i] = W[i]·x for the
+ * uploaded weights at the start of w[0..n) that share x's width, in one submission, and says how many
+ * (0: w[0] was not uploaded). A failure there is kept for quill_gpu_failed, which the pass's callers
+ * check after each micro-batch (and which clears it). */
 quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, quill_error *err);
 void quill_gpu_offload_free(quill_context *c);
 bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y);
+int quill_gpu_products(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                       int n_tok);
 quill_status quill_gpu_failed(quill_context *c, quill_error *err);
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */

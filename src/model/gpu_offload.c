@@ -30,8 +30,8 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
     if (!w->data) return QUILL_OK;
     if (!quill_gpu_supports(w->type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (f32, f16, q8_0, "
-                          "q4_0, q4_K, q6_K do); use fewer -ngl layers or --backend cpu",
+                          "--backend vulkan: %s%s%d is %s, which the Vulkan backend does not run yet (" QUILL_GPU_TYPES
+                          " do); use fewer -ngl layers or --backend cpu",
                           w->name ? w->name : "a weight", layer >= 0 ? " of layer " : "", layer >= 0 ? layer : 0,
                           quill_type_name(w->type));
     quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)w->rows * w->row_bytes, err);
@@ -39,6 +39,16 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
         return quill_fail(err, s, "--backend vulkan: %s (%.1f MiB) does not fit the device's memory; use fewer -ngl layers",
                           w->name ? w->name : "a weight", (double)w->rows * (double)w->row_bytes / (1024.0 * 1024.0));
     return s;
+}
+
+static double weight_bytes(const quill_weight *w) { return w->data ? (double)w->rows * (double)w->row_bytes : 0; }
+
+/* The bytes of a layer's weights that go to the device. */
+static double layer_bytes(const quill_layer *L) {
+    const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    double b = 0;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += weight_bytes(ws[i]);
+    return b;
 }
 
 quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, quill_error *err) {
@@ -59,6 +69,22 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     if (!(c->gpu_failure = calloc(1, sizeof *c->gpu_failure))) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     quill_status s = quill_gpu_open(p->device, &c->gpu, err);
     if (s) return s;
+    /* the placed weights against the device's memory, before any is uploaded: the sizes, and how
+     * many of the last layers would fit */
+    const double mib = 1024.0 * 1024.0, memory = (double)quill_gpu_memory(c->gpu);
+    double need = ngl > n_layer ? weight_bytes(&m->output) : 0, fit_need = 0;
+    int fits = 0;
+    for (int l = n_layer - 1; l >= first; l--) {
+        need += layer_bytes(&m->layers[l]);
+        if (fits == n_layer - 1 - l && fit_need + layer_bytes(&m->layers[l]) <= memory)
+            fit_need += layer_bytes(&m->layers[l]), fits++;
+    }
+    if (need > memory)
+        return quill_fail(err, QUILL_E_NOMEM,
+                          "--backend vulkan: -ngl %d places %.1f MiB of weights on %s, which has %.1f MiB of "
+                          "device-local memory%s; -ngl %d fits (the rest of the layers on the CPU), or use --backend cpu",
+                          ngl, need / mib, quill_gpu_name(c->gpu), memory / mib,
+                          getenv("QUILL_VULKAN_MEMORY_MIB") ? " for quill (QUILL_VULKAN_MEMORY_MIB)" : "", fits);
     for (int l = first; l < n_layer && !s; l++) {
         const quill_layer *L = &m->layers[l];
         const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
@@ -90,12 +116,21 @@ quill_status quill_gpu_failed(quill_context *c, quill_error *err) {
     return s;
 }
 
-bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
-    if (!c->gpu || !quill_gpu_resident(c->gpu, w->data)) return false;
+int quill_gpu_products(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
+                       int n_tok) {
+    if (!c->gpu) return 0;
+    quill_gpu_mat p[QUILL_GPU_GROUP_MAX];
+    int k = 0;
+    for (; k < n && k < QUILL_GPU_GROUP_MAX && w[k]->cols == w[0]->cols && quill_gpu_resident(c->gpu, w[k]->data); k++)
+        p[k] = (quill_gpu_mat){w[k]->type, w[k]->data, w[k]->row_bytes, w[k]->rows, y[k]};
+    if (!k) return 0;
     struct quill_gpu_failure *f = c->gpu_failure;
-    if (f->status == QUILL_OK)
-        f->status = quill_gpu_matmul(c->gpu, w->type, w->data, w->row_bytes, w->rows, w->cols, x, n_tok, y, &f->err);
-    if (f->status)
-        for (int64_t i = 0; i < w->rows * n_tok; i++) y[i] = __builtin_nanf(""); /* (the pass's result is discarded) */
-    return true;
+    if (f->status == QUILL_OK) f->status = quill_gpu_matmuls(c->gpu, p, k, w[0]->cols, x, n_tok, &f->err);
+    for (int i = 0; f->status && i < k; i++)
+        for (int64_t j = 0; j < w[i]->rows * n_tok; j++) y[i][j] = __builtin_nanf(""); /* (the pass's result is discarded) */
+    return k;
+}
+
+bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
+    return quill_gpu_products(c, &w, &y, 1, x, n_tok) == 1;
 }

@@ -100,9 +100,10 @@ static int product_group(const quill_context *c, const quill_weight *const *w, f
 static void matmuls_on(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
                        int n_tok, quill_pool *pool, void *scratch, int thread) {
     for (int i = 0; i < n;) {
-        if (c->gpu) { /* (one by one: the device runs the uploaded ones) */
-            matmul_on(c, w[i], x, n_tok, y[i], pool, scratch, thread);
-            i++;
+        if (c->gpu) { /* the device runs the uploaded ones, neighbours of this input in one submission */
+            const int done = quill_gpu_products(c, w + i, y + i, n - i, x, n_tok);
+            if (!done) matmul_on(c, w[i], x, n_tok, y[i], pool, scratch, thread);
+            i += done ? done : 1;
             continue;
         }
         quill_matrix m[QUILL_MATMUL_MAX_MATS];

@@ -1,9 +1,12 @@
 /* The Vulkan compute backend (gpu.h): instance and device, the shaders of shaders/ (compiled to
  * SPIR-V by glslc at build time and included as word arrays), and the weight products.
  *
- * Memory is host-visible and coherent, allocated per call: right for lavapipe (where all memory is
- * the CPU's) and for checking the arithmetic; weights resident in device-local memory come with the
- * forward pass (docs/gpu.md). */
+ * Memory: uploaded weights and the activations' codes live in device-local memory (a discrete GPU
+ * reads its own memory, not the host's over the bus); the weights go there once through a
+ * host-visible staging buffer, or are written in place where the device-local memory is
+ * host-visible too (lavapipe, integrated GPUs). A product's activations and results go through
+ * host-visible buffers. Those buffers, the descriptor sets, the command buffer and the fence are made
+ * once and kept (the buffers grown when a product needs more), not made per product. */
 #ifdef QUILL_VULKAN
 #include "gpu/gpu.h"
 #include "base/error.h"
@@ -51,7 +54,20 @@ struct quill_gpu {
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipe_layout;
     VkPipeline pipes[PIPE_COUNT];
-    uint32_t host_memory_type;
+    uint32_t host_memory_type;   /* host-visible and coherent: activations in, results out */
+    uint32_t device_memory_type; /* device-local: weights and codes */
+    bool device_memory_mapped;   /* the device-local type is host-visible too: no staging */
+    size_t staging_chunk;        /* bytes per staged copy */
+    uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
+    bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
+    uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
+    /* kept across products (a product at a time: the forward pass runs them in order) */
+    VkDescriptorPool dpool;
+    VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
+    size_t offset_alignment;                        /* minStorageBufferOffsetAlignment */
+    VkCommandBuffer cmd;
+    VkFence fence;
+    gpu_buffer x, codes, da, y, w; /* w: the weights of a product whose weights were not uploaded */
     int validation_errors;
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
@@ -184,16 +200,41 @@ quill_status quill_gpu_devices(quill_gpu_device *out, int max, int *n, quill_err
 
 const char *quill_gpu_name(const quill_gpu *g) { return g->name; }
 
+uint64_t quill_gpu_memory(const quill_gpu *g) { return g->memory; }
+
 int quill_gpu_validation_errors(const quill_gpu *g) { return g ? g->validation_errors : 0; }
 
-/* product_exact.comp's kind of a type, or -1 */
+/* product_exact.comp's kind of a type, or -1: the types with the CPU path's exact products */
 static int exact_kind(uint32_t type) {
-    return type == QUILL_TYPE_Q4_0 ? 0 : type == QUILL_TYPE_Q8_0 ? 1 : type == QUILL_TYPE_Q4_K ? 2 : type == QUILL_TYPE_Q6_K ? 3 : -1;
+    switch (type) {
+    case QUILL_TYPE_Q4_0: return 0;
+    case QUILL_TYPE_Q4_1: return 1;
+    case QUILL_TYPE_Q5_0: return 2;
+    case QUILL_TYPE_Q5_1: return 3;
+    case QUILL_TYPE_Q8_0: return 4;
+    case QUILL_TYPE_MXFP4: return 5;
+    case QUILL_TYPE_Q4_K: return 6;
+    case QUILL_TYPE_Q5_K: return 7;
+    case QUILL_TYPE_Q6_K: return 8;
+    case QUILL_TYPE_Q2_K: return 9;
+    case QUILL_TYPE_Q3_K: return 10;
+    default: return -1;
+    }
 }
 
-bool quill_gpu_supports(uint32_t type) {
-    return type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || exact_kind(type) >= 0;
+/* product_float.comp's kind of a type, or -1: the types the CPU path multiplies in f32 */
+static int float_kind(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_F32: return 0;
+    case QUILL_TYPE_F16: return 1;
+    case QUILL_TYPE_BF16: return 2;
+    case QUILL_TYPE_IQ4_NL: return 3;
+    case QUILL_TYPE_IQ4_XS: return 4;
+    default: return -1;
+    }
 }
+
+bool quill_gpu_supports(uint32_t type) { return float_kind(type) >= 0 || exact_kind(type) >= 0; }
 
 static void buffer_free(quill_gpu *g, gpu_buffer *b);
 
@@ -203,6 +244,11 @@ void quill_gpu_close(quill_gpu *g) {
         vkDeviceWaitIdle(g->device);
         for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
         free(g->resident);
+        buffer_free(g, &g->x), buffer_free(g, &g->codes), buffer_free(g, &g->da), buffer_free(g, &g->y);
+        buffer_free(g, &g->w);
+        if (g->fence) vkDestroyFence(g->device, g->fence, NULL);
+        if (g->cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &g->cmd);
+        if (g->dpool) vkDestroyDescriptorPool(g->device, g->dpool, NULL);
         for (int i = 0; i < PIPE_COUNT; i++)
             if (g->pipes[i]) vkDestroyPipeline(g->device, g->pipes[i], NULL);
         if (g->pipe_layout) vkDestroyPipelineLayout(g->device, g->pipe_layout, NULL);
@@ -253,6 +299,11 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(g->phys, &props);
     snprintf(g->name, sizeof g->name, "%s", props.deviceName);
+    g->offset_alignment = props.limits.minStorageBufferOffsetAlignment ? (size_t)props.limits.minStorageBufferOffsetAlignment : 4;
+    /* a CPU driver runs a workgroup's invocations as one thread's vector lanes: the split way's
+     * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
+    g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    g->dispatch_width = 65535;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -266,11 +317,31 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     VkPhysicalDeviceMemoryProperties mem;
     vkGetPhysicalDeviceMemoryProperties(g->phys, &mem);
     const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    g->host_memory_type = UINT32_MAX;
-    for (uint32_t i = 0; i < mem.memoryTypeCount && g->host_memory_type == UINT32_MAX; i++)
-        if ((mem.memoryTypes[i].propertyFlags & want) == want) g->host_memory_type = i;
+    /* the host's buffers: cached memory where there is some (the host reads the results back: from
+     * write-combined memory that is slow), and the host's own rather than a GPU's small window of
+     * its memory (the 256 MiB BAR without resizable BAR) */
+    g->host_memory_type = g->device_memory_type = UINT32_MAX;
+    int best = -1;
+    for (uint32_t i = 0; i < mem.memoryTypeCount; i++) {
+        const VkMemoryPropertyFlags f = mem.memoryTypes[i].propertyFlags;
+        const int score = 2 * !!(f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) + !(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if ((f & want) == want && score > best) g->host_memory_type = i, best = score;
+        if (g->device_memory_type == UINT32_MAX && (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) g->device_memory_type = i;
+    }
     if (g->host_memory_type == UINT32_MAX)
         return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: device %d has no host-visible coherent memory", index);
+    if (g->device_memory_type == UINT32_MAX) g->device_memory_type = g->host_memory_type;
+    g->device_memory_mapped = (mem.memoryTypes[g->device_memory_type].propertyFlags & want) == want;
+    g->staging_chunk = (size_t)64 << 20;
+    for (uint32_t i = 0; i < mem.memoryHeapCount; i++)
+        if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) g->memory += mem.memoryHeaps[i].size;
+    /* a cap on what quill takes, leaving the rest to other programs */
+    const char *cap = getenv("QUILL_VULKAN_MEMORY_MIB");
+    char *end;
+    const unsigned long long mib = cap && *cap ? strtoull(cap, &end, 10) : 0;
+    if (cap && *cap && (*end || mib == 0))
+        return quill_fail(err, QUILL_E_ARG, "vulkan: QUILL_VULKAN_MEMORY_MIB=%s is not a positive whole number of MiB", cap);
+    if (mib && (mib << 20) < g->memory) g->memory = mib << 20;
 
     const float priority = 1.0f;
     const VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
@@ -299,7 +370,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
                                                 .bindingCount = BINDINGS, .pBindings = b};
     if ((r = vkCreateDescriptorSetLayout(g->device, &li, NULL, &g->set_layout)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreateDescriptorSetLayout");
-    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 5 * sizeof(uint32_t)};
+    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 6 * sizeof(uint32_t)};
     const VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                            .pSetLayouts = &g->set_layout, .pushConstantRangeCount = 1,
                                            .pPushConstantRanges = &push};
@@ -307,7 +378,25 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
         return vk_fail(err, r, "vkCreatePipelineLayout");
     if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
     if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
-    return make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err);
+    if ((s = make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err))) return s;
+    /* the descriptor sets of a group of products (the quantizer's, each product's), the command
+     * buffer and the fence */
+    enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, SETS * BINDINGS};
+    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SETS,
+                                            .poolSizeCount = 1, .pPoolSizes = &ps};
+    if ((r = vkCreateDescriptorPool(g->device, &dpi, NULL, &g->dpool)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateDescriptorPool");
+    VkDescriptorSetLayout layouts[SETS];
+    for (int i = 0; i < SETS; i++) layouts[i] = g->set_layout;
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = g->dpool,
+                                             .descriptorSetCount = SETS, .pSetLayouts = layouts};
+    if ((r = vkAllocateDescriptorSets(g->device, &dai, g->sets)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateDescriptorSets");
+    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if ((r = vkAllocateCommandBuffers(g->device, &cai, &g->cmd)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateCommandBuffers");
+    const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = vkCreateFence(g->device, &fi, NULL, &g->fence)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateFence");
+    return QUILL_OK;
 }
 
 quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
@@ -326,25 +415,32 @@ quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
 /* ---------------------------------------------------------------- one product */
 
 
-static quill_status buffer_make(quill_gpu *g, size_t bytes, gpu_buffer *b, quill_error *err) {
+/* A storage buffer of `bytes` in device-local memory (device_local) or host-visible memory; mapped
+ * when its memory is host-visible. */
+static quill_status buffer_make(quill_gpu *g, size_t bytes, bool device_local, gpu_buffer *b, quill_error *err) {
     b->bytes = (bytes + 3) & ~(size_t)3;
     if (b->bytes == 0) b->bytes = 4;
     const VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = b->bytes,
-                                   .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+                                   .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                            VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                   .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult r = vkCreateBuffer(g->device, &bi, NULL, &b->buf);
     if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateBuffer");
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(g->device, b->buf, &req);
-    if (!(req.memoryTypeBits & (1u << g->host_memory_type)))
-        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: the device keeps storage buffers out of host-visible memory");
+    const uint32_t type = device_local ? g->device_memory_type : g->host_memory_type;
+    if (!(req.memoryTypeBits & (1u << type)))
+        return quill_fail(err, QUILL_E_UNSUPPORTED, "vulkan: the device keeps storage buffers out of its %s memory",
+                          device_local ? "device-local" : "host-visible");
     const VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
-                                     .memoryTypeIndex = g->host_memory_type};
+                                     .memoryTypeIndex = type};
     if ((r = vkAllocateMemory(g->device, &ai, NULL, &b->mem)) != VK_SUCCESS)
         return r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
                    ? quill_fail(err, QUILL_E_NOMEM, "vulkan: %zu bytes do not fit the device's memory", b->bytes)
                    : vk_fail(err, r, "vkAllocateMemory");
     if ((r = vkBindBufferMemory(g->device, b->buf, b->mem, 0)) != VK_SUCCESS) return vk_fail(err, r, "vkBindBufferMemory");
-    if ((r = vkMapMemory(g->device, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map)) != VK_SUCCESS) return vk_fail(err, r, "vkMapMemory");
+    if ((!device_local || g->device_memory_mapped) && (r = vkMapMemory(g->device, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map)) != VK_SUCCESS)
+        return vk_fail(err, r, "vkMapMemory");
     return QUILL_OK;
 }
 
@@ -353,6 +449,65 @@ static void buffer_free(quill_gpu *g, gpu_buffer *b) {
     if (b->buf) vkDestroyBuffer(g->device, b->buf, NULL);
     if (b->mem) vkFreeMemory(g->device, b->mem, NULL);
     memset(b, 0, sizeof *b);
+}
+
+/* A kept buffer with room for `bytes`: made again, larger, when it has less. */
+static quill_status buffer_room(quill_gpu *g, gpu_buffer *b, size_t bytes, bool device_local, quill_error *err) {
+    if (b->buf && b->bytes >= bytes) return QUILL_OK;
+    buffer_free(g, b);
+    const quill_status s = buffer_make(g, bytes, device_local, b, err);
+    if (s) buffer_free(g, b);
+    return s;
+}
+
+/* Runs the command buffer as recorded and waits for it. */
+static quill_status submit_and_wait(quill_gpu *g, const char *what, quill_error *err) {
+    VkResult r = vkEndCommandBuffer(g->cmd);
+    if (r != VK_SUCCESS) return vk_fail(err, r, "vkEndCommandBuffer");
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &g->cmd};
+    if ((r = vkResetFences(g->device, 1, &g->fence)) != VK_SUCCESS || (r = vkQueueSubmit(g->queue, 1, &si, g->fence)) != VK_SUCCESS ||
+        (r = vkWaitForFences(g->device, 1, &g->fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS)
+        return vk_fail(err, r, what);
+    return QUILL_OK;
+}
+
+static void begin_commands(quill_gpu *g) {
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    vkResetCommandBuffer(g->cmd, 0);
+    vkBeginCommandBuffer(g->cmd, &bi);
+}
+
+void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
+
+void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { g->dispatch_width = width ? width : 1; }
+
+void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
+    g->device_memory_mapped = false;
+    g->staging_chunk = chunk < 4 ? 4 : chunk & ~(size_t)3;
+}
+
+/* Copies host bytes into a device-local buffer that the host cannot map, through a staging buffer
+ * of at most staging_chunk bytes (64 MiB: a large weight does not need its size twice in host
+ * memory). */
+static quill_status upload_staged(quill_gpu *g, const void *host, size_t bytes, const gpu_buffer *dst, quill_error *err) {
+    gpu_buffer staging = {0};
+    const size_t chunk = bytes < g->staging_chunk ? bytes : g->staging_chunk;
+    quill_status s = buffer_make(g, chunk, false, &staging, err);
+    for (size_t at = 0; !s && at < bytes; at += chunk) {
+        const size_t n = bytes - at < chunk ? bytes - at : chunk;
+        memcpy(staging.map, (const char *)host + at, n);
+        begin_commands(g);
+        const VkBufferCopy copy = {.srcOffset = 0, .dstOffset = at, .size = (n + 3) & ~(size_t)3};
+        vkCmdCopyBuffer(g->cmd, staging.buf, dst->buf, 1, &copy);
+        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                    .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
+        vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0,
+                             NULL);
+        s = submit_and_wait(g, "uploading weights", err);
+    }
+    buffer_free(g, &staging);
+    return s;
 }
 
 static const gpu_buffer *resident_of(const quill_gpu *g, const void *host, size_t bytes) {
@@ -373,22 +528,26 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
     }
     struct resident *r = &g->resident[g->n_resident];
     memset(r, 0, sizeof *r);
-    quill_status s = buffer_make(g, bytes, &r->buf, err);
+    quill_status s = buffer_make(g, bytes, true, &r->buf, err);
+    if (!s) {
+        if (r->buf.map) memcpy(r->buf.map, w, bytes);
+        else s = upload_staged(g, w, bytes, &r->buf, err);
+    }
     if (s) {
         buffer_free(g, &r->buf);
         return s;
     }
-    memcpy(r->buf.map, w, bytes);
     r->host = w;
     g->n_resident++;
     return QUILL_OK;
 }
 
-static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS]) {
+/* A descriptor set of the four buffers, the results' (binding 3) from y_offset bytes on. */
+static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS], size_t y_offset) {
     VkDescriptorBufferInfo info[BINDINGS];
     VkWriteDescriptorSet w[BINDINGS];
     for (int i = 0; i < BINDINGS; i++) {
-        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, 0, VK_WHOLE_SIZE};
+        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, i == 3 ? y_offset : 0, VK_WHOLE_SIZE};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &info[i]};
@@ -396,112 +555,126 @@ static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const 
     vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
 }
 
-static uint32_t groups(uint64_t n) { return (uint32_t)((n + WORKGROUP - 1) / WORKGROUP); }
+static uint64_t groups(uint64_t n) { return (n + WORKGROUP - 1) / WORKGROUP; }
 
-quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
-                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
-    if (!quill_gpu_supports(type))
+/* n workgroups, over x and y where they outnumber the 65535 a device must take in x (the shaders
+ * number them y · width + x, and skip those past their work). */
+static void dispatch(const quill_gpu *g, VkCommandBuffer cmd, uint64_t n) {
+    const uint32_t x = n < g->dispatch_width ? (uint32_t)(n ? n : 1) : g->dispatch_width;
+    vkCmdDispatch(cmd, x, (uint32_t)((n + x - 1) / x), 1);
+}
+
+/* The most slots of an exact type's row, or blocks of 32 of a float type's (the shaders' MAX_SLOTS,
+ * MAX_BLOCKS: their shared memory), and tokens, for which a workgroup takes each (row, token) */
+#define SPLIT_MAX_PARTS 1024
+#define SPLIT_MAX_TOKENS 8
+
+/* Whether one product's arguments are in range (the shaders index in 32 bits). */
+static quill_status check_product(const quill_gpu_mat *p, int64_t cols, int n_tok, quill_error *err) {
+    if (!quill_gpu_supports(p->type))
         return quill_fail(err, QUILL_E_UNSUPPORTED,
-                          "vulkan: weights of type %s have no GPU product yet (f32, f16, q8_0, q4_0, q4_K, q6_K do)",
-                          quill_type_name(type));
-    const bool exact = exact_kind(type) >= 0;
-    if (rows <= 0 || cols <= 0 || n_tok <= 0 || cols % (exact ? block_elems(type) : 2) || row_bytes != quill_row_size(type, cols) ||
-        (uint64_t)rows * (uint64_t)n_tok > UINT32_MAX / 2 || (uint64_t)rows * row_bytes > UINT32_MAX / 2 ||
-        (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
+                          "vulkan: weights of type %s have no GPU product yet (" QUILL_GPU_TYPES " do)",
+                          quill_type_name(p->type));
+    const bool exact = exact_kind(p->type) >= 0;
+    /* (the activations' codes come in blocks of 32; f16 and bf16 are read in pairs) */
+    const int64_t block = quill_type_traits_of(p->type)->block_size;
+    if (p->rows <= 0 || cols <= 0 || n_tok <= 0 || cols % block || cols % (exact ? 32 : 2) ||
+        p->row_bytes != quill_row_size(p->type, cols) || (uint64_t)p->rows * (uint64_t)n_tok > UINT32_MAX / 2 ||
+        (uint64_t)p->rows * p->row_bytes > UINT32_MAX / 2 || (uint64_t)cols * (uint64_t)n_tok > UINT32_MAX / 2)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a product of %lld x %lld %s weights with %d tokens is out of range",
-                          (long long)rows, (long long)cols, quill_type_name(type), n_tok);
-    gpu_buffer wb = {0}, xb = {0}, codes = {0}, da = {0}, yb = {0};
-    VkDescriptorPool dpool = VK_NULL_HANDLE;
-    VkCommandBuffer cmd = VK_NULL_HANDLE;
-    VkFence fence = VK_NULL_HANDLE;
-    const size_t xs = (size_t)cols * (size_t)n_tok;
+                          (long long)p->rows, (long long)cols, quill_type_name(p->type), n_tok);
+    return QUILL_OK;
+}
+
+static size_t aligned(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
+                               quill_error *err) {
+    if (n < 1 || n > QUILL_GPU_GROUP_MAX)
+        return quill_fail(err, QUILL_E_ARG, "vulkan: %d products in one group (1 to %d)", n, QUILL_GPU_GROUP_MAX);
     quill_status s;
-    /* the weights: uploaded once (quill_gpu_upload), or for this call */
-    const gpu_buffer *weights = resident_of(g, w, (size_t)rows * row_bytes);
-    if ((!weights && (s = buffer_make(g, (size_t)rows * row_bytes, &wb, err))) || (s = buffer_make(g, xs * sizeof(float), &xb, err)) ||
-        (s = buffer_make(g, exact ? xs * sizeof(int32_t) : 4, &codes, err)) ||
-        (s = buffer_make(g, exact ? xs / 32 * sizeof(float) : 4, &da, err)) ||
-        (s = buffer_make(g, (size_t)rows * (size_t)n_tok * sizeof(float), &yb, err)))
-        goto done;
-    if (!weights) {
-        memcpy(wb.map, w, (size_t)rows * row_bytes);
-        weights = &wb;
+    const size_t xs = (size_t)cols * (size_t)n_tok;
+    const gpu_buffer *weights[QUILL_GPU_GROUP_MAX];
+    size_t y_at[QUILL_GPU_GROUP_MAX + 1] = {0};
+    bool any_exact = false;
+    for (int i = 0; i < n; i++) {
+        if ((s = check_product(&p[i], cols, n_tok, err))) return s;
+        any_exact |= exact_kind(p[i].type) >= 0;
+        weights[i] = resident_of(g, p[i].w, (size_t)p[i].rows * p[i].row_bytes);
+        if (!weights[i] && n > 1)
+            return quill_fail(err, QUILL_E_ARG, "vulkan: the weights of a group of products must be uploaded first");
+        /* each product's results at an offset the device's storage descriptors accept */
+        y_at[i + 1] = aligned(y_at[i] + (size_t)p[i].rows * (size_t)n_tok * sizeof(float), g->offset_alignment);
     }
-    memcpy(xb.map, x, xs * sizeof(float));
+    /* the weights: uploaded once (quill_gpu_upload), or for this call in the kept host-visible buffer */
+    if ((!weights[0] && (s = buffer_room(g, &g->w, (size_t)p[0].rows * p[0].row_bytes, false, err))) ||
+        (s = buffer_room(g, &g->x, xs * sizeof(float), false, err)) ||
+        (s = buffer_room(g, &g->codes, any_exact ? xs * sizeof(int32_t) : 4, true, err)) ||
+        (s = buffer_room(g, &g->da, any_exact ? xs / 32 * sizeof(float) : 4, true, err)) ||
+        (s = buffer_room(g, &g->y, y_at[n], false, err)))
+        return s;
+    if (!weights[0]) {
+        memcpy(g->w.map, p[0].w, (size_t)p[0].rows * p[0].row_bytes);
+        weights[0] = &g->w;
+    }
+    memcpy(g->x.map, x, xs * sizeof(float));
+    /* the quantizer reads x and writes the codes and scales; an exact product reads those, a float
+     * product x (its binding 1) */
+    bind_set(g, g->sets[0], (const gpu_buffer *const[]){&g->x, &g->codes, &g->da, &g->y}, 0);
+    for (int i = 0; i < n; i++)
+        bind_set(g, g->sets[1 + i],
+                 exact_kind(p[i].type) >= 0 ? (const gpu_buffer *const[]){weights[i], &g->codes, &g->da, &g->y}
+                                            : (const gpu_buffer *const[]){weights[i], &g->x, &g->da, &g->y},
+                 y_at[i]);
 
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * BINDINGS};
-    const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 2,
-                                            .poolSizeCount = 1, .pPoolSizes = &ps};
-    VkResult r = vkCreateDescriptorPool(g->device, &dpi, NULL, &dpool);
-    if (r != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkCreateDescriptorPool");
-        goto done;
+    begin_commands(g);
+    VkCommandBuffer cmd = g->cmd;
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    int quantized_for = -1; /* the act_max of the codes in the codes buffer */
+    for (int i = 0; i < n; i++) {
+        const bool exact = exact_kind(p[i].type) >= 0;
+        /* the codes once for the group, again where a type wants another act_max (after the
+         * products that read the earlier ones) */
+        if (exact && act_max(p[i].type) != quantized_for) {
+            if (quantized_for >= 0)
+                vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
+                                     0, NULL, 0, NULL);
+            quantized_for = act_max(p[i].type);
+            const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)quantized_for};
+            vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
+            vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
+            vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
+            dispatch(g, cmd, groups(xs / 32));
+            vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                                 NULL, 0, NULL);
+        }
+        /* a few tokens: a workgroup per (row, token), else the rows alone are too few for a GPU
+         * (the bits are the same either way) */
+        const int64_t parts = exact ? cols / slot_width(p[i].type) : (cols + 31) / 32;
+        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const uint32_t pp[6] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split};
+        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
+        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
+        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
+        const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
+        dispatch(g, cmd, split ? pairs : groups(pairs));
     }
-    VkDescriptorSet sets[2];
-    const VkDescriptorSetLayout layouts[2] = {g->set_layout, g->set_layout};
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = dpool,
-                                             .descriptorSetCount = 2, .pSetLayouts = layouts};
-    if ((r = vkAllocateDescriptorSets(g->device, &dai, sets)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkAllocateDescriptorSets");
-        goto done;
-    }
-    /* the quantizer reads x and writes the codes and scales; the exact product reads those, the
-     * float product x (its binding 1) */
-    bind_set(g, sets[0], (const gpu_buffer *const[]){&xb, &codes, &da, &yb});
-    bind_set(g, sets[1], exact ? (const gpu_buffer *const[]){weights, &codes, &da, &yb}
-                               : (const gpu_buffer *const[]){weights, &xb, &da, &yb});
-
-    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = g->pool,
-                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
-    if ((r = vkAllocateCommandBuffers(g->device, &cai, &cmd)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkAllocateCommandBuffers");
-        goto done;
-    }
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    vkBeginCommandBuffer(cmd, &bi);
-    if (exact) {
-        const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)act_max(type)};
-        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
-        vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[0], 0, NULL);
-        vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
-        vkCmdDispatch(cmd, groups(xs / 32), 1, 1);
-        const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                    .dstAccessMask = VK_ACCESS_SHADER_READ_BIT};
-        vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
-                             NULL, 0, NULL);
-    }
-    const uint32_t pp[5] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)row_bytes,
-                            exact ? (uint32_t)exact_kind(type) : type == QUILL_TYPE_F16 ? 1u : 0u};
-    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
-    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &sets[1], 0, NULL);
-    vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
-    vkCmdDispatch(cmd, groups((uint64_t)rows * (uint64_t)n_tok), 1, 1);
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
-    if ((r = vkEndCommandBuffer(cmd)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkEndCommandBuffer");
-        goto done;
-    }
-    const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = vkCreateFence(g->device, &fi, NULL, &fence)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "vkCreateFence");
-        goto done;
-    }
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-    if ((r = vkQueueSubmit(g->queue, 1, &si, fence)) != VK_SUCCESS ||
-        (r = vkWaitForFences(g->device, 1, &fence, VK_TRUE, UINT64_MAX)) != VK_SUCCESS) {
-        s = vk_fail(err, r, "running the product");
-        goto done;
-    }
-    memcpy(y, yb.map, (size_t)rows * (size_t)n_tok * sizeof(float));
-done:
-    if (fence) vkDestroyFence(g->device, fence, NULL);
-    if (cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &cmd);
-    if (dpool) vkDestroyDescriptorPool(g->device, dpool, NULL);
-    buffer_free(g, &wb), buffer_free(g, &xb), buffer_free(g, &codes), buffer_free(g, &da), buffer_free(g, &yb);
-    return s;
+    if ((s = submit_and_wait(g, "running the products", err))) return s;
+    for (int i = 0; i < n; i++)
+        memcpy(p[i].y, (const char *)g->y.map + y_at[i], (size_t)p[i].rows * (size_t)n_tok * sizeof(float));
+    return QUILL_OK;
+}
+
+quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
+                              int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
+    const quill_gpu_mat p = {type, w, row_bytes, rows, y};
+    return quill_gpu_matmuls(g, &p, 1, cols, x, n_tok, err);
 }
 #else
 typedef int quill_gpu_vulkan_unused; /* (ISO C wants a translation unit to declare something) */

@@ -1,17 +1,35 @@
 #version 450
-// y[t][r] = W[r] · x[t] for q4_0, q8_0, q4_K and q6_K weights with the activations' codes (quantize.comp),
-// as src/kernels/exact_scalar.c defines the bits: per sub-block (32; q6_K: 16) the integer
-// C = Σ q·a (exact), then acc = fma(C, s·da, acc) sub-block after sub-block (q4_K: and
-// fma(-m, da·Σa, acc)). One invocation per (row, token), so that no
-// result depends on the batch, the workgroup or the subgroup size.
+// y[t][r] = W[r] · x[t] for the exact types' weights with the activations' codes (quantize.comp),
+// as src/kernels/exact_scalar.c defines the bits: per slot (32 columns; q6_K, q2_K, q3_K: 16) the
+// integer C = Σ q·a (exact), then acc = fma(C, s·da, acc) slot after slot, and for the types with
+// minimums acc = fma(-m, da·Σa, acc) with Σa the slot's codes' sum. The codes q and the scales s, m
+// of each type are exact_scalar.c's row_codes and row_scales, and exact_unpack.c's for q2_K, q3_K
+// and mxfp4. Two ways to the same bits: one invocation per (row, token) (split 0), or a workgroup
+// per (row, token) (split 1, for a few tokens, where rows alone are too few to fill a GPU): its
+// invocations compute the slots' integers and the products s·da, da·Σa (each rounded on its own,
+// in any order) into shared memory, then its first invocation adds them up slot after slot. No
+// result depends on the batch, the way, the workgroup or the subgroup size.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
 layout(std430, binding = 2) readonly buffer Scales { float da[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-// kind: 0 q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles, codes q - 8), 1 q8_0 (34-byte blocks:
-// f16 d, 32 signed bytes), 2 q4_K, 3 q6_K (as exact_scalar.c's row_codes and row_scales read them)
-layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; } p;
+// kind (vulkan.c's exact_kind): 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 (the 32-column formats with nibbles
+// and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K
+// split: see above (vulkan.c chooses; the slots then number at most MAX_SLOTS)
+layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; } p;
+
+const uint MAX_SLOTS = 1024u;
+shared float s_c[MAX_SLOTS], s_sda[MAX_SLOTS], s_negm[MAX_SLOTS], s_dsum[MAX_SLOTS];
+
+// q4_0 .. q5_1: bytes per block, where the nibbles and the fifth bits start (0: none), the code bias,
+// and whether the block keeps a minimum after d
+const uint LEGACY_BYTES[4] = uint[4](18u, 20u, 22u, 24u);
+const uint LEGACY_QS[4] = uint[4](2u, 4u, 6u, 8u);
+const uint LEGACY_QH[4] = uint[4](0u, 0u, 2u, 4u);
+const int LEGACY_BIAS[4] = int[4](8, 0, 16, 0);
+// mxfp4's E2M1 levels, doubled (types_lowbit.c's quill_kvalues_fp4)
+const int FP4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 
 // fma(a, b, c) rounded once, as C's fmaf: GLSL's fma may be a multiply and an add (llvmpipe's
 // is), so it is built from float64 operations, each correctly rounded in Vulkan: a·b is exact in
@@ -41,74 +59,176 @@ uint byte_at(uint i) { return (w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu; }
 
 float half_at(uint i) { return unpackHalf2x16(byte_at(i) | (byte_at(i + 1u) << 8)).x; }
 
-void main() {
-    const uint id = gl_GlobalInvocationID.x;
-    if (id >= p.rows * p.n_tok) return;
-    const uint r = id % p.rows, t = id / p.rows;
-    const uint nb = p.cols / 32u;
-    precise float acc = 0.0;
-    // block after block of 32 activations (their codes share one scale da), in column order
-    for (uint b = 0u; b < nb; b++) {
-        const uint a0 = (t * nb + b) * 32u;
-        const float dab = da[t * nb + b];
-        if (p.kind <= 1u) {
-            const uint at = r * p.row_bytes + b * (p.kind == 0u ? 18u : 34u);
-            int c = 0;
-            if (p.kind == 0u) {
-                for (uint j = 0u; j < 16u; j++) {
-                    const uint q = byte_at(at + 2u + j);
-                    c += (int(q & 0xFu) - 8) * codes[a0 + j] + (int(q >> 4) - 8) * codes[a0 + 16u + j];
-                }
-            } else {
-                for (uint j = 0u; j < 32u; j++) c += bitfieldExtract(int(byte_at(at + 2u + j)), 0, 8) * codes[a0 + j];
-            }
-            precise const float s = half_at(at) * dab;
-            acc = fma_once(float(c), s, acc);
-        } else if (p.kind == 2u) {
-            // q4_K: 144-byte blocks of 256 (d, dmin, 12 bytes of 6-bit scales and minimums, 128 of
-            // nibbles); sub-block sb of 32: weight d·sc·q - dmin·mn
-            const uint at = r * p.row_bytes + (b / 8u) * 144u, sb = b % 8u;
-            uint sc, mn;
-            if (sb < 4u) {
-                sc = byte_at(at + 4u + sb) & 63u;
-                mn = byte_at(at + 8u + sb) & 63u;
-            } else {
-                sc = (byte_at(at + 8u + sb) & 0xFu) | ((byte_at(at + sb) >> 6) << 4);
-                mn = (byte_at(at + 8u + sb) >> 4) | ((byte_at(at + 4u + sb) >> 6) << 4);
-            }
-            const uint qs = at + 16u + (sb / 2u) * 32u, shift = (sb % 2u) * 4u;
-            int c = 0, sum = 0;
-            for (uint j = 0u; j < 32u; j++) {
-                const int a = codes[a0 + j];
-                c += int((byte_at(qs + j) >> shift) & 0xFu) * a;
-                sum += a;
-            }
-            precise const float s = half_at(at) * float(sc);
-            precise const float m = half_at(at + 2u) * float(mn);
-            precise const float sda = s * dab;
-            precise const float dsum = dab * float(sum);
-            acc = fma_once(float(c), sda, acc);
-            acc = fma_once(-m, dsum, acc);
+// mxfp4's E8M0 exponent as 2^(e - 128) (types_internal.h's quill_e8m0_half_to_float)
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
+
+// One slot's step of the sum: acc = fma(C, s·da, acc), then for minimums fma(m', da·Σa, acc) with
+// m' = -m, the value the CPU passes (q4_1 and q5_1 keep their minimum negated, so m' is theirs).
+// Columns per slot of a kind: q6_K, q2_K and q3_K 16, the others 32.
+uint slot_width(uint kind) { return kind >= 8u ? 16u : 32u; }
+
+bool with_min(uint kind) { return kind == 1u || kind == 3u || kind == 6u || kind == 7u || kind == 9u; }
+
+// Slot s of the row at byte `row`: the integers C = Σ q·a and Σa over its columns, the activation
+// codes of its first column at codes[a0].
+void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
+    c = 0;
+    sum = 0;
+    if (kind <= 3u) {
+        // q4_0 .. q5_1: blocks of 32 with nibbles (low ones first) and fifth bits
+        const uint at = row + s * LEGACY_BYTES[kind], qs = at + LEGACY_QS[kind], qh_at = LEGACY_QH[kind];
+        const uint qh = qh_at == 0u ? 0u
+                                    : byte_at(at + qh_at) | (byte_at(at + qh_at + 1u) << 8) |
+                                          (byte_at(at + qh_at + 2u) << 16) | (byte_at(at + qh_at + 3u) << 24);
+        for (uint j = 0u; j < 32u; j++) {
+            const uint nib = j < 16u ? byte_at(qs + j) & 0xFu : byte_at(qs + j - 16u) >> 4;
+            const int a = codes[a0 + j];
+            c += (int(nib | (((qh >> j) & 1u) << 4)) - LEGACY_BIAS[kind]) * a;
+            sum += a;
+        }
+    } else if (kind == 4u) {
+        // q8_0: 34-byte blocks (d, 32 signed bytes)
+        const uint at = row + s * 34u;
+        for (uint j = 0u; j < 32u; j++) c += bitfieldExtract(int(byte_at(at + 2u + j)), 0, 8) * codes[a0 + j];
+    } else if (kind == 5u) {
+        // mxfp4: 17-byte blocks (E8M0 exponent, 16 bytes of fp4 nibbles, low nibbles first)
+        const uint at = row + s * 17u;
+        for (uint j = 0u; j < 16u; j++) {
+            const uint q = byte_at(at + 1u + j);
+            c += FP4[q & 0xFu] * codes[a0 + j] + FP4[q >> 4] * codes[a0 + 16u + j];
+        }
+    } else if (kind <= 7u) {
+        // q4_K (144-byte blocks of 256: d, dmin, 12 bytes of scales and minimums, 128 of nibbles) and
+        // q5_K (176: the same with 32 bytes of fifth bits before the nibbles); sub-block sb of 32
+        const bool five = kind == 7u;
+        const uint at = row + (s / 8u) * (five ? 176u : 144u), sb = s % 8u;
+        const uint qs = at + (five ? 48u : 16u) + (sb / 2u) * 32u, shift = (sb % 2u) * 4u;
+        for (uint j = 0u; j < 32u; j++) {
+            const int a = codes[a0 + j];
+            uint q = (byte_at(qs + j) >> shift) & 0xFu;
+            if (five) q |= ((byte_at(at + 16u + j) >> sb) & 1u) << 4;
+            c += int(q) * a;
+            sum += a;
+        }
+    } else if (kind == 8u) {
+        // q6_K: 210-byte blocks of 256 (128 bytes of low nibbles, 64 of high bit pairs, 16 signed
+        // scales, d); codes q - 32
+        const uint at = row + (s / 16u) * 210u, j0 = (s % 16u) * 16u;
+        for (uint j = j0; j < j0 + 16u; j++) {
+            const uint hf = j / 128u, qd = (j % 128u) / 32u, l = j % 32u;
+            uint lo = byte_at(at + 64u * hf + l + ((qd & 1u) != 0u ? 32u : 0u));
+            lo = qd >= 2u ? lo >> 4 : lo & 0xFu;
+            const int q = int(lo | (((byte_at(at + 128u + 32u * hf + l) >> (2u * qd)) & 3u) << 4)) - 32;
+            c += q * codes[a0 + (j - j0)];
+        }
+    } else {
+        // q2_K (84-byte blocks of 256: 16 bytes of scales and minimums, 64 of bit pairs, d, dmin) and
+        // q3_K (110: 32 bytes of third bits, 64 of bit pairs, 12 of scales, d): column 32j + l of
+        // half h takes bits 2j, 2j + 1 of qs[32h + l]
+        const bool two = kind == 9u;
+        const uint at = row + (s / 16u) * (two ? 84u : 110u), qs = at + (two ? 16u : 32u), j0 = (s % 16u) * 16u;
+        for (uint j = j0; j < j0 + 16u; j++) {
+            const uint h = j / 128u, jj = (j % 128u) / 32u, l = j % 32u;
+            int q = int((byte_at(qs + 32u * h + l) >> (2u * jj)) & 3u);
+            if (!two && ((byte_at(at + l) >> (4u * h + jj)) & 1u) == 0u) q -= 4;
+            const int a = codes[a0 + (j - j0)];
+            c += q * a;
+            sum += a;
+        }
+    }
+}
+
+// Slot s's scale, and for the types with minimums the value its minimums' term multiplies (q4_1
+// and q5_1 keep their minimum negated: it is theirs; the k-quants' -m).
+void slot_scales(uint kind, uint row, uint s, out float sc, out float neg_m) {
+    neg_m = 0.0;
+    if (kind <= 3u) {
+        const uint at = row + s * LEGACY_BYTES[kind];
+        sc = half_at(at);
+        if (with_min(kind)) neg_m = half_at(at + 2u);
+    } else if (kind == 4u) {
+        sc = half_at(row + s * 34u);
+    } else if (kind == 5u) {
+        sc = e8m0_half(byte_at(row + s * 17u));
+    } else if (kind <= 7u) {
+        const uint at = row + (s / 8u) * (kind == 7u ? 176u : 144u), sb = s % 8u;
+        uint scale, mn;
+        if (sb < 4u) {
+            scale = byte_at(at + 4u + sb) & 63u;
+            mn = byte_at(at + 8u + sb) & 63u;
         } else {
-            // q6_K: 210-byte blocks of 256 (128 bytes of low nibbles, 64 of high bit pairs, 16 signed
-            // scales, d); slots of 16: weight d·scale·(q - 32)
-            const uint at = r * p.row_bytes + (b / 8u) * 210u;
-            const float d = half_at(at + 208u);
-            for (uint k = 0u; k < 2u; k++) {
-                int c = 0;
-                const uint j0 = (b % 8u) * 32u + k * 16u;
-                for (uint j = j0; j < j0 + 16u; j++) {
-                    const uint hf = j / 128u, qd = (j % 128u) / 32u, l = j % 32u;
-                    uint lo = byte_at(at + 64u * hf + l + ((qd & 1u) != 0u ? 32u : 0u));
-                    lo = qd >= 2u ? lo >> 4 : lo & 0xFu;
-                    const int q = int(lo | (((byte_at(at + 128u + 32u * hf + l) >> (2u * qd)) & 3u) << 4)) - 32;
-                    c += q * codes[a0 + (j - j0) + k * 16u];
-                }
-                precise const float s = d * float(bitfieldExtract(int(byte_at(at + 192u + j0 / 16u)), 0, 8));
-                precise const float sda = s * dab;
-                acc = fma_once(float(c), sda, acc);
+            scale = (byte_at(at + 8u + sb) & 0xFu) | ((byte_at(at + sb) >> 6) << 4);
+            mn = (byte_at(at + 8u + sb) >> 4) | ((byte_at(at + 4u + sb) >> 6) << 4);
+        }
+        precise const float d = half_at(at) * float(scale);
+        precise const float m = half_at(at + 2u) * float(mn);
+        sc = d;
+        neg_m = -m;
+    } else if (kind == 8u) {
+        const uint at = row + (s / 16u) * 210u;
+        precise const float d = half_at(at + 208u) * float(bitfieldExtract(int(byte_at(at + 192u + s % 16u)), 0, 8));
+        sc = d;
+    } else if (kind == 9u) {
+        const uint at = row + (s / 16u) * 84u, sm = byte_at(at + s % 16u);
+        precise const float d = half_at(at + 80u) * float(sm & 0xFu);
+        precise const float m = half_at(at + 82u) * float(sm >> 4);
+        sc = d;
+        neg_m = -m;
+    } else {
+        // q3_K's sixteen 6-bit scales: low 4 bits from bytes 0..7 (low nibbles for slots 0..7, high
+        // for 8..15), high 2 bits from bytes 8..11; less 32
+        const uint at = row + (s / 16u) * 110u, sat = at + 96u, k = s % 16u;
+        const uint lo = k < 8u ? byte_at(sat + k) & 0xFu : byte_at(sat + k - 8u) >> 4;
+        const uint hi = (byte_at(sat + 8u + (k & 3u)) >> (2u * (k >> 2))) & 3u;
+        precise const float d = half_at(at + 108u) * float(int(lo | (hi << 4)) - 32);
+        sc = d;
+    }
+}
+
+void main() {
+    const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
+    // neighbouring (row, token) pairs are the tokens of one row: they read the same weight bytes
+    const uint id = p.split != 0u ? wg : wg * 64u + lane;
+    if (id >= p.rows * p.n_tok) return;
+    const uint r = id / p.n_tok, t = id % p.n_tok, kind = p.kind, width = slot_width(kind);
+    const uint nb = p.cols / 32u, row = r * p.row_bytes, n_slots = p.cols / width;
+    const bool mins = with_min(kind);
+    precise float acc = 0.0;
+    if (p.split == 0u) {
+        for (uint s = 0u; s < n_slots; s++) {
+            int c, sum;
+            float sc, neg_m;
+            slot_ints(kind, row, s, t * p.cols + s * width, c, sum);
+            slot_scales(kind, row, s, sc, neg_m);
+            const float dab = da[t * nb + s * width / 32u];
+            precise const float sda = sc * dab;
+            acc = fma_once(float(c), sda, acc);
+            if (mins) {
+                precise const float dsum = dab * float(sum);
+                acc = fma_once(neg_m, dsum, acc);
             }
         }
+        y[t * p.rows + r] = acc;
+        return;
+    }
+    for (uint s = lane; s < n_slots; s += 64u) {
+        int c, sum;
+        float sc, neg_m;
+        slot_ints(kind, row, s, t * p.cols + s * width, c, sum);
+        slot_scales(kind, row, s, sc, neg_m);
+        const float dab = da[t * nb + s * width / 32u];
+        precise const float sda = sc * dab;
+        precise const float dsum = dab * float(sum);
+        s_c[s] = float(c);
+        s_sda[s] = sda;
+        s_negm[s] = neg_m;
+        s_dsum[s] = dsum;
+    }
+    barrier();
+    if (lane != 0u) return;
+    for (uint s = 0u; s < n_slots; s++) {
+        acc = fma_once(s_c[s], s_sda[s], acc);
+        if (mins) acc = fma_once(s_negm[s], s_dsum[s], acc);
     }
     y[t * p.rows + r] = acc;
 }

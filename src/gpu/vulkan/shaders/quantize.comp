@@ -16,7 +16,8 @@ int round_8_bits(int v) {
 }
 
 void main() {
-    const uint blk = gl_GlobalInvocationID.x;
+    // (vulkan.c's dispatch spreads the workgroups over x and y: x holds at most 65535)
+    const uint blk = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
     if (blk >= p.n_blocks) return;
     const uint base = blk * 32u;
     float amax = 0.0;
