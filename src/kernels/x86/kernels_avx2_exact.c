@@ -43,6 +43,8 @@ static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WIN
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
 static inline int code_max(uint32_t type) {
     switch (type) {
+    case QUILL_TYPE_Q2_K: return 3;  /* 2-bit codes, no bias */
+    case QUILL_TYPE_Q3_K: return 7;  /* u = q + 4 of 3-bit codes, q in [-4, 3] */
     case QUILL_TYPE_Q6_K: return 63;
     case QUILL_TYPE_Q5_0:
     case QUILL_TYPE_Q5_1:
@@ -55,9 +57,14 @@ static inline int code_max(uint32_t type) {
 /* vpmaddubsw adds two products u·x into a signed 16-bit lane, SATURATING: with u <= code_max and
  * |x| <= 128 a result is at most 2·code_max·128 in magnitude (3840 for 4-bit codes, 7936 for 5-bit
  * ones, 16128 for q6_K's 6 bits), so this many results (8, 4, 2) add up in 16 bits without ever
- * passing 32767: every sum is exact. Each count divides a slot's kb / 4 registers (8, or 4 for
- * q6_K's slots of 16), as window_step's loop over them needs. */
-static inline int sums_per_lane16(uint32_t type) { return 32767 / (2 * 128 * code_max(type)); }
+ * passing 32767: every sum is exact. q2_K's codes (u <= 3: 768 a result) and q3_K's (u <= 7: 1792)
+ * allow 42 and 18, more than a slot of 16 columns has (4 registers: at most 4 · 1792 = 7168), so
+ * they add a whole slot. Each count divides a slot's kb / 4 registers (8, or 4 for the slots of
+ * 16), as window_step's loop over them needs. */
+static inline int sums_per_lane16(uint32_t type) {
+    const int fit = 32767 / (2 * 128 * code_max(type)), regs = slot_width(type) / 4;
+    return fit < regs ? fit : regs;
+}
 
 /* ---------------------------------------------------------------- activations */
 
@@ -126,12 +133,14 @@ static float quantize_block_avx2(const float *x, uint32_t type, int8_t *h, int8_
 typedef struct {
     int32_t *bias_sum; /* per slot (the type's sub-block): bias·Σa */
     float *da, *sf;    /* per block of 32: scale, da·Σa */
+    float *sf16;       /* per 16 columns: da·Σa, the minimums' term of q2_K's sub-blocks of 16 */
     int8_t *h, *l;     /* the codes' bytes (a = 256·h + l) in column order */
     int16_t *a16;      /* q8_0 (avx2): the codes, per 4 columns in the order 0, 2, 1, 3 (see q8_0_sums) */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)(cols / 16) * sizeof(int32_t) + (size_t)(cols / 32) * 2 * sizeof(float) + (size_t)cols * 4 + 32;
+    return (size_t)(cols / 16) * (sizeof(int32_t) + sizeof(float)) + (size_t)(cols / 32) * 2 * sizeof(float) +
+           (size_t)cols * 4 + 32;
 }
 
 static planes planes_at(void *mem, int64_t cols) {
@@ -139,7 +148,8 @@ static planes planes_at(void *mem, int64_t cols) {
     P.bias_sum = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
     P.da = (float *)(P.bias_sum + cols / 16);
     P.sf = P.da + cols / 32;
-    P.h = (int8_t *)(P.sf + cols / 32);
+    P.sf16 = P.sf + cols / 32;
+    P.h = (int8_t *)(P.sf16 + cols / 16);
     P.l = P.h + cols;
     P.a16 = (int16_t *)(P.l + cols);
     return P;
@@ -154,6 +164,8 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         P->sf[blk] = da * (float)sum;
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
+        if (slot_width(type) == 16 && has_min(type))
+            P->sf16[2 * blk] = da * (float)part[0], P->sf16[2 * blk + 1] = da * (float)part[1];
         if (type == QUILL_TYPE_Q8_0 && !QUILL_AVXVNNI)
             for (int c = 0; c < 32; c++) /* columns 4g + 1 and 4g + 2 trade places */
                 P->a16[blk * 32 + (c & ~3) + (c & 1) * 2 + (c & 2) / 2] =
@@ -231,6 +243,36 @@ static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, c
         const __m256i vm = _mm256_and_si256(_mm256_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
         _mm256_store_ps(W->s[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(vs)));
         _mm256_store_ps(W->m[j], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(vm)));
+    }
+}
+
+/* The sub-block scales of a q2_K or q3_K super-block for the 8 rows, from 16 bytes of each row as
+ * words w[0..3], as exact_unpack.c's unpackers compute them: q2_K's 16 scale bytes (4-bit scale,
+ * 4-bit minimum) with d and dmin in `dm`; q3_K's 12 bytes of 6-bit scales from byte 2 (as
+ * quill_q3_K_scales), d in the high half of word 3. */
+static inline __m256i window_byte(const __m256i w[4], int p) {
+    return _mm256_and_si256(_mm256_srli_epi32(w[p / 4], 8 * (p % 4)), _mm256_set1_epi32(0xFF));
+}
+static inline __attribute__((always_inline)) void lowbit_scales(uint32_t type, const __m256i w[4], __m256i dm,
+                                                                const window *W) {
+    const __m256i low = _mm256_set1_epi32(0xF);
+    if (type == QUILL_TYPE_Q2_K) {
+        const __m256 d = halves_lo(dm), dmin = halves_hi(dm);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const __m256i b = window_byte(w, i);
+            _mm256_store_ps(W->s[i], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(b, low))));
+            _mm256_store_ps(W->m[i], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))));
+        }
+        return;
+    }
+    const __m256 d = halves_hi(w[3]);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m256i lo = i < 8 ? _mm256_and_si256(window_byte(w, 2 + i), low) : _mm256_srli_epi32(window_byte(w, 2 + i - 8), 4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(window_byte(w, 2 + 8 + (i & 3)), 2 * (i >> 2)), _mm256_set1_epi32(3));
+        const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        _mm256_store_ps(W->s[i], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
     }
 }
 
@@ -458,7 +500,10 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
                                              _mm256_set1_epi32(P->bias_sum[col / kb]));
         const __m256 sc = _mm256_load_ps(W->s[i]);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
-        if (has_min(type)) *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(P->sf[blk]), *acc);
+        if (has_min(type)) { /* da·Σa of the slot's block of 32, or of its own 16 columns (q2_K) */
+            const float term = kb == 16 ? P->sf16[col / 16] : P->sf[blk];
+            *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(term), *acc);
+        }
     }
 }
 
@@ -547,7 +592,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K;
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -640,6 +685,34 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
             }
         for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
         kquant_scales(type, w, _mm256_setzero_si256(), W);
+        break;
+    }
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K: {
+        /* per sub-block of 16 columns a register whose byte j holds the code of column 4g + j at
+         * bits 2g, 2g + 1 (q3_K: of u = q + 4, its third bits in a register per pair of sub-blocks,
+         * that of sub-block 2p + i's column 4g + j at bit 4i + g of byte j). The 16-bit shifts move
+         * bits across bytes, but never onto the bits kept: right by at most 6 for the 2 low bits,
+         * by at most 5 or left by at most 2 for bit 2. */
+        const bool q3 = type == QUILL_TYPE_Q3_K;
+        const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+#pragma GCC unroll 16
+        for (int sl = 0; sl < 16; sl++) {
+            const __m256i v = half_reg(pw.codes, q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl, hf);
+            const __m256i third = q3 ? half_reg(pw.codes, 4 + 3 * (sl / 2) + 2, hf) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g), three);
+                if (q3) {
+                    const int bit = 4 * (sl % 2) + g;
+                    const __m256i at2 = bit >= 2 ? _mm256_srli_epi16(third, bit - 2) : _mm256_slli_epi16(third, 2 - bit);
+                    u = _mm256_or_si256(u, _mm256_and_si256(at2, four));
+                }
+                W->u[4 * sl + g] = u;
+            }
+        }
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        lowbit_scales(type, w, q3 ? _mm256_setzero_si256() : half_reg(pw.codes, 4, hf), W);
         break;
     }
     default: { /* q6_K: per 16 columns, nibbles of columns 4g.. (g = 0, 1 low; 2, 3 high) and their top bits at 2g */
@@ -778,7 +851,8 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
 QUILL_EXACT_TYPES(EXACT_MATMUL)
 
 /* The packed types' products from the layout. */
-#define PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4)
+#define PACKED_TYPES(M) \
+    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \
