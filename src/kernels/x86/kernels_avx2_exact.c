@@ -592,7 +592,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K ||
+           legacy_packed(type);
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -638,6 +639,21 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
             W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
         }
         _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        break;
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1:
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = half_reg(pw.codes, g, hf);
+            W->u[g] = _mm256_and_si256(v, low);
+            W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        if (legacy_qh(type)) add_fifth_bits(half_reg(pw.codes, 4, hf), W->u);
+        _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        if (has_min(type)) /* negated, as unpack_window's: it is added */
+            _mm256_store_ps(W->m[0], _mm256_xor_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 32 + 16 * hf))),
+                                                   _mm256_set1_ps(-0.0f)));
         break;
     case QUILL_TYPE_MXFP4: {
         /* q4_0's nibble bytes; each nibble to its code + 12 (code_bias) by a byte shuffle, and each
@@ -852,7 +868,8 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 
 /* The packed types' products from the layout. */
 #define PACKED_TYPES(M) \
-    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K)
+    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
+    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \
