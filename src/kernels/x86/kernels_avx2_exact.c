@@ -762,16 +762,16 @@ static inline __attribute__((always_inline)) __m256i lowbit_u(uint32_t type, __m
     return u;
 }
 
-/* One token's window of a q2_K or q3_K super-block, both halves of the tile at once, sub-block
- * after sub-block: each activation broadcast serves 16 rows, and the codes go from the layout to
- * the byte products without the window's round trip through memory (one product in the caches:
- * q2_K 1.1-1.4x the window loop on avx2, q2_K and q3_K 1.3-2x on avxvnni; bench/README.md). The
- * sums and the f32 steps are window_step's, per row, in its order: the same bits. */
+/* One token's window of a q2_K or q3_K super-block, halves h0..h0 + nh - 1 of the tile (both: each
+ * activation broadcast serves 16 rows), sub-block after sub-block, the codes going from the
+ * layout to the byte products without the window's round trip through memory (one product in the
+ * caches: q2_K 1.1-1.4x the window loop on avx2, q2_K and q3_K 1.3-1.6x on avxvnni; bench/README.md).
+ * The sums and the f32 steps are window_step's, per row, in its order: the same bits. */
 static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, packed_window pw, const planes *P,
-                                                                int64_t k, __m256 acc[2]) {
+                                                                int64_t k, __m256 acc[2], int h0, int nh) {
     const bool q3 = type == QUILL_TYPE_Q3_K;
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
-    for (int hf = 0; hf < 2; hf++) {
+    for (int hf = h0; hf < h0 + nh; hf++) {
         const window W = {NULL, NULL, s[hf], m[hf]};
         __m256i w[4];
         for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
@@ -785,7 +785,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
         const int64_t col = k + 16 * sl, blk = col / 32;
         const int reg = q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl;
         __m256i v[2], third[2], h16[2], l16[2];
-        for (int hf = 0; hf < 2; hf++) {
+        for (int hf = h0; hf < h0 + nh; hf++) {
             v[hf] = half_reg(pw.codes, reg, hf);
             third[hf] = q3 ? half_reg(pw.codes, 4 + 3 * (sl / 2) + 2, hf) : _mm256_setzero_si256();
             h16[hf] = l16[hf] = _mm256_setzero_si256();
@@ -797,7 +797,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
             memcpy(&h4, P->h + col + 4 * g, 4);
             memcpy(&l4, P->l + col + 4 * g, 4);
             const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
-            for (int hf = 0; hf < 2; hf++) {
+            for (int hf = h0; hf < h0 + nh; hf++) {
                 const __m256i u = lowbit_u(type, v[hf], third[hf], sl, g);
 #if QUILL_AVXVNNI
                 h16[hf] = _mm256_dpbusd_avx_epi32(h16[hf], u, xh); /* 32-bit sums here: no 16-bit step */
@@ -809,7 +809,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
             }
         }
         const __m256 da = _mm256_set1_ps(P->da[blk]);
-        for (int hf = 0; hf < 2; hf++) {
+        for (int hf = h0; hf < h0 + nh; hf++) {
 #if QUILL_AVXVNNI
             const __m256i ch = h16[hf], cl = l16[hf];
 #else
@@ -851,10 +851,16 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
                 for (size_t l = 0; l < pf_lines; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
                 for (int i = 0; i < n; i++) {
                     const packed_window pw = locate_window(type, j->w, tiles, tb, j->cols, first + i, k);
-                    /* q3_K on AVX2: 0.83-0.98x the window loop (its third bits' 16 registers spill) */
                     if (type == QUILL_TYPE_Q2_K || (type == QUILL_TYPE_Q3_K && QUILL_AVXVNNI)) {
                         /* a short tile's missing rows are zeros: computed, never stored */
-                        lowbit_decode(type, pw, j->P, k, acc1[i]);
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 0, 2);
+                        continue;
+                    }
+                    if (type == QUILL_TYPE_Q3_K) {
+                        /* on AVX2 one half at a time: both at once were 0.83-0.98x the window
+                         * loop (the third bits' registers spill), one at a time 1.05-1.1x */
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 0, 1);
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 1, 1);
                         continue;
                     }
                     for (int hf = 0; hf < 2; hf++) {
