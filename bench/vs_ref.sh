@@ -124,7 +124,7 @@ ref_type() {
         q4_0) echo Q4_0 ;; q8_0) echo Q8_0 ;; q4_k_m) echo Q4_K_M ;; q6_k) echo Q6_K ;; q5_k_m) echo Q5_K_M ;;
         q4_1) echo Q4_1 ;; q5_0) echo Q5_0 ;; q5_1) echo Q5_1 ;; q4_k_s) echo Q4_K_S ;; q5_k_s) echo Q5_K_S ;;
         q2_k) echo Q2_K ;; q3_k_m) echo Q3_K_M ;; tq1_0) echo TQ1_0 ;; tq2_0) echo TQ2_0 ;; mxfp4_moe) echo MXFP4_MOE ;;
-        iq3_s) echo IQ3_S ;; iq3_m) echo IQ3_M ;;
+        iq3_s) echo IQ3_S ;; iq3_m) echo IQ3_M ;; iq4_xs) echo IQ4_XS ;; iq4_nl) echo IQ4_NL ;;
         *) die "no llama-quantize name known for type '$1'" ;;
     esac
 }

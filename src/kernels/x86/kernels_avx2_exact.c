@@ -43,6 +43,8 @@ static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WIN
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
 static inline int code_max(uint32_t type) {
     switch (type) {
+    case QUILL_TYPE_Q2_K: return 3;  /* 2-bit codes, no bias */
+    case QUILL_TYPE_Q3_K: return 7;  /* u = q + 4 of 3-bit codes, q in [-4, 3] */
     case QUILL_TYPE_Q6_K: return 63;
     case QUILL_TYPE_Q5_0:
     case QUILL_TYPE_Q5_1:
@@ -55,9 +57,14 @@ static inline int code_max(uint32_t type) {
 /* vpmaddubsw adds two products u·x into a signed 16-bit lane, SATURATING: with u <= code_max and
  * |x| <= 128 a result is at most 2·code_max·128 in magnitude (3840 for 4-bit codes, 7936 for 5-bit
  * ones, 16128 for q6_K's 6 bits), so this many results (8, 4, 2) add up in 16 bits without ever
- * passing 32767: every sum is exact. Each count divides a slot's kb / 4 registers (8, or 4 for
- * q6_K's slots of 16), as window_step's loop over them needs. */
-static inline int sums_per_lane16(uint32_t type) { return 32767 / (2 * 128 * code_max(type)); }
+ * passing 32767: every sum is exact. q2_K's codes (u <= 3: 768 a result) and q3_K's (u <= 7: 1792)
+ * allow 42 and 18, more than a slot of 16 columns has (4 registers: at most 4 · 1792 = 7168), so
+ * they add a whole slot. Each count divides a slot's kb / 4 registers (8, or 4 for the slots of
+ * 16), as window_step's loop over them needs. */
+static inline int sums_per_lane16(uint32_t type) {
+    const int fit = 32767 / (2 * 128 * code_max(type)), regs = slot_width(type) / 4;
+    return fit < regs ? fit : regs;
+}
 
 /* ---------------------------------------------------------------- activations */
 
@@ -126,12 +133,14 @@ static float quantize_block_avx2(const float *x, uint32_t type, int8_t *h, int8_
 typedef struct {
     int32_t *bias_sum; /* per slot (the type's sub-block): bias·Σa */
     float *da, *sf;    /* per block of 32: scale, da·Σa */
+    float *sf16;       /* per 16 columns: da·Σa, the minimums' term of q2_K's sub-blocks of 16 */
     int8_t *h, *l;     /* the codes' bytes (a = 256·h + l) in column order */
     int16_t *a16;      /* q8_0 (avx2): the codes, per 4 columns in the order 0, 2, 1, 3 (see q8_0_sums) */
 } planes;
 
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)(cols / 16) * sizeof(int32_t) + (size_t)(cols / 32) * 2 * sizeof(float) + (size_t)cols * 4 + 32;
+    return (size_t)(cols / 16) * (sizeof(int32_t) + sizeof(float)) + (size_t)(cols / 32) * 2 * sizeof(float) +
+           (size_t)cols * 4 + 32;
 }
 
 static planes planes_at(void *mem, int64_t cols) {
@@ -139,7 +148,8 @@ static planes planes_at(void *mem, int64_t cols) {
     P.bias_sum = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
     P.da = (float *)(P.bias_sum + cols / 16);
     P.sf = P.da + cols / 32;
-    P.h = (int8_t *)(P.sf + cols / 32);
+    P.sf16 = P.sf + cols / 32;
+    P.h = (int8_t *)(P.sf16 + cols / 16);
     P.l = P.h + cols;
     P.a16 = (int16_t *)(P.l + cols);
     return P;
@@ -154,6 +164,8 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         P->sf[blk] = da * (float)sum;
         if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
+        if (slot_width(type) == 16 && has_min(type))
+            P->sf16[2 * blk] = da * (float)part[0], P->sf16[2 * blk + 1] = da * (float)part[1];
         if (type == QUILL_TYPE_Q8_0 && !QUILL_AVXVNNI)
             for (int c = 0; c < 32; c++) /* columns 4g + 1 and 4g + 2 trade places */
                 P->a16[blk * 32 + (c & ~3) + (c & 1) * 2 + (c & 2) / 2] =
@@ -231,6 +243,36 @@ static inline __attribute__((always_inline)) void kquant_scales(uint32_t type, c
         const __m256i vm = _mm256_and_si256(_mm256_srli_epi32(mn[j / 4], 8 * (j % 4)), ff);
         _mm256_store_ps(W->s[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(vs)));
         _mm256_store_ps(W->m[j], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(vm)));
+    }
+}
+
+/* The sub-block scales of a q2_K or q3_K super-block for the 8 rows, from 16 bytes of each row as
+ * words w[0..3], as exact_unpack.c's unpackers compute them: q2_K's 16 scale bytes (4-bit scale,
+ * 4-bit minimum) with d and dmin in `dm`; q3_K's 12 bytes of 6-bit scales from byte 2 (as
+ * quill_q3_K_scales), d in the high half of word 3. */
+static inline __m256i window_byte(const __m256i w[4], int p) {
+    return _mm256_and_si256(_mm256_srli_epi32(w[p / 4], 8 * (p % 4)), _mm256_set1_epi32(0xFF));
+}
+static inline __attribute__((always_inline)) void lowbit_scales(uint32_t type, const __m256i w[4], __m256i dm,
+                                                                const window *W) {
+    const __m256i low = _mm256_set1_epi32(0xF);
+    if (type == QUILL_TYPE_Q2_K) {
+        const __m256 d = halves_lo(dm), dmin = halves_hi(dm);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const __m256i b = window_byte(w, i);
+            _mm256_store_ps(W->s[i], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(b, low))));
+            _mm256_store_ps(W->m[i], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4))));
+        }
+        return;
+    }
+    const __m256 d = halves_hi(w[3]);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m256i lo = i < 8 ? _mm256_and_si256(window_byte(w, 2 + i), low) : _mm256_srli_epi32(window_byte(w, 2 + i - 8), 4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(window_byte(w, 2 + 8 + (i & 3)), 2 * (i >> 2)), _mm256_set1_epi32(3));
+        const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        _mm256_store_ps(W->s[i], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
     }
 }
 
@@ -458,7 +500,10 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
                                              _mm256_set1_epi32(P->bias_sum[col / kb]));
         const __m256 sc = _mm256_load_ps(W->s[i]);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
-        if (has_min(type)) *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(P->sf[blk]), *acc);
+        if (has_min(type)) { /* da·Σa of the slot's block of 32, or of its own 16 columns (q2_K) */
+            const float term = kb == 16 ? P->sf16[col / 16] : P->sf[blk];
+            *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(term), *acc);
+        }
     }
 }
 
@@ -547,7 +592,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K ||
+           legacy_packed(type);
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -593,6 +639,21 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
             W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
         }
         _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        break;
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1:
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = half_reg(pw.codes, g, hf);
+            W->u[g] = _mm256_and_si256(v, low);
+            W->u[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        if (legacy_qh(type)) add_fifth_bits(half_reg(pw.codes, 4, hf), W->u);
+        _mm256_store_ps(W->s[0], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf))));
+        if (has_min(type)) /* negated, as unpack_window's: it is added */
+            _mm256_store_ps(W->m[0], _mm256_xor_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 32 + 16 * hf))),
+                                                   _mm256_set1_ps(-0.0f)));
         break;
     case QUILL_TYPE_MXFP4: {
         /* q4_0's nibble bytes; each nibble to its code + 12 (code_bias) by a byte shuffle, and each
@@ -642,6 +703,34 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         kquant_scales(type, w, _mm256_setzero_si256(), W);
         break;
     }
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K: {
+        /* per sub-block of 16 columns a register whose byte j holds the code of column 4g + j at
+         * bits 2g, 2g + 1 (q3_K: of u = q + 4, its third bits in a register per pair of sub-blocks,
+         * that of sub-block 2p + i's column 4g + j at bit 4i + g of byte j). The 16-bit shifts move
+         * bits across bytes, but never onto the bits kept: right by at most 6 for the 2 low bits,
+         * by at most 5 or left by at most 2 for bit 2. */
+        const bool q3 = type == QUILL_TYPE_Q3_K;
+        const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+#pragma GCC unroll 16
+        for (int sl = 0; sl < 16; sl++) {
+            const __m256i v = half_reg(pw.codes, q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl, hf);
+            const __m256i third = q3 ? half_reg(pw.codes, 4 + 3 * (sl / 2) + 2, hf) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g), three);
+                if (q3) {
+                    const int bit = 4 * (sl % 2) + g;
+                    const __m256i at2 = bit >= 2 ? _mm256_srli_epi16(third, bit - 2) : _mm256_slli_epi16(third, 2 - bit);
+                    u = _mm256_or_si256(u, _mm256_and_si256(at2, four));
+                }
+                W->u[4 * sl + g] = u;
+            }
+        }
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        lowbit_scales(type, w, q3 ? _mm256_setzero_si256() : half_reg(pw.codes, 4, hf), W);
+        break;
+    }
     default: { /* q6_K: per 16 columns, nibbles of columns 4g.. (g = 0, 1 low; 2, 3 high) and their top bits at 2g */
         const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int sl = 0; sl < 16; sl++) {
@@ -658,6 +747,80 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         kquant_scales(type, w, half_reg(pw.codes, 4, hf), W); /* d in the high half of register 4's words */
         break;
     }
+    }
+}
+
+/* The unsigned codes of columns 4g..4g + 3 of sub-block sl of a packed q2_K or q3_K super-block,
+ * from its code register v (and q3_K's third bits), as unpack_packed takes them apart. */
+static inline __attribute__((always_inline)) __m256i lowbit_u(uint32_t type, __m256i v, __m256i third, int sl, int g) {
+    __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * g), _mm256_set1_epi8(3));
+    if (type == QUILL_TYPE_Q3_K) {
+        const int bit = 4 * (sl % 2) + g;
+        const __m256i at2 = bit >= 2 ? _mm256_srli_epi16(third, bit - 2) : _mm256_slli_epi16(third, 2 - bit);
+        u = _mm256_or_si256(u, _mm256_and_si256(at2, _mm256_set1_epi8(4)));
+    }
+    return u;
+}
+
+/* One token's window of a q2_K or q3_K super-block, halves h0..h0 + nh - 1 of the tile (both: each
+ * activation broadcast serves 16 rows), sub-block after sub-block, the codes going from the
+ * layout to the byte products without the window's round trip through memory (one product in the
+ * caches: q2_K 1.1-1.4x the window loop on avx2, q2_K and q3_K 1.3-1.6x on avxvnni; bench/README.md).
+ * The sums and the f32 steps are window_step's, per row, in its order: the same bits. */
+static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, packed_window pw, const planes *P,
+                                                                int64_t k, __m256 acc[2], int h0, int nh) {
+    const bool q3 = type == QUILL_TYPE_Q3_K;
+    _Alignas(32) float s[2][16][TR], m[2][16][TR];
+    for (int hf = h0; hf < h0 + nh; hf++) {
+        const window W = {NULL, NULL, s[hf], m[hf]};
+        __m256i w[4];
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        lowbit_scales(type, w, q3 ? _mm256_setzero_si256() : half_reg(pw.codes, 4, hf), &W);
+    }
+#if !QUILL_AVXVNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+#pragma GCC unroll 16
+    for (int sl = 0; sl < 16; sl++) {
+        const int64_t col = k + 16 * sl, blk = col / 32;
+        const int reg = q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl;
+        __m256i v[2], third[2], h16[2], l16[2];
+        for (int hf = h0; hf < h0 + nh; hf++) {
+            v[hf] = half_reg(pw.codes, reg, hf);
+            third[hf] = q3 ? half_reg(pw.codes, 4 + 3 * (sl / 2) + 2, hf) : _mm256_setzero_si256();
+            h16[hf] = l16[hf] = _mm256_setzero_si256();
+        }
+        /* 4 registers a half: at most 4 · 2 · 7 · 128 = 7168 in a 16-bit lane (sums_per_lane16) */
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            int32_t h4, l4;
+            memcpy(&h4, P->h + col + 4 * g, 4);
+            memcpy(&l4, P->l + col + 4 * g, 4);
+            const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+            for (int hf = h0; hf < h0 + nh; hf++) {
+                const __m256i u = lowbit_u(type, v[hf], third[hf], sl, g);
+#if QUILL_AVXVNNI
+                h16[hf] = _mm256_dpbusd_avx_epi32(h16[hf], u, xh); /* 32-bit sums here: no 16-bit step */
+                l16[hf] = _mm256_dpbusd_avx_epi32(l16[hf], u, xl);
+#else
+                h16[hf] = _mm256_add_epi16(h16[hf], _mm256_maddubs_epi16(u, xh));
+                l16[hf] = _mm256_add_epi16(l16[hf], _mm256_maddubs_epi16(u, xl));
+#endif
+            }
+        }
+        const __m256 da = _mm256_set1_ps(P->da[blk]);
+        for (int hf = h0; hf < h0 + nh; hf++) {
+#if QUILL_AVXVNNI
+            const __m256i ch = h16[hf], cl = l16[hf];
+#else
+            const __m256i ch = _mm256_madd_epi16(h16[hf], ones), cl = _mm256_madd_epi16(l16[hf], ones);
+#endif
+            const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
+                                                 _mm256_set1_epi32(P->bias_sum[col / 16]));
+            acc[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(_mm256_load_ps(s[hf][sl]), da), acc[hf]);
+            if (has_min(type))
+                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(P->sf16[col / 16]), acc[hf]);
+        }
     }
 }
 
@@ -688,6 +851,18 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
                 for (size_t l = 0; l < pf_lines; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);
                 for (int i = 0; i < n; i++) {
                     const packed_window pw = locate_window(type, j->w, tiles, tb, j->cols, first + i, k);
+                    if (type == QUILL_TYPE_Q2_K || (type == QUILL_TYPE_Q3_K && QUILL_AVXVNNI)) {
+                        /* a short tile's missing rows are zeros: computed, never stored */
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 0, 2);
+                        continue;
+                    }
+                    if (type == QUILL_TYPE_Q3_K) {
+                        /* on AVX2 one half at a time: both at once were 0.83-0.98x the window
+                         * loop (the third bits' registers spill), one at a time 1.05-1.1x */
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 0, 1);
+                        lowbit_decode(type, pw, j->P, k, acc1[i], 1, 1);
+                        continue;
+                    }
                     for (int hf = 0; hf < 2; hf++) {
                         if ((first + i) * PACK_TR + hf * TR >= j->rows) break;
                         unpack_packed(type, pw, hf, &decode);
@@ -778,7 +953,9 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
 QUILL_EXACT_TYPES(EXACT_MATMUL)
 
 /* The packed types' products from the layout. */
-#define PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4)
+#define PACKED_TYPES(M) \
+    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
+    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

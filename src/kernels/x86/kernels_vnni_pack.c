@@ -8,7 +8,9 @@
 #include "kernels/x86/pack_vnni16.h"
 _Static_assert(TR == PACK_TR && CW == PACK_CW, "the vnni loops read the layout's tiles and chunks");
 
-size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) { return vnni16_pack_bytes(type, rows, cols); }
+size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
+    return packed_type(type) ? vnni16_pack_bytes(type, rows, cols) : 0;
+}
 
 void quill_vnni_pack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, void *dst,
                      int64_t tile0, int64_t tile1) {

@@ -75,6 +75,10 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  *         then d), as lowbit_scales reads them; then per pair of sub-blocks 2p, 2p + 1 three
  *         registers: the low 2 bits of u = q + 4 of sub-block 2p, then of 2p + 1, as q2_K's
  *         codes, then their third bits (hmask): column 16(2p + i) + 4g + j at bit 4i + g of byte j.
+ *   q4_1, q5_0, q5_1 (the avx2 and avxvnni sets only: legacy_packed): as q4_0 (groups of 4 tiles,
+ *         4 registers of the file's nibble bytes per block), q5_0 and q5_1 with a fifth register,
+ *         the 16 rows' 32-bit qh words; a block's scales are the 16 rows' d (f16), and for q4_1 and
+ *         q5_1 then their minimums (f16), 64 bytes.
  * The same bytes as the file's rows (a q6_K scale word more per super-block, q3_K's 2 bytes of its
  * window), plus the scales' padding and the last tile's missing rows. */
 
@@ -82,6 +86,12 @@ static inline bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
            type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K;
+}
+
+/* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
+ * their file's rows: quill_vnni_pack_bytes asks packed_type). */
+static inline bool legacy_packed(uint32_t type) {
+    return type == QUILL_TYPE_Q4_1 || type == QUILL_TYPE_Q5_0 || type == QUILL_TYPE_Q5_1;
 }
 
 /* The k-quants' layout (by super-block) rather than the chunks of 32-column blocks; the grid
@@ -102,8 +112,11 @@ static inline bool grid_nibbles(uint32_t type) { return type == QUILL_TYPE_IQ3_S
 /* Nibbles turned into codes by a table (vpermb) rather than q4_0's arithmetic. */
 static inline bool table_nibbles(uint32_t type) { return type == QUILL_TYPE_MXFP4 || grid_nibbles(type); }
 
-/* Bytes of a block's scales for the 16 rows (q4_0, q8_0: f16 d; mxfp4: the exponent byte). */
-static inline size_t block_scale_bytes(uint32_t type) { return type == QUILL_TYPE_MXFP4 ? 16 : 32; }
+/* Bytes of a block's scales for the 16 rows (q4_0, q8_0, q5_0: f16 d; q4_1, q5_1: d, then the
+ * minimums; mxfp4: the exponent byte). */
+static inline size_t block_scale_bytes(uint32_t type) {
+    return type == QUILL_TYPE_MXFP4 ? 16 : type == QUILL_TYPE_Q4_1 || type == QUILL_TYPE_Q5_1 ? 64 : 32;
+}
 
 /* Bytes of a chunk's scales (q4_0, q8_0, mxfp4, grid types), padded to a cache line. A grid
  * type's chunk is one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
@@ -112,8 +125,10 @@ static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
     return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
 }
 
-/* Code registers per 32-column block (q4_0, q8_0, mxfp4). */
-static inline int packed_regs(uint32_t type) { return type == QUILL_TYPE_Q8_0 ? 8 : 4; }
+/* Code registers per 32-column block (q4_0, q8_0, mxfp4, legacy_packed). */
+static inline int packed_regs(uint32_t type) {
+    return type == QUILL_TYPE_Q8_0 ? 8 : type == QUILL_TYPE_Q5_0 || type == QUILL_TYPE_Q5_1 ? 5 : 4;
+}
 
 /* Bytes of a packed chunk of `blocks` blocks (q4_0, q8_0, mxfp4), and where the chunk of column k0 begins. */
 static inline size_t packed_chunk_bytes(uint32_t type, int64_t blocks) {
@@ -142,7 +157,9 @@ static inline size_t packed_tile_bytes(uint32_t type, int64_t cols) {
 
 /* Tiles per group in the layout of q4_0, mxfp4 and q8_0 (see above). */
 #define PACK_GROUP 4
-static inline int pack_group(uint32_t type) { return type == QUILL_TYPE_Q4_0 || table_nibbles(type) ? PACK_GROUP : 1; }
+static inline int pack_group(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 || table_nibbles(type) || legacy_packed(type) ? PACK_GROUP : 1;
+}
 
 /* Where tile `tile` (of `tiles`) of a packed q4_0 or q8_0 matrix keeps its chunk from column k0:
  * the group's chunk, at byte `chunk`, holds n tiles, this one the i-th. */
@@ -166,7 +183,7 @@ static inline size_t place_codes(uint32_t type, packed_place p, int64_t blocks, 
 }
 
 static inline size_t vnni16_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
-    if (!packed_type(type) || rows <= 0 || cols <= 0 || cols % block_elems(type)) return 0;
+    if (!(packed_type(type) || legacy_packed(type)) || rows <= 0 || cols <= 0 || cols % block_elems(type)) return 0;
     return (size_t)((rows + PACK_TR - 1) / PACK_TR) * packed_tile_bytes(type, cols);
 }
 
@@ -340,6 +357,12 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                     continue;
                 }
                 memcpy(scales + (size_t)r * 2, b, 2); /* d */
+                if (legacy_packed(type)) {
+                    if (has_min(type)) memcpy(scales + 32 + (size_t)r * 2, b + 2, 2);
+                    for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + legacy_qs(type) + 4 * i, 0);
+                    if (legacy_qh(type)) put_word(codes, 4, r, b + legacy_qh(type), 0);
+                    continue;
+                }
                 if (type == QUILL_TYPE_Q8_0)
                     for (int i = 0; i < 8; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
                 else
