@@ -56,9 +56,17 @@ static const char *const isas[] = {"avx2", "avx512", "dotprod", "i8mm"};
 
 /* The named set, or NULL after reporting a skip when this CPU lacks it (the other sets are still
  * checked, and the test reads "skip", not "ok"). */
+/* The set, or NULL; a set of this architecture the CPU lacks makes the test a skip, one of the
+ * other architecture does not (those run under qemu: make cross-test), so that a test whose
+ * checks ran on every set this machine can have reads as passed. */
 static const quill_kernels *set_or_skip(const char *isa) {
     const quill_kernels *k = quill_kernels_for(isa);
-    if (!k) {
+#if defined(__x86_64__)
+    const bool other_arch = !strcmp(isa, "dotprod") || !strcmp(isa, "i8mm");
+#else
+    const bool other_arch = strcmp(isa, "dotprod") && strcmp(isa, "i8mm");
+#endif
+    if (!k && !other_arch) {
         char why[96];
         snprintf(why, sizeof why, "this CPU does not offer the %s kernel set", isa);
         test_skip(why);
