@@ -1,6 +1,7 @@
 /* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
 #include "kernels/x86/kernels_simd.h"
 #include "kernels/x86/float_products.h"
+#include "kernels/dot_tokens.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
 
@@ -41,16 +42,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t])) + tail[t];
 }
 
-static void dot_avx2(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
-    int t = 0;
-    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
-    switch (n_tok - t) {
-    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
-    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
-    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
-    default: break;
-    }
-}
+QUILL_DOT_BY_TOKENS(dot_avx2)
 
 /* ---------------------------------------------------------------- float weights, whole matrices
  *

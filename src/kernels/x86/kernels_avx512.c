@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "kernels/x86/unpack_avx512.h"
+#include "kernels/dot_tokens.h"
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -46,16 +47,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
 }
 
-static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
-    int t = 0;
-    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
-    switch (n_tok - t) {
-    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
-    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
-    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
-    default: break;
-    }
-}
+QUILL_DOT_BY_TOKENS(dot_avx512)
 
 /* ---------------------------------------------------------------- float weights, whole matrices
  *
