@@ -53,7 +53,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     }
 }
 
-QUILL_DOT_BY_TOKENS(dot_neon)
+QUILL_TOKENS_BY_4(dot_neon, const float *, dot_nt)
 
 /* ---------------------------------------------------------------- attention */
 

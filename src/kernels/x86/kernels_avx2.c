@@ -42,7 +42,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t])) + tail[t];
 }
 
-QUILL_DOT_BY_TOKENS(dot_avx2)
+QUILL_TOKENS_BY_4(dot_avx2, const float *, dot_nt)
 
 /* ---------------------------------------------------------------- float weights, whole matrices
  *
@@ -630,21 +630,6 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
 }
 
-#define FUSED_DISPATCH(name, impl)                                                                  \
-    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
-                     int64_t os) {                                                                  \
-        int t = 0;                                                                                  \
-        for (; t + 4 <= n_tok; t += 4) impl(row, x + t * xs, n, xs, out + t * os, os, 4);           \
-        x += t * xs;                                                                                \
-        out += t * os;                                                                              \
-        switch (n_tok - t) {                                                                        \
-        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
-        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
-        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
-        default: break;                                                                             \
-        }                                                                                           \
-    }
-
 /* q2_K: each sub-block of 16 has its own scale and min (d·sc·q is exact, so the multiply then
  * subtract rounds as the dequantizer's) */
 static inline __attribute__((always_inline)) void q2_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
@@ -701,6 +686,23 @@ static inline __attribute__((always_inline)) void q3_K_nt(const void *row, const
     #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
 }
+
+/* QUILL_TOKENS_BY_4 (dot_tokens.h) but with the pointers advanced before the remainder, the form
+ * these products have always had: the two forms compile to different code. */
+#define FUSED_DISPATCH(name, impl)                                                                  \
+    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
+                     int64_t os) {                                                                  \
+        int t = 0;                                                                                  \
+        for (; t + 4 <= n_tok; t += 4) impl(row, x + t * xs, n, xs, out + t * os, os, 4);           \
+        x += t * xs;                                                                                \
+        out += t * os;                                                                              \
+        switch (n_tok - t) {                                                                        \
+        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
+        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
+        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
+        default: break;                                                                             \
+        }                                                                                           \
+    }
 
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
