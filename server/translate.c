@@ -22,6 +22,15 @@ static void add_function_tool(cJSON *tools, const char *name, const cJSON *tool,
     cJSON_AddItemToArray(tools, ft);
 }
 
+/* Chat's tool message: the result of call `call_id` (NULL: empty). */
+static void add_tool_result(cJSON *msgs, const char *call_id, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "tool");
+    cJSON_AddStringToObject(m, "tool_call_id", call_id);
+    cJSON_AddStringToObject(m, "content", content ? content : "");
+    cJSON_AddItemToArray(msgs, m);
+}
+
 /* Chat's tool_choice that names one function. */
 static void add_named_tool_choice(cJSON *out, const char *name) {
     cJSON *tc = cJSON_AddObjectToObject(out, "tool_choice");
@@ -133,12 +142,8 @@ static bool translate_message(const cJSON *m, size_t i, cJSON *out, api_error *e
                 free(reasoning);
                 return false;
             }
-            cJSON *tm = cJSON_CreateObject();
-            cJSON_AddStringToObject(tm, "role", "tool");
-            cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
-            cJSON_AddStringToObject(tm, "content", result ? result : "");
+            add_tool_result(out, id->valuestring, result);
             free(result);
-            cJSON_AddItemToArray(out, tm);
         } else {
             cJSON_Delete(calls);
             free(reasoning);
@@ -352,12 +357,8 @@ static bool translate_items(const cJSON *input, cJSON *msgs, api_error *e) {
             if (!cJSON_IsString(call_id) || !(cJSON_IsString(output) || cJSON_IsArray(output)))
                 return api_fail(e, 400, "input", "input[%zu]: a function_call_output needs a string call_id and output", i);
             char *text = parts_text(output);
-            cJSON *m = cJSON_CreateObject();
-            cJSON_AddStringToObject(m, "role", "tool");
-            cJSON_AddStringToObject(m, "tool_call_id", call_id->valuestring);
-            cJSON_AddStringToObject(m, "content", text ? text : "");
+            add_tool_result(msgs, call_id->valuestring, text);
             free(text);
-            cJSON_AddItemToArray(msgs, m);
             last_calls = NULL;
         } else if (!strcmp(ty, "reasoning")) {
             last_calls = NULL;   /* the model's earlier reasoning is not shown to it again */

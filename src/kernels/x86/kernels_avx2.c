@@ -1,4 +1,6 @@
-/* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
+/* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. The two stay apart
+ * where the lanes (8 against 16), the tails (loops against masks) and the registers (16 against
+ * 32) change the code; what is the same is in float_products.h, unpack_simd.h and dot_tokens.h. */
 #include "kernels/x86/kernels_simd.h"
 #include "kernels/x86/float_products.h"
 #include "kernels/dot_tokens.h"
