@@ -31,6 +31,9 @@ void cli_json_string(FILE *f, const char *s, size_t len);
 char *cli_read_file(const char *path, size_t *len);
 /* The rest of a stream (stdin), NUL-terminated; NULL on a read error or out of memory. */
 char *cli_read_stream(FILE *f, size_t *len);
+/* Appends s[0..n) to a growing NUL-terminated text (*text may start NULL); false when memory ran
+ * out, the text as it was. */
+bool cli_text_append(char **text, size_t *len, size_t *cap, const char *s, size_t n);
 /* Parses a whole decimal number into *out within [lo, hi]; false on junk or out of range. */
 bool cli_parse_long(const char *s, long lo, long hi, long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);

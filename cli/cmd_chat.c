@@ -323,16 +323,7 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
-    if (r->len + len + 1 > r->cap) {
-        size_t cap = (r->len + len + 1) * 2;
-        char *g = realloc(r->text, cap);
-        if (!g) return !(r->oom = true);
-        r->text = g;
-        r->cap = cap;
-    }
-    memcpy(r->text + r->len, text, len);
-    r->len += len;
-    r->text[r->len] = 0;
+    if (!cli_text_append(&r->text, &r->len, &r->cap, text, len)) return !(r->oom = true);
     if (r->view.split) reply_view_show(&r->view, r->text, r->len, false);
     if (token >= 0 && !tokens_push(r->cached, token)) return !(r->oom = true);
     return true;

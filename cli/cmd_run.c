@@ -43,15 +43,7 @@ static bool on_token(int32_t token, const char *text, size_t len, void *user) {
         fflush(stdout);
         return true;
     }
-    if (r->text_len + len + 1 > r->text_cap) {
-        size_t cap = (r->text_len + len + 1) * 2;
-        char *g = realloc(r->text, cap);
-        if (!g) return !(r->oom = true);
-        r->text = g;
-        r->text_cap = cap;
-    }
-    if (len) memcpy(r->text + r->text_len, text, len);
-    r->text_len += len;
+    if (!cli_text_append(&r->text, &r->text_len, &r->text_cap, text, len)) return !(r->oom = true);
     if (!r->json) reply_view_show(&r->view, r->text, r->text_len, false);
     return true;
 }

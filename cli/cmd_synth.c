@@ -276,6 +276,29 @@ static void synth_add(synth_tensor *t, int *n, uint32_t type, float center, floa
     s->spread = spread;
 }
 
+/* A stack of ne2 matrices (experts, heads): synth_add's tensor with a third dimension (none when
+ * ne2 is 0). */
+static void synth_add_stack(synth_tensor *t, int *n, int64_t ne2, uint32_t type, float center, float spread,
+                            int64_t ne0, int64_t ne1, const char *fmt, int layer) {
+    synth_add(t, n, type, center, spread, ne0, ne1, fmt, layer);
+    if (ne2 > 0) t[*n - 1].n_dims = 3, t[*n - 1].ne[2] = ne2;
+}
+
+/* A gated FFN of width ff: blk.L.ffn_gate, _down and _up with `suffix` ("", "_exps", "_shexp"), in
+ * that order (the order of the files it imitates, so of the synthesized bytes), stacks of E experts
+ * when E > 0; each uniform with the standard deviation 1 / sqrt(its fan-in). */
+static void synth_add_ffn(synth_tensor *t, int *n, uint32_t type, int64_t d, int64_t ff, int64_t E, const char *suffix,
+                          int layer) {
+    const float root3 = 1.7320508f; /* a uniform on [-a, a] has standard deviation a / sqrt(3) */
+    char gate[64], down[64], up[64];
+    snprintf(gate, sizeof gate, "blk.%%d.ffn_gate%s.weight", suffix);
+    snprintf(down, sizeof down, "blk.%%d.ffn_down%s.weight", suffix);
+    snprintf(up, sizeof up, "blk.%%d.ffn_up%s.weight", suffix);
+    synth_add_stack(t, n, E, type, 0.0f, root3 / sqrtf((float)d), d, ff, gate, layer);
+    synth_add_stack(t, n, E, type, 0.0f, root3 / sqrtf((float)ff), ff, d, down, layer);
+    synth_add_stack(t, n, E, type, 0.0f, root3 / sqrtf((float)d), d, ff, up, layer);
+}
+
 /* Generates one tensor in chunks and streams it to the writer. */
 static quill_status synth_stream(quill_gguf_writer *w, const synth_tensor *t, uint64_t seed, float *vals,
                                  uint8_t *bytes, int64_t chunk, quill_error *err) {
@@ -467,10 +490,8 @@ static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const s
             const int64_t E = n_expert, sh = hp->n_ff;
             synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
             synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.1f, E, 0, "blk.%d.exp_probs_b.bias", l);
-            synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
-            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
-            synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
-            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+            synth_add_stack(ts, nt, E, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
+            synth_add_stack(ts, nt, E, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
             synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_up_shexp.weight", l);
             synth_add(ts, nt, wtype, 0.0f, SPREAD(sh), sh, d, "blk.%d.ffn_down_shexp.weight", l);
             break;
@@ -489,12 +510,9 @@ static void synth_mamba_layer(synth_tensor *ts, int *nt, uint32_t wtype, const s
         return;
     }
     synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
-    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
-    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
-    synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
-    ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+    synth_add_stack(ts, nt, E, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
+    synth_add_stack(ts, nt, E, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
+    synth_add_stack(ts, nt, E, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
     synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_shexp.weight", l);
     synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_shexp.weight", l);
     synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_shexp.weight", l);
@@ -539,16 +557,9 @@ static void synth_lfm2_layer(synth_tensor *ts, int *nt, uint32_t wtype, const sy
         /* the router and its selection bias stay f32, as in published files */
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, n_expert, "blk.%d.ffn_gate_inp.weight", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.05f, n_expert, 0, "blk.%d.exp_probs_b.bias", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
+        synth_add_ffn(ts, nt, wtype, d, ff_exp, n_expert, "_exps", l);
     } else {
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+        synth_add_ffn(ts, nt, wtype, d, hp->n_ff, 0, "", l);
     }
     if (synth_lfm2_conv(l)) {
         /* the taps stay f32 (the reference's quantizer leaves rows of 3) */
@@ -655,16 +666,9 @@ static void synth_hybrid_block(synth_tensor *ts, int *nt, uint32_t wtype, const 
         /* the router (f32, as published), the experts [E][rows][cols], the shared expert and its gate */
         const int64_t E = h->n_expert, ff = h->ff_exp, sh = h->ff_shexp;
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, E, "blk.%d.ffn_gate_inp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_gate_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff), ff, d, "blk.%d.ffn_down_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff, "blk.%d.ffn_up_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = E;
+        synth_add_ffn(ts, nt, wtype, d, ff, E, "_exps", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, 0, "blk.%d.ffn_gate_inp_shexp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_gate_shexp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(sh), sh, d, "blk.%d.ffn_down_shexp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, sh, "blk.%d.ffn_up_shexp.weight", l);
+        synth_add_ffn(ts, nt, wtype, d, sh, 0, "_shexp", l);
     } else {
         synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
         synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
@@ -702,10 +706,8 @@ static void synth_router_layer(synth_tensor *ts, int *nt, uint32_t wtype, const 
             synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->kv_lora, H * (r->nope + r->v_head),
                       "blk.%d.attn_kv_b.weight", l);
         } else {
-            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->nope, r->kv_lora, "blk.%d.attn_k_b.weight", l);
-            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = H;
-            synth_add(ts, nt, wtype, 0.0f, SPREAD(r->kv_lora), r->kv_lora, r->v_head, "blk.%d.attn_v_b.weight", l);
-            ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = H;
+            synth_add_stack(ts, nt, H, wtype, 0.0f, SPREAD(r->kv_lora), r->nope, r->kv_lora, "blk.%d.attn_k_b.weight", l);
+            synth_add_stack(ts, nt, H, wtype, 0.0f, SPREAD(r->kv_lora), r->kv_lora, r->v_head, "blk.%d.attn_v_b.weight", l);
         }
         synth_add(ts, nt, wtype, 0.0f, SPREAD(H * r->v_head), H * r->v_head, d, "blk.%d.attn_output.weight", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.ffn_norm.weight", l);
@@ -720,22 +722,13 @@ static void synth_router_layer(synth_tensor *ts, int *nt, uint32_t wtype, const 
         synth_add(ts, nt, QUILL_TYPE_F32, 1.0f, norm_spread, d, 0, "blk.%d.post_attention_norm.weight", l);
     }
     if (l < r->dense_lead && !mtp) {
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_gate.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(hp->n_ff), hp->n_ff, d, "blk.%d.ffn_down.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, hp->n_ff, "blk.%d.ffn_up.weight", l);
+        synth_add_ffn(ts, nt, wtype, d, hp->n_ff, 0, "", l);
     } else {
         /* the router and its selection bias stay f32, as in published files */
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, SPREAD(d), d, n_expert, "blk.%d.ffn_gate_inp.weight", l);
         synth_add(ts, nt, QUILL_TYPE_F32, 0.0f, 0.05f, n_expert, 0, "blk.%d.exp_probs_b.bias", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_exps.weight", l);
-        ts[*nt - 1].n_dims = 3, ts[*nt - 1].ne[2] = n_expert;
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_gate_shexp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, d, "blk.%d.ffn_down_shexp.weight", l);
-        synth_add(ts, nt, wtype, 0.0f, SPREAD(d), d, ff_exp, "blk.%d.ffn_up_shexp.weight", l);
+        synth_add_ffn(ts, nt, wtype, d, ff_exp, n_expert, "_exps", l);
+        synth_add_ffn(ts, nt, wtype, d, ff_exp, 0, "_shexp", l);
     }
     if (mtp) {
         synth_add(ts, nt, wtype, 0.0f, SPREAD(2 * d), 2 * d, d, "blk.%d.nextn.eh_proj.weight", l);
@@ -1201,17 +1194,10 @@ int cmd_synth(int argc, char **argv) {
         if (n_expert) {
             /* the router stays f32 in published files (the reference's quantizer leaves it) */
             synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, SPREAD(hp.n_embd), hp.n_embd, n_expert, "blk.%d.ffn_gate_inp.weight", l);
-            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, ff_exp, "blk.%d.ffn_gate_exps.weight", l);
-            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
-            synth_add(ts, &nt, wtype, 0.0f, SPREAD(ff_exp), ff_exp, hp.n_embd, "blk.%d.ffn_down_exps.weight", l);
-            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
-            synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, ff_exp, "blk.%d.ffn_up_exps.weight", l);
-            ts[nt - 1].n_dims = 3, ts[nt - 1].ne[2] = n_expert;
+            synth_add_ffn(ts, &nt, wtype, hp.n_embd, ff_exp, n_expert, "_exps", l);
             if (arch->shared_expert) {
                 synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, SPREAD(hp.n_embd), hp.n_embd, 0, "blk.%d.ffn_gate_inp_shexp.weight", l);
-                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_gate_shexp.weight", l);
-                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_ff), hp.n_ff, hp.n_embd, "blk.%d.ffn_down_shexp.weight", l);
-                synth_add(ts, &nt, wtype, 0.0f, SPREAD(hp.n_embd), hp.n_embd, hp.n_ff, "blk.%d.ffn_up_shexp.weight", l);
+                synth_add_ffn(ts, &nt, wtype, hp.n_embd, hp.n_ff, 0, "_shexp", l);
             }
             if (arch->gpt_oss) {
                 synth_add(ts, &nt, QUILL_TYPE_F32, 0.0f, 0.1f, n_expert, 0, "blk.%d.ffn_gate_inp.bias", l);

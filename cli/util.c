@@ -94,6 +94,20 @@ char *cli_read_stream(FILE *f, size_t *len) {
     return buf;
 }
 
+bool cli_text_append(char **text, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t grown_cap = (*len + n + 1) * 2;
+        char *grown = realloc(*text, grown_cap);
+        if (!grown) return false;
+        *text = grown;
+        *cap = grown_cap;
+    }
+    if (n) memcpy(*text + *len, s, n);
+    *len += n;
+    (*text)[*len] = 0;
+    return true;
+}
+
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

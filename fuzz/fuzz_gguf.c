@@ -31,6 +31,7 @@
 
 static volatile uint64_t sink; /* keeps reads of the input from being optimised away */
 
+/* The sizes again, not the reader's table: the walk checks the reader against them. */
 static size_t scalar_size(uint32_t t) {
     switch (t) {
     case QUILL_GGUF_UINT8: case QUILL_GGUF_INT8: case QUILL_GGUF_BOOL: return 1;

@@ -245,6 +245,26 @@ bool gen_wait(gen *g) {
     return true;
 }
 
+bool gen_wait_whole(http_request *r, gen *g, int *reply) {
+    if (!gen_wait(g)) {
+        gen_free(g);
+        *reply = MHD_NO;
+        return false;
+    }
+    for (int i = 0; i < g->n; i++) {
+        const job *j = g->ch[i].job;
+        if (!j->error_status) continue;
+        /* 499 (the client cancelled) cannot reach a client that is still here: a server error */
+        api_error e;
+        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
+        scheduler_unlock(g->srv->sched);
+        gen_free(g);
+        *reply = reply_error(r, &e);
+        return false;
+    }
+    return true;
+}
+
 job *gen_job(gen *g) { return g->ch[0].job; }
 chat_tools *gen_tools(gen *g) { return g->ch[0].tools; }
 const char *gen_id(const gen *g) { return g->id; }

@@ -69,18 +69,9 @@ static cJSON *content_blocks(const cJSON *msg) {
 
 static int reply_message(http_request *r, gen *g) {
     server *s = r->srv;
-    if (!gen_wait(g)) {
-        gen_free(g);
-        return MHD_NO;
-    }
+    int reply;
+    if (!gen_wait_whole(r, g, &reply)) return reply;
     job *j = gen_job(g);
-    if (j->error_status) {
-        api_error e;
-        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
-        scheduler_unlock(s->sched);
-        gen_free(g);
-        return reply_error(r, &e);
-    }
     const char *finish = j->finish_reason;
     cJSON *msg = cJSON_CreateObject();
     chat_tools_message(gen_tools(g), j->text, j->text_len, msg, &finish);

@@ -1,5 +1,6 @@
 /* /health, /metrics (Prometheus text), /tokenize and /detokenize (llama-server's shapes). */
 #include "server.h"
+#include "base/strbuf.h"
 
 #include <microhttpd.h>
 #include <stdio.h>
@@ -21,86 +22,51 @@ int route_health(http_request *r) {
     return reply_json(r, 200, o);
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-} text_buf;
-
-static void emit(text_buf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void emit(text_buf *t, const char *fmt, ...) {
-    if (t->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap + (size_t)n + 1) * 2;
-        char *grown = realloc(t->buf, cap);
-        if (!grown) {
-            t->failed = true;
-            return;
-        }
-        t->buf = grown;
-        t->cap = cap;
-    }
+static void metric(strbuf *t, const char *name, const char *type, const char *help) {
+    strbuf_printf(t, "# HELP quill_%s %s\n# TYPE quill_%s %s\n", name, help, name, type);
 }
 
-static void metric(text_buf *t, const char *name, const char *type, const char *help) {
-    emit(t, "# HELP quill_%s %s\n# TYPE quill_%s %s\n", name, help, name, type);
+/* A metric of one value: its HELP and TYPE lines, then its sample. */
+static void metric_count(strbuf *t, const char *name, const char *type, const char *help, unsigned long long v) {
+    metric(t, name, type, help);
+    strbuf_printf(t, "quill_%s %llu\n", name, v);
+}
+
+static void metric_real(strbuf *t, const char *name, const char *type, const char *help, int decimals, double v) {
+    metric(t, name, type, help);
+    strbuf_printf(t, "quill_%s %.*f\n", name, decimals, v);
 }
 
 int route_metrics(http_request *r) {
     server *s = r->srv;
     scheduler_stats st;
     scheduler_stats_get(s->sched, &st);
-    text_buf t = {malloc(4096), 0, 4096, false};
-    if (!t.buf) return MHD_NO;
-    t.buf[0] = 0;
+    strbuf t = {0};
     metric(&t, "requests_total", "counter", "HTTP requests answered, by status");
     pthread_mutex_lock(&s->stats_mu);
     for (int c = 1; c < 6; c++)
         for (int k = 0; k < 100; k++)
-            if (s->by_status[c][k]) emit(&t, "quill_requests_total{status=\"%d\"} %llu\n", c * 100 + k, s->by_status[c][k]);
+            if (s->by_status[c][k]) strbuf_printf(&t, "quill_requests_total{status=\"%d\"} %llu\n", c * 100 + k, s->by_status[c][k]);
     pthread_mutex_unlock(&s->stats_mu);
-    metric(&t, "prompt_tokens_total", "counter", "prompt tokens of the requests started");
-    emit(&t, "quill_prompt_tokens_total %llu\n", st.prompt_tokens);
-    metric(&t, "prompt_tokens_cached_total", "counter", "prompt tokens taken from a slot's cache, not evaluated");
-    emit(&t, "quill_prompt_tokens_cached_total %llu\n", st.cached_tokens);
-    metric(&t, "generated_tokens_total", "counter", "tokens generated");
-    emit(&t, "quill_generated_tokens_total %llu\n", st.generated_tokens);
-    metric(&t, "draft_tokens_total", "counter", "tokens drafted by speculative decoding and checked");
-    emit(&t, "quill_draft_tokens_total %llu\n", st.drafted_tokens);
-    metric(&t, "draft_tokens_accepted_total", "counter", "drafted tokens the requests' generators drew");
-    emit(&t, "quill_draft_tokens_accepted_total %llu\n", st.accepted_tokens);
-    metric(&t, "decode_steps_total", "counter", "forward passes of the engine");
-    emit(&t, "quill_decode_steps_total %llu\n", st.steps);
-    metric(&t, "decode_seconds_total", "counter", "time spent in forward passes");
-    emit(&t, "quill_decode_seconds_total %.6f\n", st.decode_seconds);
-    metric(&t, "slots", "gauge", "slots (sequences decoded together)");
-    emit(&t, "quill_slots %d\n", st.n_slots);
-    metric(&t, "slots_busy", "gauge", "slots serving a request");
-    emit(&t, "quill_slots_busy %d\n", st.busy);
-    metric(&t, "queue_depth", "gauge", "requests waiting for a slot");
-    emit(&t, "quill_queue_depth %d\n", st.queued);
-    metric(&t, "generation_tokens_per_second", "gauge",
-           "tokens generated per second of the forward passes that generated (all slots together)");
-    emit(&t, "quill_generation_tokens_per_second %.3f\n",
-         st.generation_seconds > 0 ? (double)st.generated_tokens / st.generation_seconds : 0.0);
-    if (t.failed) {
-        free(t.buf);
-        return MHD_NO;
-    }
-    int ret = reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", t.buf);
-    free(t.buf);
+    metric_count(&t, "prompt_tokens_total", "counter", "prompt tokens of the requests started", st.prompt_tokens);
+    metric_count(&t, "prompt_tokens_cached_total", "counter", "prompt tokens taken from a slot's cache, not evaluated",
+                 st.cached_tokens);
+    metric_count(&t, "generated_tokens_total", "counter", "tokens generated", st.generated_tokens);
+    metric_count(&t, "draft_tokens_total", "counter", "tokens drafted by speculative decoding and checked", st.drafted_tokens);
+    metric_count(&t, "draft_tokens_accepted_total", "counter", "drafted tokens the requests' generators drew",
+                 st.accepted_tokens);
+    metric_count(&t, "decode_steps_total", "counter", "forward passes of the engine", st.steps);
+    metric_real(&t, "decode_seconds_total", "counter", "time spent in forward passes", 6, st.decode_seconds);
+    metric_count(&t, "slots", "gauge", "slots (sequences decoded together)", (unsigned long long)st.n_slots);
+    metric_count(&t, "slots_busy", "gauge", "slots serving a request", (unsigned long long)st.busy);
+    metric_count(&t, "queue_depth", "gauge", "requests waiting for a slot", (unsigned long long)st.queued);
+    metric_real(&t, "generation_tokens_per_second", "gauge",
+                "tokens generated per second of the forward passes that generated (all slots together)", 3,
+                st.generation_seconds > 0 ? (double)st.generated_tokens / st.generation_seconds : 0.0);
+    char *text = strbuf_take(&t);
+    if (!text) return MHD_NO;
+    int ret = reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+    free(text);
     return ret;
 }
 

@@ -160,11 +160,6 @@ static cJSON *envelope(const gen *g, const char *object) {
     return o;
 }
 
-static int fail(http_request *r, gen *g, const api_error *e) {
-    gen_free(g);
-    return reply_error(r, e);
-}
-
 /* Parses, renders the prompt, and queues the job. NULL after replying with an error. */
 static gen *gen_start(http_request *r, request_kind kind, int *ret) {
     api_error e;
@@ -187,19 +182,8 @@ static cJSON *usage_all(const gen *g) {
 
 static int reply_whole(http_request *r, gen *g) {
     server *s = r->srv;
-    if (!gen_wait(g)) {
-        gen_free(g);
-        return MHD_NO;
-    }
-    for (int i = 0; i < g->n; i++) {
-        const job *j = g->ch[i].job;
-        if (j->error_status) {
-            api_error e;
-            api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
-            scheduler_unlock(s->sched);
-            return fail(r, g, &e);
-        }
-    }
+    int reply;
+    if (!gen_wait_whole(r, g, &reply)) return reply;
     const bool chat = g->req.kind == REQ_CHAT;
     cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");

@@ -201,19 +201,10 @@ static void finish_response(server *s, gen *g, responses_req *q, cJSON *o) {
 
 static int reply_response(http_request *r, gen *g, responses_req *q) {
     server *s = r->srv;
-    if (!gen_wait(g)) {
-        gen_free(g);
+    int reply;
+    if (!gen_wait_whole(r, g, &reply)) {
         responses_req_free(q);
-        return MHD_NO;
-    }
-    job *j = gen_job(g);
-    if (j->error_status) {
-        api_error e;
-        api_fail(&e, j->error_status == 499 ? 500 : j->error_status, NULL, "%s", j->error);
-        scheduler_unlock(s->sched);
-        gen_free(g);
-        responses_req_free(q);
-        return reply_error(r, &e);
+        return reply;
     }
     cJSON *o = response_shell(s, g, q, "completed");
     finish_response(s, g, q, o);

@@ -358,6 +358,11 @@ void gen_free(gen *g);
 /* Waits for the whole reply: true with the scheduler's mutex held (scheduler_unlock after
  * reading the job); false when the client went away or the server stops (the job is cancelled). */
 bool gen_wait(gen *g);
+/* gen_wait for a reply that is not streamed, with the failures every API answers alike: true when
+ * every choice finished without error, with the mutex held; otherwise false with g freed, the
+ * mutex released and *reply what the handler returns (MHD_NO when the client went away, else the
+ * first failed choice's error). */
+bool gen_wait_whole(http_request *r, gen *g, int *reply);
 job *gen_job(gen *g);
 /* Tokens' log-probabilities as chat and the Responses API give them: [{"token", "logprob", "bytes",
  * "top_logprobs": [...]}, ...]. */

@@ -7,6 +7,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- chat's tools, as both translate to */
+
+/* Chat's function tool, {"type": "function", "function": {name, description, parameters}}, onto
+ * `tools`: the description from `tool` when it has a string one, the parameters a copy of `schema`
+ * unless NULL. */
+static void add_function_tool(cJSON *tools, const char *name, const cJSON *tool, const cJSON *schema) {
+    cJSON *ft = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ft, "function");
+    cJSON_AddStringToObject(ft, "type", "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(tool, "description");
+    if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
+    if (schema) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(schema, true));
+    cJSON_AddItemToArray(tools, ft);
+}
+
+/* Chat's tool message: the result of call `call_id` (NULL: empty). */
+static void add_tool_result(cJSON *msgs, const char *call_id, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "tool");
+    cJSON_AddStringToObject(m, "tool_call_id", call_id);
+    cJSON_AddStringToObject(m, "content", content ? content : "");
+    cJSON_AddItemToArray(msgs, m);
+}
+
+/* Chat's tool_choice that names one function. */
+static void add_named_tool_choice(cJSON *out, const char *name) {
+    cJSON *tc = cJSON_AddObjectToObject(out, "tool_choice");
+    cJSON_AddStringToObject(tc, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", name);
+}
+
 /* ---------------------------------------------------------------- Anthropic Messages */
 
 /* A block list's text ("text" blocks joined); false for other kinds of blocks. */
@@ -111,12 +142,8 @@ static bool translate_message(const cJSON *m, size_t i, cJSON *out, api_error *e
                 free(reasoning);
                 return false;
             }
-            cJSON *tm = cJSON_CreateObject();
-            cJSON_AddStringToObject(tm, "role", "tool");
-            cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
-            cJSON_AddStringToObject(tm, "content", result ? result : "");
+            add_tool_result(out, id->valuestring, result);
             free(result);
-            cJSON_AddItemToArray(out, tm);
         } else {
             cJSON_Delete(calls);
             free(reasoning);
@@ -211,13 +238,7 @@ char *anthropic_to_chat(const char *body, size_t len, bool *stream, api_error *e
                 ok = api_fail(e, 400, "tools", "tools[%zu] needs a string 'name' (server tools are not supported)", i);
                 break;
             }
-            cJSON *ft = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ft, "function");
-            cJSON_AddStringToObject(ft, "type", "function");
-            cJSON_AddStringToObject(fn, "name", name->valuestring);
-            const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-            if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
-            if (schema) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(schema, true));
-            cJSON_AddItemToArray(ot, ft);
+            add_function_tool(ot, name->valuestring, t, schema);
             i++;
         }
     }
@@ -231,11 +252,7 @@ char *anthropic_to_chat(const char *body, size_t len, bool *stream, api_error *e
         else if (!strcmp(ty, "tool")) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
             if (!cJSON_IsString(name)) ok = api_fail(e, 400, "tool_choice", "tool_choice of type \"tool\" needs a 'name'");
-            else {
-                cJSON *tc = cJSON_AddObjectToObject(out, "tool_choice");
-                cJSON_AddStringToObject(tc, "type", "function");
-                cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", name->valuestring);
-            }
+            else add_named_tool_choice(out, name->valuestring);
         } else ok = api_fail(e, 400, "tool_choice", "'tool_choice.type' must be auto, any, tool or none");
         if (ok && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(choice, "disable_parallel_tool_use")))
             cJSON_AddFalseToObject(out, "parallel_tool_calls");
@@ -340,12 +357,8 @@ static bool translate_items(const cJSON *input, cJSON *msgs, api_error *e) {
             if (!cJSON_IsString(call_id) || !(cJSON_IsString(output) || cJSON_IsArray(output)))
                 return api_fail(e, 400, "input", "input[%zu]: a function_call_output needs a string call_id and output", i);
             char *text = parts_text(output);
-            cJSON *m = cJSON_CreateObject();
-            cJSON_AddStringToObject(m, "role", "tool");
-            cJSON_AddStringToObject(m, "tool_call_id", call_id->valuestring);
-            cJSON_AddStringToObject(m, "content", text ? text : "");
+            add_tool_result(msgs, call_id->valuestring, text);
             free(text);
-            cJSON_AddItemToArray(msgs, m);
             last_calls = NULL;
         } else if (!strcmp(ty, "reasoning")) {
             last_calls = NULL;   /* the model's earlier reasoning is not shown to it again */
@@ -426,14 +439,8 @@ bool responses_to_chat(const char *body, size_t len, stored_conversation_fn stor
                 ok = api_fail(e, 400, "tools", "tools[%zu]: only function tools ({\"type\": \"function\", \"name\", ...}) are supported", i);
                 break;
             }
-            cJSON *ft = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ft, "function");
-            cJSON_AddStringToObject(ft, "type", "function");
-            cJSON_AddStringToObject(fn, "name", name->valuestring);
-            const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
-            if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-            if (params && !cJSON_IsNull(params)) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(params, true));
-            cJSON_AddItemToArray(ot, ft);
+            add_function_tool(ot, name->valuestring, t, cJSON_IsNull(params) ? NULL : params);
             i++;
         }
     }
@@ -442,11 +449,7 @@ bool responses_to_chat(const char *body, size_t len, stored_conversation_fn stor
         if (cJSON_IsObject(choice)) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
             if (!cJSON_IsString(name)) ok = api_fail(e, 400, "tool_choice", "'tool_choice' as an object needs a 'name'");
-            else {
-                cJSON *tc = cJSON_AddObjectToObject(out, "tool_choice");
-                cJSON_AddStringToObject(tc, "type", "function");
-                cJSON_AddStringToObject(cJSON_AddObjectToObject(tc, "function"), "name", name->valuestring);
-            }
+            else add_named_tool_choice(out, name->valuestring);
         } else {
             cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(choice, true));
         }

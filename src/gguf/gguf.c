@@ -67,6 +67,8 @@ static const uint8_t scalar_size[QUILL_GGUF_TYPE_COUNT] = {
     [QUILL_GGUF_UINT64] = 8, [QUILL_GGUF_INT64] = 8, [QUILL_GGUF_FLOAT64] = 8,
 };
 
+size_t quill_gguf_scalar_size(uint32_t type) { return type < QUILL_GGUF_TYPE_COUNT ? scalar_size[type] : 0; }
+
 const char *quill_gguf_type_name(uint32_t t) {
     static const char *const names[QUILL_GGUF_TYPE_COUNT] = {
         "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",

@@ -8,4 +8,7 @@
  * be dropped and read again from the page cache, rather than memory the caller owns. */
 bool quill_gguf_is_mapped(const quill_gguf *g);
 
+/* Bytes of one value of a scalar metadata type; 0 for strings, arrays and unknown types. */
+size_t quill_gguf_scalar_size(uint32_t type);
+
 #endif

@@ -2,6 +2,7 @@
  * the tensor directory's offsets computed at write time. Used for traces, quantized models,
  * synthetic models and test fixtures. */
 #include "base/error.h"
+#include "gguf/gguf_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -156,19 +157,9 @@ quill_status quill_gguf_writer_add_str(quill_gguf_writer *w, const char *key, co
     return w->kv.failed ? QUILL_E_NOMEM : QUILL_OK;
 }
 
-static size_t elem_size(uint32_t t) {
-    switch (t) {
-    case QUILL_GGUF_UINT8: case QUILL_GGUF_INT8: case QUILL_GGUF_BOOL: return 1;
-    case QUILL_GGUF_UINT16: case QUILL_GGUF_INT16: return 2;
-    case QUILL_GGUF_UINT32: case QUILL_GGUF_INT32: case QUILL_GGUF_FLOAT32: return 4;
-    case QUILL_GGUF_UINT64: case QUILL_GGUF_INT64: case QUILL_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 quill_status quill_gguf_writer_add_arr(quill_gguf_writer *w, const char *key, uint32_t elem_type,
                                        const void *elems, uint64_t count) {
-    size_t es = elem_size(elem_type);
+    size_t es = quill_gguf_scalar_size(elem_type);
     if (!es) return QUILL_E_ARG;
     quill_status s = begin_kv(w, key, QUILL_GGUF_ARRAY);
     if (s) return s;

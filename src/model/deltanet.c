@@ -15,6 +15,7 @@
 #include "model/recurrent.h"
 #include "model/forward.h"
 #include "base/error.h"
+#include "model/conv_window.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -262,19 +263,13 @@ typedef struct {
     int layer, n_tok;
 } dn_job;
 
-/* Channels of one convolution item. */
-#define CONV_BLOCK 64
-
 /* silu(x) = x / (1 + e^-x) with libm's expf. (The kernels' SwiGLU against ones, whose exponential
  * has a vector form, was tried: its ~1 ulp moved the dense test model's logits 1.4e-5 from float64,
  * past the 1e-5 the hybrids keep.) */
 static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
-/* The causal convolution, one item per block of CONV_BLOCK channels, the tokens in order: each
- * token's window is its sequence's last kernel - 1 inputs and its own (then it shifts into the
- * state); out = silu(Σ). Per channel the sum runs over the taps in order, as one channel at a time
- * did; the block's windows and taps sit transposed ([tap][channel]) so that the channels are one
- * vector loop, and a ring (`head`: the oldest input) replaces the shifting of each window. */
+/* The causal convolution (conv_window.h), one item per block of CONV_BLOCK channels, the tokens in
+ * order: out = silu(Σ + bias), in place of the input. */
 static void conv_blocks(void *arg, int64_t b0, int64_t b1, int thread) {
     (void)thread;
     const dn_job *j = arg;
@@ -285,33 +280,22 @@ static void conv_blocks(void *arg, int64_t b0, int64_t b1, int thread) {
     float taps[MAX_KERNEL][CONV_BLOCK], ring[MAX_KERNEL][CONV_BLOCK], sum[CONV_BLOCK];
     for (int64_t b = b0; b < b1; b++) {
         const int64_t ch0 = b * CONV_BLOCK, n = conv_dim - ch0 < CONV_BLOCK ? conv_dim - ch0 : CONV_BLOCK;
-        for (int64_t i = 0; i < K; i++)
-            for (int64_t ch = 0; ch < n; ch++) taps[i][ch] = j->L->ssm_conv[(ch0 + ch) * K + i];
+        conv_block_taps(taps, j->L->ssm_conv, K, ch0, n);
         for (int t0 = 0, t1; t0 < j->n_tok; t0 = t1) {
             for (t1 = t0 + 1; t1 < j->n_tok && c->ub_seq[t1] == c->ub_seq[t0]; t1++) {}
             float *st = (float *)quill_recurrent_conv(c, c->ub_seq[t0], j->layer) + ch0 * W;
-            for (int64_t i = 0; i < W; i++)
-                for (int64_t ch = 0; ch < n; ch++) ring[i][ch] = st[ch * W + i];
+            conv_ring_load(ring, st, W, n);
             int64_t head = 0;
             for (int t = t0; t < t1; t++) {
                 float *x = mixed + (size_t)t * conv_dim + ch0;
-                for (int64_t ch = 0; ch < n; ch++) sum[ch] = 0.0f;
-                for (int64_t i = 0; i < W; i++) {
-                    const float *in = ring[(head + i) % W], *w = taps[i];
-                    for (int64_t ch = 0; ch < n; ch++) sum[ch] += in[ch] * w[ch];
-                }
-                for (int64_t ch = 0; ch < n; ch++) sum[ch] += x[ch] * taps[K - 1][ch];
+                conv_ring_sum(sum, ring, taps, head, W, x, n);
                 /* (Mamba-2's bias comes after the taps' sum, as the reference adds it) */
                 if (j->L->ssm_conv_b)
                     for (int64_t ch = 0; ch < n; ch++) sum[ch] += j->L->ssm_conv_b[ch0 + ch];
-                if (W > 0) {
-                    memcpy(ring[head], x, (size_t)n * sizeof(float));
-                    head = (head + 1) % W;
-                }
+                conv_ring_push(ring, &head, W, x, n);
                 for (int64_t ch = 0; ch < n; ch++) x[ch] = silu_f(sum[ch]);
             }
-            for (int64_t i = 0; i < W; i++)
-                for (int64_t ch = 0; ch < n; ch++) st[ch * W + i] = ring[(head + i) % W][ch];
+            conv_ring_store(st, ring, head, W, n);
         }
     }
 }
@@ -463,12 +447,7 @@ quill_status quill_deltanet_exact(const quill_context *c, const quill_layer *L, 
     quill_ref_trace(c, "z", layer, z, value_dim, 2, value_dim, 1, tmp);
     double *conv = quill_recurrent_conv(c, 0, layer), *state = quill_recurrent_ssm(c, 0, layer);
     for (int64_t ch = 0; ch < conv_dim; ch++) {
-        double *st = conv + ch * (K - 1), sum = 0;
-        const float *w = L->ssm_conv + ch * K;
-        for (int64_t i = 0; i < K - 1; i++) sum += st[i] * w[i];
-        sum += mixed[ch] * w[K - 1];
-        for (int64_t i = 0; i + 1 < K - 1; i++) st[i] = st[i + 1];
-        if (K > 1) st[K - 2] = mixed[ch];
+        const double sum = conv_ref_step(conv + ch * (K - 1), L->ssm_conv + ch * K, K, mixed[ch]);
         mixed[ch] = sum / (1.0 + exp(-sum));
     }
     quill_ref_trace(c, "conv_output_silu", layer, mixed, conv_dim, 2, conv_dim, 1, tmp);

@@ -14,6 +14,7 @@
 #include "model/recurrent.h"
 #include "model/forward.h"
 #include "base/error.h"
+#include "model/conv_window.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -231,12 +232,7 @@ quill_status quill_mamba_exact(const quill_context *c, const quill_layer *L, int
     double *xbc = zxbcdt + DI, *dt = zxbcdt + DI + conv_dim;
     double *conv = quill_recurrent_conv(c, 0, layer), *state = quill_recurrent_ssm(c, 0, layer);
     for (int64_t ch = 0; ch < conv_dim; ch++) {
-        double *st = conv + ch * (K - 1), sum = 0;
-        const float *w = L->ssm_conv + ch * K;
-        for (int64_t i = 0; i < K - 1; i++) sum += st[i] * w[i];
-        sum += xbc[ch] * w[K - 1];
-        for (int64_t i = 0; i + 1 < K - 1; i++) st[i] = st[i + 1];
-        if (K > 1) st[K - 2] = xbc[ch];
+        double sum = conv_ref_step(conv + ch * (K - 1), L->ssm_conv + ch * K, K, xbc[ch]);
         if (L->ssm_conv_b) sum += L->ssm_conv_b[ch];
         xbc[ch] = sum / (1.0 + exp(-sum));
     }

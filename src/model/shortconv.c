@@ -13,6 +13,7 @@
 #include "model/recurrent.h"
 #include "model/forward.h"
 #include "base/error.h"
+#include "model/conv_window.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +22,6 @@
 /* Above any published kernel (3), against absurd metadata: the fast pass keeps a block's window on
  * the stack. */
 #define MAX_L_CACHE 64
-/* Channels of one convolution item. */
-#define CONV_BLOCK 64
 
 /* ---------------------------------------------------------------- loading */
 
@@ -134,32 +133,23 @@ static void conv_blocks(void *arg, int64_t b0, int64_t b1, int thread) {
     float taps[MAX_L_CACHE][CONV_BLOCK], ring[MAX_L_CACHE][CONV_BLOCK], sum[CONV_BLOCK];
     for (int64_t b = b0; b < b1; b++) {
         const int64_t ch0 = b * CONV_BLOCK, n = d - ch0 < CONV_BLOCK ? d - ch0 : CONV_BLOCK;
-        for (int64_t i = 0; i < K; i++)
-            for (int64_t ch = 0; ch < n; ch++) taps[i][ch] = j->L->ssm_conv[(ch0 + ch) * K + i];
+        conv_block_taps(taps, j->L->ssm_conv, K, ch0, n);
         for (int t0 = 0, t1; t0 < j->n_tok; t0 = t1) {
             for (t1 = t0 + 1; t1 < j->n_tok && c->ub_seq[t1] == c->ub_seq[t0]; t1++) {}
             float *st = (float *)quill_recurrent_conv(c, c->ub_seq[t0], j->layer) + ch0 * W;
-            for (int64_t i = 0; i < W; i++)
-                for (int64_t ch = 0; ch < n; ch++) ring[i][ch] = st[ch * W + i];
+            conv_ring_load(ring, st, W, n);
             int64_t head = 0;
             for (int t = t0; t < t1; t++) {
                 const float *row = bcx + (size_t)t * 3 * (size_t)d, *gb = row + ch0, *gc = row + d + ch0;
                 const float *x = row + 2 * d + ch0;
                 float u[CONV_BLOCK];
                 for (int64_t ch = 0; ch < n; ch++) u[ch] = gb[ch] * x[ch];
-                for (int64_t ch = 0; ch < n; ch++) sum[ch] = 0.0f;
-                for (int64_t i = 0; i < W; i++) {
-                    const float *in = ring[(head + i) % W], *w = taps[i];
-                    for (int64_t ch = 0; ch < n; ch++) sum[ch] += in[ch] * w[ch];
-                }
-                for (int64_t ch = 0; ch < n; ch++) sum[ch] += u[ch] * taps[W][ch];
-                memcpy(ring[head], u, (size_t)n * sizeof(float));
-                head = (head + 1) % W;
+                conv_ring_sum(sum, ring, taps, head, W, u, n);
+                conv_ring_push(ring, &head, W, u, n);
                 float *out = y + (size_t)t * (size_t)d + ch0;
                 for (int64_t ch = 0; ch < n; ch++) out[ch] = gc[ch] * sum[ch];
             }
-            for (int64_t i = 0; i < W; i++)
-                for (int64_t ch = 0; ch < n; ch++) st[ch * W + i] = ring[(head + i) % W][ch];
+            conv_ring_store(st, ring, head, W, n);
         }
     }
 }
@@ -192,14 +182,8 @@ quill_status quill_shortconv_exact(const quill_context *c, const quill_layer *L,
     quill_ref_trace(c, "shortconv_in_proj", layer, bcx, 3 * d, 2, 3 * d, 1, tmp);
     double *window = quill_recurrent_conv(c, 0, layer);
     for (int64_t ch = 0; ch < d; ch++) {
-        double *st = window + ch * (K - 1), sum = 0;
-        const float *w = L->ssm_conv + ch * K;
         const double u = bcx[ch] * bcx[2 * d + ch];
-        for (int64_t i = 0; i < K - 1; i++) sum += st[i] * w[i];
-        sum += u * w[K - 1];
-        for (int64_t i = 0; i + 1 < K - 1; i++) st[i] = st[i + 1];
-        st[K - 2] = u;
-        y[ch] = bcx[d + ch] * sum;
+        y[ch] = bcx[d + ch] * conv_ref_step(window + ch * (K - 1), L->ssm_conv + ch * K, K, u);
     }
     quill_ref_trace(c, "shortconv_gated", layer, y, d, 2, d, 1, tmp);
     quill_ref_matvec(&L->ssm_out, y, out, row);

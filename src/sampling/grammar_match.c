@@ -737,23 +737,31 @@ static void mask_common(quill_grammar_matcher *m, pstate p, uint64_t *bits) {
     }
 }
 
+/* Sets token t's bit when its whole text can follow p; the scratch it used is given back. */
+static inline void try_token(quill_grammar_matcher *m, pstate p, int32_t t, uint64_t *bits) {
+    const quill_grammar_vocab *v = m->v;
+    size_t mark = m->n_scratch;
+    pstate q;
+    if (feed_text(m, p, v->bytes + v->off[t], v->len[t], &q)) set_bit(bits, t);
+    m->n_scratch = mark;
+}
+
+/* A mask's end: the scratch emptied, the error that broke the matcher if one did. */
+static quill_status mask_end(quill_grammar_matcher *m, quill_error *err) {
+    m->n_scratch = 0;
+    if (m->broken) return quill_fail(err, m->why.status, "%s", m->why.message);
+    return QUILL_OK;
+}
+
 static quill_status mask_fast(quill_grammar_matcher *m, uint64_t *bits, quill_error *err) {
     pstate p = current(m);
     if (!m->broken) {
         mask_common(m, p, bits);
         walk(m, 0, p, bits);
         const quill_grammar_vocab *v = m->v;
-        for (size_t i = 0; i < v->n_long && !m->broken; i++) {
-            int32_t t = v->long_ids[i];
-            size_t mark = m->n_scratch;
-            pstate q;
-            if (feed_text(m, p, v->bytes + v->off[t], v->len[t], &q)) set_bit(bits, t);
-            m->n_scratch = mark;
-        }
+        for (size_t i = 0; i < v->n_long && !m->broken; i++) try_token(m, p, v->long_ids[i], bits);
     }
-    m->n_scratch = 0;
-    if (m->broken) return quill_fail(err, m->why.status, "%s", m->why.message);
-    return QUILL_OK;
+    return mask_end(m, err);
 }
 
 quill_status quill_grammar_matcher_mask_plain(quill_grammar_matcher *m, uint64_t *bits, quill_error *err) {
@@ -762,17 +770,10 @@ quill_status quill_grammar_matcher_mask_plain(quill_grammar_matcher *m, uint64_t
     if (!m->broken) {
         mask_common(m, p, bits);
         const quill_grammar_vocab *v = m->v;
-        for (int32_t t = 0; t < v->n_vocab && !m->broken; t++) {
-            if (v->eog[t] || v->len[t] == 0) continue;
-            size_t mark = m->n_scratch;
-            pstate q;
-            if (feed_text(m, p, v->bytes + v->off[t], v->len[t], &q)) set_bit(bits, t);
-            m->n_scratch = mark;
-        }
+        for (int32_t t = 0; t < v->n_vocab && !m->broken; t++)
+            if (!v->eog[t] && v->len[t] != 0) try_token(m, p, t, bits);
     }
-    m->n_scratch = 0;
-    if (m->broken) return quill_fail(err, m->why.status, "%s", m->why.message);
-    return QUILL_OK;
+    return mask_end(m, err);
 }
 
 static cache_entry *cache_find(quill_grammar_matcher *m) {

@@ -6,6 +6,7 @@
  * so that a model's f32 products on these sets give the avx2 set's bits, which `make cross-test`
  * compares. Built on aarch64 only; elsewhere this file compiles to nothing. */
 #include "kernels/kernels.h"
+#include "kernels/dot_tokens.h"
 #include "base/exp_poly.h"
 
 #if defined(__aarch64__)
@@ -52,16 +53,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     }
 }
 
-static void dot_neon(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
-    int t = 0;
-    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
-    switch (n_tok - t) {
-    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
-    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
-    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
-    default: break;
-    }
-}
+QUILL_TOKENS_BY_4(dot_neon, const float *, dot_nt)
 
 /* ---------------------------------------------------------------- attention */
 

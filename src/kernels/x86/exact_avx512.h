@@ -1070,5 +1070,13 @@ quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type);
 /* The loop for a few tokens over groups of tiles (as one token's), or NULL where the batch loop serves. */
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok);
 
+/* `static void name`, a quill_matmul_fn that calls impl(type, ...): one per type, so that the
+ * kernel table holds a function per type while the set's product takes the type as an argument. */
+#define QUILL_MATMUL_OF_TYPE(name, impl, type)                                                      \
+    static void name(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,     \
+                     quill_pool *pool, void *scratch) {                                              \
+        impl(type, m, n_mats, cols, x, n_tok, pool, scratch);                                        \
+    }
+
 #endif
 #endif

@@ -369,12 +369,7 @@ static void amx_matmul(uint32_t type, const quill_matrix *m, int n_mats, int64_t
     quill_pool_run_joined(pool, tasks, n_mats, 1);
 }
 
-#define MATMUL_FN(name, impl, type)                                                                  \
-    static void name(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,     \
-                     quill_pool *pool, void *scratch) {                                              \
-        impl(type, m, n_mats, cols, x, n_tok, pool, scratch);                                        \
-    }
-#define MATMUL_AMX(sfx, ID) MATMUL_FN(matmul_amx_##sfx, amx_matmul, QUILL_TYPE_##ID)
+#define MATMUL_AMX(sfx, ID) QUILL_MATMUL_OF_TYPE(matmul_amx_##sfx, amx_matmul, QUILL_TYPE_##ID)
 #define INSTALL_AMX(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_amx_##sfx;
 QUILL_EXACT_TYPES(MATMUL_AMX)
 

@@ -1,6 +1,9 @@
-/* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. */
+/* AVX2 + FMA kernels (8 lanes). Same structure as the AVX-512 file: see there. The two stay apart
+ * where the lanes (8 against 16), the tails (loops against masks) and the registers (16 against
+ * 32) change the code; what is the same is in float_products.h, unpack_simd.h and dot_tokens.h. */
 #include "kernels/x86/kernels_simd.h"
 #include "kernels/x86/float_products.h"
+#include "kernels/dot_tokens.h"
 #include "base/exp_poly.h"
 #include "tensor/types_internal.h"
 
@@ -41,16 +44,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t])) + tail[t];
 }
 
-static void dot_avx2(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
-    int t = 0;
-    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
-    switch (n_tok - t) {
-    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
-    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
-    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
-    default: break;
-    }
-}
+QUILL_TOKENS_BY_4(dot_avx2, const float *, dot_nt)
 
 /* ---------------------------------------------------------------- float weights, whole matrices
  *
@@ -638,21 +632,6 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
 }
 
-#define FUSED_DISPATCH(name, impl)                                                                  \
-    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
-                     int64_t os) {                                                                  \
-        int t = 0;                                                                                  \
-        for (; t + 4 <= n_tok; t += 4) impl(row, x + t * xs, n, xs, out + t * os, os, 4);           \
-        x += t * xs;                                                                                \
-        out += t * os;                                                                              \
-        switch (n_tok - t) {                                                                        \
-        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
-        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
-        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
-        default: break;                                                                             \
-        }                                                                                           \
-    }
-
 /* q2_K: each sub-block of 16 has its own scale and min (d·sc·q is exact, so the multiply then
  * subtract rounds as the dequantizer's) */
 /* iq4_nl and iq4_xs: each 16 levels by one byte shuffle, times the block's or sub-block's scale,
@@ -752,6 +731,23 @@ static inline __attribute__((always_inline)) void q3_K_nt(const void *row, const
     #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
 }
+
+/* QUILL_TOKENS_BY_4 (dot_tokens.h) but with the pointers advanced before the remainder, the form
+ * these products have always had: the two forms compile to different code. */
+#define FUSED_DISPATCH(name, impl)                                                                  \
+    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
+                     int64_t os) {                                                                  \
+        int t = 0;                                                                                  \
+        for (; t + 4 <= n_tok; t += 4) impl(row, x + t * xs, n, xs, out + t * os, os, 4);           \
+        x += t * xs;                                                                                \
+        out += t * os;                                                                              \
+        switch (n_tok - t) {                                                                        \
+        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
+        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
+        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
+        default: break;                                                                             \
+        }                                                                                           \
+    }
 
 FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
 FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "kernels/x86/unpack_avx512.h"
+#include "kernels/dot_tokens.h"
 
 /* The F16C instruction converts a half exactly, like quill_half_to_float, without its branches. */
 static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -46,16 +47,7 @@ static inline __attribute__((always_inline)) void dot_nt(const float *w, const f
     for (int t = 0; t < NT; t++) out[t * os] = _mm512_reduce_add_ps(_mm512_add_ps(a[t], b[t]));
 }
 
-static void dot_avx512(const float *w, const float *x, int64_t n, int n_tok, int64_t xs, float *out, int64_t os) {
-    int t = 0;
-    for (; t + 4 <= n_tok; t += 4) dot_nt(w, x + t * xs, n, xs, out + t * os, os, 4);
-    switch (n_tok - t) {
-    case 3: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 3); break;
-    case 2: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 2); break;
-    case 1: dot_nt(w, x + t * xs, n, xs, out + t * os, os, 1); break;
-    default: break;
-    }
-}
+QUILL_TOKENS_BY_4(dot_avx512, const float *, dot_nt)
 
 /* ---------------------------------------------------------------- float weights, whole matrices
  *
@@ -735,34 +727,14 @@ static inline __attribute__((always_inline)) void q3_K_nt(const void *row, const
     finish(a, b, out, os, NT);
 }
 
-/* Token groups of 8, then the remainder with its exact count, so every call is specialised. */
-#define FUSED_DISPATCH(name, impl)                                                                  \
-    static void name(const void *row, const float *x, int64_t n, int n_tok, int64_t xs, float *out,  \
-                     int64_t os) {                                                                  \
-        int t = 0;                                                                                  \
-        for (; t + 8 <= n_tok; t += 8) impl(row, x + t * xs, n, xs, out + t * os, os, 8);           \
-        x += t * xs;                                                                                \
-        out += t * os;                                                                              \
-        switch (n_tok - t) {                                                                        \
-        case 7: impl(row, x, n, xs, out, os, 7); break;                                             \
-        case 6: impl(row, x, n, xs, out, os, 6); break;                                             \
-        case 5: impl(row, x, n, xs, out, os, 5); break;                                             \
-        case 4: impl(row, x, n, xs, out, os, 4); break;                                             \
-        case 3: impl(row, x, n, xs, out, os, 3); break;                                             \
-        case 2: impl(row, x, n, xs, out, os, 2); break;                                             \
-        case 1: impl(row, x, n, xs, out, os, 1); break;                                             \
-        default: break;                                                                             \
-        }                                                                                           \
-    }
-
-FUSED_DISPATCH(vec_dot_q4_0, q4_0_nt)
-FUSED_DISPATCH(vec_dot_q8_0, q8_0_nt)
-FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
-FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
-FUSED_DISPATCH(vec_dot_q2_K, q2_K_nt)
-FUSED_DISPATCH(vec_dot_q3_K, q3_K_nt)
-FUSED_DISPATCH(vec_dot_iq4_nl, iq4_nl_nt)
-FUSED_DISPATCH(vec_dot_iq4_xs, iq4_xs_nt)
+QUILL_TOKENS_BY_8(vec_dot_q4_0, const void *, q4_0_nt)
+QUILL_TOKENS_BY_8(vec_dot_q8_0, const void *, q8_0_nt)
+QUILL_TOKENS_BY_8(vec_dot_q4_K, const void *, q4_K_nt)
+QUILL_TOKENS_BY_8(vec_dot_q6_K, const void *, q6_K_nt)
+QUILL_TOKENS_BY_8(vec_dot_q2_K, const void *, q2_K_nt)
+QUILL_TOKENS_BY_8(vec_dot_q3_K, const void *, q3_K_nt)
+QUILL_TOKENS_BY_8(vec_dot_iq4_nl, const void *, iq4_nl_nt)
+QUILL_TOKENS_BY_8(vec_dot_iq4_xs, const void *, iq4_xs_nt)
 
 /* hb heads of nv vectors of values each (nv·hb <= 16 accumulators, in registers across all rows):
  * each row of values is loaded once for the hb heads, and the hb·nv chains of fused

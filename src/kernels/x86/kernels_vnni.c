@@ -228,12 +228,7 @@ static void vnni_matmul_packed(uint32_t type, const quill_matrix *m, int n_mats,
     vnni_matmul_from(type, true, m, n_mats, cols, x, n_tok, pool, scratch);
 }
 
-#define MATMUL_FN(name, impl, type)                                                                  \
-    static void name(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,     \
-                     quill_pool *pool, void *scratch) {                                              \
-        impl(type, m, n_mats, cols, x, n_tok, pool, scratch);                                        \
-    }
-#define MATMUL_VNNI(sfx, ID) MATMUL_FN(matmul_vnni_##sfx, vnni_matmul, QUILL_TYPE_##ID)
+#define MATMUL_VNNI(sfx, ID) QUILL_MATMUL_OF_TYPE(matmul_vnni_##sfx, vnni_matmul, QUILL_TYPE_##ID)
 #define INSTALL_VNNI(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_vnni_##sfx;
 QUILL_EXACT_TYPES(MATMUL_VNNI)
 FILE_DECODED_LOWBIT(MATMUL_VNNI)
@@ -246,16 +241,16 @@ FILE_DECODED_LOWBIT(MATMUL_VNNI)
         else vnni_matmul(QUILL_TYPE_##ID, m, n_mats, cols, x, n_tok, pool, scratch);                 \
     }
 QUILL_UNPACKED_EXACT_TYPES(MATMUL_UNPACKED)
-MATMUL_FN(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
-MATMUL_FN(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
-MATMUL_FN(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
-MATMUL_FN(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
-MATMUL_FN(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
-MATMUL_FN(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
-MATMUL_FN(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
-MATMUL_FN(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
-MATMUL_FN(matmul_packed_q2_K, vnni_matmul_packed, QUILL_TYPE_Q2_K)
-MATMUL_FN(matmul_packed_q3_K, vnni_matmul_packed, QUILL_TYPE_Q3_K)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
+QUILL_MATMUL_OF_TYPE(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
+QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
+QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q2_K, vnni_matmul_packed, QUILL_TYPE_Q2_K)
+QUILL_MATMUL_OF_TYPE(matmul_packed_q3_K, vnni_matmul_packed, QUILL_TYPE_Q3_K)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
