@@ -15,50 +15,52 @@ if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt test
     (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
 fi
 
-# Two cores, two lanes: the test runs are mostly one busy thread (a model, a server and its
-# clients taking turns), so each shares the machine with the next phase's builds, started in the
-# background at a lower priority (the tests' timing stays theirs) and reported after the tests.
-# Lane 1: the gcc build's tests | the sanitizer build, the fuzz targets and the aarch64 library.
-# Lane 2: the sanitizer build's tests | the fuzz smoke run and the aarch64 build under qemu.
+# Two cores: the test runs are mostly one busy thread (a model, a server and its clients taking
+# turns), so the builds and the other checks run in the background beside them, at a lower
+# priority (the tests' timing stays theirs), and are reported after the tests:
+#   the gcc build's tests   | the sanitizer build (nice 5), then
+#   the sanitizer's tests   | the fuzz targets built and run, the aarch64 library built and run
+#                             under qemu (nice 15: after the sanitizer build in the machine's favour)
 mkdir -p build-san build-fuzz
-rm -f build/cross.log build/cross-test.log
-BG="nice -n 10"
+rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log
 (
-    if $BG make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill > build-san/build.log 2>&1; then
+    if nice -n 5 make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill > build-san/build.log 2>&1; then
         echo ok > build-san/build.status
     else
         echo failed > build-san/build.status
     fi
-    $BG make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1 && echo ok > build-fuzz/build.status || echo failed > build-fuzz/build.status
+) &
+san_build=$!
+(
+    # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
+    if nice -n 15 make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
+        nice -n 15 ./fuzz/smoke.sh > build-fuzz/smoke.log 2>&1
+    else
+        { tail -n 30 build-fuzz/build.log; echo "make fuzz failed: see build-fuzz/build.log"; echo "0 passed, 1 failed"; } > build-fuzz/smoke.log
+    fi
+) &
+fuzz=$!
+(
     # The scalar path must build on other 64-bit targets: the library for aarch64, into the folder
-    # the qemu run (make cross-test) builds in, so that it compiles once.
+    # the qemu run (make cross-test: tests/cross_test.sh) builds in, so that it compiles once; then
+    # the aarch64 kernel sets run under qemu-user, where installed.
     if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
-        if $BG make -s -j"$JOBS" CC=aarch64-linux-gnu-gcc BUILD=build-arm64-test build-arm64-test/libquill.a > build/cross-build.log 2>&1; then
+        if nice -n 15 make -s -j"$JOBS" CC=aarch64-linux-gnu-gcc BUILD=build-arm64-test build-arm64-test/libquill.a > build/cross-build.log 2>&1; then
             echo "1 passed, 0 failed" > build/cross.log
         else
             cat build/cross-build.log > build/cross.log
             echo "0 passed, 1 failed" >> build/cross.log
         fi
+        if command -v qemu-aarch64 > /dev/null 2>&1; then
+            nice -n 15 make -s cross-test CROSS_BUILD=build-arm64-test > build/cross-test.log 2>&1
+        fi
     fi
 ) &
-builds=$!
+cross=$!
 QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
-wait "$builds"
+wait "$san_build"
 
 echo "== sanitizers (clang, ASan + UBSan) =="
-(
-    # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
-    if [ "$(cat build-fuzz/build.status)" = ok ]; then
-        $BG ./fuzz/smoke.sh > build-fuzz/smoke.log 2>&1
-    else
-        { tail -n 30 build-fuzz/build.log; echo "make fuzz failed: see build-fuzz/build.log"; echo "0 passed, 1 failed"; } > build-fuzz/smoke.log
-    fi
-    # The aarch64 kernel sets run: make cross-test (tests/cross_test.sh) under qemu-user, where installed.
-    if command -v qemu-aarch64 > /dev/null 2>&1 && command -v aarch64-linux-gnu-gcc > /dev/null 2>&1; then
-        $BG make -s cross-test CROSS_BUILD=build-arm64-test > build/cross-test.log 2>&1
-    fi
-) &
-checks=$!
 if [ "$(cat build-san/build.status)" = ok ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         QUILL_BIN=./build-san/quill ./build-san/quill_test | tee build-san/test.log
@@ -66,7 +68,7 @@ else
     tail -n 30 build-san/build.log
     echo "0 passed, 1 failed" | tee build-san/test.log
 fi
-wait "$checks"
+wait "$fuzz" "$cross"
 
 echo "== fuzz targets (clang libFuzzer, ${FUZZ_RUNS:-60000} inputs each, fixed seed) =="
 cat build-fuzz/smoke.log
