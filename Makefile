@@ -134,11 +134,12 @@ KERNEL_TEST_OBJ := $(addprefix $(BUILD)/tests/,test_main.o test_kernels.o test_k
 $(BUILD)/quill_kernel_test: $(KERNEL_TEST_OBJ) $(BUILD)/libquill.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The whole suite: the normal build, then the same tests under ASan + UBSan.
+# The whole suite: the normal build, then the same tests under ASan + UBSan, and the rest
+# (tests/run_all.sh builds them all: the sanitizer build starts beside the normal one).
 # Scripts that run make themselves get MAKEFLAGS without this make's jobserver, which they cannot
 # reach (a plain recipe, not $(MAKE)): their own -j then applies without a warning.
 SCRIPT_MAKEFLAGS = MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))'
-test: all
+test:
 	@$(SCRIPT_MAKEFLAGS) ./tests/run_all.sh
 
 # The Debian packages of the build, tests and CI (the list: scripts/debian-packages.txt).

@@ -18,11 +18,11 @@ fi
 # Two cores: the test runs are mostly one busy thread (a model, a server and its clients taking
 # turns), so the builds and the other checks run in the background beside them, at a lower
 # priority (the tests' timing stays theirs), and are reported after the tests:
-#   the gcc build's tests   | the sanitizer build (nice 5), then
-#   the sanitizer's tests   | the fuzz targets built and run, the aarch64 library built and run
-#                             under qemu (nice 15: after the sanitizer build in the machine's favour)
+#   the gcc build, then its tests   | the sanitizer build (nice 5)
+#   the sanitizer build's tests     | the fuzz targets built and run, the aarch64 library built
+#                                     and run under qemu (nice 15)
 mkdir -p build-san build-fuzz
-rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log
+rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log build-san/build.status
 (
     if nice -n 5 make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill > build-san/build.log 2>&1; then
         echo ok > build-san/build.status
@@ -31,6 +31,14 @@ rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log
     fi
 ) &
 san_build=$!
+if ! make -s -j"$JOBS" all; then
+    wait "$san_build"
+    echo "the gcc build failed"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
+wait "$san_build"
 (
     # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
     if nice -n 15 make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
@@ -57,8 +65,6 @@ fuzz=$!
     fi
 ) &
 cross=$!
-QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
-wait "$san_build"
 
 echo "== sanitizers (clang, ASan + UBSan) =="
 if [ "$(cat build-san/build.status)" = ok ]; then
