@@ -173,6 +173,8 @@ TEST(layers_call_one_way) {
         }
     }
     if (pclose(p) != 0) test_fail(__FILE__, __LINE__, "nm failed on the objects of %s", build), ok = false;
+    CHECK(n_units < MAX_FILES && n_defined < MAX_SYMS, "%d objects, %d symbols: raise MAX_FILES (%d) or MAX_SYMS (%d)",
+          n_units, n_defined, MAX_FILES, MAX_SYMS);
     qsort(defined, (size_t)n_defined, sizeof defined[0], cmp_symbol);
     for (int a = 0; a < n_units; a++) {
         for (char *s = undef[a] ? strtok(undef[a], "\n") : NULL; s; s = strtok(NULL, "\n")) {
