@@ -44,7 +44,8 @@
 #   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
 #   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
 #   QUILL [build/quill]   QUILL_BATCHED [build/quill_batched: make bench-batched]
-#   REF [../shared/ref/bin]
+#   REF [../shared/ref/bin]   IK [../shared/peers/ik/llama-bench when present; none: left out]
+#   IK_FLAGS [-rtr 1; -rtr 1 -fmoe 1 for the MoE shapes]
 # Needs sh, awk, sed and sort.
 set -eu
 
@@ -55,6 +56,11 @@ QUILL_BATCHED=${QUILL_BATCHED:-$root/build/quill_batched}
 REF=${REF:-$root/../shared/ref/bin}
 . "$root/bench/ref_dir.sh"
 REF=$(ref_usable "$REF")   # a copy whose library links are text files (bench/ref_dir.sh)
+# ik_llama.cpp's llama-bench (../shared/peers/ik: the fastest CPU peer, an AVX2 build), a third
+# column in pp and tg when present; IK=none leaves it out. IK_FLAGS: its repacking at load, which its
+# users turn on (and -fmoe 1, its fused experts, for the MoE shapes).
+IK_DEFAULT=$root/../shared/peers/ik/llama-bench
+IK=${IK:-$IK_DEFAULT}
 DIR=${QUILL_BENCH_DIR:-$root/../quill-bench-models}
 VOCAB=$root/../shared/tokenizer/ggml-vocab-llama-spm.gguf
 SHAPE=${SHAPE:-tinyllama}
@@ -100,6 +106,11 @@ for t in $THREADS $BATCH_THREADS $NPL; do number "a thread or sequence count" "$
 for t in $TESTS; do case $t in pp | tg | batched) ;; *) die "TESTS lists pp, tg or batched, not '$t'" ;; esac; done
 [ -x "$QUILL" ] || die "$QUILL is not built (run make, or set QUILL)"
 [ -x "$REF/llama-bench" ] || die "$REF/llama-bench is missing (the shared reference data, or set REF)"
+if [ "$IK" != none ] && [ ! -x "$IK" ]; then
+    [ "$IK" = "$IK_DEFAULT" ] || die "IK=$IK is not an executable (ik_llama.cpp's llama-bench, or IK=none)"
+    IK=none
+fi
+case $SHAPE in qwen3moe | gpt-oss | qwen35moe | lfm2moe) IK_FLAGS=${IK_FLAGS:--rtr 1 -fmoe 1} ;; *) IK_FLAGS=${IK_FLAGS:--rtr 1} ;; esac
 case " $TESTS " in *" batched "*)
     [ -x "$QUILL_BATCHED" ] || die "$QUILL_BATCHED is not built (make bench-batched, or leave batched out of TESTS)"
     [ -x "$REF/llama-batched-bench" ] || die "$REF/llama-batched-bench is missing" ;;
@@ -160,6 +171,14 @@ ref_run() { # model threads test n
     sed -n 's/.*"avg_ts": *\([0-9.eE+-]*\).*/\1/p' "$LOG.out" | head -n 1
 }
 
+ik_run() { # model threads test n
+    if [ "$3" = pp ]; then args="-p $4 -n 0"; else args="-p 0 -n $4"; fi
+    # shellcheck disable=SC2086
+    "$IK" -m "$1" -t "$2" $args -r 1 $IK_FLAGS -o json 2> "$LOG.err" > "$LOG.out" ||
+        { cat "$LOG.err" >&2; die "ik_llama.cpp's llama-bench failed: $IK -m $1 -t $2 $args -r 1 $IK_FLAGS"; }
+    sed -n 's/.*"avg_ts": *\([0-9.eE+-]*\).*/\1/p' "$LOG.out" | head -n 1
+}
+
 # Batched decoding: tokens of all sequences per second while they generate.
 quill_batched_run() { # model threads npl
     "$QUILL_BATCHED" -m "$1" -t "$2" -npp "$BATCH_PP" -ntg "$BATCH_TG" -npl "$3" 2> "$LOG.err" > "$LOG.out" ||
@@ -191,23 +210,33 @@ one() { # side kind model threads arg
     case "$1 $2" in
         "quill pp" | "quill tg") quill_run "$3" "$4" "$2" "$5" ;;
         "ref pp" | "ref tg") ref_run "$3" "$4" "$2" "$5" ;;
+        "ik pp" | "ik tg") ik_run "$3" "$4" "$2" "$5" ;;
         "quill batched") quill_batched_run "$3" "$4" "$5" ;;
         "ref batched") ref_batched_run "$3" "$4" "$5" ;;
     esac
 }
 
-# One line of the table: PAIRS pairs of runs; raw lines "type threads label pair quill ref" go to $RAW.
+# One line of the table: PAIRS pairs of runs (with ik_llama.cpp, triples: which program goes first
+# rotates); raw lines "type threads label pair quill ref ik" go to $RAW, ik "-" when not run.
 measure() { # type model threads kind arg label
     i=1
     while [ "$i" -le "$PAIRS" ]; do
-        if [ $((i % 2)) -eq 1 ]; then
+        k=-
+        if [ "$IK" != none ] && [ "$4" != batched ]; then
+            case $((i % 3)) in
+                1) q=$(one quill "$4" "$2" "$3" "$5"); r=$(one ref "$4" "$2" "$3" "$5"); k=$(one ik "$4" "$2" "$3" "$5") ;;
+                2) r=$(one ref "$4" "$2" "$3" "$5"); k=$(one ik "$4" "$2" "$3" "$5"); q=$(one quill "$4" "$2" "$3" "$5") ;;
+                0) k=$(one ik "$4" "$2" "$3" "$5"); q=$(one quill "$4" "$2" "$3" "$5"); r=$(one ref "$4" "$2" "$3" "$5") ;;
+            esac
+            [ -n "$k" ] || die "ik_llama.cpp gave no figure ($1, $3 threads, $6, pair $i): see $LOG.*"
+        elif [ $((i % 2)) -eq 1 ]; then
             q=$(one quill "$4" "$2" "$3" "$5"); r=$(one ref "$4" "$2" "$3" "$5")
         else
             r=$(one ref "$4" "$2" "$3" "$5"); q=$(one quill "$4" "$2" "$3" "$5")
         fi
         [ -n "$q" ] && [ -n "$r" ] || die "a run gave no figure ($1, $3 threads, $6, pair $i): see $LOG.*"
-        echo "$1 $3 $6 $i $q $r" >> "$RAW"
-        echo "  $1 -t $3 $6 pair $i: quill $q, reference $r t/s" >&2
+        echo "$1 $3 $6 $i $q $r $k" >> "$RAW"
+        echo "  $1 -t $3 $6 pair $i: quill $q, reference $r, ik_llama.cpp $k t/s" >&2
         i=$((i + 1))
     done
 }
@@ -242,6 +271,7 @@ backend=$(cat "$OUT/ref-backend" 2>/dev/null || true)
     echo "CPU: ${cpu:-unknown}, $(nproc 2>/dev/null || echo '?') CPUs; flags: $flags"
     echo "quill: $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'), kernels ${kernels:-?};" \
          "reference: $REF${backend:+ ($backend)}"
+    [ "$IK" = none ] || echo "ik_llama.cpp: $IK $IK_FLAGS"
     echo "load average before: $load_before, after: $load_after; $(date -u '+%Y-%m-%d %H:%M UTC')"
     # shellcheck disable=SC2086 # three words: the tg and pp goals and the issue
     set -- $GOALS
@@ -255,22 +285,36 @@ backend=$(cat "$OUT/ref-backend" 2>/dev/null || true)
             for (i = 1; i <= n; i++) { for (j = i; j > 1 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t } }
             for (i = 1; i <= n; i++) { for (j = i; j > 1 && q[j - 1] > q[j]; j--) { t = q[j]; q[j] = q[j - 1]; q[j - 1] = t } }
             for (i = 1; i <= n; i++) { for (j = i; j > 1 && f[j - 1] > f[j]; j--) { t = f[j]; f[j] = f[j - 1]; f[j - 1] = t } }
+            for (i = 1; i <= nk; i++) { for (j = i; j > 1 && k[j - 1] > k[j]; j--) { t = k[j]; k[j] = k[j - 1]; k[j - 1] = t } }
+            for (i = 1; i <= nk; i++) { for (j = i; j > 1 && rk[j - 1] > rk[j]; j--) { t = rk[j]; rk[j] = rk[j - 1]; rk[j - 1] = t } }
             mr = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
             mq = n % 2 ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
             mf = n % 2 ? f[(n + 1) / 2] : (f[n / 2] + f[n / 2 + 1]) / 2
             per = substr(test, 1, 5) == "batch" ? substr(test, 6) : 1
             goal = substr(test, 1, 2) == "pp" ? goal_pp : goal_tg
-            printf "%-7s %3s  %-8s %10.2f %10.2f   %6.3fx  %6.3f-%6.3f  %5d   %s\n", type, th, test, mq / per, mf / per,
+            ik = ""; vs_ik = ""
+            if (nk) {
+                mk = nk % 2 ? k[(nk + 1) / 2] : (k[nk / 2] + k[nk / 2 + 1]) / 2
+                mrk = nk % 2 ? rk[(nk + 1) / 2] : (rk[nk / 2] + rk[nk / 2 + 1]) / 2
+                ik = sprintf("%10.2f", mk); vs_ik = sprintf("%6.3fx", mrk)
+            }
+            printf "%-7s %3s  %-8s %10.2f %10.2f   %6.3fx  %6.3f-%6.3f  %5d   %-6s", type, th, test, mq / per, mf / per,
                    mr, r[1], r[n], n, (mr >= goal ? "met" : "missed")
-            n = 0
+            if (with_ik) printf " %10s  %7s", ik, vs_ik
+            printf "\n"
+            n = 0; nk = 0
         }
-        BEGIN { printf "%-7s %3s  %-8s %10s %10s   %7s  %13s  %5s   %s\n", "type", "thr", "test", "quill t/s",
-                       "ref t/s", "ratio", "ratio range", "pairs", "goal" }
+        BEGIN { printf "%-7s %3s  %-8s %10s %10s   %7s  %13s  %5s   %-6s", "type", "thr", "test", "quill t/s",
+                       "ref t/s", "ratio", "ratio range", "pairs", "goal"
+                if (with_ik) printf " %10s  %7s", "ik t/s", "vs ik"
+                printf "\n" }
         { key = $1 " " $2 " " $3; if (key != last) { flush(); last = key; type = $1; th = $2; test = $3 }
-          n++; q[n] = $5; f[n] = $6; r[n] = $5 / $6 }
-        END { flush() }' "$RAW"
+          n++; q[n] = $5; f[n] = $6; r[n] = $5 / $6
+          if (NF >= 7 && $7 != "-") { nk++; k[nk] = $7; rk[nk] = $5 / $7 } }
+        END { flush() }' with_ik="$([ "$IK" = none ] && echo 0 || echo 1)" "$RAW"
     echo
     echo "t/s: medians over the pairs (batchN: per sequence, while N sequences generate together);"
-    echo "ratio: median of quill / reference per pair, and the lowest and highest of them."
+    echo "ratio: median of quill / reference per pair, and the lowest and highest of them;"
+    [ "$IK" = none ] || echo "vs ik: median of quill / ik_llama.cpp per pair (goal >= 1.0x, issue 46)."
     echo "raw pairs: $RAW"
 } | tee "$OUT/table.txt"
