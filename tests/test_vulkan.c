@@ -387,16 +387,17 @@ TEST(vulkan_forward_matches_cpu) {
         check_model_logits(path, true);
         remove(path);
     }
-    /* its f32 weights (5.0 MiB with the output) against a device capped at 3 MiB: refused before any
-     * upload, with the sizes and the -ngl that fits, which then runs */
+    /* its f32 weights (5.0 MiB with the output) and KV cache (64 positions: 0.125 MiB) against a
+     * device capped at 3 MiB: refused before any upload, with the sizes and the -ngl that fits,
+     * which then runs */
     snprintf(cmd, sizeof cmd,
-             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -p hi -n 1 --backend vulkan 2>&1; "
-             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -p hi -n 1 --backend vulkan -ngl 1 --json",
+             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -c 64 -p hi -n 1 --backend vulkan 2>&1; "
+             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -c 64 -p hi -n 1 --backend vulkan -ngl 1 --json",
              quill_bin(), wide, quill_bin(), wide);
     rc = run_cmd(cmd, &out, true);
     remove(wide);
     CHECK(rc == 0, "%s", out);
-    CHECK_STR_CONTAINS(out, "places 5.0 MiB of weights on");
+    CHECK_STR_CONTAINS(out, "places 5.1 MiB of weights and KV cache on");
     CHECK_STR_CONTAINS(out, "which has 3.0 MiB of device-local memory");
     CHECK_STR_CONTAINS(out, "-ngl 1 fits");
     CHECK_STR_CONTAINS(out, "\"gpu_layers\": 1");
