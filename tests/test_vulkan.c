@@ -6,6 +6,7 @@
 #include "server_util.h"
 #include "gpu/gpu.h"
 #include "kernels/exact_scalar.h"
+#include "model/context.h"
 #include "quill.h"
 
 #include <cjson/cJSON.h>
@@ -280,6 +281,10 @@ static float *model_logits(quill_model *m, const int32_t *tokens, int n, int ste
             free(logits);
             logits = NULL;
         }
+        /* (these llama layers have nothing the device's layer lacks: they run there whole) */
+        if (!c->gpu_whole) test_fail(__FILE__, __LINE__, "the placed layers did not run whole on the device");
+        if (quill_gpu_validation_errors(c->gpu))
+            test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
     }
     quill_context_free(c);
     return logits;
@@ -293,9 +298,14 @@ static int argmax(const float *x, int64_t n) {
 }
 
 /* One model against the CPU: all layers and the output on the device in one batch, token by token,
- * and (exact types) only the last layer there. q8_0 and q4_0 logits equal the CPU's bit for bit (both
- * keep the exact integer contract); f32 and f16 within 1e-4 of the largest |logit| (products summed
- * in another order: f32 rounding, ~1e-6 relative after a few layers); greedy tokens equal. */
+ * and (exact types) only the last layer there, each placed layer whole on the device (norms, RoPE,
+ * attention over the device's KV cache, SwiGLU). q8_0 and q4_0 logits equal the CPU's bit for bit:
+ * the products keep the exact integer contract and every other step is written to give the CPU's
+ * bits (gpu/vulkan/shaders: rms_scale's double sums, the CPU's RoPE tables, exp_poly and fmaf through
+ * float64), so nothing differs. f32 and f16 within 1e-4 of the largest |logit|: their products sum
+ * in another order than the CPU's vector lanes (f32 rounding, ~1e-6 relative after a few layers:
+ * lavapipe, stories260K 12 positions, 9e-6 of max |logit| 17), which the quantized types' products
+ * do not; greedy tokens equal. */
 static void check_model_logits(const char *path, bool exact) {
     quill_model *m;
     quill_error err;
@@ -413,6 +423,87 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK_STR_CONTAINS(out, "is q2_0, which the Vulkan backend does not run yet");
     CHECK_STR_CONTAINS(out, "--backend cpu");
     free(out);
+}
+
+/* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
+ * attention past one chunk of 64 keys), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
+ * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
+ * CPU and with every layer and the output on the device. */
+static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
+    quill_context_params cp = {.n_ctx = 96, .n_threads = 2, .n_seq = 2};
+    if (gpu) cp.backend = QUILL_BACKEND_VULKAN, cp.n_gpu_layers = -1;
+    setenv("QUILL_VULKAN_VALIDATION", "1", 1);
+    quill_context *c = NULL;
+    quill_error err;
+    const quill_status s = quill_context_new(m, &cp, &c, &err);
+    unsetenv("QUILL_VULKAN_VALIDATION");
+    if (s) {
+        test_fail(__FILE__, __LINE__, "context: %s", err.message);
+        return NULL;
+    }
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    enum { FIRST = 70, SHARED = 40, MIXED = 10 };
+    float *logits = malloc(sizeof(float) * (size_t)((FIRST + MIXED) * nv));
+    int32_t tok[FIRST], seq[FIRST], pos[FIRST];
+    bool want[FIRST];
+    uint64_t seed = 11;
+    for (int i = 0; i < FIRST; i++)
+        tok[i] = (int32_t)(1 + test_rand(&seed) % (uint32_t)(nv - 1)), seq[i] = 0, pos[i] = i, want[i] = true;
+    quill_batch b = {FIRST, tok, seq, pos, want};
+    bool ok = logits && quill_decode(c, &b, logits, &err) == QUILL_OK &&
+              quill_seq_copy_prefix(c, 0, 1, SHARED, &err) == QUILL_OK;
+    for (int i = 0; i < MIXED; i++) seq[i] = i >= 4, pos[i] = i < 4 ? FIRST + i : SHARED + i - 4;
+    b.n = MIXED;
+    ok = ok && quill_decode(c, &b, logits + (size_t)FIRST * nv, &err) == QUILL_OK;
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.message);
+    *whole = c->gpu_whole != NULL;
+    if (gpu && quill_gpu_validation_errors(c->gpu))
+        test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
+    quill_context_free(c);
+    if (!ok) free(logits);
+    return ok ? logits : NULL;
+}
+
+/* The families whose layers run whole on the device (Llama 3: rope_freqs and a tied output;
+ * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up) and one whose
+ * attention biases keep it to the products there (Qwen 2, the rest on the CPU), in q8_0: the logits
+ * of several sequences equal the CPU's bit for bit. */
+TEST(vulkan_families_and_sequences) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    REQUIRE_SHARED(shared);
+    static const struct {
+        const char *arch;
+        bool whole;
+    } families[] = {{"llama3", true}, {"smollm3", true}, {"phi3", true}, {"qwen2", false}};
+    for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
+        char f32[512], q8[512], cmd[2048], *out = NULL;
+        snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);
+        snprintf(q8, sizeof q8, "%s/vk-%s-q8_0.gguf", tmp_dir(), families[k].arch);
+        snprintf(cmd, sizeof cmd,
+                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --seed 3 --vocab "
+                 "%s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q8_0",
+                 quill_bin(), families[k].arch, shared, f32, quill_bin(), f32, q8);
+        const int rc = run_cmd(cmd, &out, true);
+        remove(f32);
+        CHECK(rc == 0, "synth + quantize %s: %s", families[k].arch, out);
+        free(out);
+        quill_model *m;
+        quill_error err;
+        CHECK(quill_model_load(q8, &m, &err) == QUILL_OK, "%s", err.message);
+        bool whole_cpu = false, whole = false;
+        float *cpu = sequences_logits(m, false, &whole_cpu), *gpu = sequences_logits(m, true, &whole);
+        const size_t bytes = sizeof(float) * (size_t)(80 * quill_model_hparams(m)->n_vocab);
+        if (cpu && gpu && memcmp(cpu, gpu, bytes))
+            test_fail(__FILE__, __LINE__, "%s: the device's logits differ from the CPU's", families[k].arch);
+        if (whole != families[k].whole)
+            test_fail(__FILE__, __LINE__, "%s: the layers %s whole on the device", families[k].arch, whole ? "ran" : "did not run");
+        free(cpu), free(gpu);
+        quill_model_free(m);
+        remove(q8);
+    }
 }
 
 /* ---------------------------------------------------------------- perplexity and serve with --backend vulkan */
