@@ -65,8 +65,9 @@ void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float
                        int n_tok, float eps) {
     (void)g, (void)x_at, (void)add_at, (void)weight, (void)out_at, (void)d, (void)n_tok, (void)eps;
 }
-void quill_gpu_step_product(quill_gpu *g, const quill_gpu_mat *w, int64_t cols, uint64_t x_at, uint64_t y_at, int n_tok) {
-    (void)g, (void)w, (void)cols, (void)x_at, (void)y_at, (void)n_tok;
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok) {
+    (void)g, (void)w, (void)n, (void)cols, (void)x_at, (void)y_at, (void)n_tok;
 }
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
                     const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok) {

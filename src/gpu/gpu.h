@@ -112,9 +112,11 @@ quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float
  * (out_at not QUILL_GPU_NONE; weight: an uploaded f32 vector), as forward.c's add_and_norm. */
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
                        int n_tok, float eps);
-/* y = W · x for n_tok tokens of w->rows outputs (w->y unused), as quill_gpu_matmul's; W uploaded.
- * The exact types' activation codes are made again for each product. */
-void quill_gpu_step_product(quill_gpu *g, const quill_gpu_mat *w, int64_t cols, uint64_t x_at, uint64_t y_at, int n_tok);
+/* y_at[i] = W[i] · x for n (1 to QUILL_GPU_GROUP_MAX) uploaded weights of `cols` columns with the
+ * same x, n_tok tokens (their y unused), each as quill_gpu_matmul's; the exact types' codes of x made
+ * once per act_max among them. */
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok);
 /* RoPE in place on n_heads vectors of hd per token, pairs adjacent or neox (half of them rotated),
  * with the uploaded tables cos_table, sin_table at table_at + position · stride. */
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,

@@ -256,7 +256,8 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     r.total = at;
     struct quill_gpu_failure *f = c->gpu_failure;
     quill_gpu *g = c->gpu;
-    /* (a failed step's output is discarded: its callers return the failure) */
+    /* (a failed step's output is discarded: its callers return the failure; a layer records 19
+     * dispatches, the output 3) */
     if (f->status == QUILL_OK)
         f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 24 * (n_layer - first) + 8, &f->err);
     if (f->status) {
@@ -272,10 +273,8 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd, ff = L->w_gate.rows;
         /* forward.c's attention layer, step by step */
         quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, L->attn_norm, r.xb, (int64_t)d, n, eps);
-        const quill_gpu_mat wq = mat_of(&L->wq), wk = mat_of(&L->wk), wv = mat_of(&L->wv);
-        quill_gpu_step_product(g, &wq, (int64_t)d, r.xb, r.q, n);
-        quill_gpu_step_product(g, &wk, (int64_t)d, r.xb, r.k, n);
-        quill_gpu_step_product(g, &wv, (int64_t)d, r.xb, r.v, n);
+        const quill_gpu_mat qkv[3] = {mat_of(&L->wq), mat_of(&L->wk), mat_of(&L->wv)};
+        quill_gpu_step_products(g, qkv, 3, (int64_t)d, r.xb, (const uint64_t[]){r.q, r.k, r.v}, n);
         if (!L->no_rope) {
             const int64_t half = quill_rope_dims(m, L->rope_table) / 2;
             const bool neox = m->arch->rope == QUILL_ROPE_NEOX;
@@ -286,14 +285,13 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
         quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, n);
         const quill_gpu_mat wo = mat_of(&L->wo);
-        quill_gpu_step_product(g, &wo, q_dim, r.att, r.xb, n);
+        quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
         /* the residual, then the FFN's norm into xb */
         quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
-        const quill_gpu_mat wg = mat_of(&L->w_gate), wu = mat_of(&L->w_up), wd = mat_of(&L->w_down);
-        quill_gpu_step_product(g, &wg, (int64_t)d, r.xb, r.gate, n);
-        quill_gpu_step_product(g, &wu, (int64_t)d, r.xb, r.up, n);
+        const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
+        quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
         quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
-        quill_gpu_step_product(g, &wd, ff, r.gate, r.xb, n);
+        quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
         quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
     }
     if (output) {
@@ -303,7 +301,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         for (int t = 0; t < n; t++)
             if (want[t]) quill_gpu_copy(g, r.xb + (uint64_t)t * d, r.out_in + (uint64_t)row++ * d, d);
         const quill_gpu_mat wout = mat_of(&m->output);
-        if (rows && logits) quill_gpu_step_product(g, &wout, (int64_t)d, r.out_in, r.logits, rows);
+        if (rows && logits) quill_gpu_step_products(g, &wout, 1, (int64_t)d, r.out_in, &r.logits, rows);
         f->status = quill_gpu_step_end(g, r.logits, logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0, logits, &f->err);
         if (f->status && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");

@@ -872,32 +872,37 @@ void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float
     record(g, PIPE_RMSNORM, b, push, 5, (uint64_t)n_tok);
 }
 
-void quill_gpu_step_product(quill_gpu *g, const quill_gpu_mat *w, int64_t cols, uint64_t x_at, uint64_t y_at, int n_tok) {
-    if (g->step_status) return;
-    quill_error e;
-    const quill_status bad = check_product(w, cols, n_tok, &e);
-    if (bad) {
-        g->step_status = bad;
-        g->step_err = e;
-        return;
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok) {
+    int quantized_for = -1; /* the act_max of the codes made for this x */
+    for (int i = 0; i < n && !g->step_status; i++) {
+        quill_error e;
+        const quill_status bad = check_product(&w[i], cols, n_tok, &e);
+        if (bad) {
+            g->step_status = bad;
+            g->step_err = e;
+            return;
+        }
+        const gpu_buffer *wb = step_resident(g, w[i].w, (size_t)w[i].rows * w[i].row_bytes, "a weight matrix");
+        if (!wb) return;
+        const bool exact = exact_kind(w[i].type) >= 0;
+        const size_t xs = (size_t)cols * (size_t)n_tok;
+        /* the codes once for the group, again where a type wants another act_max */
+        if (exact && act_max(w[i].type) != quantized_for) {
+            quantized_for = act_max(w[i].type);
+            const step_binding qb[BINDINGS] = {act_at(g, x_at), {&g->codes, 0}, {&g->da, 0}, act_at(g, x_at)};
+            const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)quantized_for};
+            record(g, PIPE_QUANTIZE, qb, qp, 2, groups(xs / 32));
+        }
+        const int64_t parts = exact ? cols / slot_width(w[i].type) : (cols + 31) / 32;
+        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const uint32_t pp[6] = {(uint32_t)w[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)w[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split};
+        const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
+                                          act_at(g, y_at[i])};
+        const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_tok;
+        record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 6, split ? pairs : groups(pairs));
     }
-    const gpu_buffer *wb = step_resident(g, w->w, (size_t)w->rows * w->row_bytes, "a weight matrix");
-    if (!wb) return;
-    const bool exact = exact_kind(w->type) >= 0;
-    const size_t xs = (size_t)cols * (size_t)n_tok;
-    if (exact) {
-        const step_binding qb[BINDINGS] = {act_at(g, x_at), {&g->codes, 0}, {&g->da, 0}, act_at(g, x_at)};
-        const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)act_max(w->type)};
-        record(g, PIPE_QUANTIZE, qb, qp, 2, groups(xs / 32));
-    }
-    const int64_t parts = exact ? cols / slot_width(w->type) : (cols + 31) / 32;
-    const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
-    const uint32_t pp[6] = {(uint32_t)w->rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)w->row_bytes,
-                            (uint32_t)(exact ? exact_kind(w->type) : float_kind(w->type)), split};
-    const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
-                                      act_at(g, y_at)};
-    const uint64_t pairs = (uint64_t)w->rows * (uint64_t)n_tok;
-    record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 6, split ? pairs : groups(pairs));
 }
 
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
