@@ -907,9 +907,10 @@ void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
 
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
                     const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok) {
+    if (half <= 0) return; /* (no rotated dimensions) */
     const gpu_buffer *cb = step_resident(g, cos_table, 4, "RoPE's cos table"),
                      *sb = cb ? step_resident(g, sin_table, 4, "RoPE's sin table") : NULL;
-    if (!sb || half <= 0) return;
+    if (!sb) return;
     const step_binding b[BINDINGS] = {act_at(g, v_at), {cb, 0}, {sb, 0}, {&g->io, g->io_tokens_at}};
     const uint32_t push[7] = {(uint32_t)n_heads, (uint32_t)hd,   (uint32_t)half, (uint32_t)stride,
                               neox,              (uint32_t)n_tok, (uint32_t)table_at};
