@@ -465,9 +465,10 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
 }
 
 /* The families whose layers run whole on the device (Llama 3: rope_freqs and a tied output;
- * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up) and one whose
- * attention biases keep it to the products there (Qwen 2, the rest on the CPU), in q8_0: the logits
- * of several sequences equal the CPU's bit for bit. */
+ * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up; Qwen 2: the
+ * q, k, v biases; Qwen 3: each head's q and k norms) and one whose scaled residuals keep it to the
+ * products there (Granite, the rest on the CPU), in q8_0: the logits of several sequences equal the
+ * CPU's bit for bit. */
 TEST(vulkan_families_and_sequences) {
     if (!quill_gpu_built()) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
@@ -477,7 +478,7 @@ TEST(vulkan_families_and_sequences) {
     static const struct {
         const char *arch;
         bool whole;
-    } families[] = {{"llama3", true}, {"smollm3", true}, {"phi3", true}, {"qwen2", false}};
+    } families[] = {{"llama3", true}, {"smollm3", true}, {"phi3", true}, {"qwen2", true}, {"qwen3", true}, {"granite", false}};
     for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
         char f32[512], q8[512], cmd[2048], *out = NULL;
         snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);

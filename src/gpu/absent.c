@@ -62,7 +62,7 @@ quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
-                       int n_tok, float eps) {
+                       int n_tok, double eps) {
     (void)g, (void)x_at, (void)add_at, (void)weight, (void)out_at, (void)d, (void)n_tok, (void)eps;
 }
 void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
@@ -84,6 +84,9 @@ void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_
 }
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {
     (void)g, (void)gate_at, (void)up_at, (void)n, (void)gelu;
+}
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows) {
+    (void)g, (void)x_at, (void)bias, (void)n, (void)n_rows;
 }
 void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) { (void)g, (void)from_at, (void)to_at, (void)n; }
 quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floats, float *out, quill_error *err) {

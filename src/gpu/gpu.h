@@ -108,10 +108,11 @@ quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t
 quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
                                   const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
                                   quill_error *err);
-/* Per token of d floats: x += add (add_at not QUILL_GPU_NONE), then out = rmsnorm(x) · weight
- * (out_at not QUILL_GPU_NONE; weight: an uploaded f32 vector), as forward.c's add_and_norm. */
+/* Per row of d floats (n_tok rows): x += add (add_at not QUILL_GPU_NONE), then out = rmsnorm(x) ·
+ * weight (out_at not QUILL_GPU_NONE, may be x_at; weight: an uploaded f32 vector of d), as
+ * forward.c's add_and_norm (a token's row) and head_norms (a head's). */
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
-                       int n_tok, float eps);
+                       int n_tok, double eps);
 /* y_at[i] = W[i] · x for n (1 to QUILL_GPU_GROUP_MAX) uploaded weights of `cols` columns with the
  * same x, n_tok tokens (their y unused), each as quill_gpu_matmul's; the exact types' codes of x made
  * once per act_max among them. */
@@ -136,6 +137,8 @@ void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_
                          int64_t n_head_kv, int64_t hd, float scale, int n_tok);
 /* gate = act(gate) · up over n floats: SiLU, or GELU (tanh form) when gelu. */
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu);
+/* x[r][i] += bias[i] for n_rows rows of n floats (bias: an uploaded f32 vector). */
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows);
 /* Copies n floats within the activations (a gather of rows). */
 void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n);
 /* Submits the step, waits, and copies out_floats from region out_at to out (none when out is

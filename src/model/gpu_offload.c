@@ -40,8 +40,8 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (a->layer_norm) return "LayerNorm";
     if (a->parallel_block || a->single_block) return "a parallel attention and FFN block";
     if (!L->attn_norm || !L->ffn_norm) return "a branch without a norm";
-    if (L->bq || L->bk || L->bv || L->bo) return "attention biases";
-    if (L->q_norm || L->k_norm) return "query and key norms";
+    if ((L->q_norm || L->k_norm) && (a->qk_norm_full || !L->q_norm || !L->k_norm))
+        return "query and key norms over the whole projections";
     if (a->v_norm || L->v_from_k) return "value norms";
     if (L->attn_post_norm || L->ffn_post_norm) return "post-norms of the branches";
     if (m->ap.residual_scale || L->out_scale) return "scaled residuals";
@@ -144,8 +144,15 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     /* whole layers: their norms' weights and the RoPE tables too, and their KV cache there */
     for (int l = first; l < n_layer && !s; l++) {
         const quill_layer *L = &m->layers[l];
-        s = quill_gpu_upload(c->gpu, L->attn_norm, (size_t)c->hp->n_embd * sizeof(float), err);
-        if (!s) s = quill_gpu_upload(c->gpu, L->ffn_norm, (size_t)c->hp->n_embd * sizeof(float), err);
+        const size_t d = (size_t)c->hp->n_embd, q_dim = (size_t)(L->n_head * L->head_dim),
+                     kv_dim = (size_t)(L->n_head_kv * L->head_dim), hd = (size_t)L->head_dim;
+        const struct {
+            const float *v;
+            size_t n;
+        } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
+                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}};
+        for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
+            if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
     }
     if (!s && ngl > n_layer) s = quill_gpu_upload(c->gpu, m->output_norm, (size_t)c->hp->n_embd * sizeof(float), err);
     const size_t table = (size_t)(m->ap.n_rope_tables > 1 ? m->ap.n_rope_tables : 1) * (size_t)c->n_ctx *
@@ -256,16 +263,16 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     r.total = at;
     struct quill_gpu_failure *f = c->gpu_failure;
     quill_gpu *g = c->gpu;
-    /* (a failed step's output is discarded: its callers return the failure; a layer records 19
-     * dispatches, the output 3) */
+    /* (a failed step's output is discarded: its callers return the failure; a layer records at
+     * most 25 dispatches, the output 3) */
     if (f->status == QUILL_OK)
-        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 24 * (n_layer - first) + 8, &f->err);
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 25 * (n_layer - first) + 8, &f->err);
     if (f->status) {
         if (output && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
         return output;
     }
-    const float eps = (float)hp->rms_eps;
+    const double eps = hp->rms_eps;
     const int64_t stride = quill_rope_stride(m);
     for (int l = first; l < n_layer; l++) {
         const quill_layer *L = &m->layers[l];
@@ -275,6 +282,14 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, L->attn_norm, r.xb, (int64_t)d, n, eps);
         const quill_gpu_mat qkv[3] = {mat_of(&L->wq), mat_of(&L->wk), mat_of(&L->wv)};
         quill_gpu_step_products(g, qkv, 3, (int64_t)d, r.xb, (const uint64_t[]){r.q, r.k, r.v}, n);
+        /* rope_rows' steps before RoPE: the biases, each head's q and k norms */
+        if (L->bq) quill_gpu_add_rows(g, r.q, L->bq, q_dim, n);
+        if (L->bk) quill_gpu_add_rows(g, r.k, L->bk, kv_dim, n);
+        if (L->bv) quill_gpu_add_rows(g, r.v, L->bv, kv_dim, n);
+        if (L->q_norm) {
+            quill_gpu_rmsnorm(g, r.q, QUILL_GPU_NONE, L->q_norm, r.q, hd, n * (int)L->n_head, eps);
+            quill_gpu_rmsnorm(g, r.k, QUILL_GPU_NONE, L->k_norm, r.k, hd, n * (int)L->n_head_kv, eps);
+        }
         if (!L->no_rope) {
             const int64_t half = quill_rope_dims(m, L->rope_table) / 2;
             const bool neox = m->arch->rope == QUILL_ROPE_NEOX;
@@ -286,6 +301,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, n);
         const quill_gpu_mat wo = mat_of(&L->wo);
         quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
+        if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
         /* the residual, then the FFN's norm into xb */
         quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
         const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);

@@ -41,6 +41,9 @@ static const uint32_t spv_attention[] =
 static const uint32_t spv_glu[] =
 #include "shaders/glu.comp.inc"
     ;
+static const uint32_t spv_add_rows[] =
+#include "shaders/add_rows.comp.inc"
+    ;
 
 typedef struct {
     VkBuffer buf;
@@ -54,7 +57,7 @@ struct resident {
     gpu_buffer buf;
 };
 
-enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_COUNT };
+enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_COUNT };
 /* the most push-constant words of a shader (attention's 9) */
 #define PUSH_WORDS 16
 #define BINDINGS 4
@@ -414,6 +417,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((s = make_pipeline(g, spv_kv_store, sizeof spv_kv_store, &g->pipes[PIPE_KV_STORE], err))) return s;
     if ((s = make_pipeline(g, spv_attention, sizeof spv_attention, &g->pipes[PIPE_ATTENTION], err))) return s;
     if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
+    if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
     /* the descriptor sets of a group of products (the quantizer's, each product's), the command
      * buffer and the fence */
     enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
@@ -862,14 +866,16 @@ static uint32_t float_bits(float f) {
 }
 
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
-                       int n_tok, float eps) {
+                       int n_tok, double eps) {
     const bool has_out = out_at != QUILL_GPU_NONE, has_add = add_at != QUILL_GPU_NONE;
     const gpu_buffer *w = has_out ? step_resident(g, weight, (size_t)d * sizeof(float), "a norm's weight") : &g->act;
     if (!w) return;
     const step_binding b[BINDINGS] = {act_at(g, x_at), act_at(g, has_add ? add_at : x_at), {w, 0},
                                       act_at(g, has_out ? out_at : x_at)};
-    const uint32_t push[5] = {(uint32_t)d, (uint32_t)n_tok, has_add, has_out, float_bits(eps)};
-    record(g, PIPE_RMSNORM, b, push, 5, (uint64_t)n_tok);
+    uint64_t eps_bits;
+    memcpy(&eps_bits, &eps, sizeof eps_bits);
+    const uint32_t push[6] = {(uint32_t)d, (uint32_t)n_tok, has_add, has_out, (uint32_t)eps_bits, (uint32_t)(eps_bits >> 32)};
+    record(g, PIPE_RMSNORM, b, push, 6, (uint64_t)n_tok);
 }
 
 void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
@@ -942,6 +948,14 @@ void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bo
     const step_binding b[BINDINGS] = {act_at(g, gate_at), act_at(g, up_at), act_at(g, gate_at), act_at(g, gate_at)};
     const uint32_t push[2] = {(uint32_t)n, gelu};
     record(g, PIPE_GLU, b, push, 2, groups((uint64_t)n));
+}
+
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows) {
+    const gpu_buffer *b = step_resident(g, bias, (size_t)n * sizeof(float), "a bias");
+    if (!b) return;
+    const step_binding bb[BINDINGS] = {act_at(g, x_at), {b, 0}, act_at(g, x_at), act_at(g, x_at)};
+    const uint32_t push[2] = {(uint32_t)n, (uint32_t)n_rows};
+    record(g, PIPE_ADD_ROWS, bb, push, 2, groups((uint64_t)n * (uint64_t)n_rows));
 }
 
 void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) {

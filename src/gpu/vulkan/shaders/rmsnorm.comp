@@ -9,7 +9,8 @@ layout(std430, binding = 0) buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Add { float add[]; };
 layout(std430, binding = 2) readonly buffer Weight { float weight[]; };
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
-layout(push_constant) uniform Params { uint d; uint n_tok; uint has_add; uint has_out; float eps; } p;
+// eps: the model's double, as two words (low, high)
+layout(push_constant) uniform Params { uint d; uint n_tok; uint has_add; uint has_out; uint eps_lo; uint eps_hi; } p;
 
 shared double s_part[8];
 shared float s_scale;
@@ -45,7 +46,7 @@ void main() {
     if (lane == 0u) {
         precise const double sum = ((s_part[0] + s_part[1]) + (s_part[2] + s_part[3])) +
                                    ((s_part[4] + s_part[5]) + (s_part[6] + s_part[7]));
-        precise const double r = 1.0 / sqrt(sum / double(p.d) + double(p.eps));
+        precise const double r = 1.0 / sqrt(sum / double(p.d) + packDouble2x32(uvec2(p.eps_lo, p.eps_hi)));
         s_scale = float(r);
     }
     barrier();
