@@ -466,9 +466,12 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
 
 /* The families whose layers run whole on the device (Llama 3: rope_freqs and a tied output;
  * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up; Qwen 2: the
- * q, k, v biases; Qwen 3: each head's q and k norms) and one whose scaled residuals keep it to the
- * products there (Granite, the rest on the CPU), in q8_0: the logits of several sequences equal the
- * CPU's bit for bit. */
+ * q, k, v biases; Qwen 3: each head's q and k norms; Gemma 3: post-norms, GeGLU and a sliding
+ * window of 16 on its first layer) and one whose scaled residuals keep it to the products there
+ * (Granite, the rest on the CPU), in q8_0: the logits of several sequences equal the CPU's bit for
+ * bit; Gemma 3's within 1e-4 of the largest |logit| with the same greedy tokens, since its GeGLU
+ * takes the device's tanh, not libm's tanhf (a difference of an f32 rounding that a code of the
+ * down product's activations may turn into one step of its 8 bits: ~4e-3 of the activation). */
 TEST(vulkan_families_and_sequences) {
     if (!quill_gpu_built()) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
@@ -477,14 +480,15 @@ TEST(vulkan_families_and_sequences) {
     REQUIRE_SHARED(shared);
     static const struct {
         const char *arch;
-        bool whole;
-    } families[] = {{"llama3", true}, {"smollm3", true}, {"phi3", true}, {"qwen2", true}, {"qwen3", true}, {"granite", false}};
+        bool whole, exact;
+    } families[] = {{"llama3", true, true}, {"smollm3", true, true}, {"phi3", true, true}, {"qwen2", true, true},
+                    {"qwen3", true, true},  {"gemma3", true, false}, {"granite", false, true}};
     for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
         char f32[512], q8[512], cmd[2048], *out = NULL;
         snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);
         snprintf(q8, sizeof q8, "%s/vk-%s-q8_0.gguf", tmp_dir(), families[k].arch);
         snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --seed 3 --vocab "
+                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --window 16 --seed 3 --vocab "
                  "%s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q8_0",
                  quill_bin(), families[k].arch, shared, f32, quill_bin(), f32, q8);
         const int rc = run_cmd(cmd, &out, true);
@@ -496,9 +500,18 @@ TEST(vulkan_families_and_sequences) {
         CHECK(quill_model_load(q8, &m, &err) == QUILL_OK, "%s", err.message);
         bool whole_cpu = false, whole = false;
         float *cpu = sequences_logits(m, false, &whole_cpu), *gpu = sequences_logits(m, true, &whole);
-        const size_t bytes = sizeof(float) * (size_t)(80 * quill_model_hparams(m)->n_vocab);
-        if (cpu && gpu && memcmp(cpu, gpu, bytes))
+        const int64_t nv = quill_model_hparams(m)->n_vocab;
+        if (cpu && gpu && families[k].exact && memcmp(cpu, gpu, sizeof(float) * (size_t)(80 * nv)))
             test_fail(__FILE__, __LINE__, "%s: the device's logits differ from the CPU's", families[k].arch);
+        if (cpu && gpu && !families[k].exact) {
+            double worst = 0, top = 0;
+            for (int64_t i = 0; i < 80 * nv; i++) worst = fmax(worst, fabs(gpu[i] - cpu[i])), top = fmax(top, fabs(cpu[i]));
+            if (!(worst <= 1e-4 * top))
+                test_fail(__FILE__, __LINE__, "%s: max |gpu - cpu| %.3g of max |logit| %.3g", families[k].arch, worst, top);
+            for (int t = 0; t < 80; t++)
+                if (argmax(gpu + t * nv, nv) != argmax(cpu + t * nv, nv))
+                    test_fail(__FILE__, __LINE__, "%s: position %d: greedy token differs", families[k].arch, t);
+        }
         if (whole != families[k].whole)
             test_fail(__FILE__, __LINE__, "%s: the layers %s whole on the device", families[k].arch, whole ? "ran" : "did not run");
         free(cpu), free(gpu);

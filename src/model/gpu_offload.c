@@ -43,11 +43,10 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if ((L->q_norm || L->k_norm) && (a->qk_norm_full || !L->q_norm || !L->k_norm))
         return "query and key norms over the whole projections";
     if (a->v_norm || L->v_from_k) return "value norms";
-    if (L->attn_post_norm || L->ffn_post_norm) return "post-norms of the branches";
+    if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
     if (m->ap.residual_scale || L->out_scale) return "scaled residuals";
     if (L->kv_shared) return "a KV cache shared with another layer";
     if (L->attn_gated) return "a gated attention output";
-    if (L->window) return "a sliding window";
     if (m->ap.attn_softcap > 0) return "attention soft-capping";
     if (L->sinks) return "attention sinks";
     if (m->ap.attn_temp_scale) return "an attention temperature";
@@ -150,7 +149,7 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
             const float *v;
             size_t n;
         } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
-                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}};
+                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d}};
         for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
             if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
     }
@@ -264,9 +263,9 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     struct quill_gpu_failure *f = c->gpu_failure;
     quill_gpu *g = c->gpu;
     /* (a failed step's output is discarded: its callers return the failure; a layer records at
-     * most 25 dispatches, the output 3) */
+     * most 27 dispatches, the output 3) */
     if (f->status == QUILL_OK)
-        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 25 * (n_layer - first) + 8, &f->err);
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 27 * (n_layer - first) + 8, &f->err);
     if (f->status) {
         if (output && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
@@ -298,16 +297,18 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
             quill_gpu_rope(g, r.k, L->n_head_kv, hd, half, stride, neox, c->rope_cos, c->rope_sin, table_at, n);
         }
         quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
-        quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, n);
+        quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window, n);
         const quill_gpu_mat wo = mat_of(&L->wo);
         quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
         if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
+        if (L->attn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->attn_post_norm, r.xb, (int64_t)d, n, eps);
         /* the residual, then the FFN's norm into xb */
         quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
         const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
         quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
         quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
         quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
+        if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);
         quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
     }
     if (output) {

@@ -6,7 +6,8 @@
 // chain of fused multiply-adds in dimension order, times the scale; the largest; e = exp_poly(s -
 // max) summed in 16 partial sums (position p in sum p mod 16, in position order) added pairwise 8,
 // 4, 2, 1 apart; w = e · (1 / sum); each output dimension one chain of fused multiply-adds w·v in
-// position order. The scores are made again in each of the three passes (over chunks of 64
+// position order. A sliding window of w positions starts the keys at max(0, pos + 1 - w), and the
+// partial sums count from there, as the CPU's softmax over that row does. The scores are made again in each of the three passes (over chunks of 64
 // positions, one per invocation), so that nothing but the query and a chunk is held. Nothing
 // depends on the batch: only on the token's own position and its sequence's cache.
 layout(local_size_x = 64) in;
@@ -16,7 +17,7 @@ layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: p
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 layout(push_constant) uniform Params {
     uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint seq_stride;
-    float scale;
+    float scale; uint window;
 } p;
 
 #include "exact_math.glsl"
@@ -44,20 +45,20 @@ void main() {
     const uint head = seq * p.seq_stride + kvh * p.n_ctx * p.hd;
     keys = p.k_base + head;
     values = p.v_base + head;
-    const uint n_keys = pos + 1u;
+    const uint n_keys = pos + 1u, first = p.window != 0u && n_keys > p.window ? n_keys - p.window : 0u;
     for (uint i = lane; i < p.hd; i += 64u) s_q[i] = q[(t * p.n_head + h) * p.hd + i];
     barrier();
     // the largest scaled score (the same whatever the order)
     float m = uintBitsToFloat(0xFF800000u);
-    for (uint j = lane; j < n_keys; j += 64u) m = max(m, score(j));
+    for (uint j = first + lane; j < n_keys; j += 64u) m = max(m, score(j));
     s_w[lane] = m;
     barrier();
     m = s_w[0];
     for (uint k = 1u; k < 64u; k++) m = max(m, s_w[k]);
     barrier();
-    // the partial sums: invocation k < 16 adds positions k, k + 16, ... in order
+    // the partial sums: invocation k < 16 adds positions first + k, first + k + 16, ... in order
     float part = 0.0;
-    for (uint c0 = 0u; c0 < n_keys; c0 += 64u) {
+    for (uint c0 = first; c0 < n_keys; c0 += 64u) {
         const uint j = c0 + lane;
         if (j < n_keys) {
             precise const float x = score(j) - m;
@@ -84,7 +85,7 @@ void main() {
     // the weighted sum of the values
     float acc[PER_LANE];
     for (uint k = 0u; k < PER_LANE; k++) acc[k] = 0.0;
-    for (uint c0 = 0u; c0 < n_keys; c0 += 64u) {
+    for (uint c0 = first; c0 < n_keys; c0 += 64u) {
         const uint j = c0 + lane;
         if (j < n_keys) {
             precise const float x = score(j) - m;
