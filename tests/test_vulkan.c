@@ -412,6 +412,13 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK_STR_CONTAINS(out, "-ngl 1 fits");
     CHECK_STR_CONTAINS(out, "\"gpu_layers\": 1");
     free(out);
+    /* a trace of the intermediate tensors would miss the device's layers: refused, naming them */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --backend vulkan -ngl 1 --trace %s/vk-trace.gguf", quill_bin(), f32,
+             tmp_dir());
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc != 0);
+    CHECK_STR_CONTAINS(out, "layers 2 to 2 (of 0 to 2) run whole on the Vulkan device: trace with --backend cpu");
+    free(out);
     /* a type the backend lacks is refused by name, not run on the CPU */
     snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
     snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_0 && %s run -m %s -p hi -n 1 --backend vulkan", quill_bin(), f32,

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 struct quill_gpu_failure {
     quill_status status;
     quill_error err;
@@ -109,7 +108,12 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     /* the placed weights against the device's memory, before any is uploaded: the sizes, and how
      * many of the last layers would fit */
     const double mib = 1024.0 * 1024.0, memory = (double)quill_gpu_memory(c->gpu);
-    double need = ngl > n_layer ? weight_bytes(&m->output) : 0, fit_need = 0;
+    /* (whole layers: the RoPE tables too) */
+    double need = (ngl > n_layer ? weight_bytes(&m->output) : 0) +
+                  (whole_refused ? 0
+                                 : 2.0 * (m->ap.n_rope_tables > 1 ? m->ap.n_rope_tables : 1) * (double)c->n_ctx *
+                                       (double)quill_rope_stride(m) * sizeof(float)),
+           fit_need = 0;
     int fits = 0;
     for (int l = n_layer - 1; l >= first; l--) {
         /* (and the layer's KV cache, in f32, when it runs whole there) */
@@ -264,6 +268,11 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     quill_gpu *g = c->gpu;
     /* (a failed step's output is discarded: its callers return the failure; a layer records at
      * most 27 dispatches, the output 3) */
+    if (f->status == QUILL_OK && c->trace)
+        f->status = quill_fail(&f->err, QUILL_E_UNSUPPORTED,
+                               "a trace of the intermediate tensors (--trace) sees only the CPU's layers, and layers %d to "
+                               "%d (of 0 to %d) run whole on the Vulkan device: trace with --backend cpu",
+                               first, n_layer - 1, n_layer - 1);
     if (f->status == QUILL_OK)
         f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 27 * (n_layer - first) + 8, &f->err);
     if (f->status) {
