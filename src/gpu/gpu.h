@@ -140,6 +140,8 @@ void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu);
 /* x[r][i] += bias[i] for n_rows rows of n floats (bias: an uploaded f32 vector). */
 void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows);
+/* x[i] *= s over n floats. */
+void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s);
 /* Copies n floats within the activations (a gather of rows). */
 void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n);
 /* Submits the step, waits, and copies out_floats from region out_at to out (none when out is

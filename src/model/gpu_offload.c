@@ -43,7 +43,6 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
         return "query and key norms over the whole projections";
     if (a->v_norm || L->v_from_k) return "value norms";
     if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
-    if (m->ap.residual_scale || L->out_scale) return "scaled residuals";
     if (L->kv_shared) return "a KV cache shared with another layer";
     if (L->attn_gated) return "a gated attention output";
     if (m->ap.attn_softcap > 0) return "attention soft-capping";
@@ -267,14 +266,14 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     struct quill_gpu_failure *f = c->gpu_failure;
     quill_gpu *g = c->gpu;
     /* (a failed step's output is discarded: its callers return the failure; a layer records at
-     * most 27 dispatches, the output 3) */
+     * most 30 dispatches, the output 3) */
     if (f->status == QUILL_OK && c->trace)
         f->status = quill_fail(&f->err, QUILL_E_UNSUPPORTED,
                                "a trace of the intermediate tensors (--trace) sees only the CPU's layers, and layers %d to "
                                "%d (of 0 to %d) run whole on the Vulkan device: trace with --backend cpu",
                                first, n_layer - 1, n_layer - 1);
     if (f->status == QUILL_OK)
-        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 27 * (n_layer - first) + 8, &f->err);
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 30 * (n_layer - first) + 8, &f->err);
     if (f->status) {
         if (output && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
@@ -311,6 +310,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
         if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
         if (L->attn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->attn_post_norm, r.xb, (int64_t)d, n, eps);
+        if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
         /* the residual, then the FFN's norm into xb */
         quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
         const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
@@ -318,7 +318,9 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
         quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
         if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);
+        if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
         quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
+        if (L->out_scale) quill_gpu_scale(g, r.x, nt * d, *L->out_scale);
     }
     if (output) {
         quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, m->output_norm, r.xb, (int64_t)d, n, eps);

@@ -44,6 +44,9 @@ static const uint32_t spv_glu[] =
 static const uint32_t spv_add_rows[] =
 #include "shaders/add_rows.comp.inc"
     ;
+static const uint32_t spv_scale[] =
+#include "shaders/scale.comp.inc"
+    ;
 
 typedef struct {
     VkBuffer buf;
@@ -57,7 +60,7 @@ struct resident {
     gpu_buffer buf;
 };
 
-enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_COUNT };
+enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE, PIPE_COUNT };
 /* the most push-constant words of a shader (attention's 10) */
 #define PUSH_WORDS 16
 #define BINDINGS 4
@@ -418,6 +421,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((s = make_pipeline(g, spv_attention, sizeof spv_attention, &g->pipes[PIPE_ATTENTION], err))) return s;
     if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
     if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
+    if ((s = make_pipeline(g, spv_scale, sizeof spv_scale, &g->pipes[PIPE_SCALE], err))) return s;
     /* the descriptor sets of a group of products (the quantizer's, each product's), the command
      * buffer and the fence */
     enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
@@ -957,6 +961,12 @@ void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t 
     const step_binding bb[BINDINGS] = {act_at(g, x_at), {b, 0}, act_at(g, x_at), act_at(g, x_at)};
     const uint32_t push[2] = {(uint32_t)n, (uint32_t)n_rows};
     record(g, PIPE_ADD_ROWS, bb, push, 2, groups((uint64_t)n * (uint64_t)n_rows));
+}
+
+void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s) {
+    const step_binding b[BINDINGS] = {act_at(g, x_at), act_at(g, x_at), act_at(g, x_at), act_at(g, x_at)};
+    const uint32_t push[2] = {(uint32_t)n, float_bits(s)};
+    record(g, PIPE_SCALE, b, push, 2, groups(n));
 }
 
 void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) {
