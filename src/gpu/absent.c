@@ -79,8 +79,8 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
     (void)g, (void)kv, (void)k_at, (void)v_at, (void)kv_dim, (void)hd, (void)n_tok;
 }
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, int n_tok) {
-    (void)g, (void)kv, (void)q_at, (void)out_at, (void)n_head, (void)n_head_kv, (void)hd, (void)scale, (void)window,
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
+    (void)g, (void)kv, (void)q_at, (void)out_at, (void)n_head, (void)n_head_kv, (void)hd, (void)scale, (void)window, (void)softcap,
         (void)n_tok;
 }
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {

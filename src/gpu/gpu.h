@@ -133,9 +133,10 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
                         int64_t hd, int n_tok);
 /* out = causal softmax(q·Kᵀ · scale)·V per token and query head over the cached positions 0 (or,
  * with a sliding window of `window` positions, pos + 1 - window) .. its own of its sequence (GQA:
- * n_head / n_head_kv query heads per KV head; hd at most 256). */
+ * n_head / n_head_kv query heads per KV head; hd at most 256); softcap > 0: the scores
+ * softcap · tanh(x / softcap) before the softmax. */
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, int n_tok);
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok);
 /* gate = act(gate) · up over n floats: SiLU, or GELU (tanh form) when gelu. */
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu);
 /* x[r][i] += bias[i] for n_rows rows of n floats (bias: an uploaded f32 vector). */

@@ -45,7 +45,6 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
     if (L->kv_shared) return "a KV cache shared with another layer";
     if (L->attn_gated) return "a gated attention output";
-    if (m->ap.attn_softcap > 0) return "attention soft-capping";
     if (L->sinks) return "attention sinks";
     if (m->ap.attn_temp_scale) return "an attention temperature";
     if (L->head_dim > 256) return "heads wider than 256";
@@ -305,7 +304,8 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
             quill_gpu_rope(g, r.k, L->n_head_kv, hd, half, stride, neox, c->rope_cos, c->rope_sin, table_at, n);
         }
         quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
-        quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window, n);
+        quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window,
+                            m->ap.attn_softcap > 0 ? m->ap.attn_softcap : 0, n);
         const quill_gpu_mat wo = mat_of(&L->wo);
         quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
         if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);

@@ -61,7 +61,7 @@ struct resident {
 };
 
 enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE, PIPE_COUNT };
-/* the most push-constant words of a shader (attention's 10) */
+/* the most push-constant words of a shader (attention's 11) */
 #define PUSH_WORDS 16
 #define BINDINGS 4
 #define WORKGROUP 64
@@ -936,17 +936,17 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
 }
 
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, int n_tok) {
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
     if (hd > 256 || n_head_kv <= 0 || n_head % n_head_kv) {
         step_fail(g, QUILL_E_UNSUPPORTED, "attention with heads wider than 256 or query heads not a multiple of the KV heads");
         return;
     }
     const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at)};
-    const uint32_t push[10] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
+    const uint32_t push[11] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
                                (uint32_t)kv->n_ctx, (uint32_t)n_tok,      (uint32_t)kv->k_base,
                                (uint32_t)kv->v_base, (uint32_t)kv->seq_stride, float_bits(scale),
-                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0)};
-    record(g, PIPE_ATTENTION, b, push, 10, (uint64_t)n_tok * (uint64_t)n_head);
+                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap)};
+    record(g, PIPE_ATTENTION, b, push, 11, (uint64_t)n_tok * (uint64_t)n_head);
 }
 
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {

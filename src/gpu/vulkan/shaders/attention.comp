@@ -17,7 +17,7 @@ layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: p
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 layout(push_constant) uniform Params {
     uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint seq_stride;
-    float scale; uint window;
+    float scale; uint window; float softcap;
 } p;
 
 #include "exact_math.glsl"
@@ -29,11 +29,17 @@ shared float s_part[16];
 
 uint keys, values;
 
-// position j's score, scaled (softmax's x · s)
+// position j's score, scaled (softmax's x · s), or soft-capped: cap · tanh(x · s · (1 / cap)) (Gemma
+// 2, layer_ops.c's softcap_scores, with the device's tanh: within f32 rounding of libm's tanhf)
 float score(uint j) {
     float acc = 0.0;
     for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], cache[keys + j * p.hd + i], acc);
     precise const float s = acc * p.scale;
+    if (p.softcap > 0.0) {
+        precise const float inv = 1.0 / p.softcap;
+        precise const float capped = p.softcap * tanh(s * inv);
+        return capped;
+    }
     return s;
 }
 
