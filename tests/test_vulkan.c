@@ -433,7 +433,7 @@ TEST(vulkan_forward_matches_cpu) {
 }
 
 /* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
- * attention past one chunk of 64 keys), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
+ * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
  * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
  * CPU and with every layer and the output on the device. */
 static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
@@ -448,6 +448,8 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
         test_fail(__FILE__, __LINE__, "context: %s", err.message);
         return NULL;
     }
+    /* (the attention's scores kept for at most 16 positions: beyond, made again in its later passes) */
+    if (gpu) quill_gpu_set_attention_kept(c->gpu, 16);
     const int64_t nv = quill_model_hparams(m)->n_vocab;
     enum { FIRST = 70, SHARED = 40, MIXED = 10 };
     float *logits = malloc(sizeof(float) * (size_t)((FIRST + MIXED) * nv));

@@ -26,6 +26,7 @@ void quill_gpu_force_staging(quill_gpu *g, size_t chunk) { (void)g, (void)chunk;
 uint64_t quill_gpu_memory(const quill_gpu *g) { (void)g; return 0; }
 void quill_gpu_set_split(quill_gpu *g, bool split) { (void)g, (void)split; }
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { (void)g, (void)width; }
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { (void)g, (void)n; }
 
 quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err) {
     (void)g, (void)w, (void)bytes;

@@ -82,6 +82,9 @@ void quill_gpu_set_split(quill_gpu *g, bool split);
 /* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
  * y): the tests lower it to check the spreading on small products. */
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width);
+/* Attention keeps the scores of at most n positions (2048 and less) in shared memory, and makes
+ * them again in its later passes beyond (the same bits): the tests lower it to check that way. */
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n);
 /* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
  * when that is less. */
 uint64_t quill_gpu_memory(const quill_gpu *g);

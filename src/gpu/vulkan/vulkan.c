@@ -61,10 +61,12 @@ struct resident {
 };
 
 enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE, PIPE_COUNT };
-/* the most push-constant words of a shader (attention's 11) */
+/* the most push-constant words of a shader (attention's 12) */
 #define PUSH_WORDS 16
 #define BINDINGS 4
 #define WORKGROUP 64
+/* attention.comp's MAX_KEPT: the scores of at most this many positions kept in shared memory */
+#define ATTENTION_KEPT 2048
 
 struct quill_gpu {
     VkInstance instance;
@@ -84,6 +86,7 @@ struct quill_gpu {
     uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
     bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
     uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
+    uint32_t attention_kept;     /* attention keeps at most this many scores (attention.comp's MAX_KEPT) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
     VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
@@ -340,6 +343,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
      * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
     g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     g->dispatch_width = 65535;
+    g->attention_kept = ATTENTION_KEPT;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -524,6 +528,8 @@ static void begin_commands(quill_gpu *g) {
 void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
 
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { g->dispatch_width = width ? width : 1; }
+
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { g->attention_kept = n < ATTENTION_KEPT ? n : ATTENTION_KEPT; }
 
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
     g->device_memory_mapped = false;
@@ -942,11 +948,12 @@ void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_
         return;
     }
     const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at)};
-    const uint32_t push[11] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
+    const uint32_t push[12] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
                                (uint32_t)kv->n_ctx, (uint32_t)n_tok,      (uint32_t)kv->k_base,
                                (uint32_t)kv->v_base, (uint32_t)kv->seq_stride, float_bits(scale),
-                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap)};
-    record(g, PIPE_ATTENTION, b, push, 11, (uint64_t)n_tok * (uint64_t)n_head);
+                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap),
+                               g->attention_kept};
+    record(g, PIPE_ATTENTION, b, push, 12, (uint64_t)n_tok * (uint64_t)n_head);
 }
 
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {

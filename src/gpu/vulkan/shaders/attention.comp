@@ -7,9 +7,12 @@
 // max) summed in 16 partial sums (position p in sum p mod 16, in position order) added pairwise 8,
 // 4, 2, 1 apart; w = e · (1 / sum); each output dimension one chain of fused multiply-adds w·v in
 // position order. A sliding window of w positions starts the keys at max(0, pos + 1 - w), and the
-// partial sums count from there, as the CPU's softmax over that row does. The scores are made again in each of the three passes (over chunks of 64
-// positions, one per invocation), so that nothing but the query and a chunk is held. Nothing
-// depends on the batch: only on the token's own position and its sequence's cache.
+// partial sums count from there, as the CPU's softmax over that row does. Three passes over the
+// positions (in chunks of 64, one per invocation): the largest score, the partial sums, the
+// weighted sum. The first keeps the scores in shared memory when there are at most kept_max (at
+// most MAX_KEPT) of them; beyond, the other two make them again (the same bits), so that shared
+// memory stays small.
+// Nothing depends on the batch: only on the token's own position and its sequence's cache.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Cache { float cache[]; };
@@ -17,13 +20,14 @@ layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: p
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 layout(push_constant) uniform Params {
     uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint seq_stride;
-    float scale; uint window; float softcap;
+    float scale; uint window; float softcap; uint kept_max;
 } p;
 
 #include "exact_math.glsl"
 
-const uint MAX_HD = 256u, PER_LANE = MAX_HD / 64u;
+const uint MAX_HD = 256u, PER_LANE = MAX_HD / 64u, MAX_KEPT = 2048u;
 shared float s_q[MAX_HD];
+shared float s_kept[MAX_KEPT];
 shared float s_w[64];
 shared float s_part[16];
 
@@ -55,8 +59,13 @@ void main() {
     for (uint i = lane; i < p.hd; i += 64u) s_q[i] = q[(t * p.n_head + h) * p.hd + i];
     barrier();
     // the largest scaled score (the same whatever the order)
+    const bool kept = n_keys - first <= min(p.kept_max, MAX_KEPT);
     float m = uintBitsToFloat(0xFF800000u);
-    for (uint j = first + lane; j < n_keys; j += 64u) m = max(m, score(j));
+    for (uint j = first + lane; j < n_keys; j += 64u) {
+        const float s = score(j);
+        if (kept) s_kept[j - first] = s;
+        m = max(m, s);
+    }
     s_w[lane] = m;
     barrier();
     m = s_w[0];
@@ -67,7 +76,7 @@ void main() {
     for (uint c0 = first; c0 < n_keys; c0 += 64u) {
         const uint j = c0 + lane;
         if (j < n_keys) {
-            precise const float x = score(j) - m;
+            precise const float x = (kept ? s_kept[j - first] : score(j)) - m;
             s_w[lane] = exp_poly(x);
         }
         barrier();
@@ -94,7 +103,7 @@ void main() {
     for (uint c0 = first; c0 < n_keys; c0 += 64u) {
         const uint j = c0 + lane;
         if (j < n_keys) {
-            precise const float x = score(j) - m;
+            precise const float x = (kept ? s_kept[j - first] : score(j)) - m;
             precise const float w = exp_poly(x) * inv;
             s_w[lane] = w;
         }
