@@ -432,6 +432,13 @@ TEST(vulkan_forward_matches_cpu) {
     free(out);
 }
 
+/* The log's last line of a level at least INFO (the products-only layers' reason). */
+static char logged[1024];
+static void keep_log(quill_log_level level, const char *message, void *user) {
+    (void)user;
+    if (level >= QUILL_LOG_INFO) snprintf(logged, sizeof logged, "%s", message);
+}
+
 /* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
  * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
  * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
@@ -442,7 +449,10 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
     setenv("QUILL_VULKAN_VALIDATION", "1", 1);
     quill_context *c = NULL;
     quill_error err;
+    logged[0] = 0;
+    quill_set_log(keep_log, NULL);
     const quill_status s = quill_context_new(m, &cp, &c, &err);
+    quill_set_log(NULL, NULL);
     unsetenv("QUILL_VULKAN_VALIDATION");
     if (s) {
         test_fail(__FILE__, __LINE__, "context: %s", err.message);
@@ -475,10 +485,11 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
 
 /* The families whose layers run whole on the device (Llama 3: rope_freqs and a tied output;
  * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up; Qwen 2: the
- * q, k, v biases; Qwen 3: each head's q and k norms; Gemma 3: post-norms, GeGLU and a sliding
+ * q, k, v biases; Qwen 3: each head's q and k norms; GLM-4: biases, half the head rotated, fused
+ * gate+up, post-norms; Gemma 3: post-norms, GeGLU and a sliding
  * window of 16 on its first layer; Granite: scaled residuals; Gemma 2: soft-capping) and one whose
- * q and k norms over the whole projections keep it to the products there (OLMo 2, the rest on the
- * CPU), in q8_0: the logits of several sequences equal the CPU's bit for bit. Gemma 3 and 2 in f32,
+ * branches without input norms keep it to the products there (OLMo 2, the rest on the CPU; the log
+ * names the layer and the step), in q8_0: the logits of several sequences equal the CPU's bit for bit. Gemma 3 and 2 in f32,
  * within 1e-4 of the largest |logit| with the same greedy tokens: their GeGLU (and Gemma 2's
  * soft-capping) take the device's tanh, not libm's tanhf, an f32 rounding apart (lavapipe, 2 layers,
  * 80 rows: Gemma 2 3.4e-6 of the largest |logit|, Gemma 3 7e-7). */
@@ -491,9 +502,10 @@ TEST(vulkan_families_and_sequences) {
     static const struct {
         const char *arch;
         bool whole, exact;
-    } families[] = {{"llama3", true, true}, {"smollm3", true, true}, {"phi3", true, true}, {"qwen2", true, true},
-                    {"qwen3", true, true},  {"gemma3", true, false}, {"granite", true, true},
-                    {"gemma2", true, false}, {"olmo2", false, true}};
+    } families[] = {{"llama3", true, true},  {"smollm3", true, true}, {"phi3", true, true},
+                    {"qwen2", true, true},   {"qwen3", true, true},   {"glm4", true, true},
+                    {"granite", true, true}, {"gemma3", true, false}, {"gemma2", true, false},
+                    {"olmo2", false, true}};
     for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
         char f32[512], q8[512], cmd[2048], *out = NULL;
         snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);
@@ -526,6 +538,10 @@ TEST(vulkan_families_and_sequences) {
         }
         if (whole != families[k].whole)
             test_fail(__FILE__, __LINE__, "%s: the layers %s whole on the device", families[k].arch, whole ? "ran" : "did not run");
+        /* the products-only layers' reason, by name */
+        if (!families[k].whole &&
+            !strstr(logged, "layer 0 of this olmo2 model has a branch without a norm, which the device's layer does not run yet"))
+            test_fail(__FILE__, __LINE__, "%s: the log says \"%s\"", families[k].arch, logged);
         free(cpu), free(gpu);
         quill_model_free(m);
         remove(q8), remove(f32);
