@@ -1,7 +1,8 @@
 /* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
  * and glslc (the Makefile's VULKAN), else left out. It enumerates the devices and runs the weight
- * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer
- * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
+ * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer semantics, and
+ * the steps of a layer (norms, RoPE, the KV cache, attention, activations) recorded into one
+ * command buffer per forward step; model/gpu_offload.c runs a context's placed layers there. */
 #ifndef QUILL_GPU_H
 #define QUILL_GPU_H
 

@@ -1,5 +1,7 @@
 /* The Vulkan compute backend (gpu.h): instance and device, the shaders of shaders/ (compiled to
- * SPIR-V by glslc at build time and included as word arrays), and the weight products.
+ * SPIR-V by glslc at build time and included as word arrays), the weight products, and the steps:
+ * a forward step's operations recorded into one command buffer over activations that stay in
+ * device-local memory, with the KV cache there.
  *
  * Memory: uploaded weights and the activations' codes live in device-local memory (a discrete GPU
  * reads its own memory, not the host's over the bus); the weights go there once through a
