@@ -304,7 +304,7 @@ static int argmax(const float *x, int64_t n) {
  * bits (gpu/vulkan/shaders: rms_scale's double sums, the CPU's RoPE tables, exp_poly and fmaf through
  * float64), so nothing differs. f32 and f16 within 1e-4 of the largest |logit|: their products sum
  * in another order than the CPU's vector lanes (f32 rounding, ~1e-6 relative after a few layers:
- * lavapipe, stories260K 12 positions, 9e-6 of max |logit| 17), which the quantized types' products
+ * lavapipe, stories260K over bench/gpu.sh's 16 positions: 9e-6 of max |logit| 17), which the quantized types' products
  * do not; greedy tokens equal. */
 static void check_model_logits(const char *path, bool exact) {
     quill_model *m;
