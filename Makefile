@@ -108,7 +108,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) $(OBJ_SAN) $(WERROR_FLAG) -c $< -o $@
 
 ifeq ($(VULKAN),1)
-$(BUILD)/gpu/shaders/%.comp.inc: src/gpu/vulkan/shaders/%.comp Makefile
+$(BUILD)/gpu/shaders/%.comp.inc: src/gpu/vulkan/shaders/%.comp $(wildcard src/gpu/vulkan/shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
 	glslc -O --target-env=vulkan1.0 -mfmt=c $< -o $@
 $(filter $(BUILD)/src/gpu/%,$(LIB_OBJ)): CFLAGS += -DQUILL_VULKAN -I$(BUILD)/gpu $(shell pkg-config --cflags vulkan)

@@ -25,7 +25,7 @@ static const char bench_usage[] =
     "  -ctk, --cache-type-k TYPE, -ctv, --cache-type-v TYPE\n"
     "           the KV cache's key and value types: f32 (default), f16, bf16, q8_0, q4_0\n"
     "  --backend cpu|vulkan, -ngl N, --device N\n"
-    "           as quill run's: the weight products of the last N layers (default all) on Vulkan\n"
+    "           as quill run's: the last N layers (default all) on Vulkan\n"
     "           device N (docs/gpu.md)\n"
     "  --json   print one JSON object instead of the table\n"
     "  --bw-mib N  size of the bandwidth test's buffer in MiB (default 1024, at most a quarter of\n"

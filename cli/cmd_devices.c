@@ -95,7 +95,7 @@ int cmd_devices(int argc, char **argv) {
         "  --selftest    run the backend's weight products of every type it runs on device N (default 0)\n"
         "                and compare them with the CPU path's; exit status 1 when one differs\n"
         "  --device N    the device of --selftest\n"
-        "The forward pass runs the weight products of the -ngl layers there (docs/gpu.md lists the types).\n";
+        "The forward pass runs the -ngl layers there (docs/gpu.md: which layers whole, which types).\n";
     bool json = false, test = false;
     long device = 0;
     for (int i = 1; i < argc; i++) {

@@ -39,9 +39,8 @@ static int perplexity_usage(FILE *f) {
             "  what an engine's arithmetic adds to the same weights.\n"
             "  -ctk/--cache-type-k, -ctv/--cache-type-v: the KV cache's types (f32 default, f16, bf16, q8_0,\n"
             "  q4_0): against an f32 base, --kl-divergence measures what a cache type adds.\n"
-            "  --backend vulkan runs the weight products of the last -ngl N layers (default all, and the\n"
-            "  output layer) on the GPU --device N (quill devices; docs/gpu.md); the exact types give the\n"
-            "  CPU's numbers bit for bit.\n"
+            "  --backend vulkan runs the last -ngl N layers (default all, and the output layer) on the GPU\n"
+            "  --device N (quill devices; docs/gpu.md); the exact types give the CPU's numbers bit for bit.\n"
             "  --json prints one JSON object instead of the text report.\n");
     return f == stdout ? 0 : 1;
 }

@@ -74,10 +74,10 @@ static const option options[] = {
     {O_HIDE_REASONING, NULL, "--hide-reasoning", NULL, NULL, CLI_CHAT | CLI_RUN,
      "do not show a reply's reasoning (<think>, gpt-oss's analysis channel); shown dimmed otherwise"},
     {O_BACKEND, NULL, "--backend", "NAME", NULL, GEN,
-     "cpu (default) or vulkan: the weight products of -ngl layers on a GPU (docs/gpu.md; quill devices)"},
+     "cpu (default) or vulkan: -ngl layers on a GPU (docs/gpu.md; quill devices)"},
     {O_NGL, "-ngl", "--n-gpu-layers", "N", "--gpu-layers", GEN,
-     "with --backend vulkan: the last N layers' weights and products on the GPU, N > layers: the output too "
-     "(default all); the rest, attention and the KV cache on the CPU"},
+     "with --backend vulkan: the last N layers on the GPU (dense llama-like layers whole, their KV cache "
+     "there; others their weight products), N > layers: the output too (default all)"},
     {O_DEVICE, NULL, "--device", "N", NULL, GEN, "with --backend vulkan: the device (quill devices; default 0)"},
     {O_MLOCK, NULL, "--mlock", NULL, NULL, GEN, "accepted for llama-cli habits (the mapping is used as is)"},
     {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL, GEN, "accepted for llama-cli habits (the file is always mapped)"},

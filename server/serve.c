@@ -44,7 +44,7 @@ static const char usage[] =
     "  --lookup              speculative decoding by n-gram lookup in each request's text (no model)\n"
     "  --draft-max N         tokens drafted at most per request and step (default 16)\n"
     "  --draft-min N         shorter drafts are not used (default 0)\n"
-    "  --backend NAME        cpu (default) or vulkan: the weight products of the -ngl layers on a GPU\n"
+    "  --backend NAME        cpu (default) or vulkan: the -ngl layers on a GPU\n"
     "                        (docs/gpu.md; quill devices); embeddings and the draft model stay on the CPU\n"
     "  -ngl, --n-gpu-layers N  with --backend vulkan: the last N layers there, N > layers: the output\n"
     "                        too (default all)\n"

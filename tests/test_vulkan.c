@@ -6,6 +6,7 @@
 #include "server_util.h"
 #include "gpu/gpu.h"
 #include "kernels/exact_scalar.h"
+#include "model/context.h"
 #include "quill.h"
 
 #include <cjson/cJSON.h>
@@ -280,6 +281,10 @@ static float *model_logits(quill_model *m, const int32_t *tokens, int n, int ste
             free(logits);
             logits = NULL;
         }
+        /* (these llama layers have nothing the device's layer lacks: they run there whole) */
+        if (!c->gpu_whole) test_fail(__FILE__, __LINE__, "the placed layers did not run whole on the device");
+        if (quill_gpu_validation_errors(c->gpu))
+            test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
     }
     quill_context_free(c);
     return logits;
@@ -293,9 +298,14 @@ static int argmax(const float *x, int64_t n) {
 }
 
 /* One model against the CPU: all layers and the output on the device in one batch, token by token,
- * and (exact types) only the last layer there. q8_0 and q4_0 logits equal the CPU's bit for bit (both
- * keep the exact integer contract); f32 and f16 within 1e-4 of the largest |logit| (products summed
- * in another order: f32 rounding, ~1e-6 relative after a few layers); greedy tokens equal. */
+ * and (exact types) only the last layer there, each placed layer whole on the device (norms, RoPE,
+ * attention over the device's KV cache, SwiGLU). q8_0 and q4_0 logits equal the CPU's bit for bit:
+ * the products keep the exact integer contract and every other step is written to give the CPU's
+ * bits (gpu/vulkan/shaders: rms_scale's double sums, the CPU's RoPE tables, exp_poly and fmaf through
+ * float64), so nothing differs. f32 and f16 within 1e-4 of the largest |logit|: their products sum
+ * in another order than the CPU's vector lanes (f32 rounding, ~1e-6 relative after a few layers:
+ * lavapipe, stories260K over bench/gpu.sh's 16 positions: 9e-6 of max |logit| 17), which the quantized types' products
+ * do not; greedy tokens equal. */
 static void check_model_logits(const char *path, bool exact) {
     quill_model *m;
     quill_error err;
@@ -387,19 +397,27 @@ TEST(vulkan_forward_matches_cpu) {
         check_model_logits(path, true);
         remove(path);
     }
-    /* its f32 weights (5.0 MiB with the output) against a device capped at 3 MiB: refused before any
-     * upload, with the sizes and the -ngl that fits, which then runs */
+    /* its f32 weights (5.0 MiB with the output) and KV cache (64 positions: 0.125 MiB) against a
+     * device capped at 3 MiB: refused before any upload, with the sizes and the -ngl that fits,
+     * which then runs */
     snprintf(cmd, sizeof cmd,
-             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -p hi -n 1 --backend vulkan 2>&1; "
-             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -p hi -n 1 --backend vulkan -ngl 1 --json",
+             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -c 64 -p hi -n 1 --backend vulkan 2>&1; "
+             "QUILL_VULKAN_MEMORY_MIB=3 %s run -m %s -c 64 -p hi -n 1 --backend vulkan -ngl 1 --json",
              quill_bin(), wide, quill_bin(), wide);
     rc = run_cmd(cmd, &out, true);
     remove(wide);
     CHECK(rc == 0, "%s", out);
-    CHECK_STR_CONTAINS(out, "places 5.0 MiB of weights on");
+    CHECK_STR_CONTAINS(out, "places 5.1 MiB of weights and KV cache on");
     CHECK_STR_CONTAINS(out, "which has 3.0 MiB of device-local memory");
     CHECK_STR_CONTAINS(out, "-ngl 1 fits");
     CHECK_STR_CONTAINS(out, "\"gpu_layers\": 1");
+    free(out);
+    /* a trace of the intermediate tensors would miss the device's layers: refused, naming them */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --backend vulkan -ngl 1 --trace %s/vk-trace.gguf", quill_bin(), f32,
+             tmp_dir());
+    rc = run_cmd(cmd, &out, true);
+    CHECK(rc != 0);
+    CHECK_STR_CONTAINS(out, "layers 2 to 2 (of 0 to 2) run whole on the Vulkan device: trace with --backend cpu");
     free(out);
     /* a type the backend lacks is refused by name, not run on the CPU */
     snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
@@ -412,6 +430,122 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK_STR_CONTAINS(out, "is q2_0, which the Vulkan backend does not run yet");
     CHECK_STR_CONTAINS(out, "--backend cpu");
     free(out);
+}
+
+/* The log's last line of a level at least INFO (the products-only layers' reason). */
+static char logged[1024];
+static void keep_log(quill_log_level level, const char *message, void *user) {
+    (void)user;
+    if (level >= QUILL_LOG_INFO) snprintf(logged, sizeof logged, "%s", message);
+}
+
+/* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
+ * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
+ * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
+ * CPU and with every layer and the output on the device. */
+static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
+    quill_context_params cp = {.n_ctx = 96, .n_threads = 2, .n_seq = 2};
+    if (gpu) cp.backend = QUILL_BACKEND_VULKAN, cp.n_gpu_layers = -1;
+    setenv("QUILL_VULKAN_VALIDATION", "1", 1);
+    quill_context *c = NULL;
+    quill_error err;
+    logged[0] = 0;
+    quill_set_log(keep_log, NULL);
+    const quill_status s = quill_context_new(m, &cp, &c, &err);
+    quill_set_log(NULL, NULL);
+    unsetenv("QUILL_VULKAN_VALIDATION");
+    if (s) {
+        test_fail(__FILE__, __LINE__, "context: %s", err.message);
+        return NULL;
+    }
+    /* (the attention's scores kept for at most 16 positions: beyond, made again in its later passes) */
+    if (gpu) quill_gpu_set_attention_kept(c->gpu, 16);
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    enum { FIRST = 70, SHARED = 40, MIXED = 10 };
+    float *logits = malloc(sizeof(float) * (size_t)((FIRST + MIXED) * nv));
+    int32_t tok[FIRST], seq[FIRST], pos[FIRST];
+    bool want[FIRST];
+    uint64_t seed = 11;
+    for (int i = 0; i < FIRST; i++)
+        tok[i] = (int32_t)(1 + test_rand(&seed) % (uint32_t)(nv - 1)), seq[i] = 0, pos[i] = i, want[i] = true;
+    quill_batch b = {FIRST, tok, seq, pos, want};
+    bool ok = logits && quill_decode(c, &b, logits, &err) == QUILL_OK &&
+              quill_seq_copy_prefix(c, 0, 1, SHARED, &err) == QUILL_OK;
+    for (int i = 0; i < MIXED; i++) seq[i] = i >= 4, pos[i] = i < 4 ? FIRST + i : SHARED + i - 4;
+    b.n = MIXED;
+    ok = ok && quill_decode(c, &b, logits + (size_t)FIRST * nv, &err) == QUILL_OK;
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.message);
+    *whole = c->gpu_whole != NULL;
+    if (gpu && quill_gpu_validation_errors(c->gpu))
+        test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
+    quill_context_free(c);
+    if (!ok) free(logits);
+    return ok ? logits : NULL;
+}
+
+/* The families whose layers run whole on the device (Llama 3: rope_freqs and a tied output;
+ * SmolLM3: every fourth layer unrotated; Phi-3: NEOX RoPE, the fused qkv and gate+up; Qwen 2: the
+ * q, k, v biases; Qwen 3: each head's q and k norms; GLM-4: biases, half the head rotated, fused
+ * gate+up, post-norms; Gemma 3: post-norms, GeGLU and a sliding
+ * window of 16 on its first layer; Granite: scaled residuals; Gemma 2: soft-capping) and one whose
+ * branches without input norms keep it to the products there (OLMo 2, the rest on the CPU; the log
+ * names the layer and the step), in q8_0: the logits of several sequences equal the CPU's bit for bit. Gemma 3 and 2 in f32,
+ * within 1e-4 of the largest |logit| with the same greedy tokens: their GeGLU (and Gemma 2's
+ * soft-capping) take the device's tanh, not libm's tanhf, an f32 rounding apart (lavapipe, 2 layers,
+ * 80 rows: Gemma 2 3.4e-6 of the largest |logit|, Gemma 3 7e-7). */
+TEST(vulkan_families_and_sequences) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    REQUIRE_SHARED(shared);
+    static const struct {
+        const char *arch;
+        bool whole, exact;
+    } families[] = {{"llama3", true, true},  {"smollm3", true, true}, {"phi3", true, true},
+                    {"qwen2", true, true},   {"qwen3", true, true},   {"glm4", true, true},
+                    {"granite", true, true}, {"gemma3", true, false}, {"gemma2", true, false},
+                    {"olmo2", false, true}};
+    for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
+        char f32[512], q8[512], cmd[2048], *out = NULL;
+        snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);
+        snprintf(q8, sizeof q8, "%s/vk-%s-q8_0.gguf", tmp_dir(), families[k].arch);
+        /* (the inexact ones in f32: in q8_0 a difference of an f32 rounding may move an activation's
+         * code by a step of its 8 bits) */
+        snprintf(cmd, sizeof cmd,
+                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --window 16 --seed 3 --vocab "
+                 "%s/models/stories260K.gguf --type f32 -o %s && (%s || %s quantize %s %s q8_0)",
+                 quill_bin(), families[k].arch, shared, f32, families[k].exact ? "false" : "true", quill_bin(), f32, q8);
+        const int rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "synth + quantize %s: %s", families[k].arch, out);
+        free(out);
+        quill_model *m;
+        quill_error err;
+        CHECK(quill_model_load(families[k].exact ? q8 : f32, &m, &err) == QUILL_OK, "%s", err.message);
+        bool whole_cpu = false, whole = false;
+        float *cpu = sequences_logits(m, false, &whole_cpu), *gpu = sequences_logits(m, true, &whole);
+        const int64_t nv = quill_model_hparams(m)->n_vocab;
+        if (cpu && gpu && families[k].exact && memcmp(cpu, gpu, sizeof(float) * (size_t)(80 * nv)))
+            test_fail(__FILE__, __LINE__, "%s: the device's logits differ from the CPU's", families[k].arch);
+        if (cpu && gpu && !families[k].exact) {
+            double worst = 0, top = 0;
+            for (int64_t i = 0; i < 80 * nv; i++) worst = fmax(worst, fabs(gpu[i] - cpu[i])), top = fmax(top, fabs(cpu[i]));
+            if (!(worst <= 1e-4 * top))
+                test_fail(__FILE__, __LINE__, "%s: max |gpu - cpu| %.3g of max |logit| %.3g", families[k].arch, worst, top);
+            for (int t = 0; t < 80; t++)
+                if (argmax(gpu + t * nv, nv) != argmax(cpu + t * nv, nv))
+                    test_fail(__FILE__, __LINE__, "%s: position %d: greedy token differs", families[k].arch, t);
+        }
+        if (whole != families[k].whole)
+            test_fail(__FILE__, __LINE__, "%s: the layers %s whole on the device", families[k].arch, whole ? "ran" : "did not run");
+        /* the products-only layers' reason, by name */
+        if (!families[k].whole &&
+            !strstr(logged, "layer 0 of this olmo2 model has a branch without a norm, which the device's layer does not run yet"))
+            test_fail(__FILE__, __LINE__, "%s: the log says \"%s\"", families[k].arch, logged);
+        free(cpu), free(gpu);
+        quill_model_free(m);
+        remove(q8), remove(f32);
+    }
 }
 
 /* ---------------------------------------------------------------- perplexity and serve with --backend vulkan */

@@ -26,6 +26,7 @@ void quill_gpu_force_staging(quill_gpu *g, size_t chunk) { (void)g, (void)chunk;
 uint64_t quill_gpu_memory(const quill_gpu *g) { (void)g; return 0; }
 void quill_gpu_set_split(quill_gpu *g, bool split) { (void)g, (void)split; }
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { (void)g, (void)width; }
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { (void)g, (void)n; }
 
 quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_error *err) {
     (void)g, (void)w, (void)bytes;
@@ -41,6 +42,58 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
 quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int64_t cols, const float *x, int n_tok,
                                quill_error *err) {
     (void)g, (void)p, (void)n, (void)cols, (void)x, (void)n_tok;
+    return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
+}
+
+/* (no step can begin without a device: the recording functions are never reached) */
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err) {
+    (void)g, (void)floats;
+    return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
+}
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+                               quill_error *err) {
+    (void)g, (void)src, (void)dst, (void)floats, (void)n;
+    return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
+}
+quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
+                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
+                                  quill_error *err) {
+    (void)g, (void)act_floats, (void)in, (void)in_at, (void)in_floats, (void)pos, (void)seq, (void)n_tok,
+        (void)max_dispatches;
+    return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
+}
+void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                       int n_tok, double eps) {
+    (void)g, (void)x_at, (void)add_at, (void)weight, (void)out_at, (void)d, (void)n_tok, (void)eps;
+}
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok) {
+    (void)g, (void)w, (void)n, (void)cols, (void)x_at, (void)y_at, (void)n_tok;
+}
+void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
+                    const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok) {
+    (void)g, (void)v_at, (void)n_heads, (void)hd, (void)half, (void)stride, (void)neox, (void)cos_table, (void)sin_table,
+        (void)table_at, (void)n_tok;
+}
+void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_at, uint64_t v_at, int64_t kv_dim,
+                        int64_t hd, int n_tok) {
+    (void)g, (void)kv, (void)k_at, (void)v_at, (void)kv_dim, (void)hd, (void)n_tok;
+}
+void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
+    (void)g, (void)kv, (void)q_at, (void)out_at, (void)n_head, (void)n_head_kv, (void)hd, (void)scale, (void)window, (void)softcap,
+        (void)n_tok;
+}
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {
+    (void)g, (void)gate_at, (void)up_at, (void)n, (void)gelu;
+}
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows) {
+    (void)g, (void)x_at, (void)bias, (void)n, (void)n_rows;
+}
+void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s) { (void)g, (void)x_at, (void)n, (void)s; }
+void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) { (void)g, (void)from_at, (void)to_at, (void)n; }
+quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floats, float *out, quill_error *err) {
+    (void)g, (void)out_at, (void)out_floats, (void)out;
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
 #else

@@ -1,7 +1,8 @@
 /* The GPU backend (docs/gpu.md): Vulkan compute, built when the build machine has Vulkan's headers
  * and glslc (the Makefile's VULKAN), else left out. It enumerates the devices and runs the weight
- * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer
- * semantics; the forward pass sends a context's placed layers' products there (model/gpu_offload.c). */
+ * products (the types of QUILL_GPU_TYPES) on one, with the CPU path's exact integer semantics, and
+ * the steps of a layer (norms, RoPE, the KV cache, attention, activations) recorded into one
+ * command buffer per forward step; model/gpu_offload.c runs a context's placed layers there. */
 #ifndef QUILL_GPU_H
 #define QUILL_GPU_H
 
@@ -82,9 +83,76 @@ void quill_gpu_set_split(quill_gpu *g, bool split);
 /* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
  * y): the tests lower it to check the spreading on small products. */
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width);
+/* Attention keeps the scores of at most n positions (2048 and less) in shared memory, and makes
+ * them again in its later passes beyond (the same bits): the tests lower it to check that way. */
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n);
 /* The device-local memory quill may use on g: its device-local heaps, or QUILL_VULKAN_MEMORY_MIB
  * when that is less. */
 uint64_t quill_gpu_memory(const quill_gpu *g);
+/* ---------------------------------------------------------------- a step: layers on the device
+ *
+ * A forward step's operations recorded into one command buffer and submitted once: its input goes
+ * up, the operations run on activations that stay in device memory (regions of the step's
+ * activations, addressed in floats from its start, each at a multiple of QUILL_GPU_ALIGN so that
+ * any device takes it as a descriptor's offset), and one region comes back. The KV cache is a
+ * device buffer of f32 (quill_gpu_kv_alloc) that the steps' kv_store writes and attention reads.
+ * The recording functions keep their first failure (a weight not uploaded, the descriptor pool,
+ * a shape out of range); quill_gpu_step_end returns it. The caller (model/gpu_offload.c) says what
+ * the operations are, from the model's layer description. */
+#define QUILL_GPU_ALIGN 64
+#define QUILL_GPU_NONE UINT64_MAX
+/* A KV cache of `floats` f32 on the device, zeroed (made again when it has fewer). */
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err);
+/* Copies n ranges within the KV cache, floats[i] from src[i] to dst[i], in one submission. */
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+                               quill_error *err);
+/* Starts a step of n_tok tokens over `act_floats` floats of activations: in[0..in_floats) goes to
+ * region in_at; each token's (position, sequence) to the token table; room for up to
+ * max_dispatches operations. */
+quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
+                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
+                                  quill_error *err);
+/* Per row of d floats (n_tok rows): x += add (add_at not QUILL_GPU_NONE), then out = rmsnorm(x) ·
+ * weight (out_at not QUILL_GPU_NONE, may be x_at; weight: an uploaded f32 vector of d), as
+ * forward.c's add_and_norm (a token's row) and head_norms (a head's). */
+void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                       int n_tok, double eps);
+/* y_at[i] = W[i] · x for n (1 to QUILL_GPU_GROUP_MAX) uploaded weights of `cols` columns with the
+ * same x, n_tok tokens (their y unused), each as quill_gpu_matmul's; the exact types' codes of x made
+ * once per act_max among them. */
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok);
+/* RoPE in place on n_heads vectors of hd per token, pairs adjacent or neox (half of them rotated),
+ * with the uploaded tables cos_table, sin_table at table_at + position · stride. */
+void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
+                    const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok);
+/* Where one layer's keys and values are in the KV cache: sequence s's from k_base and v_base +
+ * s · seq_stride, each KV head n_ctx positions of hd. */
+typedef struct quill_gpu_kv_layer {
+    uint64_t k_base, v_base, seq_stride;
+    int64_t n_ctx;
+} quill_gpu_kv_layer;
+/* Each token's key and value (kv_dim = KV heads · hd) into the cache at its sequence and position. */
+void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_at, uint64_t v_at, int64_t kv_dim,
+                        int64_t hd, int n_tok);
+/* out = causal softmax(q·Kᵀ · scale)·V per token and query head over the cached positions 0 (or,
+ * with a sliding window of `window` positions, pos + 1 - window) .. its own of its sequence (GQA:
+ * n_head / n_head_kv query heads per KV head; hd at most 256); softcap > 0: the scores
+ * softcap · tanh(x / softcap) before the softmax. */
+void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok);
+/* gate = act(gate) · up over n floats: SiLU, or GELU (tanh form) when gelu. */
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu);
+/* x[r][i] += bias[i] for n_rows rows of n floats (bias: an uploaded f32 vector). */
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows);
+/* x[i] *= s over n floats. */
+void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s);
+/* Copies n floats within the activations (a gather of rows). */
+void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n);
+/* Submits the step, waits, and copies out_floats from region out_at to out (none when out is
+ * NULL); the first failure of the step's recording, else of its run. */
+quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floats, float *out, quill_error *err);
+
 /* The device's name (for --json and logs). */
 const char *quill_gpu_name(const quill_gpu *g);
 

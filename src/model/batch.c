@@ -200,6 +200,9 @@ quill_status quill_seq_copy_prefix(quill_context *c, int src, int dst, int n, qu
             memcpy(d_values + (size_t)h * c->n_ctx * vrow, s_values + (size_t)h * c->n_ctx * vrow, (size_t)n * vrow);
         }
     }
+    /* (the device's layers keep their cache there) */
+    const quill_status gs = quill_gpu_copy_prefix(c, src, dst, n, err);
+    if (gs) return gs;
     c->seq_len[dst] = n;
     if (!c->rec || quill_recurrent_copy_prefix(c, src, dst, n) == n) return QUILL_OK;
     return evaluate_again(c, dst, n, err);

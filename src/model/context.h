@@ -48,6 +48,13 @@ struct quill_context {
     struct quill_gpu *gpu;
     int gpu_layers;
     struct quill_gpu_failure *gpu_failure; /* (its own allocation: the products see a const context) */
+    /* the placed layers run whole on the device (every operation of theirs is written there): the
+     * first of them and where their KV cache is there (gpu_offload.c), or NULL when only their weight
+     * products run there */
+    struct quill_gpu_layers {
+        int first;
+        struct quill_gpu_kv_layer *kv; /* [layer - first] */
+    } *gpu_whole;
     bool packed;                    /* the model's weights are packed for kern (their packed copies serve) */
     quill_trace_fn trace;
     void *trace_user;

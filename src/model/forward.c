@@ -258,7 +258,13 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
     quill_trace(c, "inp_embd", -1, c->x, 2, d, n, 1);
     if (ap->n_embd_per_layer) quill_per_layer_inputs_prepare(c, tokens, n);
 
+    bool logits_done = false; /* the device ran the output layer too */
     for (int l = 0; l < hp->n_layer; l++) {
+        if (c->gpu_whole && l == c->gpu_whole->first) {
+            /* the placed layers, whole on the device (gpu_offload.c), from c->x */
+            logits_done = quill_gpu_run_layers(c, seq, pos, want, n, logits);
+            break;
+        }
         const quill_layer *L = &m->layers[l];
         const int64_t hd = L->head_dim, q_dim = L->n_head * hd;
         add_and_norm(c, NULL, L->attn_norm, c->xb, n);
@@ -356,19 +362,21 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         quill_trace(c, "l_out", l, c->x, 2, d, n, 1);
     }
 
-    add_and_norm(c, NULL, m->output_norm, c->xb, n);
-    quill_trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
+    if (!logits_done) {
+        add_and_norm(c, NULL, m->output_norm, c->xb, n);
+        quill_trace(c, "result_norm", -1, c->xb, 2, d, n, 1);
+    }
     if (logits) {
         /* the rows that asked for logits, gathered in order (row t only moves down) */
         int rows = 0;
         for (int t = 0; t < n; t++)
             if (want[t]) {
-                if (rows != t) memcpy(c->xb + rows * d, c->xb + t * d, (size_t)d * sizeof(float));
+                if (rows != t && !logits_done) memcpy(c->xb + rows * d, c->xb + t * d, (size_t)d * sizeof(float));
                 rows++;
             }
         /* the next token's first product */
-        quill_announce_next_layer(c, -1, n);
-        if (rows) quill_matmul(c, &m->output, c->xb, rows, logits);
+        if (!logits_done) quill_announce_next_layer(c, -1, n);
+        if (rows && !logits_done) quill_matmul(c, &m->output, c->xb, rows, logits);
         if (rows && ap->logit_multiplier) scale_rows(logits, rows * hp->n_vocab, ap->logit_multiplier);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;

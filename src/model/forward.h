@@ -33,6 +33,15 @@ bool quill_gpu_product(const quill_context *c, const quill_weight *w, const floa
 int quill_gpu_products(const quill_context *c, const quill_weight *const *w, float *const *y, int n, const float *x,
                        int n_tok);
 quill_status quill_gpu_failed(quill_context *c, quill_error *err);
+/* With c->gpu_whole: the placed layers of a micro-batch on the device, from c->x (the first placed
+ * layer's input) in one submission; then, when the output layer is placed too, the output norm and
+ * the wanted rows' logits (true: `logits` has them), else the last layer's output back in c->x
+ * (false: the CPU runs the output). A failure is kept as a product's is (logits then NaN). */
+bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *pos, const bool *want, int n,
+                          float *logits);
+/* quill_seq_copy_prefix's copy of the first n positions of sequence src to dst in the device's KV
+ * cache (nothing without c->gpu_whole). */
+quill_status quill_gpu_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);
 
 /* y[t][r] = W[r] · x[t] for every token t < n_tok; x is [n_tok][cols], y is [n_tok][rows]. */
 void quill_matmul(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y);

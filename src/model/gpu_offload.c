@@ -1,8 +1,12 @@
-/* The Vulkan backend as an executor of the model's weight products (docs/gpu.md): at context
- * creation the layers placed on the device (the last n_gpu_layers, as the reference places them;
- * more than the model has: the output layer too) are checked and their weights uploaded; the forward
- * pass (forward.c's matmul_on) then sends every product of an uploaded weight to the device. The
- * family's forward pass stays the one in forward.c. */
+/* The Vulkan backend as an executor of the model's layers (docs/gpu.md): at context creation the
+ * layers placed on the device (the last n_gpu_layers, as the reference places them; more than the
+ * model has: the output layer too) are checked and their weights uploaded. When every operation of
+ * every placed layer is one the device has (device_refusal), the placed layers run there whole, from
+ * the first one's input to the last one's output (or the logits), with their KV cache in device
+ * memory, recorded into one command buffer per micro-batch (quill_gpu_run_layers): the same layer
+ * description the CPU's pass reads (the layer's fields and the architecture's descriptor row), the
+ * same order of operations as forward.c's. Otherwise the forward pass (forward.c's matmul_on) sends
+ * every product of an uploaded weight to the device and runs the rest itself. */
 #include "model/forward.h"
 #include "gpu/gpu.h"
 #include "base/error.h"
@@ -23,6 +27,31 @@ static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
     if (L->ffn != QUILL_FFN_DENSE) return "a mixture-of-experts FFN";
     if (L->ffn_only || L->no_ffn) return "a single-block layer";
     if (L->ple_gate.data || m->arch->per_layer_inputs) return "per-layer inputs";
+    return NULL;
+}
+
+/* Why layer L cannot run whole on the device (an operation the device's layer does not have yet),
+ * or NULL when it can. The checks follow forward.c's layer: each of its optional steps is either
+ * written for the device or named here. */
+static const char *device_refusal(const quill_context *c, const quill_layer *L) {
+    const quill_model *m = c->model;
+    const quill_arch *a = m->arch;
+    if (a->layer_norm) return "LayerNorm";
+    if (a->parallel_block || a->single_block) return "a parallel attention and FFN block";
+    if (!L->attn_norm || !L->ffn_norm) return "a branch without a norm";
+    if ((L->q_norm || L->k_norm) && (a->qk_norm_full || !L->q_norm || !L->k_norm))
+        return "query and key norms over the whole projections";
+    if (a->v_norm || L->v_from_k) return "value norms";
+    if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
+    if (L->kv_shared) return "a KV cache shared with another layer";
+    if (L->attn_gated) return "a gated attention output";
+    if (L->sinks) return "attention sinks";
+    if (m->ap.attn_temp_scale) return "an attention temperature";
+    if (L->head_dim > 256) return "heads wider than 256";
+    if (L->n_head_kv <= 0 || L->n_head % L->n_head_kv) return "query heads not a multiple of the KV heads";
+    if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH)) return "an FFN other than SwiGLU or GeGLU";
+    if (L->b_gate || L->b_up || L->b_down) return "FFN biases";
+    if (c->type_k != QUILL_TYPE_F32 || c->type_v != QUILL_TYPE_F32) return "a KV cache of a type other than f32 (-ctk/-ctv)";
     return NULL;
 }
 
@@ -66,24 +95,37 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
                               "yet; use --backend cpu",
                               l, m->arch->name, why);
     }
+    /* the whole layers, when every placed one can: else only their products (said in the log) */
+    const char *whole_refused = NULL;
+    int refused_at = -1;
+    for (int l = first; l < n_layer && !whole_refused; l++)
+        if ((whole_refused = device_refusal(c, &m->layers[l]))) refused_at = l;
     if (!(c->gpu_failure = calloc(1, sizeof *c->gpu_failure))) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
     quill_status s = quill_gpu_open(p->device, &c->gpu, err);
     if (s) return s;
     /* the placed weights against the device's memory, before any is uploaded: the sizes, and how
      * many of the last layers would fit */
     const double mib = 1024.0 * 1024.0, memory = (double)quill_gpu_memory(c->gpu);
-    double need = ngl > n_layer ? weight_bytes(&m->output) : 0, fit_need = 0;
+    /* (whole layers: the RoPE tables too) */
+    double need = (ngl > n_layer ? weight_bytes(&m->output) : 0) +
+                  (whole_refused ? 0
+                                 : 2.0 * (m->ap.n_rope_tables > 1 ? m->ap.n_rope_tables : 1) * (double)c->n_ctx *
+                                       (double)quill_rope_stride(m) * sizeof(float)),
+           fit_need = 0;
     int fits = 0;
     for (int l = n_layer - 1; l >= first; l--) {
-        need += layer_bytes(&m->layers[l]);
-        if (fits == n_layer - 1 - l && fit_need + layer_bytes(&m->layers[l]) <= memory)
-            fit_need += layer_bytes(&m->layers[l]), fits++;
+        /* (and the layer's KV cache, in f32, when it runs whole there) */
+        const double b = layer_bytes(&m->layers[l]) +
+                         (whole_refused ? 0 : 2.0 * (double)(m->layers[l].n_head_kv * m->layers[l].head_dim) *
+                                                  (double)c->n_seq * (double)c->n_ctx * sizeof(float));
+        need += b;
+        if (fits == n_layer - 1 - l && fit_need + b <= memory) fit_need += b, fits++;
     }
     if (need > memory)
         return quill_fail(err, QUILL_E_NOMEM,
-                          "--backend vulkan: -ngl %d places %.1f MiB of weights on %s, which has %.1f MiB of "
+                          "--backend vulkan: -ngl %d places %.1f MiB of weights%s on %s, which has %.1f MiB of "
                           "device-local memory%s; -ngl %d fits (the rest of the layers on the CPU), or use --backend cpu",
-                          ngl, need / mib, quill_gpu_name(c->gpu), memory / mib,
+                          ngl, need / mib, whole_refused ? "" : " and KV cache", quill_gpu_name(c->gpu), memory / mib,
                           getenv("QUILL_VULKAN_MEMORY_MIB") ? " for quill (QUILL_VULKAN_MEMORY_MIB)" : "", fits);
     for (int l = first; l < n_layer && !s; l++) {
         const quill_layer *L = &m->layers[l];
@@ -92,7 +134,52 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     }
     if (!s && ngl > n_layer) s = upload(c, &m->output, -1, err);
     c->gpu_layers = ngl;
-    return s;
+    if (s || first == n_layer) return s;
+    if (whole_refused) {
+        quill_log(QUILL_LOG_INFO,
+                  "--backend vulkan: layer %d of this %s model has %s, which the device's layer does not run yet: the "
+                  "placed layers' weight products run on the device, their other operations on the CPU",
+                  refused_at, m->arch->name, whole_refused);
+        return QUILL_OK;
+    }
+    /* whole layers: their norms' weights and the RoPE tables too, and their KV cache there */
+    for (int l = first; l < n_layer && !s; l++) {
+        const quill_layer *L = &m->layers[l];
+        const size_t d = (size_t)c->hp->n_embd, q_dim = (size_t)(L->n_head * L->head_dim),
+                     kv_dim = (size_t)(L->n_head_kv * L->head_dim), hd = (size_t)L->head_dim;
+        const struct {
+            const float *v;
+            size_t n;
+        } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
+                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d}};
+        for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
+            if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
+    }
+    if (!s && ngl > n_layer) s = quill_gpu_upload(c->gpu, m->output_norm, (size_t)c->hp->n_embd * sizeof(float), err);
+    const size_t table = (size_t)(m->ap.n_rope_tables > 1 ? m->ap.n_rope_tables : 1) * (size_t)c->n_ctx *
+                         (size_t)quill_rope_stride(m) * sizeof(float);
+    if (!s && table) s = quill_gpu_upload(c->gpu, c->rope_cos, table, err);
+    if (!s && table) s = quill_gpu_upload(c->gpu, c->rope_sin, table, err);
+    if (s) return s;
+    struct quill_gpu_layers *w = calloc(1, sizeof *w);
+    if (!w || !(w->kv = calloc((size_t)(n_layer - first), sizeof *w->kv))) {
+        free(w);
+        return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    }
+    w->first = first;
+    c->gpu_whole = w;
+    /* each layer's keys [seq][KV head][n_ctx][head_dim] one after the other, then the values so */
+    uint64_t at = 0;
+    for (int l = first; l < n_layer; l++) {
+        const quill_layer *L = &m->layers[l];
+        quill_gpu_kv_layer *kv = &w->kv[l - first];
+        kv->seq_stride = (uint64_t)(L->n_head_kv * L->head_dim) * (uint64_t)c->n_ctx;
+        kv->n_ctx = c->n_ctx;
+        kv->k_base = at;
+        at += kv->seq_stride * (uint64_t)c->n_seq;
+    }
+    for (int l = first; l < n_layer; l++) w->kv[l - first].v_base = w->kv[l - first].k_base + at;
+    return quill_gpu_kv_alloc(c->gpu, 2 * at, err);
 }
 
 const char *quill_context_backend(const quill_context *c, const char **device, int *gpu_layers) {
@@ -102,6 +189,9 @@ const char *quill_context_backend(const quill_context *c, const char **device, i
 }
 
 void quill_gpu_offload_free(quill_context *c) {
+    if (c->gpu_whole) free(c->gpu_whole->kv);
+    free(c->gpu_whole);
+    c->gpu_whole = NULL;
     quill_gpu_close(c->gpu);
     free(c->gpu_failure);
     c->gpu = NULL;
@@ -133,4 +223,143 @@ int quill_gpu_products(const quill_context *c, const quill_weight *const *w, flo
 
 bool quill_gpu_product(const quill_context *c, const quill_weight *w, const float *x, int n_tok, float *y) {
     return quill_gpu_products(c, &w, &y, 1, x, n_tok) == 1;
+}
+
+/* ---------------------------------------------------------------- whole layers */
+
+/* The step's regions of activations, in floats (each at a multiple of QUILL_GPU_ALIGN). */
+typedef struct {
+    uint64_t x, xb, q, k, v, att, gate, up, out_in, logits, total;
+} step_layout;
+
+static uint64_t region(uint64_t *at, uint64_t floats) {
+    const uint64_t r = *at;
+    *at += (floats + QUILL_GPU_ALIGN - 1) / QUILL_GPU_ALIGN * QUILL_GPU_ALIGN;
+    return r;
+}
+
+static quill_gpu_mat mat_of(const quill_weight *w) { return (quill_gpu_mat){w->type, w->data, w->row_bytes, w->rows, NULL}; }
+
+bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *pos, const bool *want, int n,
+                          float *logits) {
+    const quill_model *m = c->model;
+    const quill_hparams *hp = c->hp;
+    const int n_layer = (int)hp->n_layer, first = c->gpu_whole->first;
+    const bool output = c->gpu_layers > n_layer;
+    const uint64_t d = (uint64_t)hp->n_embd, nt = (uint64_t)n;
+    int rows = 0;
+    for (int t = 0; t < n; t++) rows += want[t];
+    step_layout r;
+    uint64_t at = 0;
+    r.x = region(&at, nt * d);
+    r.xb = region(&at, nt * d);
+    r.q = region(&at, nt * (uint64_t)m->ap.widest_q);
+    r.k = region(&at, nt * (uint64_t)m->ap.widest_kv);
+    r.v = region(&at, nt * (uint64_t)m->ap.widest_kv);
+    r.att = region(&at, nt * (uint64_t)m->ap.widest_q);
+    r.gate = region(&at, nt * (uint64_t)m->ap.widest_ff);
+    r.up = region(&at, nt * (uint64_t)m->ap.widest_ff);
+    r.out_in = region(&at, output ? nt * d : 0);
+    r.logits = region(&at, output && logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0);
+    r.total = at;
+    struct quill_gpu_failure *f = c->gpu_failure;
+    quill_gpu *g = c->gpu;
+    /* (a failed step's output is discarded: its callers return the failure; a layer records at
+     * most 30 dispatches, the output 3) */
+    if (f->status == QUILL_OK && c->trace)
+        f->status = quill_fail(&f->err, QUILL_E_UNSUPPORTED,
+                               "a trace of the intermediate tensors (--trace) sees only the CPU's layers, and layers %d to "
+                               "%d (of 0 to %d) run whole on the Vulkan device: trace with --backend cpu",
+                               first, n_layer - 1, n_layer - 1);
+    if (f->status == QUILL_OK)
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 30 * (n_layer - first) + 8, &f->err);
+    if (f->status) {
+        if (output && logits)
+            for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
+        return output;
+    }
+    const double eps = hp->rms_eps;
+    const int64_t stride = quill_rope_stride(m);
+    for (int l = first; l < n_layer; l++) {
+        const quill_layer *L = &m->layers[l];
+        const quill_gpu_kv_layer *kv = &c->gpu_whole->kv[l - first];
+        const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd, ff = L->w_gate.rows;
+        /* forward.c's attention layer, step by step */
+        quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, L->attn_norm, r.xb, (int64_t)d, n, eps);
+        const quill_gpu_mat qkv[3] = {mat_of(&L->wq), mat_of(&L->wk), mat_of(&L->wv)};
+        quill_gpu_step_products(g, qkv, 3, (int64_t)d, r.xb, (const uint64_t[]){r.q, r.k, r.v}, n);
+        /* rope_rows' steps before RoPE: the biases, each head's q and k norms */
+        if (L->bq) quill_gpu_add_rows(g, r.q, L->bq, q_dim, n);
+        if (L->bk) quill_gpu_add_rows(g, r.k, L->bk, kv_dim, n);
+        if (L->bv) quill_gpu_add_rows(g, r.v, L->bv, kv_dim, n);
+        if (L->q_norm) {
+            quill_gpu_rmsnorm(g, r.q, QUILL_GPU_NONE, L->q_norm, r.q, hd, n * (int)L->n_head, eps);
+            quill_gpu_rmsnorm(g, r.k, QUILL_GPU_NONE, L->k_norm, r.k, hd, n * (int)L->n_head_kv, eps);
+        }
+        if (!L->no_rope) {
+            const int64_t half = quill_rope_dims(m, L->rope_table) / 2;
+            const bool neox = m->arch->rope == QUILL_ROPE_NEOX;
+            const uint64_t table_at = (uint64_t)L->rope_table * (uint64_t)c->n_ctx * (uint64_t)stride;
+            quill_gpu_rope(g, r.q, L->n_head, hd, half, stride, neox, c->rope_cos, c->rope_sin, table_at, n);
+            quill_gpu_rope(g, r.k, L->n_head_kv, hd, half, stride, neox, c->rope_cos, c->rope_sin, table_at, n);
+        }
+        quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
+        quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window,
+                            m->ap.attn_softcap > 0 ? m->ap.attn_softcap : 0, n);
+        const quill_gpu_mat wo = mat_of(&L->wo);
+        quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
+        if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
+        if (L->attn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->attn_post_norm, r.xb, (int64_t)d, n, eps);
+        if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
+        /* the residual, then the FFN's norm into xb */
+        quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
+        const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
+        quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
+        quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
+        quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
+        if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);
+        if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
+        quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
+        if (L->out_scale) quill_gpu_scale(g, r.x, nt * d, *L->out_scale);
+    }
+    if (output) {
+        quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, m->output_norm, r.xb, (int64_t)d, n, eps);
+        /* the rows that asked for logits, gathered in order */
+        int row = 0;
+        for (int t = 0; t < n; t++)
+            if (want[t]) quill_gpu_copy(g, r.xb + (uint64_t)t * d, r.out_in + (uint64_t)row++ * d, d);
+        const quill_gpu_mat wout = mat_of(&m->output);
+        if (rows && logits) quill_gpu_step_products(g, &wout, 1, (int64_t)d, r.out_in, &r.logits, rows);
+        f->status = quill_gpu_step_end(g, r.logits, logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0, logits, &f->err);
+        if (f->status && logits)
+            for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
+        return true;
+    }
+    f->status = quill_gpu_step_end(g, r.x, nt * d, c->x, &f->err);
+    return false;
+}
+
+quill_status quill_gpu_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err) {
+    if (!c->gpu_whole || !n) return QUILL_OK;
+    const int first = c->gpu_whole->first, n_layer = (int)c->hp->n_layer;
+    const int ranges = 2 * (n_layer - first) * (int)c->model->ap.widest_kv; /* (KV heads at most kv_dim) */
+    uint64_t *from = malloc((size_t)ranges * 3 * sizeof *from);
+    if (!from) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
+    uint64_t *to = from + ranges, *floats = to + ranges;
+    int k = 0;
+    for (int l = first; l < n_layer; l++) {
+        const quill_layer *L = &c->model->layers[l];
+        const quill_gpu_kv_layer *kv = &c->gpu_whole->kv[l - first];
+        /* each KV head's first n positions, keys and values */
+        for (int64_t h = 0; h < L->n_head_kv; h++)
+            for (int which = 0; which < 2; which++) {
+                const uint64_t base = (which ? kv->v_base : kv->k_base) + (uint64_t)h * (uint64_t)c->n_ctx * (uint64_t)L->head_dim;
+                from[k] = base + (uint64_t)src * kv->seq_stride;
+                to[k] = base + (uint64_t)dst * kv->seq_stride;
+                floats[k++] = (uint64_t)n * (uint64_t)L->head_dim;
+            }
+    }
+    const quill_status s = quill_gpu_kv_copy(c->gpu, from, to, floats, k, err);
+    free(from);
+    return s;
 }

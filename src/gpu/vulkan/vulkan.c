@@ -1,5 +1,7 @@
 /* The Vulkan compute backend (gpu.h): instance and device, the shaders of shaders/ (compiled to
- * SPIR-V by glslc at build time and included as word arrays), and the weight products.
+ * SPIR-V by glslc at build time and included as word arrays), the weight products, and the steps:
+ * a forward step's operations recorded into one command buffer over activations that stay in
+ * device-local memory, with the KV cache there.
  *
  * Memory: uploaded weights and the activations' codes live in device-local memory (a discrete GPU
  * reads its own memory, not the host's over the bus); the weights go there once through a
@@ -26,6 +28,27 @@ static const uint32_t spv_product_exact[] =
 static const uint32_t spv_product_float[] =
 #include "shaders/product_float.comp.inc"
     ;
+static const uint32_t spv_rmsnorm[] =
+#include "shaders/rmsnorm.comp.inc"
+    ;
+static const uint32_t spv_rope[] =
+#include "shaders/rope.comp.inc"
+    ;
+static const uint32_t spv_kv_store[] =
+#include "shaders/kv_store.comp.inc"
+    ;
+static const uint32_t spv_attention[] =
+#include "shaders/attention.comp.inc"
+    ;
+static const uint32_t spv_glu[] =
+#include "shaders/glu.comp.inc"
+    ;
+static const uint32_t spv_add_rows[] =
+#include "shaders/add_rows.comp.inc"
+    ;
+static const uint32_t spv_scale[] =
+#include "shaders/scale.comp.inc"
+    ;
 
 typedef struct {
     VkBuffer buf;
@@ -39,9 +62,13 @@ struct resident {
     gpu_buffer buf;
 };
 
-enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_COUNT };
+enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE, PIPE_COUNT };
+/* the most push-constant words of a shader (attention's 12) */
+#define PUSH_WORDS 16
 #define BINDINGS 4
 #define WORKGROUP 64
+/* attention.comp's MAX_KEPT: the scores of at most this many positions kept in shared memory */
+#define ATTENTION_KEPT 2048
 
 struct quill_gpu {
     VkInstance instance;
@@ -61,6 +88,7 @@ struct quill_gpu {
     uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
     bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
     uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
+    uint32_t attention_kept;     /* attention keeps at most this many scores (attention.comp's MAX_KEPT) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
     VkDescriptorPool dpool;
     VkDescriptorSet sets[1 + QUILL_GPU_GROUP_MAX]; /* the quantizer's, then each product's */
@@ -68,6 +96,17 @@ struct quill_gpu {
     VkCommandBuffer cmd;
     VkFence fence;
     gpu_buffer x, codes, da, y, w; /* w: the weights of a product whose weights were not uploaded */
+    /* a step (quill_gpu_step_begin .. quill_gpu_step_end): its activations in device-local memory,
+     * its input, token table and output through io, one descriptor set per dispatch from step_pool
+     * (reset per step), and the first failure while recording */
+    gpu_buffer act, io, kv;
+    VkDescriptorPool step_pool;
+    int step_sets;
+    size_t io_tokens_at; /* bytes: where the token table starts in io */
+    uint64_t io_floats;
+    bool stepping;
+    quill_status step_status;
+    quill_error step_err;
     int validation_errors;
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
@@ -246,6 +285,8 @@ void quill_gpu_close(quill_gpu *g) {
         free(g->resident);
         buffer_free(g, &g->x), buffer_free(g, &g->codes), buffer_free(g, &g->da), buffer_free(g, &g->y);
         buffer_free(g, &g->w);
+        buffer_free(g, &g->act), buffer_free(g, &g->io), buffer_free(g, &g->kv);
+        if (g->step_pool) vkDestroyDescriptorPool(g->device, g->step_pool, NULL);
         if (g->fence) vkDestroyFence(g->device, g->fence, NULL);
         if (g->cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &g->cmd);
         if (g->dpool) vkDestroyDescriptorPool(g->device, g->dpool, NULL);
@@ -304,6 +345,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
      * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
     g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     g->dispatch_width = 65535;
+    g->attention_kept = ATTENTION_KEPT;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(g->phys, &nq, NULL);
     VkQueueFamilyProperties qf[16];
@@ -370,7 +412,7 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
                                                 .bindingCount = BINDINGS, .pBindings = b};
     if ((r = vkCreateDescriptorSetLayout(g->device, &li, NULL, &g->set_layout)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreateDescriptorSetLayout");
-    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 6 * sizeof(uint32_t)};
+    const VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = PUSH_WORDS * sizeof(uint32_t)};
     const VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                            .pSetLayouts = &g->set_layout, .pushConstantRangeCount = 1,
                                            .pPushConstantRanges = &push};
@@ -379,6 +421,13 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
     if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
     if ((s = make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err))) return s;
+    if ((s = make_pipeline(g, spv_rmsnorm, sizeof spv_rmsnorm, &g->pipes[PIPE_RMSNORM], err))) return s;
+    if ((s = make_pipeline(g, spv_rope, sizeof spv_rope, &g->pipes[PIPE_ROPE], err))) return s;
+    if ((s = make_pipeline(g, spv_kv_store, sizeof spv_kv_store, &g->pipes[PIPE_KV_STORE], err))) return s;
+    if ((s = make_pipeline(g, spv_attention, sizeof spv_attention, &g->pipes[PIPE_ATTENTION], err))) return s;
+    if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
+    if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
+    if ((s = make_pipeline(g, spv_scale, sizeof spv_scale, &g->pipes[PIPE_SCALE], err))) return s;
     /* the descriptor sets of a group of products (the quantizer's, each product's), the command
      * buffer and the fence */
     enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
@@ -481,6 +530,8 @@ static void begin_commands(quill_gpu *g) {
 void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
 
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { g->dispatch_width = width ? width : 1; }
+
+void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { g->attention_kept = n < ATTENTION_KEPT ? n : ATTENTION_KEPT; }
 
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk) {
     g->device_memory_mapped = false;
@@ -592,6 +643,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
                                quill_error *err) {
     if (n < 1 || n > QUILL_GPU_GROUP_MAX)
         return quill_fail(err, QUILL_E_ARG, "vulkan: %d products in one group (1 to %d)", n, QUILL_GPU_GROUP_MAX);
+    if (g->stepping) return quill_fail(err, QUILL_E_ARG, "vulkan: a product called while a step is being recorded");
     quill_status s;
     const size_t xs = (size_t)cols * (size_t)n_tok;
     const gpu_buffer *weights[QUILL_GPU_GROUP_MAX];
@@ -675,6 +727,291 @@ quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
     const quill_gpu_mat p = {type, w, row_bytes, rows, y};
     return quill_gpu_matmuls(g, &p, 1, cols, x, n_tok, err);
+}
+
+/* ---------------------------------------------------------------- a step (gpu.h) */
+
+static void step_fail(quill_gpu *g, quill_status s, const char *what) {
+    if (g->step_status) return;
+    g->step_status = quill_fail(&g->step_err, s, "vulkan: %s", what);
+}
+
+/* Floats the shaders index in 32 bits: buffers past this are refused. */
+#define SHADER_FLOATS ((uint64_t)UINT32_MAX / 2)
+
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err) {
+    if (floats > SHADER_FLOATS)
+        return quill_fail(err, QUILL_E_NOMEM,
+                          "vulkan: a KV cache of %llu floats is more than the shaders index (%llu); use a shorter context "
+                          "(-c) or fewer sequences",
+                          (unsigned long long)floats, (unsigned long long)SHADER_FLOATS);
+    quill_status s = buffer_room(g, &g->kv, (size_t)floats * sizeof(float), true, err);
+    if (s) return s;
+    begin_commands(g);
+    vkCmdFillBuffer(g->cmd, g->kv.buf, 0, VK_WHOLE_SIZE, 0);
+    return submit_and_wait(g, "clearing the KV cache", err);
+}
+
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+                               quill_error *err) {
+    begin_commands(g);
+    for (int i = 0; i < n; i++) {
+        if ((src[i] + floats[i]) * sizeof(float) > g->kv.bytes || (dst[i] + floats[i]) * sizeof(float) > g->kv.bytes) {
+            vkEndCommandBuffer(g->cmd);
+            return quill_fail(err, QUILL_E_ARG, "vulkan: a copy within the KV cache past its end");
+        }
+        if (!floats[i]) continue;
+        const VkBufferCopy copy = {src[i] * sizeof(float), dst[i] * sizeof(float), floats[i] * sizeof(float)};
+        vkCmdCopyBuffer(g->cmd, g->kv.buf, g->kv.buf, 1, &copy);
+    }
+    return submit_and_wait(g, "copying a sequence's KV cache", err);
+}
+
+quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
+                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
+                                  quill_error *err) {
+    if (act_floats > SHADER_FLOATS || in_at + in_floats > act_floats || n_tok <= 0 || max_dispatches <= 0)
+        return quill_fail(err, QUILL_E_ARG, "vulkan: a step of %llu floats of activations (input %llu at %llu), %d tokens",
+                          (unsigned long long)act_floats, (unsigned long long)in_floats, (unsigned long long)in_at, n_tok);
+    g->io_tokens_at = aligned(act_floats * sizeof(float), 256);
+    quill_status s;
+    if ((s = buffer_room(g, &g->act, act_floats * sizeof(float), true, err)) ||
+        (s = buffer_room(g, &g->io, g->io_tokens_at + (size_t)n_tok * 2 * sizeof(int32_t), false, err)) ||
+        (s = buffer_room(g, &g->codes, act_floats * sizeof(int32_t), true, err)) ||
+        (s = buffer_room(g, &g->da, (act_floats / 32 + 1) * sizeof(float), true, err)))
+        return s;
+    if (!g->kv.buf && (s = buffer_room(g, &g->kv, 4, true, err))) return s;
+    if (g->step_sets < max_dispatches) {
+        if (g->step_pool) vkDestroyDescriptorPool(g->device, g->step_pool, NULL);
+        g->step_pool = VK_NULL_HANDLE;
+        g->step_sets = 0;
+        const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)max_dispatches * BINDINGS};
+        const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                                .maxSets = (uint32_t)max_dispatches, .poolSizeCount = 1, .pPoolSizes = &ps};
+        VkResult r = vkCreateDescriptorPool(g->device, &dpi, NULL, &g->step_pool);
+        if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateDescriptorPool");
+        g->step_sets = max_dispatches;
+    } else {
+        vkResetDescriptorPool(g->device, g->step_pool, 0);
+    }
+    memcpy(g->io.map, in, in_floats * sizeof(float));
+    int32_t *tok = (int32_t *)((char *)g->io.map + g->io_tokens_at);
+    for (int t = 0; t < n_tok; t++) tok[2 * t] = pos[t], tok[2 * t + 1] = seq[t];
+    g->step_status = QUILL_OK;
+    g->stepping = true;
+    begin_commands(g);
+    if (in_floats) {
+        const VkBufferCopy copy = {0, in_at * sizeof(float), in_floats * sizeof(float)};
+        vkCmdCopyBuffer(g->cmd, g->io.buf, g->act.buf, 1, &copy);
+    }
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0,
+                         NULL);
+    return QUILL_OK;
+}
+
+/* One binding of a step's dispatch: a buffer from a byte offset on. */
+typedef struct {
+    const gpu_buffer *buf;
+    size_t offset;
+} step_binding;
+
+static step_binding act_at(quill_gpu *g, uint64_t at) { return (step_binding){&g->act, at * sizeof(float)}; }
+
+/* Records a dispatch of `pipe` over n workgroups, then a barrier before whatever comes next reads
+ * or overwrites what it wrote. */
+static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const uint32_t *push, size_t words,
+                   uint64_t n) {
+    if (g->step_status) return;
+    if (!g->stepping) {
+        step_fail(g, QUILL_E_ARG, "an operation recorded outside a step");
+        return;
+    }
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                             .descriptorPool = g->step_pool, .descriptorSetCount = 1,
+                                             .pSetLayouts = &g->set_layout};
+    VkDescriptorSet set;
+    if (vkAllocateDescriptorSets(g->device, &dai, &set) != VK_SUCCESS) {
+        step_fail(g, QUILL_E_ARG, "a step has more operations than quill_gpu_step_begin made room for");
+        return;
+    }
+    VkDescriptorBufferInfo info[BINDINGS];
+    VkWriteDescriptorSet w[BINDINGS];
+    for (int i = 0; i < BINDINGS; i++) {
+        if (b[i].offset % g->offset_alignment || b[i].offset >= b[i].buf->bytes) {
+            step_fail(g, QUILL_E_ARG, "a step's operation reads or writes past its buffers (or at a misaligned offset)");
+            return;
+        }
+        info[i] = (VkDescriptorBufferInfo){b[i].buf->buf, b[i].offset, VK_WHOLE_SIZE};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &info[i]};
+    }
+    vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
+    vkCmdBindPipeline(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[pipe]);
+    vkCmdBindDescriptorSets(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &set, 0, NULL);
+    vkCmdPushConstants(g->cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(words * sizeof(uint32_t)), push);
+    dispatch(g, g->cmd, n);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                                 VK_ACCESS_TRANSFER_READ_BIT};
+    vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* An uploaded vector or matrix as a binding, or a failure of the step naming it. */
+static const gpu_buffer *step_resident(quill_gpu *g, const void *host, size_t bytes, const char *what) {
+    const gpu_buffer *b = resident_of(g, host, bytes);
+    if (!b) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s of a step was not uploaded (quill_gpu_upload)", what);
+        step_fail(g, QUILL_E_ARG, msg);
+    }
+    return b;
+}
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                       int n_tok, double eps) {
+    const bool has_out = out_at != QUILL_GPU_NONE, has_add = add_at != QUILL_GPU_NONE;
+    const gpu_buffer *w = has_out ? step_resident(g, weight, (size_t)d * sizeof(float), "a norm's weight") : &g->act;
+    if (!w) return;
+    const step_binding b[BINDINGS] = {act_at(g, x_at), act_at(g, has_add ? add_at : x_at), {w, 0},
+                                      act_at(g, has_out ? out_at : x_at)};
+    uint64_t eps_bits;
+    memcpy(&eps_bits, &eps, sizeof eps_bits);
+    const uint32_t push[6] = {(uint32_t)d, (uint32_t)n_tok, has_add, has_out, (uint32_t)eps_bits, (uint32_t)(eps_bits >> 32)};
+    record(g, PIPE_RMSNORM, b, push, 6, (uint64_t)n_tok);
+}
+
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok) {
+    int quantized_for = -1; /* the act_max of the codes made for this x */
+    for (int i = 0; i < n && !g->step_status; i++) {
+        quill_error e;
+        const quill_status bad = check_product(&w[i], cols, n_tok, &e);
+        if (bad) {
+            g->step_status = bad;
+            g->step_err = e;
+            return;
+        }
+        const gpu_buffer *wb = step_resident(g, w[i].w, (size_t)w[i].rows * w[i].row_bytes, "a weight matrix");
+        if (!wb) return;
+        const bool exact = exact_kind(w[i].type) >= 0;
+        const size_t xs = (size_t)cols * (size_t)n_tok;
+        /* the codes once for the group, again where a type wants another act_max */
+        if (exact && act_max(w[i].type) != quantized_for) {
+            quantized_for = act_max(w[i].type);
+            const step_binding qb[BINDINGS] = {act_at(g, x_at), {&g->codes, 0}, {&g->da, 0}, act_at(g, x_at)};
+            const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)quantized_for};
+            record(g, PIPE_QUANTIZE, qb, qp, 2, groups(xs / 32));
+        }
+        const int64_t parts = exact ? cols / slot_width(w[i].type) : (cols + 31) / 32;
+        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const uint32_t pp[6] = {(uint32_t)w[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)w[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split};
+        const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
+                                          act_at(g, y_at[i])};
+        const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_tok;
+        record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 6, split ? pairs : groups(pairs));
+    }
+}
+
+void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
+                    const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok) {
+    if (half <= 0) return; /* (no rotated dimensions) */
+    const gpu_buffer *cb = step_resident(g, cos_table, 4, "RoPE's cos table"),
+                     *sb = cb ? step_resident(g, sin_table, 4, "RoPE's sin table") : NULL;
+    if (!sb) return;
+    const step_binding b[BINDINGS] = {act_at(g, v_at), {cb, 0}, {sb, 0}, {&g->io, g->io_tokens_at}};
+    const uint32_t push[7] = {(uint32_t)n_heads, (uint32_t)hd,   (uint32_t)half, (uint32_t)stride,
+                              neox,              (uint32_t)n_tok, (uint32_t)table_at};
+    record(g, PIPE_ROPE, b, push, 7, groups((uint64_t)n_tok * (uint64_t)n_heads * (uint64_t)half));
+}
+
+void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_at, uint64_t v_at, int64_t kv_dim,
+                        int64_t hd, int n_tok) {
+    const step_binding b[BINDINGS] = {act_at(g, k_at), act_at(g, v_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}};
+    const uint32_t push[7] = {(uint32_t)kv_dim,    (uint32_t)hd,        (uint32_t)kv->n_ctx,     (uint32_t)n_tok,
+                              (uint32_t)kv->k_base, (uint32_t)kv->v_base, (uint32_t)kv->seq_stride};
+    record(g, PIPE_KV_STORE, b, push, 7, groups((uint64_t)n_tok * (uint64_t)kv_dim));
+}
+
+void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
+    if (hd > 256 || n_head_kv <= 0 || n_head % n_head_kv) {
+        step_fail(g, QUILL_E_UNSUPPORTED, "attention with heads wider than 256 or query heads not a multiple of the KV heads");
+        return;
+    }
+    const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at)};
+    const uint32_t push[12] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
+                               (uint32_t)kv->n_ctx, (uint32_t)n_tok,      (uint32_t)kv->k_base,
+                               (uint32_t)kv->v_base, (uint32_t)kv->seq_stride, float_bits(scale),
+                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap),
+                               g->attention_kept};
+    record(g, PIPE_ATTENTION, b, push, 12, (uint64_t)n_tok * (uint64_t)n_head);
+}
+
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {
+    const step_binding b[BINDINGS] = {act_at(g, gate_at), act_at(g, up_at), act_at(g, gate_at), act_at(g, gate_at)};
+    const uint32_t push[2] = {(uint32_t)n, gelu};
+    record(g, PIPE_GLU, b, push, 2, groups((uint64_t)n));
+}
+
+void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows) {
+    const gpu_buffer *b = step_resident(g, bias, (size_t)n * sizeof(float), "a bias");
+    if (!b) return;
+    const step_binding bb[BINDINGS] = {act_at(g, x_at), {b, 0}, act_at(g, x_at), act_at(g, x_at)};
+    const uint32_t push[2] = {(uint32_t)n, (uint32_t)n_rows};
+    record(g, PIPE_ADD_ROWS, bb, push, 2, groups((uint64_t)n * (uint64_t)n_rows));
+}
+
+void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s) {
+    const step_binding b[BINDINGS] = {act_at(g, x_at), act_at(g, x_at), act_at(g, x_at), act_at(g, x_at)};
+    const uint32_t push[2] = {(uint32_t)n, float_bits(s)};
+    record(g, PIPE_SCALE, b, push, 2, groups(n));
+}
+
+void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) {
+    if (g->step_status || !n || from_at == to_at) return;
+    if ((from_at + n) * sizeof(float) > g->act.bytes || (to_at + n) * sizeof(float) > g->act.bytes) {
+        step_fail(g, QUILL_E_ARG, "a copy within a step's activations past their end");
+        return;
+    }
+    const VkBufferCopy copy = {from_at * sizeof(float), to_at * sizeof(float), n * sizeof(float)};
+    vkCmdCopyBuffer(g->cmd, g->act.buf, g->act.buf, 1, &copy);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                                 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floats, float *out, quill_error *err) {
+    g->stepping = false;
+    if (!g->step_status && out && (out_at + out_floats) * sizeof(float) > g->act.bytes)
+        step_fail(g, QUILL_E_ARG, "a step's output past its activations");
+    if (g->step_status) {
+        vkEndCommandBuffer(g->cmd);
+        if (err) *err = g->step_err;
+        return g->step_status;
+    }
+    if (out && out_floats) {
+        const VkBufferCopy copy = {out_at * sizeof(float), 0, out_floats * sizeof(float)};
+        vkCmdCopyBuffer(g->cmd, g->act.buf, g->io.buf, 1, &copy);
+    }
+    const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
+    quill_status s = submit_and_wait(g, "running a step", err);
+    if (!s && out && out_floats) memcpy(out, g->io.map, out_floats * sizeof(float));
+    return s;
 }
 #else
 typedef int quill_gpu_vulkan_unused; /* (ISO C wants a translation unit to declare something) */

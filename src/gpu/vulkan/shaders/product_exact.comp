@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // y[t][r] = W[r] · x[t] for the exact types' weights with the activations' codes (quantize.comp),
 // as src/kernels/exact_scalar.c defines the bits: per slot (32 columns; q6_K, q2_K, q3_K: 16) the
 // integer C = Σ q·a (exact), then acc = fma(C, s·da, acc) slot after slot, and for the types with
@@ -31,29 +32,7 @@ const int LEGACY_BIAS[4] = int[4](8, 0, 16, 0);
 // mxfp4's E2M1 levels, doubled (types_lowbit.c's quill_kvalues_fp4)
 const int FP4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 
-// fma(a, b, c) rounded once, as C's fmaf: GLSL's fma may be a multiply and an add (llvmpipe's
-// is), so it is built from float64 operations, each correctly rounded in Vulkan: a·b is exact in
-// float64 (24 + 24 bits), the sum is rounded to odd (TwoSum gives its exact error; a nonzero error
-// with an even last bit moves it one unit toward the exact sum), and round-to-odd in 53 bits then
-// to nearest in 24 is the sum rounded once to nearest (Boldo and Melquiond, 2008).
-float fma_once(float a, float b, float c) {
-    precise const double p = double(a) * double(b);
-    precise const double s = p + double(c);
-    precise const double bv = s - p;
-    precise const double e = (p - (s - bv)) + (double(c) - bv);
-    if (e == 0.0) return float(s);
-    uvec2 u = unpackDouble2x32(s);
-    if ((u.x & 1u) != 0u) return float(s);
-    uint carry;
-    if ((e > 0.0) == (s > 0.0)) { // the exact sum is farther from zero
-        u.x = uaddCarry(u.x, 1u, carry);
-        u.y += carry;
-    } else {
-        u.x = usubBorrow(u.x, 1u, carry);
-        u.y -= carry;
-    }
-    return float(packDouble2x32(u));
-}
+#include "exact_math.glsl"
 
 uint byte_at(uint i) { return (w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu; }
 

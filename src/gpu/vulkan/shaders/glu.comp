@@ -1,0 +1,26 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// The FFN's gated activation in place: gate = act(gate) · up. SiLU as kernels.h's swiglu, bit for
+// bit: g / (1 + exp_poly(-g)) · up, one IEEE add, divide and multiply. GELU in its tanh form
+// (Gemma's GeGLU, layer_ops.c's geglu_rows) with the device's tanh, not libm's tanhf: within f32
+// rounding of the CPU's, not bit for bit.
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Gate { float gate[]; };
+layout(std430, binding = 1) readonly buffer Up { float up[]; };
+layout(push_constant) uniform Params { uint n; uint gelu; } p;
+
+#include "exact_math.glsl"
+
+void main() {
+    const uint i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
+    if (i >= p.n) return;
+    const float g = gate[i];
+    if (p.gelu != 0u) {
+        precise const float r = 0.5 * g * (1.0 + tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * up[i];
+        gate[i] = r;
+    } else {
+        precise const float den = 1.0 + exp_poly(-g);
+        precise const float r = g / den * up[i];
+        gate[i] = r;
+    }
+}
