@@ -645,6 +645,7 @@ int cmd_bench(int argc, char **argv) {
     const char *gpu_name;
     int gpu_layers;
     const char *backend_name = quill_context_backend(c, &gpu_name, &gpu_layers); /* (static too) */
+    const int gpu_whole_layers = quill_context_gpu_whole_layers(c);
     char device_name[256] = "";
     if (gpu_name) snprintf(device_name, sizeof device_name, "%s", gpu_name);
     /* Free the context (and its worker threads) first: nothing may compete with the bandwidth test. */
@@ -686,7 +687,7 @@ int cmd_bench(int argc, char **argv) {
         if (device_name[0]) {
             printf("  \"device\": ");
             cli_json_string(stdout, device_name, strlen(device_name));
-            printf(",\n  \"gpu_layers\": %d,\n", gpu_layers);
+            printf(",\n  \"gpu_layers\": %d,\n  \"gpu_whole_layers\": %d,\n", gpu_layers, gpu_whole_layers);
         }
         if (pages_2m >= 0) printf("  \"weights_2m_share\": %.4f,\n", pages_2m);
         else printf("  \"weights_2m_share\": null,\n");

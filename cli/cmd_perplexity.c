@@ -556,7 +556,10 @@ int cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %s: %d chunks of %d tokens (the last %d of each scored), kernels %s, KV cache %s/%s%s%s\n",
             o.model, n_chunk, n_ctx, scored, quill_context_kernels(c), quill_type_name(o.type_k),
             quill_type_name(o.type_v), writing ? ", writing " : o.kld ? ", base " : "", o.base ? o.base : "");
-    if (gpu_name) fprintf(stderr, "perplexity: %s backend on %s, %d layers there\n", backend_name, gpu_name, gpu_layers);
+    const int gpu_whole_layers = quill_context_gpu_whole_layers(c);
+    if (gpu_name)
+        fprintf(stderr, "perplexity: %s backend on %s, %d layers there (%s)\n", backend_name, gpu_name, gpu_layers,
+                gpu_whole_layers ? "whole" : "their weight products; the rest on the CPU");
     if (!o.json && o.kld)
         printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS"
                "            Same top p\n");
@@ -660,7 +663,7 @@ int cmd_perplexity(int argc, char **argv) {
         if (gpu_name) {
             printf("\"device\": ");
             cli_json_string(stdout, gpu_name, strlen(gpu_name));
-            printf(", \"gpu_layers\": %d, ", gpu_layers);
+            printf(", \"gpu_layers\": %d, \"gpu_whole_layers\": %d, ", gpu_layers, gpu_whole_layers);
         }
         json_number("ppl", ppl, true);
         json_number("ppl_error", ppl_err, true);

@@ -226,7 +226,7 @@ int cmd_run(int argc, char **argv) {
         if (gpu_name) {
             printf(", \"device\": ");
             cli_json_string(stdout, gpu_name, strlen(gpu_name));
-            printf(", \"gpu_layers\": %d", gpu_layers);
+            printf(", \"gpu_layers\": %d, \"gpu_whole_layers\": %d", gpu_layers, quill_context_gpu_whole_layers(c));
         }
         if (drafter) printf(", \"draft\": {\"drafted\": %d, \"accepted\": %d}", res.n_drafted, res.n_accepted);
         printf("}\n");

@@ -149,6 +149,10 @@ QUILL_API const char *quill_context_kernels(const quill_context *c);
 /* "cpu", or "vulkan" with the device's name in *device and the layers whose products run there in
  * *gpu_layers (the output layer counted as one more); either pointer may be NULL. */
 QUILL_API const char *quill_context_backend(const quill_context *c, const char **device, int *gpu_layers);
+/* How many of the placed layers run whole on the device (norms, RoPE, attention and the KV cache
+ * there too); 0 on the CPU backend, and when a placed layer has an operation the device's layer
+ * lacks, so that only their weight products run there (docs/gpu.md). */
+QUILL_API int quill_context_gpu_whole_layers(const quill_context *c);
 /* The layout of the weights it reads: NULL for the file's own, or the name of a copy its kernel set
  * made at load (the vnni set's "vnni16"; QUILL_REPACK=0 in the environment turns copying off), and
  * then, for diagnostics such as /proc/self/smaps, where that copy is mapped (*start, *bytes). */

@@ -410,7 +410,7 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK_STR_CONTAINS(out, "places 5.1 MiB of weights and KV cache on");
     CHECK_STR_CONTAINS(out, "which has 3.0 MiB of device-local memory");
     CHECK_STR_CONTAINS(out, "-ngl 1 fits");
-    CHECK_STR_CONTAINS(out, "\"gpu_layers\": 1");
+    CHECK_STR_CONTAINS(out, "\"gpu_layers\": 1, \"gpu_whole_layers\": 1");
     free(out);
     /* a trace of the intermediate tensors would miss the device's layers: refused, naming them */
     snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --backend vulkan -ngl 1 --trace %s/vk-trace.gguf", quill_bin(), f32,
@@ -631,6 +631,8 @@ TEST(vulkan_perplexity_and_serve_match_cpu) {
         CHECK(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(gpu, "device")) != NULL);
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(last, "gpu_layers");
         CHECK(cJSON_IsNumber(layers) && layers->valueint == 2);
+        const cJSON *whole = cJSON_GetObjectItemCaseSensitive(last, "gpu_whole_layers");
+        CHECK(cJSON_IsNumber(whole) && whole->valueint == 2, "the -ngl 2 layers run whole on the device");
     }
     cJSON_Delete(cpu), cJSON_Delete(gpu), cJSON_Delete(last);
     char *served_cpu = served_text(q8, "-np 2 -c 256 -t 2", NULL);

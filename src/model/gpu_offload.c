@@ -188,6 +188,10 @@ const char *quill_context_backend(const quill_context *c, const char **device, i
     return c->gpu ? "vulkan" : "cpu";
 }
 
+int quill_context_gpu_whole_layers(const quill_context *c) {
+    return c->gpu && c->gpu_whole ? c->model->hp.n_layer - c->gpu_whole->first : 0;
+}
+
 void quill_gpu_offload_free(quill_context *c) {
     if (c->gpu_whole) free(c->gpu_whole->kv);
     free(c->gpu_whole);
