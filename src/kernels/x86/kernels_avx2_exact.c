@@ -882,19 +882,24 @@ static inline __attribute__((always_inline)) __m256i kquant_u(uint32_t type, con
     return u;
 }
 
-/* One token's window of a q4_K, q5_K or q6_K super-block for half hf of the tile, slot after slot,
+/* One token's window of a q4_K, q5_K or q6_K super-block for halves h0..h0 + nh - 1 of the tile
+ * (both: each activation broadcast serves 16 rows), slot after slot,
  * the codes going from the layout to the byte products without the window's round trip through
  * memory (as lowbit_decode's); the sums and f32 steps are window_step's, in its order: the same bits.
  * One product in the caches (decode_probe 1024 x 2048): q4_K 1.17-1.25x, q5_K 1.15-1.42x, q6_K
  * 1.0-1.1x the window loop on avx2, 1.2-1.5x, 1.4x and 1.0-1.18x on avxvnni; TinyLlama q4_k_m tg64
- * on avx2 1.10x (bench/README.md). */
+ * on avx2 1.10x (bench/README.md). Both halves at once against one at a time: q4_K 1.03-1.09x,
+ * q6_K 1.09-1.15x, q5_K 0.97-1.0x in the caches; from memory q4_K 0.633 of a plain read against
+ * 0.605, q6_K 0.656 against 0.648. */
 static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, packed_window pw, const planes *P,
-                                                                int64_t k, __m256 *acc, int hf) {
-    _Alignas(32) float s[16][TR], m[16][TR];
-    const window W = {NULL, NULL, s, m};
-    __m256i w[4];
-    for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
-    kquant_scales(type, w, type == QUILL_TYPE_Q6_K ? half_reg(pw.codes, 4, hf) : _mm256_setzero_si256(), &W);
+                                                                int64_t k, __m256 *acc, int h0, int nh) {
+    _Alignas(32) float s[2][16][TR], m[2][16][TR];
+    for (int hf = h0; hf < h0 + nh; hf++) {
+        const window W = {NULL, NULL, s[hf], m[hf]};
+        __m256i w[4];
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        kquant_scales(type, w, type == QUILL_TYPE_Q6_K ? half_reg(pw.codes, 4, hf) : _mm256_setzero_si256(), &W);
+    }
     const int kb = slot_width(type), n_slots = MAX_WINDOW / kb;
 #if !QUILL_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
@@ -903,39 +908,52 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
 #pragma GCC unroll 16
     for (int sl = 0; sl < n_slots; sl++) {
         const int64_t col = k + (int64_t)sl * kb, blk = col / 32;
-        __m256i ch = _mm256_setzero_si256(), cl = ch;
+        __m256i ch[2], cl[2];
+        for (int hf = h0; hf < h0 + nh; hf++) ch[hf] = cl[hf] = _mm256_setzero_si256();
 #if QUILL_AVXVNNI
 #pragma GCC unroll 8
         for (int g = 0; g < kb / 4; g++) {
             int32_t h4, l4;
             memcpy(&h4, P->h + col + 4 * g, 4);
             memcpy(&l4, P->l + col + 4 * g, 4);
-            const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
-            ch = _mm256_dpbusd_avx_epi32(ch, u, _mm256_set1_epi32(h4));
-            cl = _mm256_dpbusd_avx_epi32(cl, u, _mm256_set1_epi32(l4));
+            const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+            for (int hf = h0; hf < h0 + nh; hf++) {
+                const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
+                ch[hf] = _mm256_dpbusd_avx_epi32(ch[hf], u, xh);
+                cl[hf] = _mm256_dpbusd_avx_epi32(cl[hf], u, xl);
+            }
         }
 #else
 #pragma GCC unroll 4
         for (int g0 = 0; g0 < kb / 4; g0 += per) {
-            __m256i h16 = _mm256_setzero_si256(), l16 = h16;
+            __m256i h16[2], l16[2];
+            for (int hf = h0; hf < h0 + nh; hf++) h16[hf] = l16[hf] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
                 int32_t h4, l4;
                 memcpy(&h4, P->h + col + 4 * g, 4);
                 memcpy(&l4, P->l + col + 4 * g, 4);
-                const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
-                h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(u, _mm256_set1_epi32(h4)));
-                l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(u, _mm256_set1_epi32(l4)));
+                const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+                for (int hf = h0; hf < h0 + nh; hf++) {
+                    const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
+                    h16[hf] = _mm256_add_epi16(h16[hf], _mm256_maddubs_epi16(u, xh));
+                    l16[hf] = _mm256_add_epi16(l16[hf], _mm256_maddubs_epi16(u, xl));
+                }
             }
-            ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, ones));
-            cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16, ones));
+            for (int hf = h0; hf < h0 + nh; hf++) {
+                ch[hf] = _mm256_add_epi32(ch[hf], _mm256_madd_epi16(h16[hf], ones));
+                cl[hf] = _mm256_add_epi32(cl[hf], _mm256_madd_epi16(l16[hf], ones));
+            }
         }
 #endif
-        const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
-                                             _mm256_set1_epi32(P->bias_sum[col / kb]));
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(_mm256_load_ps(s[sl]), _mm256_set1_ps(P->da[blk])), *acc);
-        if (has_min(type))
-            *acc = _mm256_fnmadd_ps(_mm256_load_ps(m[sl]), _mm256_set1_ps(P->sf[blk]), *acc);
+        const __m256 da = _mm256_set1_ps(P->da[blk]);
+        for (int hf = h0; hf < h0 + nh; hf++) {
+            const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch[hf], 8), cl[hf]),
+                                                 _mm256_set1_epi32(P->bias_sum[col / kb]));
+            acc[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(_mm256_load_ps(s[hf][sl]), da), acc[hf]);
+            if (has_min(type))
+                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(P->sf[blk]), acc[hf]);
+        }
     }
 }
 
@@ -981,12 +999,13 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
                         lowbit_decode(type, pw, j->P, k, acc1[i], 1, 1);
                         continue;
                     }
+                    if (type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K) {
+                        /* both halves: a short tile's missing rows are zeros, computed and never stored */
+                        kquant_decode(type, pw, j->P, k, acc1[i], 0, 2);
+                        continue;
+                    }
                     for (int hf = 0; hf < 2; hf++) {
                         if ((first + i) * PACK_TR + hf * TR >= j->rows) break;
-                        if (type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K || type == QUILL_TYPE_Q6_K) {
-                            kquant_decode(type, pw, j->P, k, &acc1[i][hf], hf);
-                            continue;
-                        }
                         unpack_packed(type, pw, hf, &decode);
                         window_step(type, &decode, j->P, k, &acc1[i][hf]);
                     }
