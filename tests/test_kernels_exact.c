@@ -19,14 +19,14 @@ static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static uint32_t rnd(void) { return test_rand(&rng_state); }
 static float rndf(void) { return test_randf(&rng_state); }
 
-/* The types with exact products: the specialised kernels' eight, then the low-bit types of the
- * unpacking kernels (exact_unpacked.h), q2_K (minimums per 16 columns) and q3_K last. */
+/* The types with exact products: the specialised kernels' eight, then the low-bit types and iq4 of
+ * the unpacking kernels (exact_unpacked.h), q2_K (minimums per 16 columns) and q3_K last. */
 static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0,   QUILL_TYPE_Q4_1,    QUILL_TYPE_Q5_0,   QUILL_TYPE_Q5_1,
                                      QUILL_TYPE_Q8_0,   QUILL_TYPE_Q4_K,    QUILL_TYPE_Q5_K,   QUILL_TYPE_Q6_K,
                                      QUILL_TYPE_MXFP4,  QUILL_TYPE_TQ2_0,   QUILL_TYPE_TQ1_0,  QUILL_TYPE_Q1_0,
                                      QUILL_TYPE_Q2_0,   QUILL_TYPE_IQ2_XXS, QUILL_TYPE_IQ2_XS, QUILL_TYPE_IQ2_S,
                                      QUILL_TYPE_IQ3_XXS, QUILL_TYPE_IQ3_S,  QUILL_TYPE_IQ1_S,  QUILL_TYPE_IQ1_M,
-                                     QUILL_TYPE_Q2_K,    QUILL_TYPE_Q3_K};
+                                     QUILL_TYPE_IQ4_NL,  QUILL_TYPE_IQ4_XS, QUILL_TYPE_Q2_K,   QUILL_TYPE_Q3_K};
 #define N_TYPES (sizeof amx_types / sizeof amx_types[0])
 
 /* Random valid rows: random bytes, then a finite moderate half scale (and min) in every block. */
@@ -48,6 +48,7 @@ static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t 
         case QUILL_TYPE_Q3_K: memcpy(blk + 108, &h1, 2); break;
         case QUILL_TYPE_Q1_0: case QUILL_TYPE_Q2_0: case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS:
         case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: case QUILL_TYPE_IQ3_S: case QUILL_TYPE_IQ1_S:
+        case QUILL_TYPE_IQ4_NL: case QUILL_TYPE_IQ4_XS:
             memcpy(blk, &h1, 2);
             break;
         case QUILL_TYPE_TQ1_0: case QUILL_TYPE_TQ2_0: memcpy(blk + tr->type_size - 2, &h1, 2); break;
@@ -142,6 +143,8 @@ static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w,
 static int act_cap(uint32_t type) {
     switch (type) {
     case QUILL_TYPE_Q8_0: return 4064;
+    /* iq4's levels reach -127 as q8_0's codes do: 32 · 127 · 4064 < 2^24 */
+    case QUILL_TYPE_IQ4_NL: case QUILL_TYPE_IQ4_XS: return 4064;
     case QUILL_TYPE_Q5_1: case QUILL_TYPE_Q5_K: return 16256;
     /* lattice magnitudes up to 43 (iq2) and 62 (iq3_xxs): 32 · 62 · 8128 < 2^24 */
     case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS: case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: return 8128;

@@ -23,6 +23,40 @@ void quill_exact_unpack_mxfp4(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
+/* iq4_nl and iq4_xs: each nibble's level (quill_kvalues_iq4nl) is its code, as their dequantizers
+ * read them: byte j holds column j low, 16 + j high. */
+void quill_exact_unpack_iq4_nl(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
+    for (int64_t b = 0; b < n / QK4_NL; b++, row += sizeof(block_iq4_nl), q += QK4_NL) {
+        const block_iq4_nl *blk = (const block_iq4_nl *)row;
+        s[b] = half_at(row);
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            q[j] = quill_kvalues_iq4nl[blk->qs[j] & 0xF];
+            q[j + QK4_NL / 2] = quill_kvalues_iq4nl[blk->qs[j] >> 4];
+        }
+    }
+}
+
+/* iq4_xs: 8 sub-blocks of 32, each with a 6-bit scale ls (4 low bits in scales_l, 2 high in
+ * scales_h), d·(ls - 32). */
+void quill_exact_unpack_iq4_xs(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
+    for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq4_xs)) {
+        const block_iq4_xs *blk = (const block_iq4_xs *)row;
+        const float d = half_at(row + offsetof(block_iq4_xs, d));
+        uint16_t scales_h;
+        memcpy(&scales_h, row + offsetof(block_iq4_xs, scales_h), 2);
+        for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
+            const int ls = ((blk->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
+            *s++ = d * (float)(ls - 32);
+            for (int j = 0; j < 16; j++) {
+                q[j] = quill_kvalues_iq4nl[blk->qs[16 * ib + j] & 0xF];
+                q[j + 16] = quill_kvalues_iq4nl[blk->qs[16 * ib + j] >> 4];
+            }
+        }
+    }
+}
+
 void quill_exact_unpack_q1_0(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
     (void)mins;
     for (int64_t b = 0; b < n / QK1_0; b++, row += sizeof(block_q1_0), q += QK1_0) {

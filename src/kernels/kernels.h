@@ -10,9 +10,9 @@
  * and every set reproduces bit for bit: avx2 and avx512 on AVX2 (kernels_avx2_exact.c), vnni and
  * amx on AVX-512 VNNI and the tile unit (kernels_vnni.c, kernels_vnni_pack.c, kernels_amx.c, with
  * exact_avx512.h), dotprod and i8mm on NEON (src/kernels/arm/: every exact type, one loop); the
- * low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) by the unpacking kernels of
- * exact_unpacked.h on AVX2 and AVX-512 (the vnni set packs mxfp4 at load and
- * multiplies it as it does q4_0, kernels_vnni_pack.c). Float weights (f32, f16, bf16)
+ * low-bit types (mxfp4, tq1_0, tq2_0, q1_0, q2_0, the grid i-quants) and iq4_nl, iq4_xs by the
+ * unpacking kernels of exact_unpacked.h on AVX2 and AVX-512 (the vnni set packs mxfp4 and iq4 at
+ * load and multiplies them as it does q4_0, kernels_vnni_pack.c). Float weights (f32, f16, bf16)
  * keep the row path's arithmetic, but avx2 and avx512 run it a whole matrix at a time (panels of
  * rows against several tokens, the bits of dequantize + dot). The per-type lists come from
  * tensor/type_list.h. Either way each (row, token)

@@ -50,7 +50,7 @@ typedef struct {
  * every partial sum of f32 adds is an exact integer, whatever order the tile unit adds its products
  * in: slot_width · max|q| · act_max < 2^24. Each cap has at most 8 significant bits (127·2^k), so
  * rounding a code to 8 bits never leaves the range.
- *   q8_0: 32 · 128 · 4064 = 16,646,144; q5_1, q5_K: 32 · 31 · 16256 = 16,125,952;
+ *   q8_0: 32 · 128 · 4064 = 16,646,144; iq4_nl, iq4_xs (levels down to -127): 32 · 127 · 4064; q5_1, q5_K: 32 · 31 · 16256 = 16,125,952;
  *   q5_0: 32 · 16 · 32512 = 16,646,144; q6_K: 16 · 32 · 32512, the same;
  *   q4_0, q4_1, q4_K: at most 32 · 15 · 32512 = 15,605,760. */
 #define EXACT(slot, bias, amax, min, layout, qs_at, qh_at)                                                 \

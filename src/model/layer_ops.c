@@ -34,10 +34,7 @@ static void matmul_rows(void *arg, int64_t r0, int64_t r1, int thread) {
     float *row = j->c->thread_scratch + (size_t)thread * j->c->thread_scratch_len;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *src = w->data + (size_t)r * w->row_bytes;
-        /* The fused kernels unpack a row once per 4 tokens, the dequantized row serves them all: for
-         * a prompt that is the faster way (iq4_xs pp128 on avx2: fused 0.88x), for a few tokens the
-         * fused one (tg 1.18-1.36x). Both give the same bits. */
-        if (j->fused && j->n_tok <= 4) {
+        if (j->fused) {
             j->fused(src, j->x, w->cols, j->n_tok, w->cols, j->y + r, w->rows);
             continue;
         }

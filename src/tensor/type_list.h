@@ -54,12 +54,18 @@
       EXACT(32, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ1_S, iq1_s, QK_K, sizeof(block_iq1_s), 1, 0, 0, 2,                                                    \
       EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
-    X(ctx, IQ4_NL, iq4_nl, QK4_NL, sizeof(block_iq4_nl), 1, 1, 2, 0, NO_EXACT)                                     \
+    /* iq4: codes the 16 levels (-127..113), one scale per 32 columns (iq4_xs: d·(ls - 32)). Slots  \
+     * of 32 with act_max 127·32 (32·127·4064 < 2^24: q8_0's activation precision, 32x the         \
+     * reference's 8-bit codes) rather than slots of 16 at 127·64: the packed loops then sum a      \
+     * block's low and high nibbles together and take one f32 step per block, as for q4_0, mxfp4. */ \
+    X(ctx, IQ4_NL, iq4_nl, QK4_NL, sizeof(block_iq4_nl), 1, 1, 1, 2,                                               \
+      EXACT(32, 128, 127 * 32, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, IQ3_S, iq3_s, QK_K, sizeof(block_iq3_s), 1, 1, 0, 2,                                                    \
       EXACT(32, 128, QMAX, false, EXACT_SCALE_UNPACKED, 0, 0))                                                     \
     X(ctx, IQ2_S, iq2_s, QK_K, sizeof(block_iq2_s), 1, 0, 0, 2,                                                    \
       EXACT(16, 128, 127 * 64, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
-    X(ctx, IQ4_XS, iq4_xs, QK_K, sizeof(block_iq4_xs), 1, 1, 2, 0, NO_EXACT)                                       \
+    X(ctx, IQ4_XS, iq4_xs, QK_K, sizeof(block_iq4_xs), 1, 1, 1, 2,                                                 \
+      EXACT(32, 128, 127 * 32, false, EXACT_SCALE_UNPACKED, 0, 0))                                                 \
     X(ctx, I8, i8, 1, 1, 0, 0, 0, 0, NO_EXACT)                                                                     \
     X(ctx, I16, i16, 1, 2, 0, 0, 0, 0, NO_EXACT)                                                                   \
     X(ctx, I32, i32, 1, 4, 0, 0, 0, 0, NO_EXACT)                                                                   \

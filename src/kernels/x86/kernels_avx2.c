@@ -634,49 +634,6 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
 
 /* q2_K: each sub-block of 16 has its own scale and min (d·sc·q is exact, so the multiply then
  * subtract rounds as the dequantizer's) */
-/* iq4_nl and iq4_xs: each 16 levels by one byte shuffle, times the block's or sub-block's scale,
- * as their dequantizers store them. Without these their products went through a dequantized row
- * in memory: one token 0.53x the reference's on AVX2. */
-static inline __attribute__((always_inline)) void iq4_chunk32(__m128i q, __m256 d, const float *x, int64_t xs,
-                                                              __m256 *a, __m256 *b, int NT) {
-    __m256 v[2];
-    i8x16_to_ps(iq4_levels(low_nibbles(q)), v);
-    acc16(_mm256_mul_ps(v[0], d), _mm256_mul_ps(v[1], d), x, xs, a, b, NT);
-    i8x16_to_ps(iq4_levels(high_nibbles(q)), v);
-    acc16(_mm256_mul_ps(v[0], d), _mm256_mul_ps(v[1], d), x + 16, xs, a, b, NT);
-}
-
-static inline __attribute__((always_inline)) void iq4_nl_nt(const void *row, const float *x, int64_t n, int64_t xs,
-                                                            float *out, int64_t os, int NT) {
-    const block_iq4_nl *bl = row;
-    __m256 a[4], b[4];
-    #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / QK4_NL; ib++)
-        iq4_chunk32(_mm_loadu_si128((const __m128i *)bl[ib].qs), _mm256_set1_ps(half_to_float(bl[ib].d)),
-                    x + ib * QK4_NL, xs, a, b, NT);
-    #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
-}
-
-static inline __attribute__((always_inline)) void iq4_xs_nt(const void *row, const float *x, int64_t n, int64_t xs,
-                                                            float *out, int64_t os, int NT) {
-    const block_iq4_xs *bl = row;
-    __m256 a[4], b[4];
-    #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = half_to_float(bl[ib].d);
-        for (int j = 0; j < QK_K / 32; j++) {
-            const int ls = ((bl[ib].scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((bl[ib].scales_h >> 2 * j) & 3) << 4;
-            iq4_chunk32(_mm_loadu_si128((const __m128i *)(bl[ib].qs + 16 * j)), _mm256_set1_ps(d * (float)(ls - 32)),
-                        x + ib * QK_K + 32 * j, xs, a, b, NT);
-        }
-    }
-    #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) out[t * os] = hsum256(_mm256_add_ps(a[t], b[t]));
-}
-
 static inline __attribute__((always_inline)) void q2_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
                                                           float *out, int64_t os, int NT) {
     const block_q2_K *bl = row;
@@ -755,8 +712,6 @@ FUSED_DISPATCH(vec_dot_q4_K, q4_K_nt)
 FUSED_DISPATCH(vec_dot_q6_K, q6_K_nt)
 FUSED_DISPATCH(vec_dot_q2_K, q2_K_nt)
 FUSED_DISPATCH(vec_dot_q3_K, q3_K_nt)
-FUSED_DISPATCH(vec_dot_iq4_nl, iq4_nl_nt)
-FUSED_DISPATCH(vec_dot_iq4_xs, iq4_xs_nt)
 
 /* hb heads (up to 4) × 16 dims at a time (2·hb accumulators): each row's 16 values are loaded
  * once for the hb heads, where a head at a time loaded them once per head. */

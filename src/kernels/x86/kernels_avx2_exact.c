@@ -37,8 +37,15 @@
 
 /* ---------------------------------------------------------------- per-type facts (with kernels_exact.h) */
 
-/* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together). */
-static inline int window_width(uint32_t type) { return is_kquant(type) ? MAX_WINDOW : 32; }
+/* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together;
+ * iq4_xs's layout keeps them per block of 32, pack_vnni16.h). */
+static inline int window_width(uint32_t type) { return is_kquant(type) && type != QUILL_TYPE_IQ4_XS ? MAX_WINDOW : 32; }
+
+/* The types whose codes are whole bytes u = q + 128 (q8_0's, and iq4's levels from its table):
+ * on AVX2 their sums take vpmaddwd (q8_0_sums), as vpmaddubsw would saturate on them. */
+static inline bool byte_codes(uint32_t type) {
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
+}
 
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
 static inline int code_max(uint32_t type) {
@@ -166,7 +173,7 @@ static void quantize_planes(uint32_t type, const float *x, int64_t cols, const p
         else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
         if (slot_width(type) == 16 && has_min(type))
             P->sf16[2 * blk] = da * (float)part[0], P->sf16[2 * blk + 1] = da * (float)part[1];
-        if (type == QUILL_TYPE_Q8_0 && !QUILL_AVXVNNI)
+        if (byte_codes(type) && !QUILL_AVXVNNI)
             for (int c = 0; c < 32; c++) /* columns 4g + 1 and 4g + 2 trade places */
                 P->a16[blk * 32 + (c & ~3) + (c & 1) * 2 + (c & 2) / 2] =
                     (int16_t)(256 * P->h[blk * 32 + c] + P->l[blk * 32 + c]);
@@ -460,7 +467,7 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
         const int64_t col = k + (int64_t)i * kb, blk = col / 32;
         __m256i ch = _mm256_setzero_si256(), cl = ch;
 #if !QUILL_AVXVNNI
-        if (type == QUILL_TYPE_Q8_0) {
+        if (byte_codes(type)) {
             q8_0_sums(W, P, col, acc);
             continue;
         }
@@ -629,7 +636,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K ||
-           legacy_packed(type);
+           type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || legacy_packed(type);
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -650,16 +657,19 @@ static inline __m256i half_reg(const uint8_t *p, int reg, int hf) {
  * block and the chunk's scales of it, the k-quants' super-block. */
 typedef struct {
     const uint8_t *codes, *scales;
+    int sub; /* iq4_xs: the block's place in its chunk, whose scales begin at `scales` */
 } packed_window;
 
 static inline __attribute__((always_inline)) packed_window locate_window(uint32_t type, const uint8_t *m, int64_t tiles,
                                                                          size_t tb, int64_t cols, int64_t tile, int64_t k) {
-    if (is_kquant(type)) return (packed_window){m + (size_t)tile * tb + (size_t)(k / 256) * (size_t)kblock_regs(type) * 64, NULL};
+    if (kblock_type(type))
+        return (packed_window){m + (size_t)tile * tb + (size_t)(k / 256) * (size_t)kblock_regs(type) * 64, NULL, 0};
     const int64_t k0 = k / PACK_CW * PACK_CW, in_chunk = (k - k0) / 32;
     const int64_t blocks = (cols - k0 < PACK_CW ? cols - k0 : PACK_CW) / 32;
     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
-    return (packed_window){m + place_codes(type, pl, blocks, in_chunk),
-                           m + place_scales(type, pl, blocks) + (size_t)in_chunk * block_scale_bytes(type)};
+    const size_t scales_at = chunk_per_block(type) ? 0 : (size_t)in_chunk * block_scale_bytes(type);
+    return (packed_window){m + place_codes(type, pl, blocks, in_chunk), m + place_scales(type, pl, blocks) + scales_at,
+                           (int)in_chunk};
 }
 
 /* unpack_window's codes and scales of 8 rows, from the layout. */
@@ -709,6 +719,29 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
         const __m256i is_tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
         _mm256_store_ps(W->s[0], _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, is_tiny)));
+        break;
+    }
+    case QUILL_TYPE_IQ4_NL:
+    case QUILL_TYPE_IQ4_XS: {
+        /* each nibble to its level + 128 by a byte shuffle: q8_0's codes, low nibbles its registers
+         * 0-3 (columns 4g..), high ones 4-7 (16 + 4g..) */
+        _Alignas(16) int8_t table[16];
+        for (int i = 0; i < 16; i++) table[i] = (int8_t)(quill_kvalues_iq4nl[i] ^ 0x80);
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)table));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i v = half_reg(pw.codes, g, hf);
+            q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)), W, g);
+            q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), W, 4 + g);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf)));
+        if (type == QUILL_TYPE_IQ4_NL) {
+            _mm256_store_ps(W->s[0], d);
+            break;
+        }
+        /* d · (ls - 32), as the unpacker */
+        const __m256i ls = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pw.scales + 64 + 16 * pw.sub + 8 * hf)));
+        _mm256_store_ps(W->s[0], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))));
         break;
     }
     case QUILL_TYPE_Q8_0: /* the layout's codes are u = q + 128 already */
@@ -1100,7 +1133,7 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 /* The packed types' products from the layout. */
 #define PACKED_TYPES(M) \
     M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
-    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
+    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

@@ -633,41 +633,6 @@ static inline __attribute__((always_inline)) void q6_K_nt(const void *row, const
 
 /* q2_K: 32 elements are two sub-blocks of 16 with their own scale and min (d·sc·q is exact, so the
  * multiply then subtract rounds as the dequantizer's) */
-/* iq4_nl and iq4_xs: 16 levels by one permute, times the block's or sub-block's scale, as their
- * dequantizers store them (no round trip through a dequantized row). */
-static inline __attribute__((always_inline)) void iq4_nl_nt(const void *row, const float *x, int64_t n, int64_t xs,
-                                                            float *out, int64_t os, int NT) {
-    const block_iq4_nl *bl = row;
-    __m512 a[MAX_NT], b[MAX_NT];
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < n / QK4_NL; ib++) {
-        const __m512 d = _mm512_set1_ps(half_to_float(bl[ib].d));
-        const __m128i q = _mm_loadu_si128((const __m128i *)bl[ib].qs);
-        acc_chunk(_mm512_mul_ps(d, iq4_values(q, 0)), _mm512_mul_ps(d, iq4_values(q, 1)), x + ib * QK4_NL, xs, a, b, NT);
-    }
-    finish(a, b, out, os, NT);
-}
-
-static inline __attribute__((always_inline)) void iq4_xs_nt(const void *row, const float *x, int64_t n, int64_t xs,
-                                                            float *out, int64_t os, int NT) {
-    const block_iq4_xs *bl = row;
-    __m512 a[MAX_NT], b[MAX_NT];
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; t++) a[t] = b[t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = half_to_float(bl[ib].d);
-        for (int j = 0; j < QK_K / 32; j++) {
-            const int ls = ((bl[ib].scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((bl[ib].scales_h >> 2 * j) & 3) << 4;
-            const __m512 dl = _mm512_set1_ps(d * (float)(ls - 32));
-            const __m128i q = _mm_loadu_si128((const __m128i *)(bl[ib].qs + 16 * j));
-            acc_chunk(_mm512_mul_ps(dl, iq4_values(q, 0)), _mm512_mul_ps(dl, iq4_values(q, 1)), x + ib * QK_K + 32 * j, xs,
-                      a, b, NT);
-        }
-    }
-    finish(a, b, out, os, NT);
-}
-
 static inline __attribute__((always_inline)) void q2_K_nt(const void *row, const float *x, int64_t n, int64_t xs,
                                                           float *out, int64_t os, int NT) {
     const block_q2_K *bl = row;
@@ -733,8 +698,6 @@ QUILL_TOKENS_BY_8(vec_dot_q4_K, const void *, q4_K_nt)
 QUILL_TOKENS_BY_8(vec_dot_q6_K, const void *, q6_K_nt)
 QUILL_TOKENS_BY_8(vec_dot_q2_K, const void *, q2_K_nt)
 QUILL_TOKENS_BY_8(vec_dot_q3_K, const void *, q3_K_nt)
-QUILL_TOKENS_BY_8(vec_dot_iq4_nl, const void *, iq4_nl_nt)
-QUILL_TOKENS_BY_8(vec_dot_iq4_xs, const void *, iq4_xs_nt)
 
 /* hb heads of nv vectors of values each (nv·hb <= 16 accumulators, in registers across all rows):
  * each row of values is loaded once for the hb heads, and the hb·nv chains of fused

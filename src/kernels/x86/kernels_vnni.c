@@ -249,6 +249,8 @@ QUILL_MATMUL_OF_TYPE(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
 QUILL_MATMUL_OF_TYPE(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
 QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
 QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
+QUILL_MATMUL_OF_TYPE(matmul_packed_iq4_nl, vnni_matmul_packed, QUILL_TYPE_IQ4_NL)
+QUILL_MATMUL_OF_TYPE(matmul_packed_iq4_xs, vnni_matmul_packed, QUILL_TYPE_IQ4_XS)
 QUILL_MATMUL_OF_TYPE(matmul_packed_q2_K, vnni_matmul_packed, QUILL_TYPE_Q2_K)
 QUILL_MATMUL_OF_TYPE(matmul_packed_q3_K, vnni_matmul_packed, QUILL_TYPE_Q3_K)
 
@@ -271,6 +273,8 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->matmul_packed[QUILL_TYPE_MXFP4] = matmul_packed_mxfp4;
     k->matmul_packed[QUILL_TYPE_IQ3_S] = matmul_packed_iq3_s;
     k->matmul_packed[QUILL_TYPE_IQ3_XXS] = matmul_packed_iq3_xxs;
+    k->matmul_packed[QUILL_TYPE_IQ4_NL] = matmul_packed_iq4_nl;
+    k->matmul_packed[QUILL_TYPE_IQ4_XS] = matmul_packed_iq4_xs;
     k->matmul_packed[QUILL_TYPE_Q2_K] = matmul_packed_q2_K;
     k->matmul_packed[QUILL_TYPE_Q3_K] = matmul_packed_q3_K;
 }

@@ -83,10 +83,10 @@ static inline __attribute__((always_inline)) void lowbit_codes(uint32_t type, co
 }
 
 /* The codes (value + code_bias) of the nibbles of the table types: mxfp4's fp4 values, a grid
- * type's levels. vpermb reads an index's low 6 bits, so the 16 values repeat 4 times and a nibble
- * needs no masking. */
+ * type's levels, iq4's levels (+ 128: 1..241, unsigned bytes). vpermb reads an index's low 6 bits,
+ * so the 16 values repeat 4 times and a nibble needs no masking. */
 static inline __m512i nibble_table(uint32_t type) {
-    const int8_t *values = grid_nibbles(type) ? grid_levels(type) : quill_kvalues_fp4;
+    const int8_t *values = nibble_levels(type);
     return _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)values)),
                            _mm512_set1_epi8((char)code_bias(type)));
 }
@@ -118,6 +118,11 @@ static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type,
         /* iq3_xxs: d · (0.5 + sc) · 0.5 */
         const __m512 half = _mm512_set1_ps(0.5f);
         return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(half, _mm512_cvtepi32_ps(sc))), half);
+    }
+    if (type == QUILL_TYPE_IQ4_XS) { /* d · (ls - 32), as the unpacker */
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)scales));
+        const __m512i ls = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(scales + 64 + 16 * b)));
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
     }
     if (type != QUILL_TYPE_MXFP4)
         return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + (size_t)b * block_scale_bytes(type))));
@@ -565,6 +570,10 @@ DECODE_PACKED_TASK(iq3_s, IQ3_S)
 GEMM_PACKED_TASK(iq3_s, IQ3_S)
 DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
 GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
+DECODE_PACKED_TASK(iq4_nl, IQ4_NL)
+GEMM_PACKED_TASK(iq4_nl, IQ4_NL)
+DECODE_PACKED_TASK(iq4_xs, IQ4_XS)
+GEMM_PACKED_TASK(iq4_xs, IQ4_XS)
 /* nor q2_K and q3_K (the unpacking kernels' types, which the vnni set also runs in loops of its own) */
 DECODE_PACKED_TASK(q2_K, Q2_K)
 GEMM_PACKED_TASK(q2_K, Q2_K)
@@ -577,6 +586,8 @@ quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
+           : type == QUILL_TYPE_IQ4_NL ? decode_packed_iq4_nl
+           : type == QUILL_TYPE_IQ4_XS ? decode_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? decode_packed_q2_K
            : type == QUILL_TYPE_Q3_K  ? decode_packed_q3_K
                                       : decode_packed_fn(type);
@@ -585,6 +596,8 @@ quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
+           : type == QUILL_TYPE_IQ4_NL ? gemm_packed_iq4_nl
+           : type == QUILL_TYPE_IQ4_XS ? gemm_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? gemm_packed_q2_K
            : type == QUILL_TYPE_Q3_K  ? gemm_packed_q3_K
                                       : gemm_packed_fn(type);

@@ -54,6 +54,12 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  *         block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16).
  *         4.25 bits a weight against the file's 3.44 and 3.06: the layouts larger than their file
  *         (pack.c leaves them out when memory is short).
+ *   iq4_nl: as q4_0 (its blocks are q4_0's: d, then 16 nibble bytes), the nibbles turned into
+ *         codes level + 128 by mxfp4's byte permute, with the 16 levels as its table.
+ *   iq4_xs: as iq4_nl, a chunk one file block (its nibble bytes are iq4_nl's, sub-block after
+ *         sub-block); its scales the 16 rows' d (f16, 32 bytes, padded to 64), then per sub-block
+ *         b the 16 rows' 6-bit scales ls as bytes (16 bytes at 64 + 16b): 192 bytes, so that the
+ *         loops make d·(ls - 32) as the unpacker does.
  *   q4_K: per super-block of 256 columns, 4 registers of its first 16 bytes (d, dmin and the 12
  *         scale bytes, as kquant_scales reads them), then for each 64-column window c and half h
  *         4 registers of nibble bytes 32c + 16h + 4i.. (low nibbles: sub-block 2c, high: 2c + 1).
@@ -85,7 +91,7 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
 static inline bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
-           type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K;
+           type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
 }
 
 /* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
@@ -109,8 +115,13 @@ static inline int lowbit_head(uint32_t type) { return type == QUILL_TYPE_Q2_K ? 
 /* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed): packed as nibbles. */
 static inline bool grid_nibbles(uint32_t type) { return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS; }
 
+/* The 256-column types packed as 32-column blocks, a chunk per file block. */
+static inline bool chunk_per_block(uint32_t type) { return grid_nibbles(type) || type == QUILL_TYPE_IQ4_XS; }
+
 /* Nibbles turned into codes by a table (vpermb) rather than q4_0's arithmetic. */
-static inline bool table_nibbles(uint32_t type) { return type == QUILL_TYPE_MXFP4 || grid_nibbles(type); }
+static inline bool table_nibbles(uint32_t type) {
+    return type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ4_NL || chunk_per_block(type);
+}
 
 /* Bytes of a block's scales for the 16 rows (q4_0, q8_0, q5_0: f16 d; q4_1, q5_1: d, then the
  * minimums; mxfp4: the exponent byte). */
@@ -122,6 +133,7 @@ static inline size_t block_scale_bytes(uint32_t type) {
  * type's chunk is one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
 static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
     if (grid_nibbles(type)) return 128;
+    if (type == QUILL_TYPE_IQ4_XS) return 192;
     return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
 }
 
@@ -193,6 +205,12 @@ static const int8_t iq3s_levels[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7
 static const int8_t iq3xxs_levels[16] = {4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62};
 static inline const int8_t *grid_levels(uint32_t type) {
     return type == QUILL_TYPE_IQ3_S ? iq3s_levels : iq3xxs_levels;
+}
+
+/* The codes of an iq4 nibble and of a grid type's nibble: the values the tables of the packed
+ * loops give them (before code_bias). */
+static inline const int8_t *nibble_levels(uint32_t type) {
+    return grid_nibbles(type) ? grid_levels(type) : type == QUILL_TYPE_MXFP4 ? quill_kvalues_fp4 : quill_kvalues_iq4nl;
 }
 
 /* The 4 bytes of row r that go to register `reg` of a packed range at `dst`. */
@@ -317,6 +335,23 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                 }
                 continue;
             }
+            if (type == QUILL_TYPE_IQ4_XS) {
+                for (int64_t k0 = 0; k0 < cols; k0 += 256) {
+                    const block_iq4_xs *b = (const block_iq4_xs *)(row + (size_t)(k0 / 256) * block_bytes(type));
+                    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+                    uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, 8);
+                    memcpy(scales + (size_t)r * 2, &b->d, 2);
+                    uint16_t scales_h;
+                    memcpy(&scales_h, &b->scales_h, 2);
+                    for (int ib = 0; ib < 8; ib++) {
+                        scales[64 + 16 * ib + r] =
+                            (uint8_t)(((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4);
+                        uint8_t *codes = (uint8_t *)dst + place_codes(type, pl, 8, ib);
+                        for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b->qs + 16 * ib + 4 * i, 0);
+                    }
+                }
+                continue;
+            }
             if (grid_nibbles(type)) {
                 for (int64_t k0 = 0; k0 < cols; k0 += 256) {
                     const uint8_t *b = row + (size_t)(k0 / 256) * block_bytes(type);
@@ -365,6 +400,8 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                 }
                 if (type == QUILL_TYPE_Q8_0)
                     for (int i = 0; i < 8; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q8_0, qs) + 4 * i, 0x80);
+                else if (type == QUILL_TYPE_IQ4_NL)
+                    for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + offsetof(block_iq4_nl, qs) + 4 * i, 0);
                 else
                     for (int i = 0; i < 4; i++) put_word(codes, (size_t)i, r, b + offsetof(block_q4_0, qs) + 4 * i, 0);
             }

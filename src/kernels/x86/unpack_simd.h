@@ -31,6 +31,31 @@ static void unpack_mxfp4_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
+static void unpack_iq4_nl_simd(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
+    const __m128i table = _mm_loadu_si128((const __m128i *)quill_kvalues_iq4nl);
+    for (int64_t b = 0; b < n / QK4_NL; b++, row += sizeof(block_iq4_nl), q += QK4_NL) {
+        s[b] = half_at(row);
+        unpack_nibbles_lut(row + offsetof(block_iq4_nl, qs), table, q);
+    }
+}
+
+static void unpack_iq4_xs_simd(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
+    (void)mins;
+    const __m128i table = _mm_loadu_si128((const __m128i *)quill_kvalues_iq4nl);
+    for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq4_xs)) {
+        const block_iq4_xs *blk = (const block_iq4_xs *)row;
+        const float d = half_at(row + offsetof(block_iq4_xs, d));
+        uint16_t scales_h;
+        memcpy(&scales_h, row + offsetof(block_iq4_xs, scales_h), 2);
+        for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
+            const int ls = ((blk->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
+            *s++ = d * (float)(ls - 32);
+            unpack_nibbles_lut(blk->qs + 16 * ib, table, q);
+        }
+    }
+}
+
 /* 32 sign bits (4 bytes, bit j of byte l for code 8l + j) applied to 32 magnitudes. */
 static inline __m256i apply_signs32(__m256i mag, uint32_t signs) {
     const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
@@ -292,6 +317,8 @@ static void unpack_tq1_0_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
 static inline quill_exact_unpack_fn unpack_fast(uint32_t type) {
     switch (type) {
     case QUILL_TYPE_MXFP4: return unpack_mxfp4_simd;
+    case QUILL_TYPE_IQ4_NL: return unpack_iq4_nl_simd;
+    case QUILL_TYPE_IQ4_XS: return unpack_iq4_xs_simd;
     case QUILL_TYPE_IQ3_S: return unpack_iq3_s_simd;
     case QUILL_TYPE_IQ3_XXS: return unpack_iq3_xxs_simd;
     case QUILL_TYPE_IQ2_XXS: return unpack_iq2_xxs_simd;
