@@ -37,18 +37,13 @@ void quill_exact_unpack_iq4_nl(const uint8_t *row, int64_t n, int8_t *q, float *
     }
 }
 
-/* iq4_xs: 8 sub-blocks of 32, each with a 6-bit scale ls (4 low bits in scales_l, 2 high in
- * scales_h), d·(ls - 32). */
+/* iq4_xs: 8 sub-blocks of 32, each with its scale (iq4_xs_sub_scale). */
 void quill_exact_unpack_iq4_xs(const uint8_t *row, int64_t n, int8_t *q, float *s, float *mins) {
     (void)mins;
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq4_xs)) {
         const block_iq4_xs *blk = (const block_iq4_xs *)row;
-        const float d = half_at(row + offsetof(block_iq4_xs, d));
-        uint16_t scales_h;
-        memcpy(&scales_h, row + offsetof(block_iq4_xs, scales_h), 2);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
-            const int ls = ((blk->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
-            *s++ = d * (float)(ls - 32);
+            *s++ = iq4_xs_sub_scale(row, ib);
             for (int j = 0; j < 16; j++) {
                 q[j] = quill_kvalues_iq4nl[blk->qs[16 * ib + j] & 0xF];
                 q[j + 16] = quill_kvalues_iq4nl[blk->qs[16 * ib + j] >> 4];

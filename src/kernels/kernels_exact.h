@@ -97,6 +97,15 @@ static inline float half_at(const uint8_t *p) {
     memcpy(&h, p, 2);
     return quill_half_to_float(h);
 }
+/* iq4_xs's scale of sub-block ib (32 columns) of the block at row: d·(ls - 32), its 6-bit ls's 4
+ * low bits in scales_l and 2 high ones in scales_h. */
+static inline float iq4_xs_sub_scale(const uint8_t *row, int ib) {
+    const block_iq4_xs *blk = (const block_iq4_xs *)row;
+    uint16_t scales_h;
+    memcpy(&scales_h, row + offsetof(block_iq4_xs, scales_h), 2);
+    const int ls = ((blk->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
+    return half_at(row + offsetof(block_iq4_xs, d)) * (float)(ls - 32);
+}
 #define QUILL_DECLARE_UNPACK_(sfx, ID)                                                               \
     void quill_exact_unpack_##sfx(const uint8_t *row, int64_t n, int8_t *q, float *s, float *m);
 QUILL_UNPACKED_EXACT_TYPES(QUILL_DECLARE_UNPACK_)

@@ -162,6 +162,16 @@ static planes planes_at(void *mem, int64_t cols) {
     return P;
 }
 
+/* The activation bytes h and l of the 4 columns from `at`, each broadcast to every 32-bit lane
+ * (one per row), as the byte products take them. */
+static inline __attribute__((always_inline)) void act_bytes4(const planes *P, int64_t at, __m256i *xh, __m256i *xl) {
+    int32_t h4, l4;
+    memcpy(&h4, P->h + at, 4);
+    memcpy(&l4, P->l + at, 4);
+    *xh = _mm256_set1_epi32(h4);
+    *xl = _mm256_set1_epi32(l4);
+}
+
 static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
@@ -477,12 +487,11 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
          * q8_0's 8-bit ones too, and no 16-bit partial sums (at most 32 · 255 · 128 < 2^31) */
 #pragma GCC unroll 8
         for (int g = 0; g < kb / 4; g++) {
-            int32_t h4, l4;
-            memcpy(&h4, P->h + col + 4 * g, 4);
-            memcpy(&l4, P->l + col + 4 * g, 4);
+            __m256i xh, xl;
+            act_bytes4(P, col + 4 * g, &xh, &xl);
             const __m256i u = W->u[i * kb / 4 + g];
-            ch = _mm256_dpbusd_avx_epi32(ch, u, _mm256_set1_epi32(h4));
-            cl = _mm256_dpbusd_avx_epi32(cl, u, _mm256_set1_epi32(l4));
+            ch = _mm256_dpbusd_avx_epi32(ch, u, xh);
+            cl = _mm256_dpbusd_avx_epi32(cl, u, xl);
         }
 #else
 #pragma GCC unroll 4
@@ -490,10 +499,8 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
             __m256i h16 = _mm256_setzero_si256(), l16 = h16;
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
-                int32_t h4, l4; /* the activation bytes of columns 4g..4g+3 of the slot */
-                memcpy(&h4, P->h + col + 4 * g, 4);
-                memcpy(&l4, P->l + col + 4 * g, 4);
-                const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+                __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
+                act_bytes4(P, col + 4 * g, &xh, &xl);
                 const __m256i u = W->u[i * kb / 4 + g];
                 h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(u, xh));
                 l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(u, xl));
@@ -862,10 +869,8 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
         /* 4 registers a half: at most 4 · 2 · 7 · 128 = 7168 in a 16-bit lane (sums_per_lane16) */
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
-            int32_t h4, l4;
-            memcpy(&h4, P->h + col + 4 * g, 4);
-            memcpy(&l4, P->l + col + 4 * g, 4);
-            const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+            __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
+            act_bytes4(P, col + 4 * g, &xh, &xl);
             for (int hf = h0; hf < h0 + nh; hf++) {
                 const __m256i u = lowbit_u(type, v[hf], third[hf], sl, g);
 #if QUILL_AVXVNNI
@@ -946,10 +951,8 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
 #if QUILL_AVXVNNI
 #pragma GCC unroll 8
         for (int g = 0; g < kb / 4; g++) {
-            int32_t h4, l4;
-            memcpy(&h4, P->h + col + 4 * g, 4);
-            memcpy(&l4, P->l + col + 4 * g, 4);
-            const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+            __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
+            act_bytes4(P, col + 4 * g, &xh, &xl);
             for (int hf = h0; hf < h0 + nh; hf++) {
                 const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
                 ch[hf] = _mm256_dpbusd_avx_epi32(ch[hf], u, xh);
@@ -963,10 +966,8 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
             for (int hf = h0; hf < h0 + nh; hf++) h16[hf] = l16[hf] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
-                int32_t h4, l4;
-                memcpy(&h4, P->h + col + 4 * g, 4);
-                memcpy(&l4, P->l + col + 4 * g, 4);
-                const __m256i xh = _mm256_set1_epi32(h4), xl = _mm256_set1_epi32(l4);
+                __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
+                act_bytes4(P, col + 4 * g, &xh, &xl);
                 for (int hf = h0; hf < h0 + nh; hf++) {
                     const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
                     h16[hf] = _mm256_add_epi16(h16[hf], _mm256_maddubs_epi16(u, xh));

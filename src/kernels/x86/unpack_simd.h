@@ -45,12 +45,8 @@ static void unpack_iq4_xs_simd(const uint8_t *row, int64_t n, int8_t *q, float *
     const __m128i table = _mm_loadu_si128((const __m128i *)quill_kvalues_iq4nl);
     for (int64_t b = 0; b < n / QK_K; b++, row += sizeof(block_iq4_xs)) {
         const block_iq4_xs *blk = (const block_iq4_xs *)row;
-        const float d = half_at(row + offsetof(block_iq4_xs, d));
-        uint16_t scales_h;
-        memcpy(&scales_h, row + offsetof(block_iq4_xs, scales_h), 2);
         for (int ib = 0; ib < QK_K / 32; ib++, q += 32) {
-            const int ls = ((blk->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((scales_h >> 2 * ib) & 3) << 4;
-            *s++ = d * (float)(ls - 32);
+            *s++ = iq4_xs_sub_scale(row, ib);
             unpack_nibbles_lut(blk->qs + 16 * ib, table, q);
         }
     }
