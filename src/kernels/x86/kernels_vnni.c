@@ -241,18 +241,13 @@ FILE_DECODED_LOWBIT(MATMUL_VNNI)
         else vnni_matmul(QUILL_TYPE_##ID, m, n_mats, cols, x, n_tok, pool, scratch);                 \
     }
 QUILL_UNPACKED_EXACT_TYPES(MATMUL_UNPACKED)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q4_0, vnni_matmul_packed, QUILL_TYPE_Q4_0)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q8_0, vnni_matmul_packed, QUILL_TYPE_Q8_0)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q4_K, vnni_matmul_packed, QUILL_TYPE_Q4_K)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q5_K, vnni_matmul_packed, QUILL_TYPE_Q5_K)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q6_K, vnni_matmul_packed, QUILL_TYPE_Q6_K)
-QUILL_MATMUL_OF_TYPE(matmul_packed_mxfp4, vnni_matmul_packed, QUILL_TYPE_MXFP4)
-QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_s, vnni_matmul_packed, QUILL_TYPE_IQ3_S)
-QUILL_MATMUL_OF_TYPE(matmul_packed_iq3_xxs, vnni_matmul_packed, QUILL_TYPE_IQ3_XXS)
-QUILL_MATMUL_OF_TYPE(matmul_packed_iq4_nl, vnni_matmul_packed, QUILL_TYPE_IQ4_NL)
-QUILL_MATMUL_OF_TYPE(matmul_packed_iq4_xs, vnni_matmul_packed, QUILL_TYPE_IQ4_XS)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q2_K, vnni_matmul_packed, QUILL_TYPE_Q2_K)
-QUILL_MATMUL_OF_TYPE(matmul_packed_q3_K, vnni_matmul_packed, QUILL_TYPE_Q3_K)
+/* The types the vnni16 layout serves on this set (pack_vnni16.h's packed_type). */
+#define VNNI_PACKED_TYPES(M) \
+    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) \
+    M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(q2_K, Q2_K) M(q3_K, Q3_K)
+#define MATMUL_PACKED(sfx, ID) QUILL_MATMUL_OF_TYPE(matmul_packed_##sfx, vnni_matmul_packed, QUILL_TYPE_##ID)
+#define INSTALL_PACKED(sfx, ID) k->matmul_packed[QUILL_TYPE_##ID] = matmul_packed_##sfx;
+VNNI_PACKED_TYPES(MATMUL_PACKED)
 
 /* ---------------------------------------------------------------- installation (kernels.c
  * calls these on CPUs with the features, over a copy of the avx512 set) */
@@ -265,18 +260,7 @@ void quill_kernels_install_vnni(quill_kernels *k) {
     k->packed_layout = "vnni16";
     k->pack_bytes = quill_vnni_pack_bytes;
     k->pack = quill_vnni_pack;
-    k->matmul_packed[QUILL_TYPE_Q4_0] = matmul_packed_q4_0;
-    k->matmul_packed[QUILL_TYPE_Q8_0] = matmul_packed_q8_0;
-    k->matmul_packed[QUILL_TYPE_Q4_K] = matmul_packed_q4_K;
-    k->matmul_packed[QUILL_TYPE_Q5_K] = matmul_packed_q5_K;
-    k->matmul_packed[QUILL_TYPE_Q6_K] = matmul_packed_q6_K;
-    k->matmul_packed[QUILL_TYPE_MXFP4] = matmul_packed_mxfp4;
-    k->matmul_packed[QUILL_TYPE_IQ3_S] = matmul_packed_iq3_s;
-    k->matmul_packed[QUILL_TYPE_IQ3_XXS] = matmul_packed_iq3_xxs;
-    k->matmul_packed[QUILL_TYPE_IQ4_NL] = matmul_packed_iq4_nl;
-    k->matmul_packed[QUILL_TYPE_IQ4_XS] = matmul_packed_iq4_xs;
-    k->matmul_packed[QUILL_TYPE_Q2_K] = matmul_packed_q2_K;
-    k->matmul_packed[QUILL_TYPE_Q3_K] = matmul_packed_q3_K;
+    VNNI_PACKED_TYPES(INSTALL_PACKED)
 }
 
 
