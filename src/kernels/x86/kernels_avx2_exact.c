@@ -136,38 +136,82 @@ static float quantize_block_avx2(const float *x, uint32_t type, int8_t *h, int8_
     return amax / (float)qa;
 }
 
-/* One token's quantized activations. */
+/* One block's facts besides its codes (32 bytes: two to a cache line). */
 typedef struct {
-    int32_t *bias_sum; /* per slot (the type's sub-block): bias·Σa */
-    float *da, *sf;    /* per block of 32: scale, da·Σa */
-    float *sf16;       /* per 16 columns: da·Σa, the minimums' term of q2_K's sub-blocks of 16 */
-    int8_t *h, *l;     /* the codes' bytes (a = 256·h + l) in column order */
-    int16_t *a16;      /* q8_0 (avx2): the codes, per 4 columns in the order 0, 2, 1, 3 (see q8_0_sums) */
+    float da, sf;         /* the scale; da·Σa */
+    int32_t bias_sum[2];  /* per slot: bias·Σa (one slot of 32 columns, or two of 16) */
+    float sf16[2];        /* per 16 columns: da·Σa, the minimums' term of q2_K's sub-blocks of 16 */
+    float unused[2];
+} block_facts;
+
+/* One token's quantized activations, block by block: block b's codes are 64 bytes at codes +
+ * 64·stride·b (h[32] then l[32], a = 256·h + l, in column order; q8_0 on avx2: its 16-bit codes
+ * per 4 columns in the order 0, 2, 1, 3, see q8_0_sums) and its facts at facts[stride·b]. A pass's
+ * tokens interleave block by block (stride = its token count), so the batch loop, which takes one
+ * block of every token in turn, reads one stream: token after token in one place, where each
+ * token's planes of its own (26 KiB apart for 5632 columns, beyond the stride prefetcher's reach
+ * and a page each) left the loop waiting on L2 and the TLB at 34 cycles a token and block of 8 rows
+ * against the 13 its operations need. */
+typedef struct {
+    int8_t *codes;
+    block_facts *facts;
+    int64_t stride;
 } planes;
 
+#define BLOCK_CODE_BYTES 64
+
+/* Per token: the codes and facts of its blocks, and room to align the first token's. */
 static size_t planes_bytes(int64_t cols) {
-    return (size_t)(cols / 16) * (sizeof(int32_t) + sizeof(float)) + (size_t)(cols / 32) * 2 * sizeof(float) +
-           (size_t)cols * 4 + 32;
+    return (size_t)(cols / 32) * (BLOCK_CODE_BYTES + sizeof(block_facts)) + 64;
 }
 
-static planes planes_at(void *mem, int64_t cols) {
-    planes P;
-    P.bias_sum = (int32_t *)(((uintptr_t)mem + 31) & ~(uintptr_t)31);
-    P.da = (float *)(P.bias_sum + cols / 16);
-    P.sf = P.da + cols / 32;
-    P.sf16 = P.sf + cols / 32;
-    P.h = (int8_t *)(P.sf16 + cols / 16);
-    P.l = P.h + cols;
-    P.a16 = (int16_t *)(P.l + cols);
-    return P;
+/* The planes of n_tok tokens interleaved in mem (n_tok · planes_bytes(cols) bytes), P[0..n_tok). */
+static void planes_at(void *mem, int64_t cols, int n_tok, planes *P) {
+    int8_t *codes = (int8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    block_facts *facts = (block_facts *)(codes + (size_t)n_tok * (size_t)(cols / 32) * BLOCK_CODE_BYTES);
+    for (int t = 0; t < n_tok; t++)
+        P[t] = (planes){codes + (size_t)t * BLOCK_CODE_BYTES, facts + t, n_tok};
 }
 
-/* The activation bytes h and l of the 4 columns from `at`, each broadcast to every 32-bit lane
+/* A window's activations from column k (a multiple of 32): its blocks lie stride records apart. */
+typedef struct {
+    const int8_t *codes;
+    const block_facts *facts;
+    size_t stride;
+} window_acts;
+
+static inline __attribute__((always_inline)) window_acts window_acts_at(const planes *P, int64_t k) {
+    const size_t at = (size_t)(k >> 5) * (size_t)P->stride;
+    return (window_acts){P->codes + at * BLOCK_CODE_BYTES, P->facts + at, (size_t)P->stride};
+}
+
+/* The same when decoding (one token: stride 1, a constant the slots' addresses fold). */
+static inline __attribute__((always_inline)) window_acts token_acts_at(const planes *P, int64_t k) {
+    return (window_acts){P->codes + (size_t)(k >> 5) * BLOCK_CODE_BYTES, P->facts + (k >> 5), 1};
+}
+
+/* The codes from column k + off (within its block; off a constant where the loops unroll): h
+ * there, l 32 bytes on. */
+static inline __attribute__((always_inline)) const int8_t *codes_in(window_acts A, int off) {
+    return A.codes + (size_t)(off >> 5) * A.stride * BLOCK_CODE_BYTES + (off & 31);
+}
+
+/* The facts of the block holding column k + off. */
+static inline __attribute__((always_inline)) const block_facts *facts_in(window_acts A, int off) {
+    return A.facts + (size_t)(off >> 5) * A.stride;
+}
+
+/* bias·Σa of the slot of kb columns at off (as col: a window starts at a multiple of 32), whose block's facts are f */
+static inline __attribute__((always_inline)) int32_t slot_bias_sum(const block_facts *f, int off, int kb) {
+    return f->bias_sum[kb == 16 ? (off >> 4) & 1 : 0];
+}
+
+/* The activation bytes h and l of the 4 columns at c (codes_in), each broadcast to every 32-bit lane
  * (one per row), as the byte products take them. */
-static inline __attribute__((always_inline)) void act_bytes4(const planes *P, int64_t at, __m256i *xh, __m256i *xl) {
+static inline __attribute__((always_inline)) void act_bytes4(const int8_t *c, __m256i *xh, __m256i *xl) {
     int32_t h4, l4;
-    memcpy(&h4, P->h + at, 4);
-    memcpy(&l4, P->l + at, 4);
+    memcpy(&h4, c, 4);
+    memcpy(&l4, c + 32, 4);
     *xh = _mm256_set1_epi32(h4);
     *xl = _mm256_set1_epi32(l4);
 }
@@ -175,18 +219,25 @@ static inline __attribute__((always_inline)) void act_bytes4(const planes *P, in
 static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
+        const window_acts A = window_acts_at(P, blk * 32);
+        int8_t *codes = (int8_t *)A.codes;
+        block_facts *f = (block_facts *)A.facts;
+        const bool wide = byte_codes(type) && !QUILL_AVXVNNI;
+        _Alignas(32) int8_t hl[64];
+        int8_t *h = wide ? hl : codes, *l = h + 32;
         int32_t sum, part[2];
-        const float da = quantize_block_avx2(x + blk * 32, type, P->h + blk * 32, P->l + blk * 32, &sum, part);
-        P->da[blk] = da;
-        P->sf[blk] = da * (float)sum;
-        if (slot_width(type) == 32) P->bias_sum[blk] = bias * (part[0] + part[1]);
-        else P->bias_sum[2 * blk] = bias * part[0], P->bias_sum[2 * blk + 1] = bias * part[1];
-        if (slot_width(type) == 16 && has_min(type))
-            P->sf16[2 * blk] = da * (float)part[0], P->sf16[2 * blk + 1] = da * (float)part[1];
-        if (byte_codes(type) && !QUILL_AVXVNNI)
+        const float da = quantize_block_avx2(x + blk * 32, type, h, l, &sum, part);
+        f->da = da;
+        f->sf = da * (float)sum;
+        if (slot_width(type) == 32) f->bias_sum[0] = bias * (part[0] + part[1]);
+        else f->bias_sum[0] = bias * part[0], f->bias_sum[1] = bias * part[1];
+        if (slot_width(type) == 16 && has_min(type)) f->sf16[0] = da * (float)part[0], f->sf16[1] = da * (float)part[1];
+        if (wide) {
+            int16_t a16[32];
             for (int c = 0; c < 32; c++) /* columns 4g + 1 and 4g + 2 trade places */
-                P->a16[blk * 32 + (c & ~3) + (c & 1) * 2 + (c & 2) / 2] =
-                    (int16_t)(256 * P->h[blk * 32 + c] + P->l[blk * 32 + c]);
+                a16[(c & ~3) + (c & 1) * 2 + (c & 2) / 2] = (int16_t)(256 * h[c] + l[c]);
+            memcpy(codes, a16, sizeof a16);
+        }
     }
 }
 
@@ -436,10 +487,10 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
  * per 32-bit lane add without saturating: |q·a| <= 128 · 4064 (act_max), so the block's C = Σq·a
  * stays below 2^24, exact in 32 bits and needing no bias. A lane's low 16 bits hold column 4g's
  * (4g + 1's) code, its high ones 4g + 2's (4g + 3's): the even and odd bytes of the 4 codes, taken
- * apart with 16-bit shifts, and the activations stored in that order (planes.a16). Half the
+ * apart with 16-bit shifts, and the activations stored in that order (quantize_planes). Half the
  * instructions of vpmaddubsw on the codes' two 4-bit digits against both activation bytes. */
-static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const planes *P, int64_t col,
-                                                            __m256 *acc) {
+static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const int8_t *codes,
+                                                            const block_facts *f, __m256 *acc) {
     __m256i c = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
@@ -452,21 +503,23 @@ static inline __attribute__((always_inline)) void q8_0_sums(const window *W, con
             odd = _mm256_srai_epi16(q, 8);
         }
         int32_t a02, a13;
-        memcpy(&a02, P->a16 + col + 4 * g, 4);
-        memcpy(&a13, P->a16 + col + 4 * g + 2, 4);
+        const int8_t *a16 = codes + 2 * 4 * g; /* 16-bit codes: 8 bytes per 4 columns */
+        memcpy(&a02, a16, 4);
+        memcpy(&a13, a16 + 4, 4);
         c = _mm256_add_epi32(c, _mm256_madd_epi16(even, _mm256_set1_epi32(a02)));
         c = _mm256_add_epi32(c, _mm256_madd_epi16(odd, _mm256_set1_epi32(a13)));
     }
-    const int64_t blk = col / 32;
     const __m256 sc = _mm256_load_ps(W->s[0]);
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(sc, _mm256_set1_ps(f->da)), *acc);
 }
 #endif
 
 /* One token's contribution of a window: per slot the exact sums Σu·h and Σu·l of the 8 rows,
- * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. */
-static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, const planes *P,
-                                                              int64_t k, __m256 *acc) {
+ * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. (Two or three
+ * tokens interleaved in one step were slower: their sums spill; the loop runs near the bound of
+ * its ports when it has the core to itself, bench/README.md.) */
+static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, window_acts A,
+                                                              __m256 *acc) {
     const int kb = slot_width(type), n_slots = window_width(type) / kb;
 #if !QUILL_AVXVNNI
     const int per = sums_per_lane16(type);
@@ -474,11 +527,13 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #endif
 #pragma GCC unroll 16
     for (int i = 0; i < n_slots; i++) {
-        const int64_t col = k + (int64_t)i * kb, blk = col / 32;
+        const int off = i * kb; /* k is a multiple of 32: off places the slot in its block */
+        const int8_t *codes = codes_in(A, off); /* the slot's activation bytes */
+        const block_facts *f = facts_in(A, off);
         __m256i ch = _mm256_setzero_si256(), cl = ch;
 #if !QUILL_AVXVNNI
         if (byte_codes(type)) {
-            q8_0_sums(W, P, col, acc);
+            q8_0_sums(W, codes, f, acc);
             continue;
         }
 #endif
@@ -488,7 +543,7 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #pragma GCC unroll 8
         for (int g = 0; g < kb / 4; g++) {
             __m256i xh, xl;
-            act_bytes4(P, col + 4 * g, &xh, &xl);
+            act_bytes4(codes + 4 * g, &xh, &xl);
             const __m256i u = W->u[i * kb / 4 + g];
             ch = _mm256_dpbusd_avx_epi32(ch, u, xh);
             cl = _mm256_dpbusd_avx_epi32(cl, u, xl);
@@ -500,10 +555,13 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
                 __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
-                act_bytes4(P, col + 4 * g, &xh, &xl);
+                act_bytes4(codes + 4 * g, &xh, &xl);
                 const __m256i u = W->u[i * kb / 4 + g];
                 h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(u, xh));
                 l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(u, xl));
+                /* each sum a chain in one register: GCC otherwise regroups the adds into a tree
+                 * over all the products, whose waiting halves spill */
+                __asm__("" : "+x"(h16), "+x"(l16));
             }
             ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, ones));
             cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16, ones));
@@ -511,11 +569,11 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #endif
         /* C = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
         const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
-                                             _mm256_set1_epi32(P->bias_sum[col / kb]));
+                                             _mm256_set1_epi32(slot_bias_sum(f, off, kb)));
         const __m256 sc = _mm256_load_ps(W->s[i]);
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(P->da[blk])), *acc);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(f->da)), *acc);
         if (has_min(type)) { /* da·Σa of the slot's block of 32, or of its own 16 columns (q2_K) */
-            const float term = kb == 16 ? P->sf16[col / 16] : P->sf[blk];
+            const float term = kb == 16 ? f->sf16[(off >> 4) & 1] : f->sf;
             *acc = _mm256_fnmadd_ps(_mm256_load_ps(W->m[i]), _mm256_set1_ps(term), *acc);
         }
     }
@@ -605,7 +663,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
                 for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
                 unpack_window(type, rp, rows_at, k, &decode);
-                window_step(type, &decode, j->P, k, &acc1);
+                window_step(type, &decode, token_acts_at(j->P, k), &acc1);
             }
             store_rows(j->y + r0, nr, acc1);
             continue;
@@ -621,7 +679,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                 pf += 64 * pf_lines;
             }
             unpack_window(type, rp, rows_at, k, &batch);
-            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t]);
+            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
         }
         for (int t = 0; t < j->n_tok; t++)
             store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
@@ -839,6 +897,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
                                                                 int64_t k, __m256 acc[2], int h0, int nh) {
     const bool q3 = type == QUILL_TYPE_Q3_K;
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
+    const window_acts A = token_acts_at(P, k); /* decoding only */
     for (int hf = h0; hf < h0 + nh; hf++) {
         const window W = {NULL, NULL, s[hf], m[hf]};
         __m256i w[4];
@@ -850,7 +909,9 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
 #endif
 #pragma GCC unroll 16
     for (int sl = 0; sl < 16; sl++) {
-        const int64_t col = k + 16 * sl, blk = col / 32;
+        const int off = 16 * sl;
+        const int8_t *codes = codes_in(A, off);
+        const block_facts *f = facts_in(A, off);
         const int reg = q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl;
         __m256i v[2], third[2], h16[2], l16[2];
         for (int hf = h0; hf < h0 + nh; hf++) {
@@ -862,7 +923,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
-            act_bytes4(P, col + 4 * g, &xh, &xl);
+            act_bytes4(codes + 4 * g, &xh, &xl);
             for (int hf = h0; hf < h0 + nh; hf++) {
                 const __m256i u = lowbit_u(type, v[hf], third[hf], sl, g);
 #if QUILL_AVXVNNI
@@ -874,7 +935,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
 #endif
             }
         }
-        const __m256 da = _mm256_set1_ps(P->da[blk]);
+        const __m256 da = _mm256_set1_ps(f->da);
         for (int hf = h0; hf < h0 + nh; hf++) {
 #if QUILL_AVXVNNI
             const __m256i ch = h16[hf], cl = l16[hf];
@@ -882,10 +943,10 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
             const __m256i ch = _mm256_madd_epi16(h16[hf], ones), cl = _mm256_madd_epi16(l16[hf], ones);
 #endif
             const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
-                                                 _mm256_set1_epi32(P->bias_sum[col / 16]));
+                                                 _mm256_set1_epi32(slot_bias_sum(f, off, 16)));
             acc[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(_mm256_load_ps(s[hf][sl]), da), acc[hf]);
             if (has_min(type))
-                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(P->sf16[col / 16]), acc[hf]);
+                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(f->sf16[(off >> 4) & 1]), acc[hf]);
         }
     }
 }
@@ -924,6 +985,7 @@ static inline __attribute__((always_inline)) __m256i kquant_u(uint32_t type, con
 static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, packed_window pw, const planes *P,
                                                                 int64_t k, __m256 *acc, int h0, int nh) {
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
+    const window_acts A = token_acts_at(P, k); /* decoding only */
     for (int hf = h0; hf < h0 + nh; hf++) {
         const window W = {NULL, NULL, s[hf], m[hf]};
         __m256i w[4];
@@ -937,14 +999,16 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
 #endif
 #pragma GCC unroll 16
     for (int sl = 0; sl < n_slots; sl++) {
-        const int64_t col = k + (int64_t)sl * kb, blk = col / 32;
+        const int off = sl * kb;
+        const int8_t *codes = codes_in(A, off);
+        const block_facts *f = facts_in(A, off);
         __m256i ch[2], cl[2];
         for (int hf = h0; hf < h0 + nh; hf++) ch[hf] = cl[hf] = _mm256_setzero_si256();
 #if QUILL_AVXVNNI
 #pragma GCC unroll 8
         for (int g = 0; g < kb / 4; g++) {
             __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
-            act_bytes4(P, col + 4 * g, &xh, &xl);
+            act_bytes4(codes + 4 * g, &xh, &xl);
             for (int hf = h0; hf < h0 + nh; hf++) {
                 const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
                 ch[hf] = _mm256_dpbusd_avx_epi32(ch[hf], u, xh);
@@ -959,7 +1023,7 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
 #pragma GCC unroll 8
             for (int g = g0; g < g0 + per; g++) {
                 __m256i xh, xl; /* the activation bytes of columns 4g..4g + 3 of the slot */
-                act_bytes4(P, col + 4 * g, &xh, &xl);
+                act_bytes4(codes + 4 * g, &xh, &xl);
                 for (int hf = h0; hf < h0 + nh; hf++) {
                     const __m256i u = kquant_u(type, pw.codes, hf, sl, g);
                     h16[hf] = _mm256_add_epi16(h16[hf], _mm256_maddubs_epi16(u, xh));
@@ -972,13 +1036,13 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
             }
         }
 #endif
-        const __m256 da = _mm256_set1_ps(P->da[blk]);
+        const __m256 da = _mm256_set1_ps(f->da);
         for (int hf = h0; hf < h0 + nh; hf++) {
             const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch[hf], 8), cl[hf]),
-                                                 _mm256_set1_epi32(P->bias_sum[col / kb]));
+                                                 _mm256_set1_epi32(slot_bias_sum(f, off, kb)));
             acc[hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(_mm256_load_ps(s[hf][sl]), da), acc[hf]);
             if (has_min(type))
-                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(P->sf[blk]), acc[hf]);
+                acc[hf] = _mm256_fnmadd_ps(_mm256_load_ps(m[hf][sl]), _mm256_set1_ps(f->sf), acc[hf]);
         }
     }
 }
@@ -1033,7 +1097,7 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
                     for (int hf = 0; hf < 2; hf++) {
                         if ((first + i) * PACK_TR + hf * TR >= j->rows) break;
                         unpack_packed(type, pw, hf, &decode);
-                        window_step(type, &decode, j->P, k, &acc1[i][hf]);
+                        window_step(type, &decode, token_acts_at(j->P, k), &acc1[i][hf]);
                     }
                 }
             }
@@ -1054,7 +1118,7 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
             }
             for (int64_t k = k0; k < k1; k += width) {
                 unpack_packed(type, locate_window(type, j->w, tiles, tb, j->cols, first, k), hf, &batch);
-                for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, j->P + t, k, &acc[t]);
+                for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
             }
             for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
         }
@@ -1094,10 +1158,8 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
     quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
     for (int t0 = 0; t0 < n_tok; t0 += PASS_TOKENS) {
         const int nt = n_tok - t0 < PASS_TOKENS ? n_tok - t0 : PASS_TOKENS;
-        for (int t = 0; t < nt; t++) {
-            P[t] = planes_at((uint8_t *)scratch + (size_t)t * planes_bytes(cols), cols);
-            quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
-        }
+        planes_at(scratch, cols, nt, P);
+        for (int t = 0; t < nt; t++) quantize_planes(type, x + (size_t)(t0 + t) * (size_t)cols, cols, &P[t]);
         for (int i = 0; i < n_mats; i++) {
             float *y = m[i].y + (size_t)t0 * (size_t)m[i].rows;
             jobs[i] = (tiles_job){m[i].w, m[i].row_bytes, m[i].rows, cols, nt, P, y};
