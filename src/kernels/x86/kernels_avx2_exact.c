@@ -523,7 +523,7 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
     const int kb = slot_width(type), n_slots = window_width(type) / kb;
 #if !QUILL_AVXVNNI
     const int per = sums_per_lane16(type);
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
 #endif
 #pragma GCC unroll 16
     for (int i = 0; i < n_slots; i++) {
@@ -563,12 +563,16 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
                  * over all the products, whose waiting halves spill */
                 __asm__("" : "+x"(h16), "+x"(l16));
             }
-            ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, ones));
+            /* 256·Σu·h directly: pairs of at most 32767 · 256, exact in 32 bits */
+            ch = _mm256_add_epi32(ch, _mm256_madd_epi16(h16, k256));
             cl = _mm256_add_epi32(cl, _mm256_madd_epi16(l16, ones));
         }
 #endif
         /* C = 256·Σu·h + Σu·l - bias·Σa: exact, below 2^24 */
-        const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ch, 8), cl),
+#if QUILL_AVXVNNI
+        ch = _mm256_slli_epi32(ch, 8);
+#endif
+        const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(ch, cl),
                                              _mm256_set1_epi32(slot_bias_sum(f, off, kb)));
         const __m256 sc = _mm256_load_ps(W->s[i]);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(f->da)), *acc);
