@@ -34,6 +34,23 @@ static const command commands[] = {
 #define CLI_VERSION "0.1.0"
 #endif
 
+/* The library speaks only through its log sink (it never prints): without one its warnings (a
+ * model file's oddities, a fallback taken, a copy of the weights it could not make) would be lost.
+ * Warnings and errors go to stderr; QUILL_LOG=info or debug shows more. */
+static void log_to_stderr(quill_log_level level, const char *message, void *user) {
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+    if ((int)level < *(const int *)user || (int)level < 0 || (int)level > QUILL_LOG_ERROR) return;
+    fprintf(stderr, "quill: %s: %s\n", names[level], message);
+}
+
+static int log_threshold(void) {
+    const char *v = getenv("QUILL_LOG");
+    if (v && !strcmp(v, "debug")) return QUILL_LOG_DEBUG;
+    if (v && !strcmp(v, "info")) return QUILL_LOG_INFO;
+    if (v && !strcmp(v, "error")) return QUILL_LOG_ERROR;
+    return QUILL_LOG_WARN;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: quill COMMAND [options]   (quill help COMMAND or quill COMMAND --help for details)\n"
                "       quill --version\n\ncommands:\n");
@@ -42,6 +59,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    static int threshold;
+    threshold = log_threshold();
+    quill_set_log(log_to_stderr, &threshold);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
