@@ -577,8 +577,9 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
 #if QUILL_AVXVNNI
         ch = _mm256_slli_epi32(ch, 8);
 #endif
-        const __m256i sub = _mm256_sub_epi32(_mm256_add_epi32(ch, cl),
-                                             _mm256_set1_epi32(slot_bias_sum(f, off, kb)));
+        __m256i sub = _mm256_add_epi32(ch, cl);
+        if (code_bias(type)) /* (q4_K, q5_K, q4_1, q5_1, q2_K: codes unsigned as they are) */
+            sub = _mm256_sub_epi32(sub, _mm256_set1_epi32(slot_bias_sum(f, off, kb)));
         const __m256 sc = _mm256_load_ps(W->s[i]);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sub), _mm256_mul_ps(sc, _mm256_set1_ps(f->da)), *acc);
         if (has_min(type)) { /* da·Σa of the slot's block of 32, or of its own 16 columns (q2_K) */
