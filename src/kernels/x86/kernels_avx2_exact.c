@@ -901,6 +901,21 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
     }
 }
 
+/* The scales (and minimums) of halves h0..h0 + nh - 1 of a packed k-quant super-block, per slot, as
+ * unpack_packed makes them (for the one-token loops below). */
+static inline __attribute__((always_inline)) void superblock_scales(uint32_t type, packed_window pw, int h0, int nh,
+                                                                    float s[2][16][TR], float m[2][16][TR]) {
+    for (int hf = h0; hf < h0 + nh; hf++) {
+        const window W = {NULL, NULL, s[hf], m[hf]};
+        __m256i w[4];
+        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
+        if (type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K) /* q2_K's d and dmin in register 4 */
+            lowbit_scales(type, w, type == QUILL_TYPE_Q2_K ? half_reg(pw.codes, 4, hf) : _mm256_setzero_si256(), &W);
+        else /* q6_K's d in register 4 */
+            kquant_scales(type, w, type == QUILL_TYPE_Q6_K ? half_reg(pw.codes, 4, hf) : _mm256_setzero_si256(), &W);
+    }
+}
+
 /* The unsigned codes of columns 4g..4g + 3 of sub-block sl of a packed q2_K or q3_K super-block,
  * from its code register v (and q3_K's third bits), as unpack_packed takes them apart. */
 static inline __attribute__((always_inline)) __m256i lowbit_u(uint32_t type, __m256i v, __m256i third, int sl, int g) {
@@ -923,12 +938,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
     const bool q3 = type == QUILL_TYPE_Q3_K;
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
     const window_acts A = token_acts_at(P, k); /* decoding only */
-    for (int hf = h0; hf < h0 + nh; hf++) {
-        const window W = {NULL, NULL, s[hf], m[hf]};
-        __m256i w[4];
-        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
-        lowbit_scales(type, w, q3 ? _mm256_setzero_si256() : half_reg(pw.codes, 4, hf), &W);
-    }
+    superblock_scales(type, pw, h0, nh, s, m);
 #if !QUILL_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
 #endif
@@ -1011,12 +1021,7 @@ static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, p
                                                                 int64_t k, __m256 *acc, int h0, int nh) {
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
     const window_acts A = token_acts_at(P, k); /* decoding only */
-    for (int hf = h0; hf < h0 + nh; hf++) {
-        const window W = {NULL, NULL, s[hf], m[hf]};
-        __m256i w[4];
-        for (int i = 0; i < 4; i++) w[i] = half_reg(pw.codes, i, hf);
-        kquant_scales(type, w, type == QUILL_TYPE_Q6_K ? half_reg(pw.codes, 4, hf) : _mm256_setzero_si256(), &W);
-    }
+    superblock_scales(type, pw, h0, nh, s, m);
     const int kb = slot_width(type), n_slots = MAX_WINDOW / kb;
 #if !QUILL_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
