@@ -153,9 +153,9 @@ typedef struct {
  * and a page each) left the loop waiting on L2 and the TLB at 34 cycles a token and block of 8 rows
  * against the 13 its operations need. */
 typedef struct {
-    int8_t *codes;
-    block_facts *facts;
-    int64_t stride;
+    const int8_t *codes;
+    const block_facts *facts;
+    size_t stride;
 } planes;
 
 #define BLOCK_CODE_BYTES 64
@@ -169,41 +169,34 @@ static size_t planes_bytes(int64_t cols) {
 static void planes_at(void *mem, int64_t cols, int n_tok, planes *P) {
     int8_t *codes = (int8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
     block_facts *facts = (block_facts *)(codes + (size_t)n_tok * (size_t)(cols / 32) * BLOCK_CODE_BYTES);
-    for (int t = 0; t < n_tok; t++)
-        P[t] = (planes){codes + (size_t)t * BLOCK_CODE_BYTES, facts + t, n_tok};
+    for (int t = 0; t < n_tok; t++) P[t] = (planes){codes + (size_t)t * BLOCK_CODE_BYTES, facts + t, (size_t)n_tok};
 }
 
-/* A window's activations from column k (a multiple of 32): its blocks lie stride records apart. */
-typedef struct {
-    const int8_t *codes;
-    const block_facts *facts;
-    size_t stride;
-} window_acts;
-
-static inline __attribute__((always_inline)) window_acts window_acts_at(const planes *P, int64_t k) {
-    const size_t at = (size_t)(k >> 5) * (size_t)P->stride;
-    return (window_acts){P->codes + at * BLOCK_CODE_BYTES, P->facts + at, (size_t)P->stride};
+/* The same token's planes from block b on (a window's from column 32·b): its blocks lie stride
+ * records apart. */
+static inline __attribute__((always_inline)) planes acts_block(planes A, int64_t b) {
+    return (planes){A.codes + (size_t)b * A.stride * BLOCK_CODE_BYTES, A.facts + (size_t)b * A.stride, A.stride};
 }
 
-/* The window from block b of A's on. */
-static inline __attribute__((always_inline)) window_acts acts_block(window_acts A, int b) {
-    return (window_acts){A.codes + (size_t)b * A.stride * BLOCK_CODE_BYTES, A.facts + (size_t)b * A.stride, A.stride};
+/* From column k (a multiple of 32) on. */
+static inline __attribute__((always_inline)) planes window_acts_at(const planes *P, int64_t k) {
+    return acts_block(*P, k >> 5);
 }
 
 /* The same when decoding (one token: stride 1, a constant the slots' addresses fold). */
-static inline __attribute__((always_inline)) window_acts token_acts_at(const planes *P, int64_t k) {
-    return (window_acts){P->codes + (size_t)(k >> 5) * BLOCK_CODE_BYTES, P->facts + (k >> 5), 1};
+static inline __attribute__((always_inline)) planes token_acts_at(const planes *P, int64_t k) {
+    return acts_block((planes){P->codes, P->facts, 1}, k >> 5);
 }
 
-/* The codes from column k + off (within its block; off a constant where the loops unroll): h
+/* The codes from column off of A (within its block; off a constant where the loops unroll): h
  * there, l 32 bytes on. */
-static inline __attribute__((always_inline)) const int8_t *codes_in(window_acts A, int off) {
-    return A.codes + (size_t)(off >> 5) * A.stride * BLOCK_CODE_BYTES + (off & 31);
+static inline __attribute__((always_inline)) const int8_t *codes_in(planes A, int off) {
+    return acts_block(A, off >> 5).codes + (off & 31);
 }
 
-/* The facts of the block holding column k + off. */
-static inline __attribute__((always_inline)) const block_facts *facts_in(window_acts A, int off) {
-    return A.facts + (size_t)(off >> 5) * A.stride;
+/* The facts of the block holding column off of A. */
+static inline __attribute__((always_inline)) const block_facts *facts_in(planes A, int off) {
+    return acts_block(A, off >> 5).facts;
 }
 
 /* bias·Σa of the slot of kb columns at off (as col: a window starts at a multiple of 32), whose block's facts are f */
@@ -224,7 +217,7 @@ static inline __attribute__((always_inline)) void act_bytes4(const int8_t *c, __
 static void quantize_planes(uint32_t type, const float *x, int64_t cols, const planes *P) {
     const int bias = code_bias(type);
     for (int64_t blk = 0; blk < cols / 32; blk++) {
-        const window_acts A = window_acts_at(P, blk * 32);
+        const planes A = window_acts_at(P, blk * 32);
         int8_t *codes = (int8_t *)A.codes;
         block_facts *f = (block_facts *)A.facts;
         const bool wide = byte_codes(type) && !QUILL_AVXVNNI;
@@ -523,7 +516,7 @@ static inline __attribute__((always_inline)) void q8_0_sums(const window *W, con
  * combined into C = Σq·a, then the model's f32 steps into acc, slot after slot. (Two or three
  * tokens interleaved in one step were slower: their sums spill; the loop runs near the bound of
  * its ports when it has the core to itself, bench/README.md.) */
-static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, window_acts A,
+static inline __attribute__((always_inline)) void window_step(uint32_t type, const window *W, planes A,
                                                               __m256 *acc) {
     const int kb = slot_width(type), n_slots = window_width(type) / kb;
 #if !QUILL_AVXVNNI
@@ -937,7 +930,7 @@ static inline __attribute__((always_inline)) void lowbit_decode(uint32_t type, p
                                                                 int64_t k, __m256 acc[2], int h0, int nh) {
     const bool q3 = type == QUILL_TYPE_Q3_K;
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
-    const window_acts A = token_acts_at(P, k); /* decoding only */
+    const planes A = token_acts_at(P, k); /* decoding only */
     superblock_scales(type, pw, h0, nh, s, m);
 #if !QUILL_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
@@ -1020,7 +1013,7 @@ static inline __attribute__((always_inline)) __m256i kquant_u(uint32_t type, con
 static inline __attribute__((always_inline)) void kquant_decode(uint32_t type, packed_window pw, const planes *P,
                                                                 int64_t k, __m256 *acc, int h0, int nh) {
     _Alignas(32) float s[2][16][TR], m[2][16][TR];
-    const window_acts A = token_acts_at(P, k); /* decoding only */
+    const planes A = token_acts_at(P, k); /* decoding only */
     superblock_scales(type, pw, h0, nh, s, m);
     const int kb = slot_width(type), n_slots = MAX_WINDOW / kb;
 #if !QUILL_AVXVNNI
@@ -1098,7 +1091,7 @@ static inline __attribute__((always_inline)) void batch_blocks(uint32_t type, co
             unpack_packed(type, locate_window(type, j->w, tiles, tb, j->cols, tile, k + 32 * b), hf, &W[b]);
         if (nb == BATCH_BLOCKS) {
             for (int t = 0; t < j->n_tok; t++) {
-                const window_acts A = window_acts_at(j->P + t, k);
+                const planes A = window_acts_at(j->P + t, k);
 #pragma GCC unroll 4
                 for (int b = 0; b < BATCH_BLOCKS; b++) window_step(type, &W[b], acts_block(A, b), &acc[t]);
             }
