@@ -222,6 +222,36 @@ TEST(kernels_softmax_bit_identical_and_accurate) {
     }
 }
 
+/* The router's float64 dot products (kernels.h's dot_f64): every instruction set gives the scalar
+ * bits, for every tail and row count (their vector paths take rows in fours or pairs), and the
+ * scalar ones are within float64 rounding of a long double sum. */
+TEST(kernels_dot_f64_bit_identical_and_accurate) {
+    const quill_kernels *scalar = quill_kernels_scalar();
+    for (int64_t n = 1; n <= 300; n += n < 40 ? 1 : 37)
+        for (int rows = 1; rows <= 7; rows += 3) {
+            const int64_t stride = n + 3;
+            float *w = malloc((size_t)(rows * stride) * sizeof *w), *x = malloc((size_t)n * sizeof *x);
+            double ref[7], fast[7];
+            for (int64_t i = 0; i < rows * stride; i++) w[i] = rndf() * (i % 5 ? 1.0f : 300.0f);
+            for (int64_t i = 0; i < n; i++) x[i] = rndf();
+            scalar->dot_f64(w, stride, rows, x, n, ref);
+            for (int r = 0; r < rows; r++) {
+                long double sum = 0, mag = 0;
+                for (int64_t i = 0; i < n; i++)
+                    sum += (long double)w[r * stride + i] * x[i], mag += fabsl((long double)w[r * stride + i] * x[i]);
+                CHECK(fabsl(ref[r] - sum) <= mag * 0x1p-50, "dot_f64 of %lld: %.17g against %.17Lg", (long long)n, ref[r], sum);
+            }
+            for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+                const quill_kernels *kern = set_or_skip(isas[k]);
+                if (!kern) continue;
+                kern->dot_f64(w, stride, rows, x, n, fast);
+                CHECK(memcmp(fast, ref, (size_t)rows * sizeof *fast) == 0, "%s dot_f64 of %d x %lld differs from scalar",
+                      isas[k], rows, (long long)n);
+            }
+            free(w); free(x);
+        }
+}
+
 /* The feed-forward gate: every instruction set gives the scalar bits, for every tail and for
  * arguments from tiny to beyond exp's range (and inf / nan), within 4e-7 of a double silu (where
  * e^-g overflows f32, below -88, the result is 0 where it is ~1e-37). */

@@ -38,4 +38,39 @@ static inline float exp_poly(float x) {
     return ldexpf(p, (int)n);
 }
 
+/* e^x in float64 from IEEE adds, subtracts and multiplies and an exact scaling, for the
+ * mixture-of-experts router's softmax and sigmoid (model/ffn_moe.c), so that the GPU's router
+ * (gpu/vulkan/shaders/exact_math.glsl's exp_f64, the same steps and constants) gives these bits
+ * where its float64 arithmetic rounds as IEEE's: n = round(x·log2 e), r = (x - n·ln2_hi) -
+ * n·ln2_lo (ln2_hi has 32 significant bits, so n·ln2_hi is exact), e^r by its Taylor series to
+ * r^13 in Horner's form (|r| <= 0.35: the series' error is 6e-18, below the roundings), times 2^n.
+ * Each step is its own statement so that no compiler fuses a multiply and an add. Within a few
+ * units of the last place of libm's exp; below -700 it gives 0 and above 709 infinity (so that
+ * every result is a normal number or 0: a GPU may flush subnormals). */
+static inline double exp_f64(double x) {
+    static const double inverse_factorial[14] = {
+        0, 0, 0x1p-1, 0x1.5555555555555p-3, 0x1.5555555555555p-5, 0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10,
+        0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22,
+        0x1.ae64567f544e4p-26, 0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33};
+    if (isnan(x)) return x;
+    if (x < -700.0) return 0;
+    if (x > 709.0) return INFINITY;
+    double t = x * 0x1.71547652b82fep+0;
+    const double n = nearbyint(t);
+    t = n * 0x1.62e42fee00000p-1;
+    double r = x - t;
+    t = n * 0x1.a39ef35793c76p-33;
+    r = r - t;
+    double p = inverse_factorial[13];
+    for (int k = 12; k >= 2; k--) {
+        p = p * r;
+        p = p + inverse_factorial[k];
+    }
+    p = p * r;
+    p = p + 1.0;
+    p = p * r;
+    p = p + 1.0;
+    return ldexp(p, (int)n);
+}
+
 #endif

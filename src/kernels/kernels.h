@@ -65,6 +65,14 @@ typedef void (*quill_softmax_fn)(float *x, int n, float s);
  * instruction set gives the same bits. */
 typedef void (*quill_swiglu_fn)(float *gate, const float *up, int64_t n);
 
+/* out[r] = Σ_i w[r·w_stride + i] · x[i] in float64, for r < rows: the mixture-of-experts router's
+ * logits (model/ffn_moe.c). Element i goes to partial sum i mod 8, in i order, and the eight are
+ * added ((0+1)+(2+3))+((4+5)+(6+7)). A product of two floats is exact in float64, so fused or not
+ * the steps round alike: every instruction set, and the GPU's router (gpu/vulkan/shaders/
+ * route_logits.comp), gives the same bits, and the router adds no rounding of its own to the
+ * choice of experts beyond float64's. */
+typedef void (*quill_dot_f64_fn)(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out);
+
 /* The Gated DeltaNet delta rule of one value head over n_tok tokens of one sequence, in order, on
  * its state of s x s floats (row j: the state's column for value j). For token t (its q, k at
  * t * qk_stride, v at t * v_stride, decay and beta at t * gate_stride, output at t * out_stride),
@@ -117,6 +125,7 @@ typedef struct quill_kernels {
     quill_swiglu_fn swiglu;
     quill_key_block_fn key_block_q8_0, key_block_q4_0;
     quill_delta_rule_fn delta_rule;
+    quill_dot_f64_fn dot_f64;
     quill_row_dequant_fn dequant[QUILL_TYPE_COUNT]; /* NULL entries fall back to to_float */
     quill_vec_dot_fn vec_dot[QUILL_TYPE_COUNT];     /* NULL: dequantize the row, then dot */
     quill_matmul_fn matmul[QUILL_TYPE_COUNT];       /* NULL: row by row with vec_dot / dot */
@@ -152,6 +161,9 @@ quill_status quill_kernels_choose(const quill_kernels **out, quill_error *err);
 const quill_kernels *quill_kernels_scalar(void);
 /* The row dequantizer of a kernel set for a type (its own, or the type's to_float). */
 quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type);
+
+/* The partial sums of dot_f64 added in its order (kernels_scalar.c). */
+double quill_dot_f64_total(const double part[8]);
 
 /* The scalar weighted sum, which SIMD versions use for widths they do not cover. */
 void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,

@@ -56,6 +56,20 @@ static void softmax_scalar(float *x, int n, float s) {
     for (int p = 0; p < n; p++) x[p] *= inv;
 }
 
+/* The eight partial sums of one row's float64 dot product, added as kernels.h's dot_f64 says; the
+ * vector sets add theirs with this. */
+double quill_dot_f64_total(const double part[8]) {
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+static void dot_f64_scalar(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
+    for (int r = 0; r < rows; r++) {
+        double part[8] = {0};
+        for (int64_t i = 0; i < n; i++) part[i % 8] += (double)w[r * w_stride + i] * (double)x[i];
+        out[r] = quill_dot_f64_total(part);
+    }
+}
+
 static void swiglu_scalar(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
@@ -126,7 +140,8 @@ void quill_delta_rule_scalar(float *state, int64_t s, int n_tok, const float *q,
 static const quill_kernels scalar_table = {
     .isa = "scalar", .dot = dot_scalar, .weighted_sum = quill_weighted_sum_scalar, .dot_columns = dot_columns_scalar,
     .softmax = softmax_scalar, .swiglu = swiglu_scalar, .key_block_q8_0 = key_block_q8_0_scalar,
-    .key_block_q4_0 = key_block_q4_0_scalar, .delta_rule = quill_delta_rule_scalar};
+    .key_block_q4_0 = key_block_q4_0_scalar, .delta_rule = quill_delta_rule_scalar,
+    .dot_f64 = dot_f64_scalar};
 
 const quill_kernels *quill_kernels_scalar(void) { return &scalar_table; }
 

@@ -73,6 +73,7 @@ static size_t lay_out_buffers(quill_context *c, uint8_t *mem, size_t cache, size
     if (ap->n_expert) {
         const size_t experts = (size_t)ap->n_expert, used = (size_t)ap->n_expert_used;
         c->moe_logits = carve(mem, &at, ub * experts * f);
+        c->moe_router = carve(mem, &at, ub * experts * sizeof(double));
         c->moe_weight = carve(mem, &at, ub * used * f);
         c->moe_expert = carve(mem, &at, ub * used * sizeof(int32_t));
         c->moe_pairs = carve(mem, &at, ub * used * sizeof(int32_t));

@@ -82,6 +82,7 @@ struct quill_context {
      * slot) and where each expert's group starts [n_expert + 1]; the inputs of one expert's tokens
      * gathered [token][n_embd]; each slot's expert output [token][slot][n_embd] */
     float *moe_logits, *moe_weight, *moe_in, *moe_out;
+    double *moe_router; /* [token][expert]: the router's logits in float64 (ffn_moe.c) */
     float *moe_shared_gate;         /* [token]: the shared expert's sigmoid gate */
     float *mla;                     /* latent attention's scratch (mla.c): [ubatch][ap.mla_floats] */
     /* MoE micro-batches' experts in parallel (ffn_moe.c): per thread, room for a chunk of

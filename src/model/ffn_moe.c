@@ -15,6 +15,7 @@
  * slot order, so its bits do not depend on the batch, the thread count or the other sequences. */
 #include "model/forward.h"
 #include "base/error.h"
+#include "base/exp_poly.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -48,10 +49,10 @@ static void route(const quill_model *m, const quill_layer *L, double *logits, in
     if (ap->gating == QUILL_GATING_SOFTMAX) {
         double max = -INFINITY, sum = 0;
         for (int64_t e = 0; e < n_expert; e++) max = logits[e] > max ? logits[e] : max;
-        for (int64_t e = 0; e < n_expert; e++) sum += logits[e] = exp(logits[e] - max);
+        for (int64_t e = 0; e < n_expert; e++) sum += logits[e] = exp_f64(logits[e] - max);
         for (int64_t e = 0; e < n_expert; e++) logits[e] /= sum;
     } else if (ap->gating == QUILL_GATING_SIGMOID) {
-        for (int64_t e = 0; e < n_expert; e++) logits[e] = 1.0 / (1.0 + exp(-logits[e]));
+        for (int64_t e = 0; e < n_expert; e++) logits[e] = 1.0 / (1.0 + exp_f64(-logits[e]));
     }
     double select[QUILL_MAX_EXPERTS];
     for (int64_t e = 0; e < n_expert; e++) select[e] = L->probs_bias ? logits[e] + L->probs_bias[e] : logits[e];
@@ -75,7 +76,7 @@ static void route(const quill_model *m, const quill_layer *L, double *logits, in
     for (int64_t i = 0; i < k; i++) weight[i] = logits[expert[i]];
     if (ap->gating == QUILL_GATING_TOP_K_SOFTMAX) {
         double max = weight[0], sum = 0;
-        for (int64_t i = 0; i < k; i++) sum += weight[i] = exp(weight[i] - max);
+        for (int64_t i = 0; i < k; i++) sum += weight[i] = exp_f64(weight[i] - max);
         for (int64_t i = 0; i < k; i++) weight[i] /= sum;
     }
     if (ap->norm_w) {
@@ -86,6 +87,9 @@ static void route(const quill_model *m, const quill_layer *L, double *logits, in
     }
     if (ap->w_scale != 0 && ap->w_scale != 1)
         for (int64_t i = 0; i < k; i++) weight[i] *= ap->w_scale;
+    /* (a weight that would be a subnormal float is 0 on every device: a GPU may flush them) */
+    for (int64_t i = 0; i < k; i++)
+        if (fabs(weight[i]) < 0x1p-126) weight[i] = 0;
 }
 
 /* The name of the chosen weights' last step in the reference's traces. */
@@ -145,8 +149,8 @@ static void shared_expert(quill_context *c, const quill_layer *L, int layer, int
     /* (ungated without ffn_gate_inp_shexp: DeepSeek, GLM-4.5) */
     for (int t = 0; t < n_tok; t++) {
         double dot = 0;
-        for (int64_t i = 0; L->shexp_gate && i < d; i++) dot += (double)L->shexp_gate[i] * c->xb[(size_t)t * d + i];
-        c->moe_shared_gate[t] = L->shexp_gate ? (float)(1.0 / (1.0 + exp(-dot))) : 1.0f;
+        if (L->shexp_gate) c->kern->dot_f64(L->shexp_gate, 0, 1, c->xb + (size_t)t * d, d, &dot);
+        c->moe_shared_gate[t] = L->shexp_gate ? (float)(1.0 / (1.0 + exp_f64(-dot))) : 1.0f;
     }
     if (L->shexp_gate) quill_trace(c, "ffn_shexp_gate", layer, c->moe_shared_gate, 2, 1, n_tok, 1);
     quill_announce(c, (const quill_weight *[]){&L->w_down_shexp}, 1, n_tok);
@@ -221,21 +225,53 @@ static void expert_items(void *arg, int64_t e0, int64_t e1, int thread) {
         }
 }
 
+/* The router's logits [token][expert] in float64 (kernels.h's dot_f64: the same bits on every kernel
+ * set and on the GPU, and no rounding of their own in the choice of experts), over the pool by
+ * experts. A router stored in another type than f32 is decoded a row at a time into the thread's
+ * scratch. */
+typedef struct {
+    quill_context *c;
+    const quill_layer *L;
+    int n_tok;
+} router_job;
+
+static void router_rows(void *arg, int64_t e0, int64_t e1, int thread) {
+    const router_job *j = arg;
+    quill_context *c = j->c;
+    const quill_weight *w = &j->L->w_router;
+    const int64_t d = c->hp->n_embd, n_expert = c->model->ap.n_expert;
+    if (w->type == QUILL_TYPE_F32) {
+        for (int t = 0; t < j->n_tok; t++)
+            c->kern->dot_f64((const float *)(w->data + (size_t)e0 * w->row_bytes), (int64_t)(w->row_bytes / sizeof(float)),
+                             (int)(e1 - e0), c->xb + (size_t)t * d, d, c->moe_router + (size_t)t * n_expert + e0);
+        return;
+    }
+    float *row = c->thread_scratch + (size_t)thread * c->thread_scratch_len;
+    for (int64_t e = e0; e < e1; e++) {
+        quill_kernels_dequant(c->kern, w->type)(w->data + (size_t)e * w->row_bytes, row, d);
+        for (int t = 0; t < j->n_tok; t++)
+            c->kern->dot_f64(row, 0, 1, c->xb + (size_t)t * d, d, c->moe_router + (size_t)t * n_expert + e);
+    }
+}
+
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
     const quill_arch_params *ap = &c->model->ap;
     const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd;
-    quill_matmul(c, &L->w_router, c->xb, n_tok, c->moe_logits);
+    router_job rj = {c, L, n_tok};
+    quill_pool_run(c->pool, router_rows, &rj, n_expert, 4);
+    double *router = c->moe_router;
+    for (int64_t i = 0; i < n_tok * n_expert; i++) c->moe_logits[i] = (float)router[i];
     quill_trace(c, "ffn_moe_logits", layer, c->moe_logits, 2, n_expert, n_tok, 1);
     if (L->router_bias) {
-        for (int t = 0; t < n_tok; t++) add_row(c->moe_logits + (size_t)t * n_expert, L->router_bias, n_expert, 1);
+        for (int64_t i = 0; i < n_tok * n_expert; i++) c->moe_logits[i] = (float)(router[i] += L->router_bias[i % n_expert]);
         quill_trace(c, "ffn_moe_logits_biased", layer, c->moe_logits, 2, n_expert, n_tok, 1);
     }
 
     /* each token's experts, on this thread: n_expert · k steps a token, little beside the products */
-    double logits[QUILL_MAX_EXPERTS], weight[QUILL_MAX_EXPERTS];
+    double weight[QUILL_MAX_EXPERTS];
     for (int t = 0; t < n_tok; t++) {
         float *row = c->moe_logits + (size_t)t * n_expert;
-        for (int64_t e = 0; e < n_expert; e++) logits[e] = row[e];
+        double *logits = router + (size_t)t * n_expert;
         route(c->model, L, logits, n_expert, k, c->moe_expert + (size_t)t * k, weight);
         for (int64_t e = 0; e < n_expert; e++) row[e] = (float)logits[e];
         for (int64_t s = 0; s < k; s++) c->moe_weight[(size_t)t * k + s] = (float)weight[s];

@@ -223,11 +223,46 @@ static void swiglu_neon(float *gate, const float *up, int64_t n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];
 }
 
+/* kernels.h's dot_f64: a row's partial sums i mod 8 as four vectors of two doubles, rows in pairs
+ * (eight chains of fused multiply-adds in flight). */
+static inline __attribute__((always_inline)) void rows_f64_neon(const float *w, int64_t w_stride, const int nr,
+                                                                const float *x, int64_t n, double *out) {
+    const int64_t whole = n / 8 * 8;
+    float64x2_t acc[2][4];
+    for (int j = 0; j < nr; j++)
+        for (int q = 0; q < 4; q++) acc[j][q] = vdupq_n_f64(0.0);
+    for (int64_t i = 0; i < whole; i += 8) {
+        const float32x4_t x0 = vld1q_f32(x + i), x1 = vld1q_f32(x + i + 4);
+        const float64x2_t xs[4] = {vcvt_f64_f32(vget_low_f32(x0)), vcvt_high_f64_f32(x0), vcvt_f64_f32(vget_low_f32(x1)),
+                                   vcvt_high_f64_f32(x1)};
+        for (int j = 0; j < nr; j++) {
+            const float32x4_t w0 = vld1q_f32(w + j * w_stride + i), w1 = vld1q_f32(w + j * w_stride + i + 4);
+            acc[j][0] = vfmaq_f64(acc[j][0], vcvt_f64_f32(vget_low_f32(w0)), xs[0]);
+            acc[j][1] = vfmaq_f64(acc[j][1], vcvt_high_f64_f32(w0), xs[1]);
+            acc[j][2] = vfmaq_f64(acc[j][2], vcvt_f64_f32(vget_low_f32(w1)), xs[2]);
+            acc[j][3] = vfmaq_f64(acc[j][3], vcvt_high_f64_f32(w1), xs[3]);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        double part[8];
+        for (int q = 0; q < 4; q++) vst1q_f64(part + 2 * q, acc[j][q]);
+        for (int64_t i = whole; i < n; i++) part[i % 8] += (double)w[j * w_stride + i] * (double)x[i];
+        out[j] = quill_dot_f64_total(part);
+    }
+}
+
+static void dot_f64_neon(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
+    int r = 0;
+    for (; r + 2 <= rows; r += 2) rows_f64_neon(w + r * w_stride, w_stride, 2, x, n, out + r);
+    for (; r < rows; r++) rows_f64_neon(w + r * w_stride, w_stride, 1, x, n, out + r);
+}
+
 void quill_kernels_install_neon(quill_kernels *k) {
     k->dot = dot_neon;
     k->weighted_sum = weighted_sum_neon;
     k->dot_columns = dot_columns_neon;
     k->softmax = softmax_neon;
     k->swiglu = swiglu_neon;
+    k->dot_f64 = dot_f64_neon;
 }
 #endif

@@ -966,6 +966,35 @@ static void key_block_q4_0_avx2(const uint8_t *block, int64_t hd, float *tile) {
     }
 }
 
+/* kernels.h's dot_f64: a row's partial sums i mod 8 as two vectors of four doubles, rows in fours
+ * (eight chains of fused multiply-adds in flight: one row's two would wait on their latency). */
+static inline __attribute__((always_inline)) void rows_f64_avx2(const float *w, int64_t w_stride, const int nr,
+                                                                const float *x, int64_t n, double *out) {
+    const int64_t whole = n / 8 * 8;
+    __m256d lo[4], hi[4];
+    for (int j = 0; j < nr; j++) lo[j] = hi[j] = _mm256_setzero_pd();
+    for (int64_t i = 0; i < whole; i += 8) {
+        const __m256d xl = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), xh = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        for (int j = 0; j < nr; j++) {
+            lo[j] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + j * w_stride + i)), xl, lo[j]);
+            hi[j] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + j * w_stride + i + 4)), xh, hi[j]);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        double part[8];
+        _mm256_storeu_pd(part, lo[j]);
+        _mm256_storeu_pd(part + 4, hi[j]);
+        for (int64_t i = whole; i < n; i++) part[i % 8] += (double)w[j * w_stride + i] * (double)x[i];
+        out[j] = quill_dot_f64_total(part);
+    }
+}
+
+static void dot_f64_avx2(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) rows_f64_avx2(w + r * w_stride, w_stride, 4, x, n, out + r);
+    for (; r < rows; r++) rows_f64_avx2(w + r * w_stride, w_stride, 1, x, n, out + r);
+}
+
 void quill_kernels_install_avx2(quill_kernels *k) {
     QUILL_INSTALL_SIMD(k, avx2);
     QUILL_INSTALL_FLOAT_PRODUCTS(k);

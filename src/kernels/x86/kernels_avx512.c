@@ -978,6 +978,31 @@ static void key_block_q4_0_avx512(const uint8_t *block, int64_t hd, float *tile)
     }
 }
 
+/* kernels.h's dot_f64: a row's partial sums i mod 8 in one vector of eight doubles, rows in fours
+ * (four chains of fused multiply-adds in flight). */
+static inline __attribute__((always_inline)) void rows_f64_avx512(const float *w, int64_t w_stride, const int nr,
+                                                                  const float *x, int64_t n, double *out) {
+    const int64_t whole = n / 8 * 8;
+    __m512d acc[4];
+    for (int j = 0; j < nr; j++) acc[j] = _mm512_setzero_pd();
+    for (int64_t i = 0; i < whole; i += 8) {
+        const __m512d xv = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        for (int j = 0; j < nr; j++) acc[j] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(w + j * w_stride + i)), xv, acc[j]);
+    }
+    for (int j = 0; j < nr; j++) {
+        double part[8];
+        _mm512_storeu_pd(part, acc[j]);
+        for (int64_t i = whole; i < n; i++) part[i % 8] += (double)w[j * w_stride + i] * (double)x[i];
+        out[j] = quill_dot_f64_total(part);
+    }
+}
+
+static void dot_f64_avx512(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) rows_f64_avx512(w + r * w_stride, w_stride, 4, x, n, out + r);
+    for (; r < rows; r++) rows_f64_avx512(w + r * w_stride, w_stride, 1, x, n, out + r);
+}
+
 void quill_kernels_install_avx512(quill_kernels *k) {
     QUILL_INSTALL_SIMD(k, avx512);
     QUILL_INSTALL_FLOAT_PRODUCTS(k);

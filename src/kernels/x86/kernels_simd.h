@@ -26,6 +26,7 @@
         (k)->swiglu = swiglu_##sfx;                                                                  \
         (k)->key_block_q8_0 = key_block_q8_0_##sfx;                                                  \
         (k)->key_block_q4_0 = key_block_q4_0_##sfx;                                                  \
+        (k)->dot_f64 = dot_f64_##sfx;                                                                \
         QUILL_TYPE_LIST(QUILL_INSTALL_VECTOR_ROW_, k)                                               \
     } while (0)
 
