@@ -216,7 +216,7 @@ TEST(vulkan_grouped_products) {
     for (int k = 0; k < N; k++) {
         for (int i = 0; i < rows[k] * COLS; i++) wf[i] = test_randf(&seed);
         CHECK(quill_quantize_rows(types[k], wf, w[k], rows[k], COLS, &err) == QUILL_OK, "%s", err.message);
-        p[k] = (quill_gpu_mat){types[k], w[k], quill_row_size(types[k], COLS), rows[k], y[k]};
+        p[k] = (quill_gpu_mat){types[k], w[k], quill_row_size(types[k], COLS), rows[k], y[k], 1};
     }
     CHECK(quill_gpu_matmuls(g, p, N, COLS, x, TOK, &err) == QUILL_E_ARG); /* not uploaded */
     for (int k = 0; k < N; k++)
@@ -505,10 +505,21 @@ TEST(vulkan_families_and_sequences) {
     static const struct {
         const char *arch;
         bool whole, exact;
-    } families[] = {{"llama3", true, true},  {"smollm3", true, true}, {"phi3", true, true},
-                    {"qwen2", true, true},   {"qwen3", true, true},   {"glm4", true, true},
-                    {"granite", true, true}, {"gemma3", true, false}, {"gemma2", true, false},
-                    {"olmo2", false, true}};
+        const char *options; /* (the experts' shapes: rows of whole q8_0 blocks) */
+    } families[] = {{"llama3", true, true, ""},
+                    {"smollm3", true, true, ""},
+                    {"phi3", true, true, ""},
+                    {"qwen2", true, true, ""},
+                    {"qwen3", true, true, ""},
+                    {"glm4", true, true, ""},
+                    {"granite", true, true, ""},
+                    {"gemma3", true, false, ""},
+                    {"gemma2", true, false, ""},
+                    {"qwen3moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32"},
+                    {"qwen2moe", true, true, "--experts 8 --experts-used 2 --expert-ff 32"},
+                    {"llama-moe", true, true, ""},
+                    {"glm4moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32"},
+                    {"olmo2", false, true, ""}};
     const size_t n_families = sizeof families / sizeof families[0];
     for (size_t k = 0; k < n_families; k++) {
         /* under the sanitizers every other family and the products-only one (the gcc run has all:
@@ -520,9 +531,10 @@ TEST(vulkan_families_and_sequences) {
         /* (the inexact ones in f32: in q8_0 a difference of an f32 rounding may move an activation's
          * code by a step of its 8 bits) */
         snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --window 16 --seed 3 --vocab "
+                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --window 16 --seed 3 %s --vocab "
                  "%s/models/stories260K.gguf --type f32 -o %s && (%s || %s quantize %s %s q8_0)",
-                 quill_bin(), families[k].arch, shared, f32, families[k].exact ? "false" : "true", quill_bin(), f32, q8);
+                 quill_bin(), families[k].arch, families[k].options, shared, f32, families[k].exact ? "false" : "true",
+                 quill_bin(), f32, q8);
         const int rc = run_cmd(cmd, &out, true);
         CHECK(rc == 0, "synth + quantize %s: %s", families[k].arch, out);
         free(out);

@@ -70,6 +70,22 @@ void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
                              const uint64_t *y_at, int n_tok) {
     (void)g, (void)w, (void)n, (void)cols, (void)x_at, (void)y_at, (void)n_tok;
 }
+void quill_gpu_route_logits(quill_gpu *g, const float *w, int64_t rows, int64_t cols, uint64_t x_at, const float *bias,
+                            uint64_t out_at, int n_tok) {
+    (void)g, (void)w, (void)rows, (void)cols, (void)x_at, (void)bias, (void)out_at, (void)n_tok;
+}
+void quill_gpu_route_select(quill_gpu *g, const quill_gpu_routing *r, int64_t n_expert, int64_t k, uint64_t logits_at,
+                            uint64_t select_at, uint64_t weights_at, uint64_t ids_at, int n_tok) {
+    (void)g, (void)r, (void)n_expert, (void)k, (void)logits_at, (void)select_at, (void)weights_at, (void)ids_at, (void)n_tok;
+}
+void quill_gpu_step_expert_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at, int x_div,
+                                    uint64_t ids_at, const uint64_t *y_at, int n_pairs) {
+    (void)g, (void)w, (void)n, (void)cols, (void)x_at, (void)x_div, (void)ids_at, (void)y_at, (void)n_pairs;
+}
+void quill_gpu_moe_sum(quill_gpu *g, uint64_t y_at, uint64_t weights_at, int64_t d, int64_t k, uint64_t shared_at,
+                       uint64_t gate_at, uint64_t out_at, int n_tok) {
+    (void)g, (void)y_at, (void)weights_at, (void)d, (void)k, (void)shared_at, (void)gate_at, (void)out_at, (void)n_tok;
+}
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
                     const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok) {
     (void)g, (void)v_at, (void)n_heads, (void)hd, (void)half, (void)stride, (void)neox, (void)cos_table, (void)sin_table,

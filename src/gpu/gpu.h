@@ -58,6 +58,7 @@ typedef struct {
     size_t row_bytes;
     int64_t rows;
     float *y;
+    int64_t n_expert; /* an expert tensor's matrices, rows · row_bytes apart (0 or 1: one matrix) */
 } quill_gpu_mat;
 /* The most products of one group. */
 #define QUILL_GPU_GROUP_MAX 4
@@ -122,6 +123,42 @@ void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float
  * once per act_max among them. */
 void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
                              const uint64_t *y_at, int n_tok);
+/* ---------------------------------------------------------------- a mixture-of-experts layer
+ *
+ * model/ffn_moe.c's steps on the device, with its bits: the router's logits in float64, the choice
+ * of experts and their weights, the experts' products for each (token, slot) pair, and the sum. */
+/* out_at (doubles: an even float offset) [token][rows] = W · x[token] (+ bias) in float64, as
+ * kernels.h's dot_f64: W an uploaded f32 matrix of rows x cols (the router; one row: a shared
+ * expert's gate vector), bias an uploaded vector of rows or NULL. */
+void quill_gpu_route_logits(quill_gpu *g, const float *w, int64_t rows, int64_t cols, uint64_t x_at, const float *bias,
+                            uint64_t out_at, int n_tok);
+#define QUILL_GPU_MAX_USED 64   /* experts a token uses, at most */
+#define QUILL_GPU_MAX_GROUPS 64 /* expert groups, at most */
+/* How the router chooses (model.h's quill_gating and the architecture's parameters). */
+typedef struct {
+    enum { QUILL_GPU_GATING_SOFTMAX, QUILL_GPU_GATING_TOP_K_SOFTMAX, QUILL_GPU_GATING_SIGMOID } gating;
+    bool norm_w;
+    float w_scale;
+    int64_t n_group, n_group_used;
+    const float *probs_bias; /* the selection bias (uploaded, n_expert) or NULL */
+} quill_gpu_routing;
+/* From the logits at logits_at (replaced by the probabilities; select_at: room for as many
+ * doubles), each token's k experts into ids_at (ints) and their f32 weights into weights_at,
+ * [token][slot], as ffn_moe.c's route. */
+void quill_gpu_route_select(quill_gpu *g, const quill_gpu_routing *r, int64_t n_expert, int64_t k, uint64_t logits_at,
+                            uint64_t select_at, uint64_t weights_at, uint64_t ids_at, int n_tok);
+/* The experts' products of n_pairs (token, slot) pairs: y_at[i][p · rows + r] = W_i[e][r] · x[p /
+ * x_div] with e the int at ids_at + p, for the n uploaded expert tensors W_i (each as
+ * quill_gpu_matmul's bits); x_div the slots per token when the pairs share their token's input
+ * (gate, up), 1 when each has its own (down). */
+void quill_gpu_step_expert_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at, int x_div,
+                                    uint64_t ids_at, const uint64_t *y_at, int n_pairs);
+/* out[t] = Σ_slot weight · y[t][slot] in slot order (y_at [token][slot][d], weights_at
+ * [token][slot]), then + shared[t] · gate (shared_at not QUILL_GPU_NONE; gate = sigmoid of the
+ * float64 at gate_at + 2t, or 1 when gate_at is QUILL_GPU_NONE), as ffn_moe.c's sums. */
+void quill_gpu_moe_sum(quill_gpu *g, uint64_t y_at, uint64_t weights_at, int64_t d, int64_t k, uint64_t shared_at,
+                       uint64_t gate_at, uint64_t out_at, int n_tok);
+
 /* RoPE in place on n_heads vectors of hd per token, pairs adjacent or neox (half of them rotated),
  * with the uploaded tables cos_table, sin_table at table_at + position · stride. */
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,

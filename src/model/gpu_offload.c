@@ -24,7 +24,6 @@ struct quill_gpu_failure {
 static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
     if (L->recurrent || L->shortconv) return "a recurrent layer (DeltaNet, Mamba-2 or short convolution)";
     if (L->mla) return "latent attention";
-    if (L->ffn != QUILL_FFN_DENSE) return "a mixture-of-experts FFN";
     if (L->ffn_only || L->no_ffn) return "a single-block layer";
     if (L->ple_gate.data || m->arch->per_layer_inputs) return "per-layer inputs";
     return NULL;
@@ -52,7 +51,19 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH)) return "an FFN other than SwiGLU or GeGLU";
     if (L->b_gate || L->b_up || L->b_down) return "FFN biases";
     if (c->type_k != QUILL_TYPE_F32 || c->type_v != QUILL_TYPE_F32) return "a KV cache of a type other than f32 (-ctk/-ctv)";
+    if (L->ffn != QUILL_FFN_DENSE) {
+        if (L->gate_exps_bias || L->up_exps_bias || L->down_exps_bias) return "expert biases";
+        if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
+        if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
+            return "more experts per token, or expert groups, than the device's router takes";
+        if (L->ffn == QUILL_FFN_MOE_SHARED && !L->w_gate_shexp.data) return "a shared expert without a gate";
+    }
     return NULL;
+}
+
+/* A weight's bytes (an expert tensor's: all its experts'). */
+static double weight_bytes(const quill_weight *w) {
+    return w->data ? (double)(w->n_expert > 1 ? w->n_expert : 1) * (double)w->rows * (double)w->row_bytes : 0;
 }
 
 static quill_status upload(quill_context *c, const quill_weight *w, int layer, quill_error *err) {
@@ -63,20 +74,32 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
                           " do); use fewer -ngl layers or --backend cpu",
                           w->name ? w->name : "a weight", layer >= 0 ? " of layer " : "", layer >= 0 ? layer : 0,
                           quill_type_name(w->type));
-    quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)w->rows * w->row_bytes, err);
+    quill_status s = quill_gpu_upload(c->gpu, w->data, (size_t)weight_bytes(w), err);
     if (s == QUILL_E_NOMEM)
         return quill_fail(err, s, "--backend vulkan: %s (%.1f MiB) does not fit the device's memory; use fewer -ngl layers",
-                          w->name ? w->name : "a weight", (double)w->rows * (double)w->row_bytes / (1024.0 * 1024.0));
+                          w->name ? w->name : "a weight", weight_bytes(w) / (1024.0 * 1024.0));
     return s;
 }
 
-static double weight_bytes(const quill_weight *w) { return w->data ? (double)w->rows * (double)w->row_bytes : 0; }
+/* The matrices of a layer that may go to the device: its products' (the experts' only when the
+ * layer runs whole there: else the CPU runs them), and the router's when it does. */
+static int layer_weights(const quill_layer *L, bool whole, const quill_weight **out) {
+    const quill_weight *all[] = {&L->wq,     &L->wk,           &L->wv,         &L->wo,           &L->w_gate,
+                                 &L->w_up,   &L->w_down,       &L->w_gate_shexp, &L->w_up_shexp, &L->w_down_shexp};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->data && (whole || all[i]->n_expert <= 1)) out[n++] = all[i];
+    if (whole && L->ffn != QUILL_FFN_DENSE) out[n++] = &L->w_router;
+    return n;
+}
+#define LAYER_WEIGHTS_MAX 11
 
 /* The bytes of a layer's weights that go to the device. */
-static double layer_bytes(const quill_layer *L) {
-    const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+static double layer_bytes(const quill_layer *L, bool whole) {
+    const quill_weight *ws[LAYER_WEIGHTS_MAX];
+    const int n = layer_weights(L, whole, ws);
     double b = 0;
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += weight_bytes(ws[i]);
+    for (int i = 0; i < n; i++) b += weight_bytes(ws[i]);
     return b;
 }
 
@@ -115,7 +138,7 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     int fits = 0;
     for (int l = n_layer - 1; l >= first; l--) {
         /* (and the layer's KV cache, in f32, when it runs whole there) */
-        const double b = layer_bytes(&m->layers[l]) +
+        const double b = layer_bytes(&m->layers[l], !whole_refused) +
                          (whole_refused ? 0 : 2.0 * (double)(m->layers[l].n_head_kv * m->layers[l].head_dim) *
                                                   (double)c->n_seq * (double)c->n_ctx * sizeof(float));
         need += b;
@@ -128,9 +151,9 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
                           ngl, need / mib, whole_refused ? "" : " and KV cache", quill_gpu_name(c->gpu), memory / mib,
                           getenv("QUILL_VULKAN_MEMORY_MIB") ? " for quill (QUILL_VULKAN_MEMORY_MIB)" : "", fits);
     for (int l = first; l < n_layer && !s; l++) {
-        const quill_layer *L = &m->layers[l];
-        const quill_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !s; i++) s = upload(c, ws[i], l, err);
+        const quill_weight *ws[LAYER_WEIGHTS_MAX];
+        const int n = layer_weights(&m->layers[l], !whole_refused, ws);
+        for (int i = 0; i < n && !s; i++) s = upload(c, ws[i], l, err);
     }
     if (!s && ngl > n_layer) s = upload(c, &m->output, -1, err);
     c->gpu_layers = ngl;
@@ -151,7 +174,9 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
             const float *v;
             size_t n;
         } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
-                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d}};
+                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d},
+                       {L->router_bias, (size_t)m->ap.n_expert}, {L->probs_bias, (size_t)m->ap.n_expert},
+                       {L->shexp_gate, d}};
         for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
             if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
     }
@@ -216,7 +241,7 @@ int quill_gpu_products(const quill_context *c, const quill_weight *const *w, flo
     quill_gpu_mat p[QUILL_GPU_GROUP_MAX];
     int k = 0;
     for (; k < n && k < QUILL_GPU_GROUP_MAX && w[k]->cols == w[0]->cols && quill_gpu_resident(c->gpu, w[k]->data); k++)
-        p[k] = (quill_gpu_mat){w[k]->type, w[k]->data, w[k]->row_bytes, w[k]->rows, y[k]};
+        p[k] = (quill_gpu_mat){w[k]->type, w[k]->data, w[k]->row_bytes, w[k]->rows, y[k], 1};
     if (!k) return 0;
     struct quill_gpu_failure *f = c->gpu_failure;
     if (f->status == QUILL_OK) f->status = quill_gpu_matmuls(c->gpu, p, k, w[0]->cols, x, n_tok, &f->err);
@@ -234,6 +259,9 @@ bool quill_gpu_product(const quill_context *c, const quill_weight *w, const floa
 /* The step's regions of activations, in floats (each at a multiple of QUILL_GPU_ALIGN). */
 typedef struct {
     uint64_t x, xb, q, k, v, att, gate, up, out_in, logits, total;
+    /* a mixture-of-experts layer's: the router's logits and scores (float64), the pairs' experts
+     * and weights, their gate, up and down products, the shared expert's output and gate */
+    uint64_t router, select, ids, weights, pair_gate, pair_up, pair_down, shared, shared_gate;
 } step_layout;
 
 static uint64_t region(uint64_t *at, uint64_t floats) {
@@ -242,7 +270,43 @@ static uint64_t region(uint64_t *at, uint64_t floats) {
     return r;
 }
 
-static quill_gpu_mat mat_of(const quill_weight *w) { return (quill_gpu_mat){w->type, w->data, w->row_bytes, w->rows, NULL}; }
+static quill_gpu_mat mat_of(const quill_weight *w) {
+    return (quill_gpu_mat){w->type, w->data, w->row_bytes, w->rows, NULL, w->n_expert};
+}
+
+/* forward.c's FFN of a mixture-of-experts layer (ffn_moe.c's moe_fast), its input in xb, its
+ * output into xb. */
+static void moe_layer(const quill_context *c, const quill_layer *L, const step_layout *r, int n) {
+    const quill_model *m = c->model;
+    quill_gpu *g = c->gpu;
+    const int64_t d = c->hp->n_embd, E = m->ap.n_expert, k = m->ap.n_expert_used, ff = m->ap.n_ff_exp;
+    const int pairs = n * (int)k;
+    quill_gpu_route_logits(g, (const float *)L->w_router.data, E, d, r->xb, L->router_bias, r->router, n);
+    const quill_gpu_routing routing = {
+        m->ap.gating == QUILL_GATING_SIGMOID         ? QUILL_GPU_GATING_SIGMOID
+        : m->ap.gating == QUILL_GATING_TOP_K_SOFTMAX ? QUILL_GPU_GATING_TOP_K_SOFTMAX
+                                                     : QUILL_GPU_GATING_SOFTMAX,
+        m->ap.norm_w, m->ap.w_scale, m->ap.n_group, m->ap.n_group_used, L->probs_bias};
+    quill_gpu_route_select(g, &routing, E, k, r->router, r->select, r->weights, r->ids, n);
+    const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, down = mat_of(&L->w_down);
+    quill_gpu_step_expert_products(g, gate_up, 2, d, r->xb, (int)k, r->ids, (const uint64_t[]){r->pair_gate, r->pair_up},
+                                   pairs);
+    quill_gpu_glu(g, r->pair_gate, r->pair_up, (int64_t)pairs * ff, m->arch->act == QUILL_ACT_GELU_TANH);
+    quill_gpu_step_expert_products(g, &down, 1, ff, r->pair_gate, 1, r->ids, &r->pair_down, pairs);
+    uint64_t shared = QUILL_GPU_NONE, gate = QUILL_GPU_NONE;
+    if (L->ffn == QUILL_FFN_MOE_SHARED) {
+        const quill_gpu_mat sh[2] = {mat_of(&L->w_gate_shexp), mat_of(&L->w_up_shexp)}, sh_down = mat_of(&L->w_down_shexp);
+        quill_gpu_step_products(g, sh, 2, d, r->xb, (const uint64_t[]){r->gate, r->up}, n);
+        quill_gpu_glu(g, r->gate, r->up, (int64_t)n * L->w_up_shexp.rows, m->arch->act == QUILL_ACT_GELU_TANH);
+        quill_gpu_step_products(g, &sh_down, 1, L->w_up_shexp.rows, r->gate, &r->shared, n);
+        shared = r->shared;
+        if (L->shexp_gate) {
+            quill_gpu_route_logits(g, L->shexp_gate, 1, d, r->xb, NULL, r->shared_gate, n);
+            gate = r->shared_gate;
+        }
+    }
+    quill_gpu_moe_sum(g, r->pair_down, r->weights, d, k, shared, gate, r->xb, n);
+}
 
 bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *pos, const bool *want, int n,
                           float *logits) {
@@ -261,22 +325,35 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     r.k = region(&at, nt * (uint64_t)m->ap.widest_kv);
     r.v = region(&at, nt * (uint64_t)m->ap.widest_kv);
     r.att = region(&at, nt * (uint64_t)m->ap.widest_q);
-    r.gate = region(&at, nt * (uint64_t)m->ap.widest_ff);
-    r.up = region(&at, nt * (uint64_t)m->ap.widest_ff);
+    const uint64_t ff_widest = (uint64_t)(m->ap.n_ff_shexp > m->ap.widest_ff ? m->ap.n_ff_shexp : m->ap.widest_ff);
+    r.gate = region(&at, nt * ff_widest);
+    r.up = region(&at, nt * ff_widest);
+    if (m->ap.n_expert) {
+        const uint64_t E = (uint64_t)m->ap.n_expert, k = (uint64_t)m->ap.n_expert_used, ff = (uint64_t)m->ap.n_ff_exp;
+        r.router = region(&at, nt * E * 2);
+        r.select = region(&at, nt * E * 2);
+        r.ids = region(&at, nt * k);
+        r.weights = region(&at, nt * k);
+        r.pair_gate = region(&at, nt * k * ff);
+        r.pair_up = region(&at, nt * k * ff);
+        r.pair_down = region(&at, nt * k * d);
+        r.shared = region(&at, nt * d);
+        r.shared_gate = region(&at, nt * 2);
+    }
     r.out_in = region(&at, output ? nt * d : 0);
     r.logits = region(&at, output && logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0);
     r.total = at;
     struct quill_gpu_failure *f = c->gpu_failure;
     quill_gpu *g = c->gpu;
     /* (a failed step's output is discarded: its callers return the failure; a layer records at
-     * most 30 dispatches, the output 3) */
+     * most 40 dispatches, the output 3) */
     if (f->status == QUILL_OK && c->trace)
         f->status = quill_fail(&f->err, QUILL_E_UNSUPPORTED,
                                "a trace of the intermediate tensors (--trace) sees only the CPU's layers, and layers %d to "
                                "%d (of 0 to %d) run whole on the Vulkan device: trace with --backend cpu",
                                first, n_layer - 1, n_layer - 1);
     if (f->status == QUILL_OK)
-        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 30 * (n_layer - first) + 8, &f->err);
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 40 * (n_layer - first) + 8, &f->err);
     if (f->status) {
         if (output && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
@@ -317,10 +394,14 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
         /* the residual, then the FFN's norm into xb */
         quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
-        const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
-        quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
-        quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
-        quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
+        if (L->ffn != QUILL_FFN_DENSE) {
+            moe_layer(c, L, &r, n);
+        } else {
+            const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
+            quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
+            quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
+            quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
+        }
         if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);
         if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
         quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);

@@ -49,6 +49,15 @@ static const uint32_t spv_add_rows[] =
 static const uint32_t spv_scale[] =
 #include "shaders/scale.comp.inc"
     ;
+static const uint32_t spv_route_logits[] =
+#include "shaders/route_logits.comp.inc"
+    ;
+static const uint32_t spv_route_select[] =
+#include "shaders/route_select.comp.inc"
+    ;
+static const uint32_t spv_moe_sum[] =
+#include "shaders/moe_sum.comp.inc"
+    ;
 
 typedef struct {
     VkBuffer buf;
@@ -62,10 +71,13 @@ struct resident {
     gpu_buffer buf;
 };
 
-enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE, PIPE_COUNT };
+enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
+       PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_COUNT };
 /* the most push-constant words of a shader (attention's 12) */
 #define PUSH_WORDS 16
-#define BINDINGS 4
+/* (the fifth: the experts' ids of a mixture-of-experts layer's products; unused ones bind the
+ * first buffer) */
+#define BINDINGS 5
 #define WORKGROUP 64
 /* attention.comp's MAX_KEPT: the scores of at most this many positions kept in shared memory */
 #define ATTENTION_KEPT 2048
@@ -428,6 +440,9 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
     if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
     if ((s = make_pipeline(g, spv_scale, sizeof spv_scale, &g->pipes[PIPE_SCALE], err))) return s;
+    if ((s = make_pipeline(g, spv_route_logits, sizeof spv_route_logits, &g->pipes[PIPE_ROUTE_LOGITS], err))) return s;
+    if ((s = make_pipeline(g, spv_route_select, sizeof spv_route_select, &g->pipes[PIPE_ROUTE_SELECT], err))) return s;
+    if ((s = make_pipeline(g, spv_moe_sum, sizeof spv_moe_sum, &g->pipes[PIPE_MOE_SUM], err))) return s;
     /* the descriptor sets of a group of products (the quantizer's, each product's), the command
      * buffer and the fence */
     enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
@@ -593,12 +608,14 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
     return QUILL_OK;
 }
 
-/* A descriptor set of the four buffers, the results' (binding 3) from y_offset bytes on. */
+/* A descriptor set of the buffers (NULL ones: the first again), the results' (binding 3) from
+ * y_offset bytes on. */
 static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const bufs[BINDINGS], size_t y_offset) {
     VkDescriptorBufferInfo info[BINDINGS];
     VkWriteDescriptorSet w[BINDINGS];
     for (int i = 0; i < BINDINGS; i++) {
-        info[i] = (VkDescriptorBufferInfo){bufs[i]->buf, i == 3 ? y_offset : 0, VK_WHOLE_SIZE};
+        const gpu_buffer *b = bufs[i] ? bufs[i] : bufs[0];
+        info[i] = (VkDescriptorBufferInfo){b->buf, i == 3 ? y_offset : 0, VK_WHOLE_SIZE};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &info[i]};
@@ -672,11 +689,11 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
     memcpy(g->x.map, x, xs * sizeof(float));
     /* the quantizer reads x and writes the codes and scales; an exact product reads those, a float
      * product x (its binding 1) */
-    bind_set(g, g->sets[0], (const gpu_buffer *const[]){&g->x, &g->codes, &g->da, &g->y}, 0);
+    bind_set(g, g->sets[0], (const gpu_buffer *const[BINDINGS]){&g->x, &g->codes, &g->da, &g->y}, 0);
     for (int i = 0; i < n; i++)
         bind_set(g, g->sets[1 + i],
-                 exact_kind(p[i].type) >= 0 ? (const gpu_buffer *const[]){weights[i], &g->codes, &g->da, &g->y}
-                                            : (const gpu_buffer *const[]){weights[i], &g->x, &g->da, &g->y},
+                 exact_kind(p[i].type) >= 0 ? (const gpu_buffer *const[BINDINGS]){weights[i], &g->codes, &g->da, &g->y}
+                                            : (const gpu_buffer *const[BINDINGS]){weights[i], &g->x, &g->da, &g->y},
                  y_at[i]);
 
     begin_commands(g);
@@ -706,8 +723,8 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
          * (the bits are the same either way) */
         const int64_t parts = exact ? cols / slot_width(p[i].type) : (cols + 31) / 32;
         const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
-        const uint32_t pp[6] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
-                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split};
+        const uint32_t pp[8] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split, 0, 0};
         vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
@@ -725,7 +742,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
 
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,
                               int64_t cols, const float *x, int n_tok, float *y, quill_error *err) {
-    const quill_gpu_mat p = {type, w, row_bytes, rows, y};
+    const quill_gpu_mat p = {type, w, row_bytes, rows, y, 1};
     return quill_gpu_matmuls(g, &p, 1, cols, x, n_tok, err);
 }
 
@@ -820,7 +837,7 @@ typedef struct {
 static step_binding act_at(quill_gpu *g, uint64_t at) { return (step_binding){&g->act, at * sizeof(float)}; }
 
 /* Records a dispatch of `pipe` over n workgroups, then a barrier before whatever comes next reads
- * or overwrites what it wrote. */
+ * or overwrites what it wrote. Bindings left {NULL}: the activations from their start. */
 static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const uint32_t *push, size_t words,
                    uint64_t n) {
     if (g->step_status) return;
@@ -839,11 +856,12 @@ static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const
     VkDescriptorBufferInfo info[BINDINGS];
     VkWriteDescriptorSet w[BINDINGS];
     for (int i = 0; i < BINDINGS; i++) {
-        if (b[i].offset % g->offset_alignment || b[i].offset >= b[i].buf->bytes) {
+        const step_binding bi = b[i].buf ? b[i] : act_at(g, 0);
+        if (bi.offset % g->offset_alignment || bi.offset >= bi.buf->bytes) {
             step_fail(g, QUILL_E_ARG, "a step's operation reads or writes past its buffers (or at a misaligned offset)");
             return;
         }
-        info[i] = (VkDescriptorBufferInfo){b[i].buf->buf, b[i].offset, VK_WHOLE_SIZE};
+        info[i] = (VkDescriptorBufferInfo){bi.buf->buf, bi.offset, VK_WHOLE_SIZE};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &info[i]};
@@ -890,21 +908,29 @@ void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float
     record(g, PIPE_RMSNORM, b, push, 6, (uint64_t)n_tok);
 }
 
-void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
-                             const uint64_t *y_at, int n_tok) {
+/* The products of n weights with the same x (x_div 0), or a mixture-of-experts layer's experts'
+ * (x_div > 0: "tokens" are n_out (token, slot) pairs, pair p's expert the int at ids_at + p and its
+ * activations row p / x_div of x's n_x rows). */
+static void step_products_of(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at, int n_x,
+                             const uint64_t *y_at, int n_out, int x_div, uint64_t ids_at) {
     int quantized_for = -1; /* the act_max of the codes made for this x */
     for (int i = 0; i < n && !g->step_status; i++) {
         quill_error e;
-        const quill_status bad = check_product(&w[i], cols, n_tok, &e);
+        const int64_t experts = w[i].n_expert > 1 ? w[i].n_expert : 1;
+        quill_status bad = check_product(&w[i], cols, n_out, &e);
+        if (!bad && (uint64_t)experts * (uint64_t)w[i].rows * w[i].row_bytes > UINT32_MAX / 2)
+            bad = quill_fail(&e, QUILL_E_ARG, "vulkan: an expert tensor of %lld x %lld x %lld %s weights is out of range",
+                             (long long)experts, (long long)w[i].rows, (long long)cols, quill_type_name(w[i].type));
         if (bad) {
             g->step_status = bad;
             g->step_err = e;
             return;
         }
-        const gpu_buffer *wb = step_resident(g, w[i].w, (size_t)w[i].rows * w[i].row_bytes, "a weight matrix");
+        const gpu_buffer *wb =
+            step_resident(g, w[i].w, (size_t)experts * (size_t)w[i].rows * w[i].row_bytes, "a weight matrix");
         if (!wb) return;
         const bool exact = exact_kind(w[i].type) >= 0;
-        const size_t xs = (size_t)cols * (size_t)n_tok;
+        const size_t xs = (size_t)cols * (size_t)n_x;
         /* the codes once for the group, again where a type wants another act_max */
         if (exact && act_max(w[i].type) != quantized_for) {
             quantized_for = act_max(w[i].type);
@@ -913,14 +939,69 @@ void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
             record(g, PIPE_QUANTIZE, qb, qp, 2, groups(xs / 32));
         }
         const int64_t parts = exact ? cols / slot_width(w[i].type) : (cols + 31) / 32;
-        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
-        const uint32_t pp[6] = {(uint32_t)w[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)w[i].row_bytes,
-                                (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split};
+        const bool split = g->split && n_out <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const uint32_t pp[8] = {(uint32_t)w[i].rows, (uint32_t)cols, (uint32_t)n_out, (uint32_t)w[i].row_bytes,
+                                (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split,
+                                (uint32_t)x_div, (uint32_t)ids_at};
         const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
-                                          act_at(g, y_at[i])};
-        const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_tok;
-        record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 6, split ? pairs : groups(pairs));
+                                          act_at(g, y_at[i]), act_at(g, 0)};
+        const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_out;
+        record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 8, split ? pairs : groups(pairs));
     }
+}
+
+void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
+                             const uint64_t *y_at, int n_tok) {
+    step_products_of(g, w, n, cols, x_at, n_tok, y_at, n_tok, 0, 0);
+}
+
+void quill_gpu_step_expert_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at, int x_div,
+                                    uint64_t ids_at, const uint64_t *y_at, int n_pairs) {
+    if (x_div <= 0 || n_pairs % x_div) {
+        step_fail(g, QUILL_E_ARG, "experts' products whose pairs are not whole tokens");
+        return;
+    }
+    step_products_of(g, w, n, cols, x_at, n_pairs / x_div, y_at, n_pairs, x_div, ids_at);
+}
+
+void quill_gpu_route_logits(quill_gpu *g, const float *w, int64_t rows, int64_t cols, uint64_t x_at, const float *bias,
+                            uint64_t out_at, int n_tok) {
+    const gpu_buffer *wb = step_resident(g, w, (size_t)rows * (size_t)cols * sizeof(float), "a router's weights");
+    const gpu_buffer *bb = wb && bias ? step_resident(g, bias, (size_t)rows * sizeof(float), "a router's bias") : NULL;
+    if (!wb || (bias && !bb)) return;
+    if (out_at % 2) {
+        step_fail(g, QUILL_E_ARG, "a router's float64 logits at an odd float");
+        return;
+    }
+    const step_binding b[BINDINGS] = {{wb, 0}, act_at(g, x_at), bb ? (step_binding){bb, 0} : act_at(g, 0), act_at(g, out_at)};
+    const uint32_t push[4] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n_tok, bias != NULL};
+    record(g, PIPE_ROUTE_LOGITS, b, push, 4, groups((uint64_t)rows * (uint64_t)n_tok));
+}
+
+void quill_gpu_route_select(quill_gpu *g, const quill_gpu_routing *r, int64_t n_expert, int64_t k, uint64_t logits_at,
+                            uint64_t select_at, uint64_t weights_at, uint64_t ids_at, int n_tok) {
+    if (k < 1 || k > QUILL_GPU_MAX_USED || k > n_expert || r->n_group > QUILL_GPU_MAX_GROUPS || logits_at % 2 ||
+        select_at % 2) {
+        step_fail(g, QUILL_E_ARG, "a router's choice out of the device's range");
+        return;
+    }
+    const gpu_buffer *pb =
+        r->probs_bias ? step_resident(g, r->probs_bias, (size_t)n_expert * sizeof(float), "a router's selection bias") : NULL;
+    if (r->probs_bias && !pb) return;
+    const step_binding b[BINDINGS] = {act_at(g, logits_at), act_at(g, select_at), pb ? (step_binding){pb, 0} : act_at(g, 0),
+                                      act_at(g, weights_at), act_at(g, ids_at)};
+    const uint32_t push[9] = {(uint32_t)n_expert, (uint32_t)k, (uint32_t)n_tok, (uint32_t)r->gating, r->probs_bias != NULL,
+                              (uint32_t)r->n_group, (uint32_t)r->n_group_used, r->norm_w, float_bits(r->w_scale)};
+    record(g, PIPE_ROUTE_SELECT, b, push, 9, groups((uint64_t)n_tok));
+}
+
+void quill_gpu_moe_sum(quill_gpu *g, uint64_t y_at, uint64_t weights_at, int64_t d, int64_t k, uint64_t shared_at,
+                       uint64_t gate_at, uint64_t out_at, int n_tok) {
+    const bool shared = shared_at != QUILL_GPU_NONE, gate = gate_at != QUILL_GPU_NONE;
+    const step_binding b[BINDINGS] = {act_at(g, y_at), act_at(g, weights_at), act_at(g, shared ? shared_at : 0),
+                                      act_at(g, out_at), act_at(g, gate ? gate_at : 0)};
+    const uint32_t push[5] = {(uint32_t)d, (uint32_t)k, (uint32_t)n_tok, shared, gate};
+    record(g, PIPE_MOE_SUM, b, push, 5, groups((uint64_t)d * (uint64_t)n_tok));
 }
 
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,

@@ -44,3 +44,35 @@ float exp_poly(float x) {
     p = fma_once(p, rr, r1);
     return ldexp(p, int(n));
 }
+
+// src/base/exp_poly.h's exp_f64, the same steps and constants (their float64 bits): the
+// mixture-of-experts router's exponential. n = roundEven(x·log2 e), r = (x - n·ln2_hi) - n·ln2_lo,
+// e^r by its Taylor series to r^13 in Horner's form, times 2^n (exact).
+double exp_f64(double x) {
+    if (isnan(x)) return x;
+    if (x < -700.0LF) return 0.0LF;
+    if (x > 709.0LF) return packDouble2x32(uvec2(0u, 0x7FF00000u));
+    const double inverse_factorial[14] = double[14](
+        0.0LF, 0.0LF, packDouble2x32(uvec2(0x0u, 0x3fe00000u)), packDouble2x32(uvec2(0x55555555u, 0x3fc55555u)),
+        packDouble2x32(uvec2(0x55555555u, 0x3fa55555u)), packDouble2x32(uvec2(0x11111111u, 0x3f811111u)),
+        packDouble2x32(uvec2(0x16c16c17u, 0x3f56c16cu)), packDouble2x32(uvec2(0x1a01a01au, 0x3f2a01a0u)),
+        packDouble2x32(uvec2(0x1a01a01au, 0x3efa01a0u)), packDouble2x32(uvec2(0xa556c734u, 0x3ec71de3u)),
+        packDouble2x32(uvec2(0xb7789f5cu, 0x3e927e4fu)), packDouble2x32(uvec2(0x67f544e4u, 0x3e5ae645u)),
+        packDouble2x32(uvec2(0xeff8d898u, 0x3e21eed8u)), packDouble2x32(uvec2(0x13a86d09u, 0x3de61246u)));
+    precise double t = x * packDouble2x32(uvec2(0x652b82feu, 0x3ff71547u));
+    const double n = roundEven(t);
+    precise const double hi = n * packDouble2x32(uvec2(0xfee00000u, 0x3fe62e42u));
+    precise const double lo = n * packDouble2x32(uvec2(0x35793c76u, 0x3dea39efu));
+    precise double r = x - hi;
+    r = r - lo;
+    precise double p = inverse_factorial[13];
+    for (int k = 12; k >= 2; k--) {
+        p = p * r;
+        p = p + inverse_factorial[k];
+    }
+    p = p * r;
+    p = p + 1.0LF;
+    p = p * r;
+    p = p + 1.0LF;
+    return ldexp(p, int(n));
+}

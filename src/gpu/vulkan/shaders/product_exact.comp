@@ -18,7 +18,11 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 // kind (vulkan.c's exact_kind): 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 (the 32-column formats with nibbles
 // and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K
 // split: see above (vulkan.c chooses; the slots then number at most MAX_SLOTS)
-layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; } p;
+// x_div: 0 for a matrix; else the experts' products of a mixture-of-experts layer (vulkan.c's
+// quill_gpu_step_expert_products): "token" t is a (token, slot) pair whose expert is ids[ids_at + t],
+// the matrix of `rows` rows at that expert's place in w, and whose activations are row t / x_div of x
+layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; uint x_div; uint ids_at; } p;
+layout(std430, binding = 4) readonly buffer Ids { int ids[]; };
 
 const uint MAX_SLOTS = 1024u;
 shared float s_c[MAX_SLOTS], s_sda[MAX_SLOTS], s_negm[MAX_SLOTS], s_dsum[MAX_SLOTS];
@@ -170,16 +174,18 @@ void main() {
     const uint id = p.split != 0u ? wg : wg * 64u + lane;
     if (id >= p.rows * p.n_tok) return;
     const uint r = id / p.n_tok, t = id % p.n_tok, kind = p.kind, width = slot_width(kind);
-    const uint nb = p.cols / 32u, row = r * p.row_bytes, n_slots = p.cols / width;
+    const uint xt = p.x_div != 0u ? t / p.x_div : t;
+    const uint nb = p.cols / 32u, n_slots = p.cols / width;
+    const uint row = (p.x_div != 0u ? uint(ids[p.ids_at + t]) * p.rows + r : r) * p.row_bytes;
     const bool mins = with_min(kind);
     precise float acc = 0.0;
     if (p.split == 0u) {
         for (uint s = 0u; s < n_slots; s++) {
             int c, sum;
             float sc, neg_m;
-            slot_ints(kind, row, s, t * p.cols + s * width, c, sum);
+            slot_ints(kind, row, s, xt * p.cols + s * width, c, sum);
             slot_scales(kind, row, s, sc, neg_m);
-            const float dab = da[t * nb + s * width / 32u];
+            const float dab = da[xt * nb + s * width / 32u];
             precise const float sda = sc * dab;
             acc = fma_once(float(c), sda, acc);
             if (mins) {
@@ -193,9 +199,9 @@ void main() {
     for (uint s = lane; s < n_slots; s += 64u) {
         int c, sum;
         float sc, neg_m;
-        slot_ints(kind, row, s, t * p.cols + s * width, c, sum);
+        slot_ints(kind, row, s, xt * p.cols + s * width, c, sum);
         slot_scales(kind, row, s, sc, neg_m);
-        const float dab = da[t * nb + s * width / 32u];
+        const float dab = da[xt * nb + s * width / 32u];
         precise const float sda = sc * dab;
         precise const float dsum = dab * float(sum);
         s_c[s] = float(c);

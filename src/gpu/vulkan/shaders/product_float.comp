@@ -12,7 +12,11 @@ layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 // kind (vulkan.c's float_kind): 0 f32, 1 f16, 2 bf16, 3 iq4_nl, 4 iq4_xs; split: see above (the
 // blocks then number at most MAX_BLOCKS)
-layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; } p;
+// x_div: 0 for a matrix; else the experts' products of a mixture-of-experts layer (vulkan.c's
+// quill_gpu_step_expert_products): "token" t is a (token, slot) pair whose expert is ids[ids_at + t],
+// the matrix of `rows` rows at that expert's place in w, and whose activations are row t / x_div of x
+layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; uint x_div; uint ids_at; } p;
+layout(std430, binding = 4) readonly buffer Ids { int ids[]; };
 
 const uint MAX_BLOCKS = 1024u;
 shared float s_sum[MAX_BLOCKS];
@@ -72,7 +76,8 @@ void main() {
     const uint id = p.split != 0u ? wg : wg * 64u + lane;
     if (id >= p.rows * p.n_tok) return;
     const uint r = id / p.n_tok, t = id % p.n_tok;
-    const uint x0 = t * p.cols, row = r * p.row_bytes, n_blocks = (p.cols + 31u) / 32u;
+    const uint x0 = (p.x_div != 0u ? t / p.x_div : t) * p.cols, n_blocks = (p.cols + 31u) / 32u;
+    const uint row = (p.x_div != 0u ? uint(ids[p.ids_at + t]) * p.rows + r : r) * p.row_bytes;
     precise float acc = 0.0;
     if (p.split == 0u) {
         for (uint b = 0u; b < n_blocks; b++) acc += block_sum(p.kind, row, b, x0);
