@@ -519,6 +519,7 @@ TEST(vulkan_families_and_sequences) {
                     {"qwen2moe", true, true, "--experts 8 --experts-used 2 --expert-ff 32"},
                     {"llama-moe", true, true, ""},
                     {"glm4moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32"},
+                    {"gpt-oss", true, true, "--experts 8 --experts-used 2"},
                     {"olmo2", false, true, ""}};
     const size_t n_families = sizeof families / sizeof families[0];
     for (size_t k = 0; k < n_families; k++) {

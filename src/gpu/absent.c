@@ -96,12 +96,17 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
     (void)g, (void)kv, (void)k_at, (void)v_at, (void)kv_dim, (void)hd, (void)n_tok;
 }
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, const float *sinks,
+                         int n_tok) {
     (void)g, (void)kv, (void)q_at, (void)out_at, (void)n_head, (void)n_head_kv, (void)hd, (void)scale, (void)window, (void)softcap,
-        (void)n_tok;
+        (void)sinks, (void)n_tok;
 }
-void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {
-    (void)g, (void)gate_at, (void)up_at, (void)n, (void)gelu;
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, quill_gpu_activation act) {
+    (void)g, (void)gate_at, (void)up_at, (void)n, (void)act;
+}
+void quill_gpu_add_rows_by_id(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n_expert, int64_t n, uint64_t ids_at,
+                              int n_pairs) {
+    (void)g, (void)x_at, (void)bias, (void)n_expert, (void)n, (void)ids_at, (void)n_pairs;
 }
 void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows) {
     (void)g, (void)x_at, (void)bias, (void)n, (void)n_rows;

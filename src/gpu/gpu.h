@@ -175,13 +175,21 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
 /* out = causal softmax(q·Kᵀ · scale)·V per token and query head over the cached positions 0 (or,
  * with a sliding window of `window` positions, pos + 1 - window) .. its own of its sequence (GQA:
  * n_head / n_head_kv query heads per KV head; hd at most 256); softcap > 0: the scores
- * softcap · tanh(x / softcap) before the softmax. */
+ * softcap · tanh(x / softcap) before the softmax; sinks (an uploaded vector of n_head, or NULL):
+ * each head's sink logit in the softmax's sum (gpt-oss, layer_ops.c's with_sink). */
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok);
-/* gate = act(gate) · up over n floats: SiLU, or GELU (tanh form) when gelu. */
-void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu);
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, const float *sinks,
+                         int n_tok);
+/* The FFN's gated activations (glu.comp). */
+typedef enum { QUILL_GPU_SILU, QUILL_GPU_GELU_TANH, QUILL_GPU_SWIGLU_OAI } quill_gpu_activation;
+/* gate = act(gate) · up over n floats. */
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, quill_gpu_activation act);
 /* x[r][i] += bias[i] for n_rows rows of n floats (bias: an uploaded f32 vector). */
 void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n, int64_t n_rows);
+/* x[p][i] += bias[e][i] for n_pairs rows of n floats, e the int at ids_at + p: an expert tensor's
+ * biases (bias: an uploaded n_expert x n array). */
+void quill_gpu_add_rows_by_id(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n_expert, int64_t n, uint64_t ids_at,
+                              int n_pairs);
 /* x[i] *= s over n floats. */
 void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s);
 /* Copies n floats within the activations (a gather of rows). */

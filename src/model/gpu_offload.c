@@ -44,15 +44,14 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
     if (L->kv_shared) return "a KV cache shared with another layer";
     if (L->attn_gated) return "a gated attention output";
-    if (L->sinks) return "attention sinks";
     if (m->ap.attn_temp_scale) return "an attention temperature";
     if (L->head_dim > 256) return "heads wider than 256";
     if (L->n_head_kv <= 0 || L->n_head % L->n_head_kv) return "query heads not a multiple of the KV heads";
-    if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH)) return "an FFN other than SwiGLU or GeGLU";
+    if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH && a->act != QUILL_ACT_SWIGLU_OAI))
+        return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
     if (L->b_gate || L->b_up || L->b_down) return "FFN biases";
     if (c->type_k != QUILL_TYPE_F32 || c->type_v != QUILL_TYPE_F32) return "a KV cache of a type other than f32 (-ctk/-ctv)";
     if (L->ffn != QUILL_FFN_DENSE) {
-        if (L->gate_exps_bias || L->up_exps_bias || L->down_exps_bias) return "expert biases";
         if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
         if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
             return "more experts per token, or expert groups, than the device's router takes";
@@ -176,7 +175,10 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
         } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
                        {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d},
                        {L->router_bias, (size_t)m->ap.n_expert}, {L->probs_bias, (size_t)m->ap.n_expert},
-                       {L->shexp_gate, d}};
+                       {L->shexp_gate, d}, {L->sinks, (size_t)L->n_head},
+                       {L->gate_exps_bias, (size_t)(m->ap.n_expert * m->ap.n_ff_exp)},
+                       {L->up_exps_bias, (size_t)(m->ap.n_expert * m->ap.n_ff_exp)},
+                       {L->down_exps_bias, (size_t)m->ap.n_expert * d}};
         for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
             if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
     }
@@ -270,6 +272,12 @@ static uint64_t region(uint64_t *at, uint64_t floats) {
     return r;
 }
 
+static quill_gpu_activation activation_of(const quill_model *m) {
+    return m->arch->act == QUILL_ACT_GELU_TANH    ? QUILL_GPU_GELU_TANH
+           : m->arch->act == QUILL_ACT_SWIGLU_OAI ? QUILL_GPU_SWIGLU_OAI
+                                                  : QUILL_GPU_SILU;
+}
+
 static quill_gpu_mat mat_of(const quill_weight *w) {
     return (quill_gpu_mat){w->type, w->data, w->row_bytes, w->rows, NULL, w->n_expert};
 }
@@ -291,13 +299,17 @@ static void moe_layer(const quill_context *c, const quill_layer *L, const step_l
     const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, down = mat_of(&L->w_down);
     quill_gpu_step_expert_products(g, gate_up, 2, d, r->xb, (int)k, r->ids, (const uint64_t[]){r->pair_gate, r->pair_up},
                                    pairs);
-    quill_gpu_glu(g, r->pair_gate, r->pair_up, (int64_t)pairs * ff, m->arch->act == QUILL_ACT_GELU_TANH);
+    /* (gpt-oss: each expert's biases) */
+    if (L->gate_exps_bias) quill_gpu_add_rows_by_id(g, r->pair_gate, L->gate_exps_bias, E, ff, r->ids, pairs);
+    if (L->up_exps_bias) quill_gpu_add_rows_by_id(g, r->pair_up, L->up_exps_bias, E, ff, r->ids, pairs);
+    quill_gpu_glu(g, r->pair_gate, r->pair_up, (int64_t)pairs * ff, activation_of(m));
     quill_gpu_step_expert_products(g, &down, 1, ff, r->pair_gate, 1, r->ids, &r->pair_down, pairs);
+    if (L->down_exps_bias) quill_gpu_add_rows_by_id(g, r->pair_down, L->down_exps_bias, E, d, r->ids, pairs);
     uint64_t shared = QUILL_GPU_NONE, gate = QUILL_GPU_NONE;
     if (L->ffn == QUILL_FFN_MOE_SHARED) {
         const quill_gpu_mat sh[2] = {mat_of(&L->w_gate_shexp), mat_of(&L->w_up_shexp)}, sh_down = mat_of(&L->w_down_shexp);
         quill_gpu_step_products(g, sh, 2, d, r->xb, (const uint64_t[]){r->gate, r->up}, n);
-        quill_gpu_glu(g, r->gate, r->up, (int64_t)n * L->w_up_shexp.rows, m->arch->act == QUILL_ACT_GELU_TANH);
+        quill_gpu_glu(g, r->gate, r->up, (int64_t)n * L->w_up_shexp.rows, activation_of(m));
         quill_gpu_step_products(g, &sh_down, 1, L->w_up_shexp.rows, r->gate, &r->shared, n);
         shared = r->shared;
         if (L->shexp_gate) {
@@ -386,7 +398,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         }
         quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
         quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window,
-                            m->ap.attn_softcap > 0 ? m->ap.attn_softcap : 0, n);
+                            m->ap.attn_softcap > 0 ? m->ap.attn_softcap : 0, L->sinks, n);
         const quill_gpu_mat wo = mat_of(&L->wo);
         quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
         if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
@@ -399,7 +411,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         } else {
             const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
             quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
-            quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, m->arch->act == QUILL_ACT_GELU_TANH);
+            quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, activation_of(m));
             quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
         }
         if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);

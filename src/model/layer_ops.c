@@ -10,6 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/recurrent.h"
 #include "base/error.h"
+#include "base/exp_poly.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -192,7 +193,8 @@ static void geglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-/* gpt-oss's clamped SwiGLU: x·sigmoid(1.702·x)·(y + 1), x = min(gate, 7), y = clamp(up, -7, 7) */
+/* gpt-oss's clamped SwiGLU: x·sigmoid(1.702·x)·(y + 1), x = min(gate, 7), y = clamp(up, -7, 7), with
+ * exp_poly.h's exponential (the GPU's glu.comp gives these bits) */
 static void swiglu_oai_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     (void)thread;
     const swiglu_job *j = arg;
@@ -201,7 +203,7 @@ static void swiglu_oai_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t i = 0; i < (t1 - t0) * j->n_ff; i++) {
         const float x = gate[i] < QUILL_OAI_LIMIT ? gate[i] : QUILL_OAI_LIMIT;
         const float y = up[i] < -QUILL_OAI_LIMIT ? -QUILL_OAI_LIMIT : up[i] > QUILL_OAI_LIMIT ? QUILL_OAI_LIMIT : up[i];
-        gate[i] = x / (1.0f + expf(-QUILL_OAI_ALPHA * x)) * (y + 1.0f);
+        gate[i] = x / (1.0f + exp_poly(-QUILL_OAI_ALPHA * x)) * (y + 1.0f);
     }
 }
 
@@ -251,7 +253,7 @@ static void with_sink(const quill_context *c, float *row, int n, float scale, fl
         if (row[p] > max) max = row[p], at = p;
     const double m = (double)(max * scale);
     c->kern->softmax(row, n, scale);
-    const float f = (float)(1.0 / (1.0 + (double)row[at] * exp((double)sink - m)));
+    const float f = (float)(1.0 / (1.0 + (double)row[at] * exp_f64((double)sink - m)));
     for (int p = 0; p < n; p++) row[p] *= f;
 }
 

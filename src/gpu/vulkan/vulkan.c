@@ -73,7 +73,7 @@ struct resident {
 
 enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
        PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_COUNT };
-/* the most push-constant words of a shader (attention's 12) */
+/* the most push-constant words of a shader (attention's 13) */
 #define PUSH_WORDS 16
 /* (the fifth: the experts' ids of a mixture-of-experts layer's products; unused ones bind the
  * first buffer) */
@@ -1025,23 +1025,27 @@ void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_a
 }
 
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
-                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, int n_tok) {
+                         int64_t n_head_kv, int64_t hd, float scale, int64_t window, float softcap, const float *sinks,
+                         int n_tok) {
     if (hd > 256 || n_head_kv <= 0 || n_head % n_head_kv) {
         step_fail(g, QUILL_E_UNSUPPORTED, "attention with heads wider than 256 or query heads not a multiple of the KV heads");
         return;
     }
-    const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at)};
-    const uint32_t push[12] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
+    const gpu_buffer *sb = sinks ? step_resident(g, sinks, (size_t)n_head * sizeof(float), "attention's sinks") : NULL;
+    if (sinks && !sb) return;
+    const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at),
+                                      sb ? (step_binding){sb, 0} : act_at(g, 0)};
+    const uint32_t push[13] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
                                (uint32_t)kv->n_ctx, (uint32_t)n_tok,      (uint32_t)kv->k_base,
                                (uint32_t)kv->v_base, (uint32_t)kv->seq_stride, float_bits(scale),
                                (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap),
-                               g->attention_kept};
-    record(g, PIPE_ATTENTION, b, push, 12, (uint64_t)n_tok * (uint64_t)n_head);
+                               g->attention_kept, sinks != NULL};
+    record(g, PIPE_ATTENTION, b, push, 13, (uint64_t)n_tok * (uint64_t)n_head);
 }
 
-void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, bool gelu) {
+void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, quill_gpu_activation act) {
     const step_binding b[BINDINGS] = {act_at(g, gate_at), act_at(g, up_at), act_at(g, gate_at), act_at(g, gate_at)};
-    const uint32_t push[2] = {(uint32_t)n, gelu};
+    const uint32_t push[2] = {(uint32_t)n, (uint32_t)act};
     record(g, PIPE_GLU, b, push, 2, groups((uint64_t)n));
 }
 
@@ -1049,8 +1053,17 @@ void quill_gpu_add_rows(quill_gpu *g, uint64_t x_at, const float *bias, int64_t 
     const gpu_buffer *b = step_resident(g, bias, (size_t)n * sizeof(float), "a bias");
     if (!b) return;
     const step_binding bb[BINDINGS] = {act_at(g, x_at), {b, 0}, act_at(g, x_at), act_at(g, x_at)};
-    const uint32_t push[2] = {(uint32_t)n, (uint32_t)n_rows};
-    record(g, PIPE_ADD_ROWS, bb, push, 2, groups((uint64_t)n * (uint64_t)n_rows));
+    const uint32_t push[4] = {(uint32_t)n, (uint32_t)n_rows, 0, 0};
+    record(g, PIPE_ADD_ROWS, bb, push, 4, groups((uint64_t)n * (uint64_t)n_rows));
+}
+
+void quill_gpu_add_rows_by_id(quill_gpu *g, uint64_t x_at, const float *bias, int64_t n_expert, int64_t n, uint64_t ids_at,
+                              int n_pairs) {
+    const gpu_buffer *b = step_resident(g, bias, (size_t)(n_expert * n) * sizeof(float), "an expert tensor's biases");
+    if (!b) return;
+    const step_binding bb[BINDINGS] = {act_at(g, x_at), {b, 0}, act_at(g, x_at), act_at(g, x_at), act_at(g, 0)};
+    const uint32_t push[4] = {(uint32_t)n, (uint32_t)n_pairs, 1, (uint32_t)ids_at};
+    record(g, PIPE_ADD_ROWS, bb, push, 4, groups((uint64_t)n * (uint64_t)n_pairs));
 }
 
 void quill_gpu_scale(quill_gpu *g, uint64_t x_at, uint64_t n, float s) {

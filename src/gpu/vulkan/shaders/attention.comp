@@ -12,15 +12,19 @@
 // weighted sum. The first keeps the scores in shared memory when there are at most kept_max (at
 // most MAX_KEPT) of them; beyond, the other two make them again (the same bits), so that shared
 // memory stays small.
+// With sinks (gpt-oss), each weight is then multiplied by f = 1 / (1 + w_max · exp_f64(sink_h - max))
+// in float64, rounded to f32 (w_max = 1 / sum, the largest score's weight), as layer_ops.c's
+// with_sink: the sink's share of the softmax.
 // Nothing depends on the batch: only on the token's own position and its sequence's cache.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Cache { float cache[]; };
 layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
+layout(std430, binding = 4) readonly buffer Sinks { float sinks[]; }; // [query head]
 layout(push_constant) uniform Params {
     uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint seq_stride;
-    float scale; uint window; float softcap; uint kept_max;
+    float scale; uint window; float softcap; uint kept_max; uint has_sinks;
 } p;
 
 #include "exact_math.glsl"
@@ -97,6 +101,11 @@ void main() {
             }
     barrier();
     precise const float inv = 1.0 / s_part[0];
+    float sink_factor = 1.0;
+    if (p.has_sinks != 0u) {
+        precise const double f = 1.0LF / (1.0LF + double(inv) * exp_f64(double(sinks[h]) - double(m)));
+        sink_factor = float(f);
+    }
     // the weighted sum of the values
     float acc[PER_LANE];
     for (uint k = 0u; k < PER_LANE; k++) acc[k] = 0.0;
@@ -104,7 +113,8 @@ void main() {
         const uint j = c0 + lane;
         if (j < n_keys) {
             precise const float x = (kept ? s_kept[j - first] : score(j)) - m;
-            precise const float w = exp_poly(x) * inv;
+            precise float w = exp_poly(x) * inv;
+            if (p.has_sinks != 0u) w = w * sink_factor;
             s_w[lane] = w;
         }
         barrier();
