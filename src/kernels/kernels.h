@@ -162,8 +162,10 @@ const quill_kernels *quill_kernels_scalar(void);
 /* The row dequantizer of a kernel set for a type (its own, or the type's to_float). */
 quill_row_dequant_fn quill_kernels_dequant(const quill_kernels *k, uint32_t type);
 
-/* The partial sums of dot_f64 added in its order (kernels_scalar.c). */
-double quill_dot_f64_total(const double part[8]);
+/* A row's dot_f64 from its partial sums over the columns before `from` (a multiple of 8): the
+ * columns from..n added to them, then the eight added in dot_f64's order (kernels_scalar.c; the
+ * vector sets finish their rows with it). */
+double quill_dot_f64_finish(double part[8], const float *w, const float *x, int64_t from, int64_t n);
 
 /* The scalar weighted sum, which SIMD versions use for widths they do not cover. */
 void quill_weighted_sum_scalar(const float *wgt, int64_t wgt_stride, int n_heads, const float *v, int n_rows,

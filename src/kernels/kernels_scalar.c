@@ -56,17 +56,15 @@ static void softmax_scalar(float *x, int n, float s) {
     for (int p = 0; p < n; p++) x[p] *= inv;
 }
 
-/* The eight partial sums of one row's float64 dot product, added as kernels.h's dot_f64 says; the
- * vector sets add theirs with this. */
-double quill_dot_f64_total(const double part[8]) {
+double quill_dot_f64_finish(double part[8], const float *w, const float *x, int64_t from, int64_t n) {
+    for (int64_t i = from; i < n; i++) part[i % 8] += (double)w[i] * (double)x[i];
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 static void dot_f64_scalar(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
     for (int r = 0; r < rows; r++) {
         double part[8] = {0};
-        for (int64_t i = 0; i < n; i++) part[i % 8] += (double)w[r * w_stride + i] * (double)x[i];
-        out[r] = quill_dot_f64_total(part);
+        out[r] = quill_dot_f64_finish(part, w + r * w_stride, x, 0, n);
     }
 }
 

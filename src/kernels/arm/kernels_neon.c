@@ -246,15 +246,12 @@ static inline __attribute__((always_inline)) void rows_f64_neon(const float *w, 
     for (int j = 0; j < nr; j++) {
         double part[8];
         for (int q = 0; q < 4; q++) vst1q_f64(part + 2 * q, acc[j][q]);
-        for (int64_t i = whole; i < n; i++) part[i % 8] += (double)w[j * w_stride + i] * (double)x[i];
-        out[j] = quill_dot_f64_total(part);
+        out[j] = quill_dot_f64_finish(part, w + j * w_stride, x, whole, n);
     }
 }
 
 static void dot_f64_neon(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
-    int r = 0;
-    for (; r + 2 <= rows; r += 2) rows_f64_neon(w + r * w_stride, w_stride, 2, x, n, out + r);
-    for (; r < rows; r++) rows_f64_neon(w + r * w_stride, w_stride, 1, x, n, out + r);
+    for (int r = 0; r < rows; r += 2) rows_f64_neon(w + r * w_stride, w_stride, rows - r >= 2 ? 2 : 1, x, n, out + r);
 }
 
 void quill_kernels_install_neon(quill_kernels *k) {

@@ -992,15 +992,14 @@ static inline __attribute__((always_inline)) void rows_f64_avx512(const float *w
     for (int j = 0; j < nr; j++) {
         double part[8];
         _mm512_storeu_pd(part, acc[j]);
-        for (int64_t i = whole; i < n; i++) part[i % 8] += (double)w[j * w_stride + i] * (double)x[i];
-        out[j] = quill_dot_f64_total(part);
+        out[j] = quill_dot_f64_finish(part, w + j * w_stride, x, whole, n);
     }
 }
 
 static void dot_f64_avx512(const float *w, int64_t w_stride, int rows, const float *x, int64_t n, double *out) {
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) rows_f64_avx512(w + r * w_stride, w_stride, 4, x, n, out + r);
-    for (; r < rows; r++) rows_f64_avx512(w + r * w_stride, w_stride, 1, x, n, out + r);
+    for (int r = 0; r < rows; r += 4)
+        if (rows - r >= 4) rows_f64_avx512(w + r * w_stride, w_stride, 4, x, n, out + r);
+        else for (int j = r; j < rows; j++) rows_f64_avx512(w + j * w_stride, w_stride, 1, x, n, out + j);
 }
 
 void quill_kernels_install_avx512(quill_kernels *k) {
