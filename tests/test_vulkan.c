@@ -446,8 +446,8 @@ static void keep_log(quill_log_level level, const char *message, void *user) {
  * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
  * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
  * CPU and with every layer and the output on the device. */
-static float *sequences_logits(quill_model *m, bool gpu, bool *whole) {
-    quill_context_params cp = {.n_ctx = 96, .n_threads = 2, .n_seq = 2};
+static float *sequences_logits(quill_model *m, bool gpu, bool *whole, quill_type type_k, quill_type type_v) {
+    quill_context_params cp = {.n_ctx = 96, .n_threads = 2, .n_seq = 2, .type_k = type_k, .type_v = type_v};
     if (gpu) cp.backend = QUILL_BACKEND_VULKAN, cp.n_gpu_layers = -1;
     setenv("QUILL_VULKAN_VALIDATION", "1", 1);
     quill_context *c = NULL;
@@ -543,7 +543,8 @@ TEST(vulkan_families_and_sequences) {
         quill_error err;
         CHECK(quill_model_load(families[k].exact ? q8 : f32, &m, &err) == QUILL_OK, "%s", err.message);
         bool whole_cpu = false, whole = false;
-        float *cpu = sequences_logits(m, false, &whole_cpu), *gpu = sequences_logits(m, true, &whole);
+        float *cpu = sequences_logits(m, false, &whole_cpu, QUILL_TYPE_F32, QUILL_TYPE_F32),
+              *gpu = sequences_logits(m, true, &whole, QUILL_TYPE_F32, QUILL_TYPE_F32);
         const int64_t nv = quill_model_hparams(m)->n_vocab;
         if (cpu && gpu && families[k].exact && memcmp(cpu, gpu, sizeof(float) * (size_t)(80 * nv)))
             test_fail(__FILE__, __LINE__, "%s: the device's logits differ from the CPU's", families[k].arch);
@@ -566,6 +567,45 @@ TEST(vulkan_families_and_sequences) {
         quill_model_free(m);
         remove(q8), remove(f32);
     }
+}
+
+/* The KV cache's other types on the device (kv_types.glsl): a Llama 3 of heads of 32 in q8_0, keys
+ * and values of different types, through sequences_logits (two micro-batches, a prefix copied to
+ * another sequence, a mixed batch): every logit the CPU's bit for bit (each key and value rounded
+ * once, as kv_cache.c stores it, and decoded as it decodes it), every layer whole on the device. */
+TEST(vulkan_cache_types) {
+    if (!quill_gpu_built()) {
+        test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
+        return;
+    }
+    REQUIRE_SHARED(shared);
+    char f32[512], q8[512], cmd[2048], *out = NULL;
+    snprintf(f32, sizeof f32, "%s/vk-cache-f32.gguf", tmp_dir());
+    snprintf(q8, sizeof q8, "%s/vk-cache-q8_0.gguf", tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "%s synth --arch llama3 --embd 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --seed 5 --vocab "
+             "%s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q8_0",
+             quill_bin(), shared, f32, quill_bin(), f32, q8);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "synth + quantize: %s", out);
+    free(out);
+    quill_model *m;
+    quill_error err;
+    CHECK(quill_model_load(q8, &m, &err) == QUILL_OK, "%s", err.message);
+    static const quill_type kinds[][2] = {{QUILL_TYPE_F16, QUILL_TYPE_Q8_0}, {QUILL_TYPE_Q4_0, QUILL_TYPE_BF16}};
+    const int64_t nv = quill_model_hparams(m)->n_vocab;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        bool whole_cpu = false, whole = false;
+        float *cpu = sequences_logits(m, false, &whole_cpu, kinds[k][0], kinds[k][1]),
+              *gpu = sequences_logits(m, true, &whole, kinds[k][0], kinds[k][1]);
+        if (cpu && gpu && memcmp(cpu, gpu, sizeof(float) * (size_t)(80 * nv)))
+            test_fail(__FILE__, __LINE__, "-ctk %s -ctv %s: the device's logits differ from the CPU's",
+                      quill_type_name(kinds[k][0]), quill_type_name(kinds[k][1]));
+        if (!whole) test_fail(__FILE__, __LINE__, "-ctk %s: the layers did not run whole on the device", quill_type_name(kinds[k][0]));
+        free(cpu), free(gpu);
+    }
+    quill_model_free(m);
+    remove(q8), remove(f32);
 }
 
 /* ---------------------------------------------------------------- perplexity and serve with --backend vulkan */

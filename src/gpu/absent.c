@@ -46,13 +46,21 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
 }
 
 /* (no step can begin without a device: the recording functions are never reached) */
-quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err) {
-    (void)g, (void)floats;
+bool quill_gpu_kv_type_ok(uint32_t type, int64_t hd) {
+    (void)type, (void)hd;
+    return false;
+}
+uint64_t quill_gpu_kv_row_words(uint32_t type, int64_t hd) {
+    (void)type, (void)hd;
+    return 0;
+}
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t words, quill_error *err) {
+    (void)g, (void)words;
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
-quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *words, int n,
                                quill_error *err) {
-    (void)g, (void)src, (void)dst, (void)floats, (void)n;
+    (void)g, (void)src, (void)dst, (void)words, (void)n;
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
 quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,

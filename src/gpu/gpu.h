@@ -96,17 +96,23 @@ uint64_t quill_gpu_memory(const quill_gpu *g);
  * up, the operations run on activations that stay in device memory (regions of the step's
  * activations, addressed in floats from its start, each at a multiple of QUILL_GPU_ALIGN so that
  * any device takes it as a descriptor's offset), and one region comes back. The KV cache is a
- * device buffer of f32 (quill_gpu_kv_alloc) that the steps' kv_store writes and attention reads.
+ * device buffer of 32-bit words (quill_gpu_kv_alloc) that the steps' kv_store writes, each key and
+ * value rounded once into the cache's type as the CPU's cache stores it, and attention reads.
  * The recording functions keep their first failure (a weight not uploaded, the descriptor pool,
  * a shape out of range); quill_gpu_step_end returns it. The caller (model/gpu_offload.c) says what
  * the operations are, from the model's layer description. */
 #define QUILL_GPU_ALIGN 64
 #define QUILL_GPU_NONE UINT64_MAX
-/* A KV cache of `floats` f32 on the device, zeroed (made again when it has fewer). */
-quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err);
-/* Copies n ranges within the KV cache, floats[i] from src[i] to dst[i], in one submission. */
-quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+/* A KV cache of `words` 32-bit words on the device, zeroed (made again when it has fewer). */
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t words, quill_error *err);
+/* Copies n ranges within the KV cache, words[i] from src[i] to dst[i], in one submission. */
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *words, int n,
                                quill_error *err);
+/* Whether the device's cache takes keys or values of `type` for heads of hd (f32, f16, bf16 of an
+ * even hd; q8_0, q4_0 of a multiple of 32: model/kv_cache.c's types), and the 32-bit words one
+ * position of one KV head takes there. */
+bool quill_gpu_kv_type_ok(uint32_t type, int64_t hd);
+uint64_t quill_gpu_kv_row_words(uint32_t type, int64_t hd);
 /* Starts a step of n_tok tokens over `act_floats` floats of activations: in[0..in_floats) goes to
  * region in_at; each token's (position, sequence) to the token table; room for up to
  * max_dispatches operations. */
@@ -163,11 +169,13 @@ void quill_gpu_moe_sum(quill_gpu *g, uint64_t y_at, uint64_t weights_at, int64_t
  * with the uploaded tables cos_table, sin_table at table_at + position · stride. */
 void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, int64_t half, int64_t stride, bool neox,
                     const float *cos_table, const float *sin_table, uint64_t table_at, int n_tok);
-/* Where one layer's keys and values are in the KV cache: sequence s's from k_base and v_base +
- * s · seq_stride, each KV head n_ctx positions of hd. */
+/* Where one layer's keys and values are in the KV cache (in words): sequence s's keys from k_base +
+ * s · k_seq_stride, each KV head n_ctx positions of quill_gpu_kv_row_words(type_k, hd) words; the
+ * values so from v_base. */
 typedef struct quill_gpu_kv_layer {
-    uint64_t k_base, v_base, seq_stride;
+    uint64_t k_base, v_base, k_seq_stride, v_seq_stride;
     int64_t n_ctx;
+    uint32_t type_k, type_v;
 } quill_gpu_kv_layer;
 /* Each token's key and value (kv_dim = KV heads · hd) into the cache at its sequence and position. */
 void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_at, uint64_t v_at, int64_t kv_dim,

@@ -50,7 +50,8 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH && a->act != QUILL_ACT_SWIGLU_OAI))
         return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
     if (L->b_gate || L->b_up || L->b_down) return "FFN biases";
-    if (c->type_k != QUILL_TYPE_F32 || c->type_v != QUILL_TYPE_F32) return "a KV cache of a type other than f32 (-ctk/-ctv)";
+    if (!quill_gpu_kv_type_ok(c->type_k, L->head_dim) || !quill_gpu_kv_type_ok(c->type_v, L->head_dim))
+        return "a KV cache type the device does not store for these heads (-ctk/-ctv)";
     if (L->ffn != QUILL_FFN_DENSE) {
         if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
         if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
@@ -136,10 +137,13 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
            fit_need = 0;
     int fits = 0;
     for (int l = n_layer - 1; l >= first; l--) {
-        /* (and the layer's KV cache, in f32, when it runs whole there) */
-        const double b = layer_bytes(&m->layers[l], !whole_refused) +
-                         (whole_refused ? 0 : 2.0 * (double)(m->layers[l].n_head_kv * m->layers[l].head_dim) *
-                                                  (double)c->n_seq * (double)c->n_ctx * sizeof(float));
+        /* (and the layer's KV cache, in its types, when it runs whole there) */
+        const quill_layer *L = &m->layers[l];
+        const double b = layer_bytes(L, !whole_refused) +
+                         (whole_refused ? 0
+                                        : (double)(quill_gpu_kv_row_words(c->type_k, L->head_dim) +
+                                                   quill_gpu_kv_row_words(c->type_v, L->head_dim)) *
+                                              (double)L->n_head_kv * (double)c->n_seq * (double)c->n_ctx * 4.0);
         need += b;
         if (fits == n_layer - 1 - l && fit_need + b <= memory) fit_need += b, fits++;
     }
@@ -195,18 +199,25 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     }
     w->first = first;
     c->gpu_whole = w;
-    /* each layer's keys [seq][KV head][n_ctx][head_dim] one after the other, then the values so */
+    /* each layer's keys [seq][KV head][n_ctx][a row of the type's words] one after the other, then
+     * the values so */
     uint64_t at = 0;
     for (int l = first; l < n_layer; l++) {
         const quill_layer *L = &m->layers[l];
         quill_gpu_kv_layer *kv = &w->kv[l - first];
-        kv->seq_stride = (uint64_t)(L->n_head_kv * L->head_dim) * (uint64_t)c->n_ctx;
+        kv->type_k = c->type_k, kv->type_v = c->type_v;
+        kv->k_seq_stride = quill_gpu_kv_row_words(c->type_k, L->head_dim) * (uint64_t)L->n_head_kv * (uint64_t)c->n_ctx;
+        kv->v_seq_stride = quill_gpu_kv_row_words(c->type_v, L->head_dim) * (uint64_t)L->n_head_kv * (uint64_t)c->n_ctx;
         kv->n_ctx = c->n_ctx;
         kv->k_base = at;
-        at += kv->seq_stride * (uint64_t)c->n_seq;
+        at += kv->k_seq_stride * (uint64_t)c->n_seq;
     }
-    for (int l = first; l < n_layer; l++) w->kv[l - first].v_base = w->kv[l - first].k_base + at;
-    return quill_gpu_kv_alloc(c->gpu, 2 * at, err);
+    for (int l = first; l < n_layer; l++) {
+        quill_gpu_kv_layer *kv = &w->kv[l - first];
+        kv->v_base = at;
+        at += kv->v_seq_stride * (uint64_t)c->n_seq;
+    }
+    return quill_gpu_kv_alloc(c->gpu, at, err);
 }
 
 const char *quill_context_backend(const quill_context *c, const char **device, int *gpu_layers) {
@@ -442,7 +453,7 @@ quill_status quill_gpu_copy_prefix(quill_context *c, int src, int dst, int n, qu
     const int ranges = 2 * (n_layer - first) * (int)c->model->ap.widest_kv; /* (KV heads at most kv_dim) */
     uint64_t *from = malloc((size_t)ranges * 3 * sizeof *from);
     if (!from) return quill_fail(err, QUILL_E_NOMEM, "out of memory");
-    uint64_t *to = from + ranges, *floats = to + ranges;
+    uint64_t *to = from + ranges, *words = to + ranges;
     int k = 0;
     for (int l = first; l < n_layer; l++) {
         const quill_layer *L = &c->model->layers[l];
@@ -450,13 +461,15 @@ quill_status quill_gpu_copy_prefix(quill_context *c, int src, int dst, int n, qu
         /* each KV head's first n positions, keys and values */
         for (int64_t h = 0; h < L->n_head_kv; h++)
             for (int which = 0; which < 2; which++) {
-                const uint64_t base = (which ? kv->v_base : kv->k_base) + (uint64_t)h * (uint64_t)c->n_ctx * (uint64_t)L->head_dim;
-                from[k] = base + (uint64_t)src * kv->seq_stride;
-                to[k] = base + (uint64_t)dst * kv->seq_stride;
-                floats[k++] = (uint64_t)n * (uint64_t)L->head_dim;
+                const uint64_t row = quill_gpu_kv_row_words(which ? kv->type_v : kv->type_k, L->head_dim);
+                const uint64_t stride = which ? kv->v_seq_stride : kv->k_seq_stride;
+                const uint64_t base = (which ? kv->v_base : kv->k_base) + (uint64_t)h * (uint64_t)c->n_ctx * row;
+                from[k] = base + (uint64_t)src * stride;
+                to[k] = base + (uint64_t)dst * stride;
+                words[k++] = (uint64_t)n * row;
             }
     }
-    const quill_status s = quill_gpu_kv_copy(c->gpu, from, to, floats, k, err);
+    const quill_status s = quill_gpu_kv_copy(c->gpu, from, to, words, k, err);
     free(from);
     return s;
 }

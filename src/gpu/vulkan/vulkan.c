@@ -73,7 +73,7 @@ struct resident {
 
 enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
        PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_COUNT };
-/* the most push-constant words of a shader (attention's 13) */
+/* the most push-constant words of a shader (attention's 16) */
 #define PUSH_WORDS 16
 /* (the fifth: the experts' ids of a mixture-of-experts layer's products; unused ones bind the
  * first buffer) */
@@ -756,29 +756,57 @@ static void step_fail(quill_gpu *g, quill_status s, const char *what) {
 /* Floats the shaders index in 32 bits: buffers past this are refused. */
 #define SHADER_FLOATS ((uint64_t)UINT32_MAX / 2)
 
-quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t floats, quill_error *err) {
-    if (floats > SHADER_FLOATS)
+/* kv_types.glsl's type codes */
+static int kv_kind(uint32_t type) {
+    switch (type) {
+    case QUILL_TYPE_F32: return 0;
+    case QUILL_TYPE_F16: return 1;
+    case QUILL_TYPE_BF16: return 2;
+    case QUILL_TYPE_Q8_0: return 3;
+    case QUILL_TYPE_Q4_0: return 4;
+    default: return -1;
+    }
+}
+
+bool quill_gpu_kv_type_ok(uint32_t type, int64_t hd) {
+    const int kind = kv_kind(type);
+    return hd > 0 && (kind == 0 || ((kind == 1 || kind == 2) && hd % 2 == 0) || (kind >= 3 && hd % 32 == 0));
+}
+
+uint64_t quill_gpu_kv_row_words(uint32_t type, int64_t hd) {
+    const uint64_t n = (uint64_t)hd;
+    switch (kv_kind(type)) {
+    case 0: return n;
+    case 1:
+    case 2: return n / 2;
+    case 3: return n / 4 + n / 32; /* the codes' bytes, then each block's scale */
+    default: return n / 8 + n / 32;
+    }
+}
+
+quill_status quill_gpu_kv_alloc(quill_gpu *g, uint64_t words, quill_error *err) {
+    if (words > SHADER_FLOATS)
         return quill_fail(err, QUILL_E_NOMEM,
-                          "vulkan: a KV cache of %llu floats is more than the shaders index (%llu); use a shorter context "
-                          "(-c) or fewer sequences",
-                          (unsigned long long)floats, (unsigned long long)SHADER_FLOATS);
-    quill_status s = buffer_room(g, &g->kv, (size_t)floats * sizeof(float), true, err);
+                          "vulkan: a KV cache of %llu words is more than the shaders index (%llu); use a shorter context "
+                          "(-c), fewer sequences or a smaller cache type (-ctk/-ctv)",
+                          (unsigned long long)words, (unsigned long long)SHADER_FLOATS);
+    quill_status s = buffer_room(g, &g->kv, (size_t)words * sizeof(uint32_t), true, err);
     if (s) return s;
     begin_commands(g);
     vkCmdFillBuffer(g->cmd, g->kv.buf, 0, VK_WHOLE_SIZE, 0);
     return submit_and_wait(g, "clearing the KV cache", err);
 }
 
-quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *floats, int n,
+quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t *dst, const uint64_t *words, int n,
                                quill_error *err) {
     begin_commands(g);
     for (int i = 0; i < n; i++) {
-        if ((src[i] + floats[i]) * sizeof(float) > g->kv.bytes || (dst[i] + floats[i]) * sizeof(float) > g->kv.bytes) {
+        if ((src[i] + words[i]) * sizeof(uint32_t) > g->kv.bytes || (dst[i] + words[i]) * sizeof(uint32_t) > g->kv.bytes) {
             vkEndCommandBuffer(g->cmd);
             return quill_fail(err, QUILL_E_ARG, "vulkan: a copy within the KV cache past its end");
         }
-        if (!floats[i]) continue;
-        const VkBufferCopy copy = {src[i] * sizeof(float), dst[i] * sizeof(float), floats[i] * sizeof(float)};
+        if (!words[i]) continue;
+        const VkBufferCopy copy = {src[i] * sizeof(uint32_t), dst[i] * sizeof(uint32_t), words[i] * sizeof(uint32_t)};
         vkCmdCopyBuffer(g->cmd, g->kv.buf, g->kv.buf, 1, &copy);
     }
     return submit_and_wait(g, "copying a sequence's KV cache", err);
@@ -1018,10 +1046,17 @@ void quill_gpu_rope(quill_gpu *g, uint64_t v_at, int64_t n_heads, int64_t hd, in
 
 void quill_gpu_kv_store(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t k_at, uint64_t v_at, int64_t kv_dim,
                         int64_t hd, int n_tok) {
+    if (!quill_gpu_kv_type_ok(kv->type_k, hd) || !quill_gpu_kv_type_ok(kv->type_v, hd) || kv_dim % hd) {
+        step_fail(g, QUILL_E_UNSUPPORTED, "a KV cache type the device does not store for these heads");
+        return;
+    }
     const step_binding b[BINDINGS] = {act_at(g, k_at), act_at(g, v_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}};
-    const uint32_t push[7] = {(uint32_t)kv_dim,    (uint32_t)hd,        (uint32_t)kv->n_ctx,     (uint32_t)n_tok,
-                              (uint32_t)kv->k_base, (uint32_t)kv->v_base, (uint32_t)kv->seq_stride};
-    record(g, PIPE_KV_STORE, b, push, 7, groups((uint64_t)n_tok * (uint64_t)kv_dim));
+    const uint32_t push[10] = {(uint32_t)kv_dim,          (uint32_t)hd,          (uint32_t)kv->n_ctx,
+                               (uint32_t)n_tok,           (uint32_t)kv->k_base,  (uint32_t)kv->v_base,
+                               (uint32_t)kv->k_seq_stride, (uint32_t)kv->v_seq_stride, (uint32_t)kv_kind(kv->type_k),
+                               (uint32_t)kv_kind(kv->type_v)};
+    /* (one invocation per token, keys or values, head and block of 32) */
+    record(g, PIPE_KV_STORE, b, push, 10, groups((uint64_t)n_tok * 2 * (uint64_t)(kv_dim / hd) * (uint64_t)((hd + 31) / 32)));
 }
 
 void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_at, uint64_t out_at, int64_t n_head,
@@ -1035,12 +1070,23 @@ void quill_gpu_attention(quill_gpu *g, const quill_gpu_kv_layer *kv, uint64_t q_
     if (sinks && !sb) return;
     const step_binding b[BINDINGS] = {act_at(g, q_at), {&g->kv, 0}, {&g->io, g->io_tokens_at}, act_at(g, out_at),
                                       sb ? (step_binding){sb, 0} : act_at(g, 0)};
-    const uint32_t push[13] = {(uint32_t)n_head,    (uint32_t)n_head_kv,  (uint32_t)hd,
-                               (uint32_t)kv->n_ctx, (uint32_t)n_tok,      (uint32_t)kv->k_base,
-                               (uint32_t)kv->v_base, (uint32_t)kv->seq_stride, float_bits(scale),
-                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0), float_bits(softcap),
-                               g->attention_kept, sinks != NULL};
-    record(g, PIPE_ATTENTION, b, push, 13, (uint64_t)n_tok * (uint64_t)n_head);
+    const uint32_t push[16] = {(uint32_t)n_head,
+                               (uint32_t)n_head_kv,
+                               (uint32_t)hd,
+                               (uint32_t)kv->n_ctx,
+                               (uint32_t)n_tok,
+                               (uint32_t)kv->k_base,
+                               (uint32_t)kv->v_base,
+                               (uint32_t)kv->k_seq_stride,
+                               (uint32_t)kv->v_seq_stride,
+                               float_bits(scale),
+                               (uint32_t)(window > 0 && window < INT32_MAX ? window : 0),
+                               float_bits(softcap),
+                               g->attention_kept,
+                               sinks != NULL,
+                               (uint32_t)kv_kind(kv->type_k),
+                               (uint32_t)kv_kind(kv->type_v)};
+    record(g, PIPE_ATTENTION, b, push, 16, (uint64_t)n_tok * (uint64_t)n_head);
 }
 
 void quill_gpu_glu(quill_gpu *g, uint64_t gate_at, uint64_t up_at, int64_t n, quill_gpu_activation act) {

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Causal softmax attention over the device's KV cache (f32), one workgroup of 64 per (token, query
+// Causal softmax attention over the device's KV cache (its rows in kv_types.glsl's types, decoded
+// to f32 as model/kv_cache.c decodes them), one workgroup of 64 per (token, query
 // head); query head h reads KV head h / (n_head / n_head_kv) (GQA). The bits are the CPU path's
 // (layer_ops.c's attention with kernels.h's dot_columns, softmax and weighted_sum): each score one
 // chain of fused multiply-adds in dimension order, times the scale; the largest; e = exp_poly(s -
@@ -18,16 +19,35 @@
 // Nothing depends on the batch: only on the token's own position and its sequence's cache.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
-layout(std430, binding = 1) readonly buffer Cache { float cache[]; };
+layout(std430, binding = 1) readonly buffer Cache { uint cache[]; };
 layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 layout(std430, binding = 4) readonly buffer Sinks { float sinks[]; }; // [query head]
 layout(push_constant) uniform Params {
-    uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint seq_stride;
-    float scale; uint window; float softcap; uint kept_max; uint has_sinks;
+    uint n_head; uint n_head_kv; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint k_seq_stride;
+    uint v_seq_stride; float scale; uint window; float softcap; uint kept_max; uint has_sinks; uint type_k; uint type_v;
 } p;
 
 #include "exact_math.glsl"
+#include "kv_types.glsl"
+
+// Element i of the cache row at word `row` of `type`, as an f32 (kv_cache.c's decoding: a code
+// times its block's scale, one rounding).
+float kv_at(uint row, uint type, uint i) {
+    if (type == 0u) return uintBitsToFloat(cache[row + i]);
+    if (type <= 2u) {
+        const uint h = (cache[row + i / 2u] >> (16u * (i & 1u))) & 0xFFFFu;
+        return type == 1u ? f16_to_f32(h) : uintBitsToFloat(h << 16);
+    }
+    if (type == 3u) {
+        precise const float v = float(bitfieldExtract(int(cache[row + i / 4u]), int(8u * (i % 4u)), 8)) *
+                                uintBitsToFloat(cache[row + p.hd / 4u + i / 32u]);
+        return v;
+    }
+    precise const float v = float(int((cache[row + i / 8u] >> (4u * (i % 8u))) & 0xFu) - 8) *
+                            uintBitsToFloat(cache[row + p.hd / 8u + i / 32u]);
+    return v;
+}
 
 const uint MAX_HD = 256u, PER_LANE = MAX_HD / 64u, MAX_KEPT = 2048u;
 shared float s_q[MAX_HD];
@@ -35,13 +55,13 @@ shared float s_kept[MAX_KEPT];
 shared float s_w[64];
 shared float s_part[16];
 
-uint keys, values;
+uint keys, values, k_words, v_words;
 
 // position j's score, scaled (softmax's x · s), or soft-capped: cap · tanh(x · s · (1 / cap)) (Gemma
 // 2, layer_ops.c's softcap_scores, with the device's tanh: within f32 rounding of libm's tanhf)
 float score(uint j) {
     float acc = 0.0;
-    for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], cache[keys + j * p.hd + i], acc);
+    for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], kv_at(keys + j * k_words, p.type_k, i), acc);
     precise const float s = acc * p.scale;
     if (p.softcap > 0.0) {
         precise const float inv = 1.0 / p.softcap;
@@ -56,9 +76,10 @@ void main() {
     if (wg >= p.n_tok * p.n_head) return;
     const uint t = wg / p.n_head, h = wg % p.n_head, kvh = h / (p.n_head / p.n_head_kv);
     const uint pos = uint(tok[2u * t]), seq = uint(tok[2u * t + 1u]);
-    const uint head = seq * p.seq_stride + kvh * p.n_ctx * p.hd;
-    keys = p.k_base + head;
-    values = p.v_base + head;
+    k_words = kv_row_words(p.type_k, p.hd);
+    v_words = kv_row_words(p.type_v, p.hd);
+    keys = p.k_base + seq * p.k_seq_stride + kvh * p.n_ctx * k_words;
+    values = p.v_base + seq * p.v_seq_stride + kvh * p.n_ctx * v_words;
     const uint n_keys = pos + 1u, first = p.window != 0u && n_keys > p.window ? n_keys - p.window : 0u;
     for (uint i = lane; i < p.hd; i += 64u) s_q[i] = q[(t * p.n_head + h) * p.hd + i];
     barrier();
@@ -122,7 +143,7 @@ void main() {
         for (uint k = 0u; k < PER_LANE; k++) {
             const uint i = lane + 64u * k;
             if (i < p.hd)
-                for (uint r = 0u; r < n; r++) acc[k] = fma_once(s_w[r], cache[values + (c0 + r) * p.hd + i], acc[k]);
+                for (uint r = 0u; r < n; r++) acc[k] = fma_once(s_w[r], kv_at(values + (c0 + r) * v_words, p.type_v, i), acc[k]);
         }
         barrier();
     }
