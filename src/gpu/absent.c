@@ -64,15 +64,19 @@ quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
 quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
-                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
-                                  quill_error *err) {
-    (void)g, (void)act_floats, (void)in, (void)in_at, (void)in_floats, (void)pos, (void)seq, (void)n_tok,
+                                  const int32_t *pos, const int32_t *seq, const float *attn_factor, int n_tok,
+                                  int max_dispatches, quill_error *err) {
+    (void)g, (void)act_floats, (void)in, (void)in_at, (void)in_floats, (void)pos, (void)seq, (void)attn_factor, (void)n_tok,
         (void)max_dispatches;
     return quill_fail(err, QUILL_E_UNSUPPORTED, "%s", QUILL_GPU_HOWTO);
 }
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
                        int n_tok, double eps) {
     (void)g, (void)x_at, (void)add_at, (void)weight, (void)out_at, (void)d, (void)n_tok, (void)eps;
+}
+void quill_gpu_norm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                    int n_tok, double eps, bool layer_norm) {
+    (void)g, (void)x_at, (void)add_at, (void)weight, (void)out_at, (void)d, (void)n_tok, (void)eps, (void)layer_norm;
 }
 void quill_gpu_step_products(quill_gpu *g, const quill_gpu_mat *w, int n, int64_t cols, uint64_t x_at,
                              const uint64_t *y_at, int n_tok) {

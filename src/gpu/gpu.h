@@ -114,16 +114,20 @@ quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t
 bool quill_gpu_kv_type_ok(uint32_t type, int64_t hd);
 uint64_t quill_gpu_kv_row_words(uint32_t type, int64_t hd);
 /* Starts a step of n_tok tokens over `act_floats` floats of activations: in[0..in_floats) goes to
- * region in_at; each token's (position, sequence) to the token table; room for up to
+ * region in_at; each token's (position, sequence) to the token table, with the factor of its
+ * attention's scale (attn_factor[t]: an attention temperature; NULL: 1); room for up to
  * max_dispatches operations. */
 quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
-                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
-                                  quill_error *err);
+                                  const int32_t *pos, const int32_t *seq, const float *attn_factor, int n_tok,
+                                  int max_dispatches, quill_error *err);
 /* Per row of d floats (n_tok rows): x += add (add_at not QUILL_GPU_NONE), then out = rmsnorm(x) ·
- * weight (out_at not QUILL_GPU_NONE, may be x_at; weight: an uploaded f32 vector of d), as
- * forward.c's add_and_norm (a token's row) and head_norms (a head's). */
+ * weight (out_at not QUILL_GPU_NONE, may be x_at; weight: an uploaded f32 vector of d, or NULL: x ·
+ * its scale alone, forward.c's value norms), as forward.c's add_and_norm (a token's row) and
+ * head_norms (a head's); with layer_norm its LayerNorm (Cohere's, without bias) instead. */
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
                        int n_tok, double eps);
+void quill_gpu_norm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                    int n_tok, double eps, bool layer_norm);
 /* y_at[i] = W[i] · x for n (1 to QUILL_GPU_GROUP_MAX) uploaded weights of `cols` columns with the
  * same x, n_tok tokens (their y unused), each as quill_gpu_matmul's; the exact types' codes of x made
  * once per act_max among them. */

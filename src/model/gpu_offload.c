@@ -35,21 +35,16 @@ static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
 static const char *device_refusal(const quill_context *c, const quill_layer *L) {
     const quill_model *m = c->model;
     const quill_arch *a = m->arch;
-    if (a->layer_norm) return "LayerNorm";
-    if (a->parallel_block || a->single_block) return "a parallel attention and FFN block";
-    if (!L->attn_norm || !L->ffn_norm) return "a branch without a norm";
-    if ((L->q_norm || L->k_norm) && (a->qk_norm_full || !L->q_norm || !L->k_norm))
-        return "query and key norms over the whole projections";
-    if (a->v_norm || L->v_from_k) return "value norms";
+    if (a->single_block) return "a single-block layer";
+    if (a->layer_norm && (!L->attn_norm || (!L->ffn_norm && !a->parallel_block))) return "a LayerNorm branch without its weight";
+    if (!L->q_norm != !L->k_norm) return "a query norm without a key norm, or the other way";
     if (L->window >= INT32_MAX) return "a sliding window wider than 2^31 positions";
     if (L->kv_shared) return "a KV cache shared with another layer";
     if (L->attn_gated) return "a gated attention output";
-    if (m->ap.attn_temp_scale) return "an attention temperature";
     if (L->head_dim > 256) return "heads wider than 256";
     if (L->n_head_kv <= 0 || L->n_head % L->n_head_kv) return "query heads not a multiple of the KV heads";
     if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH && a->act != QUILL_ACT_SWIGLU_OAI))
         return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
-    if (L->b_gate || L->b_up || L->b_down) return "FFN biases";
     if (!quill_gpu_kv_type_ok(c->type_k, L->head_dim) || !quill_gpu_kv_type_ok(c->type_v, L->head_dim))
         return "a KV cache type the device does not store for these heads (-ctk/-ctv)";
     if (L->ffn != QUILL_FFN_DENSE) {
@@ -177,7 +172,9 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
             const float *v;
             size_t n;
         } vectors[] = {{L->attn_norm, d}, {L->ffn_norm, d}, {L->bq, q_dim}, {L->bk, kv_dim}, {L->bv, kv_dim},
-                       {L->bo, d}, {L->q_norm, hd}, {L->k_norm, hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d},
+                       {L->bo, d}, {L->q_norm, m->arch->qk_norm_full ? q_dim : hd},
+                       {L->k_norm, m->arch->qk_norm_full ? kv_dim : hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d},
+                       {L->b_gate, (size_t)L->w_gate.rows}, {L->b_up, (size_t)L->w_up.rows}, {L->b_down, d},
                        {L->router_bias, (size_t)m->ap.n_expert}, {L->probs_bias, (size_t)m->ap.n_expert},
                        {L->shexp_gate, d}, {L->sinks, (size_t)L->n_head},
                        {L->gate_exps_bias, (size_t)(m->ap.n_expert * m->ap.n_ff_exp)},
@@ -271,7 +268,7 @@ bool quill_gpu_product(const quill_context *c, const quill_weight *w, const floa
 
 /* The step's regions of activations, in floats (each at a multiple of QUILL_GPU_ALIGN). */
 typedef struct {
-    uint64_t x, xb, q, k, v, att, gate, up, out_in, logits, total;
+    uint64_t x, xb, q, k, v, att, gate, up, parallel, out_in, logits, total;
     /* a mixture-of-experts layer's: the router's logits and scores (float64), the pairs' experts
      * and weights, their gate, up and down products, the shared expert's output and gate */
     uint64_t router, select, ids, weights, pair_gate, pair_up, pair_down, shared, shared_gate;
@@ -291,6 +288,25 @@ static quill_gpu_activation activation_of(const quill_model *m) {
 
 static quill_gpu_mat mat_of(const quill_weight *w) {
     return (quill_gpu_mat){w->type, w->data, w->row_bytes, w->rows, NULL, w->n_expert};
+}
+
+/* forward.c's FFN (ffn_dense.c's dense_fast, with its biases, or the experts below), its input in
+ * xb, its output into xb. */
+static void moe_layer(const quill_context *c, const quill_layer *L, const step_layout *r, int n);
+static void ffn_block(const quill_context *c, const quill_layer *L, const step_layout *r, int n) {
+    if (L->ffn != QUILL_FFN_DENSE) {
+        moe_layer(c, L, r, n);
+        return;
+    }
+    quill_gpu *g = c->gpu;
+    const int64_t d = c->hp->n_embd, ff = L->w_gate.rows;
+    const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
+    quill_gpu_step_products(g, gate_up, 2, d, r->xb, (const uint64_t[]){r->gate, r->up}, n);
+    if (L->b_gate) quill_gpu_add_rows(g, r->gate, L->b_gate, ff, n);
+    if (L->b_up) quill_gpu_add_rows(g, r->up, L->b_up, ff, n);
+    quill_gpu_glu(g, r->gate, r->up, (int64_t)n * ff, activation_of(c->model));
+    quill_gpu_step_products(g, &wd, 1, ff, r->gate, &r->xb, n);
+    if (L->b_down) quill_gpu_add_rows(g, r->xb, L->b_down, d, n);
 }
 
 /* forward.c's FFN of a mixture-of-experts layer (ffn_moe.c's moe_fast), its input in xb, its
@@ -363,6 +379,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         r.shared = region(&at, nt * d);
         r.shared_gate = region(&at, nt * 2);
     }
+    r.parallel = region(&at, m->arch->parallel_block ? nt * d : 0);
     r.out_in = region(&at, output ? nt * d : 0);
     r.logits = region(&at, output && logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0);
     r.total = at;
@@ -375,31 +392,47 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
                                "a trace of the intermediate tensors (--trace) sees only the CPU's layers, and layers %d to "
                                "%d (of 0 to %d) run whole on the Vulkan device: trace with --backend cpu",
                                first, n_layer - 1, n_layer - 1);
+    /* (an attention temperature: each token's factor of the scale, as layer_ops.c's attention) */
+    float *temperature = m->ap.attn_temp_scale ? malloc((size_t)n * sizeof *temperature) : NULL;
+    for (int t = 0; temperature && t < n; t++) temperature[t] = quill_attn_temperature(&m->ap, pos[t]);
+    if (f->status == QUILL_OK && m->ap.attn_temp_scale && !temperature)
+        f->status = quill_fail(&f->err, QUILL_E_NOMEM, "out of memory");
     if (f->status == QUILL_OK)
-        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, n, 40 * (n_layer - first) + 8, &f->err);
+        f->status = quill_gpu_step_begin(g, r.total, c->x, r.x, nt * d, pos, seq, temperature, n,
+                                         40 * (n_layer - first) + 8, &f->err);
+    free(temperature);
     if (f->status) {
         if (output && logits)
             for (int64_t i = 0; i < (int64_t)rows * hp->n_vocab; i++) logits[i] = __builtin_nanf("");
         return output;
     }
     const double eps = hp->rms_eps;
+    const bool layer_norm = m->arch->layer_norm;
     const int64_t stride = quill_rope_stride(m);
     for (int l = first; l < n_layer; l++) {
         const quill_layer *L = &m->layers[l];
         const quill_gpu_kv_layer *kv = &c->gpu_whole->kv[l - first];
-        const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd, ff = L->w_gate.rows;
-        /* forward.c's attention layer, step by step */
-        quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, L->attn_norm, r.xb, (int64_t)d, n, eps);
+        const int64_t hd = L->head_dim, q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
+        /* forward.c's attention layer, step by step (a branch without a norm: its input as it is) */
+        if (L->attn_norm) quill_gpu_norm(g, r.x, QUILL_GPU_NONE, L->attn_norm, r.xb, (int64_t)d, n, eps, layer_norm);
+        else quill_gpu_copy(g, r.x, r.xb, nt * d);
         const quill_gpu_mat qkv[3] = {mat_of(&L->wq), mat_of(&L->wk), mat_of(&L->wv)};
-        quill_gpu_step_products(g, qkv, 3, (int64_t)d, r.xb, (const uint64_t[]){r.q, r.k, r.v}, n);
-        /* rope_rows' steps before RoPE: the biases, each head's q and k norms */
+        /* (V = K: no value projection) */
+        quill_gpu_step_products(g, qkv, L->v_from_k ? 2 : 3, (int64_t)d, r.xb, (const uint64_t[]){r.q, r.k, r.v}, n);
+        /* rope_rows' steps before RoPE: the biases, the q and k norms (each head's, or the whole
+         * projections'), the values' norms */
+        if (L->v_from_k) quill_gpu_copy(g, r.k, r.v, nt * (uint64_t)kv_dim);
         if (L->bq) quill_gpu_add_rows(g, r.q, L->bq, q_dim, n);
         if (L->bk) quill_gpu_add_rows(g, r.k, L->bk, kv_dim, n);
         if (L->bv) quill_gpu_add_rows(g, r.v, L->bv, kv_dim, n);
-        if (L->q_norm) {
+        if (L->q_norm && m->arch->qk_norm_full) {
+            quill_gpu_rmsnorm(g, r.q, QUILL_GPU_NONE, L->q_norm, r.q, q_dim, n, eps);
+            quill_gpu_rmsnorm(g, r.k, QUILL_GPU_NONE, L->k_norm, r.k, kv_dim, n, eps);
+        } else if (L->q_norm) {
             quill_gpu_rmsnorm(g, r.q, QUILL_GPU_NONE, L->q_norm, r.q, hd, n * (int)L->n_head, eps);
             quill_gpu_rmsnorm(g, r.k, QUILL_GPU_NONE, L->k_norm, r.k, hd, n * (int)L->n_head_kv, eps);
         }
+        if (m->arch->v_norm) quill_gpu_rmsnorm(g, r.v, QUILL_GPU_NONE, NULL, r.v, hd, n * (int)L->n_head_kv, eps);
         if (!L->no_rope) {
             const int64_t half = quill_rope_dims(m, L->rope_table) / 2;
             const bool neox = m->arch->rope == QUILL_ROPE_NEOX;
@@ -410,28 +443,37 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
         quill_gpu_kv_store(g, kv, r.k, r.v, kv_dim, hd, n);
         quill_gpu_attention(g, kv, r.q, r.att, L->n_head, L->n_head_kv, hd, (float)m->ap.attn_scale, L->window,
                             m->ap.attn_softcap > 0 ? m->ap.attn_softcap : 0, L->sinks, n);
+        /* (a parallel block keeps the norm's output in xb for the FFN: the attention's output to its
+         * own region) */
+        const bool parallel = m->arch->parallel_block;
+        const uint64_t attn_out = parallel ? r.parallel : r.xb;
         const quill_gpu_mat wo = mat_of(&L->wo);
-        quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &r.xb, n);
-        if (L->bo) quill_gpu_add_rows(g, r.xb, L->bo, (int64_t)d, n);
+        quill_gpu_step_products(g, &wo, 1, q_dim, r.att, &attn_out, n);
+        if (L->bo) quill_gpu_add_rows(g, attn_out, L->bo, (int64_t)d, n);
+        if (parallel) {
+            /* x + ffn + attention, in forward.c's order */
+            ffn_block(c, L, &r, n);
+            quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
+            quill_gpu_rmsnorm(g, r.x, r.parallel, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
+            continue;
+        }
         if (L->attn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->attn_post_norm, r.xb, (int64_t)d, n, eps);
         if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
-        /* the residual, then the FFN's norm into xb */
-        quill_gpu_rmsnorm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps);
-        if (L->ffn != QUILL_FFN_DENSE) {
-            moe_layer(c, L, &r, n);
+        /* the residual, then the FFN's norm into xb (or x itself, without a norm) */
+        if (L->ffn_norm) {
+            quill_gpu_norm(g, r.x, r.xb, L->ffn_norm, r.xb, (int64_t)d, n, eps, layer_norm);
         } else {
-            const quill_gpu_mat gate_up[2] = {mat_of(&L->w_gate), mat_of(&L->w_up)}, wd = mat_of(&L->w_down);
-            quill_gpu_step_products(g, gate_up, 2, (int64_t)d, r.xb, (const uint64_t[]){r.gate, r.up}, n);
-            quill_gpu_glu(g, r.gate, r.up, (int64_t)nt * ff, activation_of(m));
-            quill_gpu_step_products(g, &wd, 1, ff, r.gate, &r.xb, n);
+            quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
+            quill_gpu_copy(g, r.x, r.xb, nt * d);
         }
+        ffn_block(c, L, &r, n);
         if (L->ffn_post_norm) quill_gpu_rmsnorm(g, r.xb, QUILL_GPU_NONE, L->ffn_post_norm, r.xb, (int64_t)d, n, eps);
         if (m->ap.residual_scale) quill_gpu_scale(g, r.xb, nt * d, m->ap.residual_scale);
         quill_gpu_rmsnorm(g, r.x, r.xb, NULL, QUILL_GPU_NONE, (int64_t)d, n, eps);
         if (L->out_scale) quill_gpu_scale(g, r.x, nt * d, *L->out_scale);
     }
     if (output) {
-        quill_gpu_rmsnorm(g, r.x, QUILL_GPU_NONE, m->output_norm, r.xb, (int64_t)d, n, eps);
+        quill_gpu_norm(g, r.x, QUILL_GPU_NONE, m->output_norm, r.xb, (int64_t)d, n, eps, layer_norm);
         /* the rows that asked for logits, gathered in order */
         int row = 0;
         for (int t = 0; t < n; t++)

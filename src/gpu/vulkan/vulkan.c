@@ -813,15 +813,15 @@ quill_status quill_gpu_kv_copy(quill_gpu *g, const uint64_t *src, const uint64_t
 }
 
 quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float *in, uint64_t in_at, uint64_t in_floats,
-                                  const int32_t *pos, const int32_t *seq, int n_tok, int max_dispatches,
-                                  quill_error *err) {
+                                  const int32_t *pos, const int32_t *seq, const float *attn_factor, int n_tok,
+                                  int max_dispatches, quill_error *err) {
     if (act_floats > SHADER_FLOATS || in_at + in_floats > act_floats || n_tok <= 0 || max_dispatches <= 0)
         return quill_fail(err, QUILL_E_ARG, "vulkan: a step of %llu floats of activations (input %llu at %llu), %d tokens",
                           (unsigned long long)act_floats, (unsigned long long)in_floats, (unsigned long long)in_at, n_tok);
     g->io_tokens_at = aligned(act_floats * sizeof(float), 256);
     quill_status s;
     if ((s = buffer_room(g, &g->act, act_floats * sizeof(float), true, err)) ||
-        (s = buffer_room(g, &g->io, g->io_tokens_at + (size_t)n_tok * 2 * sizeof(int32_t), false, err)) ||
+        (s = buffer_room(g, &g->io, g->io_tokens_at + (size_t)n_tok * 4 * sizeof(int32_t), false, err)) ||
         (s = buffer_room(g, &g->codes, act_floats * sizeof(int32_t), true, err)) ||
         (s = buffer_room(g, &g->da, (act_floats / 32 + 1) * sizeof(float), true, err)))
         return s;
@@ -841,7 +841,11 @@ quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float
     }
     memcpy(g->io.map, in, in_floats * sizeof(float));
     int32_t *tok = (int32_t *)((char *)g->io.map + g->io_tokens_at);
-    for (int t = 0; t < n_tok; t++) tok[2 * t] = pos[t], tok[2 * t + 1] = seq[t];
+    for (int t = 0; t < n_tok; t++) {
+        const float f = attn_factor ? attn_factor[t] : 1.0f;
+        tok[4 * t] = pos[t], tok[4 * t + 1] = seq[t], tok[4 * t + 3] = 0;
+        memcpy(&tok[4 * t + 2], &f, sizeof f);
+    }
     g->step_status = QUILL_OK;
     g->stepping = true;
     begin_commands(g);
@@ -925,15 +929,27 @@ static uint32_t float_bits(float f) {
 
 void quill_gpu_rmsnorm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
                        int n_tok, double eps) {
+    quill_gpu_norm(g, x_at, add_at, weight, out_at, d, n_tok, eps, false);
+}
+
+void quill_gpu_norm(quill_gpu *g, uint64_t x_at, uint64_t add_at, const float *weight, uint64_t out_at, int64_t d,
+                    int n_tok, double eps, bool layer_norm) {
     const bool has_out = out_at != QUILL_GPU_NONE, has_add = add_at != QUILL_GPU_NONE;
-    const gpu_buffer *w = has_out ? step_resident(g, weight, (size_t)d * sizeof(float), "a norm's weight") : &g->act;
+    if (has_out && layer_norm && !weight) {
+        step_fail(g, QUILL_E_ARG, "a LayerNorm without its weight");
+        return;
+    }
+    const gpu_buffer *w = has_out && weight ? step_resident(g, weight, (size_t)d * sizeof(float), "a norm's weight") : &g->act;
     if (!w) return;
     const step_binding b[BINDINGS] = {act_at(g, x_at), act_at(g, has_add ? add_at : x_at), {w, 0},
                                       act_at(g, has_out ? out_at : x_at)};
     uint64_t eps_bits;
     memcpy(&eps_bits, &eps, sizeof eps_bits);
-    const uint32_t push[6] = {(uint32_t)d, (uint32_t)n_tok, has_add, has_out, (uint32_t)eps_bits, (uint32_t)(eps_bits >> 32)};
-    record(g, PIPE_RMSNORM, b, push, 6, (uint64_t)n_tok);
+    const uint32_t push[8] = {(uint32_t)d,        (uint32_t)n_tok,
+                              has_add,            has_out,
+                              (uint32_t)eps_bits, (uint32_t)(eps_bits >> 32),
+                              layer_norm,         weight != NULL};
+    record(g, PIPE_RMSNORM, b, push, 8, (uint64_t)n_tok);
 }
 
 /* The products of n weights with the same x (x_div 0), or a mixture-of-experts layer's experts'

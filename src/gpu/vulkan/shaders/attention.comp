@@ -20,7 +20,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer Cache { uint cache[]; };
-layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence
+layout(std430, binding = 2) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence, attention factor, 0
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 layout(std430, binding = 4) readonly buffer Sinks { float sinks[]; }; // [query head]
 layout(push_constant) uniform Params {
@@ -56,13 +56,14 @@ shared float s_w[64];
 shared float s_part[16];
 
 uint keys, values, k_words, v_words;
+float scale_t;
 
 // position j's score, scaled (softmax's x · s), or soft-capped: cap · tanh(x · s · (1 / cap)) (Gemma
 // 2, layer_ops.c's softcap_scores, with the device's tanh: within f32 rounding of libm's tanhf)
 float score(uint j) {
     float acc = 0.0;
     for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], kv_at(keys + j * k_words, p.type_k, i), acc);
-    precise const float s = acc * p.scale;
+    precise const float s = acc * scale_t;
     if (p.softcap > 0.0) {
         precise const float inv = 1.0 / p.softcap;
         precise const float capped = p.softcap * tanh(s * inv);
@@ -75,7 +76,11 @@ void main() {
     const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
     if (wg >= p.n_tok * p.n_head) return;
     const uint t = wg / p.n_head, h = wg % p.n_head, kvh = h / (p.n_head / p.n_head_kv);
-    const uint pos = uint(tok[2u * t]), seq = uint(tok[2u * t + 1u]);
+    const uint pos = uint(tok[4u * t]), seq = uint(tok[4u * t + 1u]);
+    // (the token's scale: the layer's times its attention temperature, forward.h's
+    // quill_attn_temperature, 1 without one: layer_ops.c's base_scale · temperature)
+    precise const float token_scale = p.scale * intBitsToFloat(tok[4u * t + 2u]);
+    scale_t = token_scale;
     k_words = kv_row_words(p.type_k, p.hd);
     v_words = kv_row_words(p.type_v, p.hd);
     keys = p.k_base + seq * p.k_seq_stride + kvh * p.n_ctx * k_words;

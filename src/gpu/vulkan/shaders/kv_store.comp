@@ -8,7 +8,7 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer K { float k[]; };
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) buffer Cache { uint cache[]; };
-layout(std430, binding = 3) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence
+layout(std430, binding = 3) readonly buffer Tokens { int tok[]; }; // [token]: position, sequence, attention factor, 0
 layout(push_constant) uniform Params {
     uint kv_dim; uint hd; uint n_ctx; uint n_tok; uint k_base; uint v_base; uint k_seq_stride; uint v_seq_stride;
     uint type_k; uint type_v;
@@ -26,7 +26,7 @@ void main() {
     const uint t = id / (groups * n_heads * 2u);
     const bool values = which == 1u;
     const uint type = values ? p.type_v : p.type_k, words = kv_row_words(type, p.hd);
-    const uint pos = uint(tok[2u * t]), seq = uint(tok[2u * t + 1u]);
+    const uint pos = uint(tok[4u * t]), seq = uint(tok[4u * t + 1u]);
     const uint row = (values ? p.v_base + seq * p.v_seq_stride : p.k_base + seq * p.k_seq_stride) +
                      (h * p.n_ctx + pos) * words;
     const uint x0 = t * p.kv_dim + h * p.hd + g * 32u, n = min(32u, p.hd - g * 32u);

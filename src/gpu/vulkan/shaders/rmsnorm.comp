@@ -2,18 +2,23 @@
 // Per token (one workgroup each): x += add (when has_add), then out = rmsnorm(x) · weight (when
 // has_out), as forward.c's add_and_norm: the squares in eight partial sums in double (element i in
 // sum i mod 8, the tail in sum 0), added ((0+1)+(2+3))+((4+5)+(6+7)), the scale 1/sqrt(sum/n + eps)
-// rounded to f32, then (x · scale) · w rounded twice. Every step is the CPU's, so the bits are its
-// own where the device's double division and square root are correctly rounded (lavapipe's are).
+// rounded to f32, then (x · scale) · w rounded twice (without has_weight x · scale: forward.c's
+// value norms). With layer_norm, forward.c's layernorm instead: the sum and then the squares of
+// x - mean in double, each in element order, mean and scale rounded to f32, ((x - mean) · scale) ·
+// w. Every step is the CPU's, so the bits are its own where the device's double division and
+// square root are correctly rounded (lavapipe's are).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Add { float add[]; };
 layout(std430, binding = 2) readonly buffer Weight { float weight[]; };
 layout(std430, binding = 3) writeonly buffer Out { float outv[]; };
 // eps: the model's double, as two words (low, high)
-layout(push_constant) uniform Params { uint d; uint n_tok; uint has_add; uint has_out; uint eps_lo; uint eps_hi; } p;
+layout(push_constant) uniform Params {
+    uint d; uint n_tok; uint has_add; uint has_out; uint eps_lo; uint eps_hi; uint layer_norm; uint has_weight;
+} p;
 
 shared double s_part[8];
-shared float s_scale;
+shared float s_scale, s_mean;
 
 void main() {
     const uint t = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
@@ -28,6 +33,30 @@ void main() {
         barrier();
     }
     if (p.has_out == 0u) return;
+    const double eps = packDouble2x32(uvec2(p.eps_lo, p.eps_hi));
+    if (p.layer_norm != 0u) {
+        if (lane == 0u) {
+            precise double sum = 0.0LF;
+            for (uint i = 0u; i < p.d; i++) sum = sum + double(x[base + i]);
+            precise const double mean_d = sum / double(p.d);
+            const float mean = float(mean_d);
+            precise double var = 0.0LF;
+            for (uint i = 0u; i < p.d; i++) {
+                precise const float dx = x[base + i] - mean;
+                var = var + double(dx) * double(dx);
+            }
+            precise const double r = 1.0LF / sqrt(var / double(p.d) + eps);
+            s_mean = mean;
+            s_scale = float(r);
+        }
+        barrier();
+        const float mean = s_mean, scale = s_scale;
+        for (uint i = lane; i < p.d; i += 64u) {
+            precise const float v = ((x[base + i] - mean) * scale) * weight[i];
+            outv[base + i] = v;
+        }
+        return;
+    }
     const uint whole = p.d / 8u * 8u;
     if (lane < 8u) {
         precise double s = 0.0;
@@ -46,13 +75,13 @@ void main() {
     if (lane == 0u) {
         precise const double sum = ((s_part[0] + s_part[1]) + (s_part[2] + s_part[3])) +
                                    ((s_part[4] + s_part[5]) + (s_part[6] + s_part[7]));
-        precise const double r = 1.0 / sqrt(sum / double(p.d) + packDouble2x32(uvec2(p.eps_lo, p.eps_hi)));
+        precise const double r = 1.0 / sqrt(sum / double(p.d) + eps);
         s_scale = float(r);
     }
     barrier();
     const float scale = s_scale;
     for (uint i = lane; i < p.d; i += 64u) {
-        precise const float v = (x[base + i] * scale) * weight[i];
+        precise const float v = p.has_weight != 0u ? (x[base + i] * scale) * weight[i] : x[base + i] * scale;
         outv[base + i] = v;
     }
 }
