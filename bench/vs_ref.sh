@@ -28,6 +28,13 @@
 #                               SHAPE=qwen35, a dense Qwen3.5 stack of the same attention and DeltaNet
 #                               shapes with an FFN of 6144; LAYERS of them (a multiple of 4 keeps
 #                               the real three-to-one mix).
+#   SHAPE=glm4moe TYPES=q4_k_m TESTS="pp tg" bench/vs_ref.sh
+#                               issue 48's families: GLM-4.5's layers (partial RoPE, biases, a sigmoid
+#                               router, a shared expert, a dense first layer) at Qwen3-30B-A3B's
+#                               widths; SHAPE=deepseek2, DeepSeek-V2-Lite's (latent attention of rank
+#                               512, 64 experts, 6 used); SHAPE=nemotron_h_moe LAYERS=6, Nemotron 3
+#                               Nano's pattern of Mamba-2, attention and MoE layers at n_embd 2048;
+#                               SHAPE=granitehybrid, Granite-4.0-H-Tiny's (n_embd 1536, 64 experts).
 #   SHAPE=lfm2 LAYERS=6 TYPES=q4_0 TESTS="pp tg" bench/vs_ref.sh
 #                               LFM2's gated short convolutions: LFM2-1.2B's layers (n_embd 2048, 32
 #                               heads, 8 KV heads of 64, FFN 8192, 3 taps; every third layer attention)
@@ -39,7 +46,8 @@
 #                    f16 model is made with `quill synth --like tinyllama-1.1b` (or the SHAPE's
 #                    synth options), the others from it with the reference's llama-quantize, each
 #                    only when absent
-#   SHAPE [tinyllama: tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2 or lfm2moe]   LAYERS [4: the MoE shapes' layer count]
+#   SHAPE [tinyllama: tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2, lfm2moe, glm4moe,
+#          deepseek2, nemotron_h_moe or granitehybrid]   LAYERS [4: the MoE shapes' layer count]
 #   ARCH [llama: with SHAPE=tinyllama, another dense family of that shape, e.g. granite or olmo2]
 #   TYPES [q4_0 q8_0 q4_k_m q6_k q5_k_m]   THREADS [1 2]   PAIRS [5]   PP [512]   TG [128]
 #   TESTS [pp tg batched]   NPL [4 8]   BATCH_THREADS [2]   BATCH_PP [128]   BATCH_TG [128]
@@ -98,7 +106,20 @@ case $SHAPE in
     lfm2moe) SYNTH="--arch lfm2moe --embd 2048 --layers $LAYERS --heads 32 --kv-heads 8 --ff 7168
                     --experts 32 --experts-used 4 --expert-ff 1792 --dense-lead 2"
              SHAPE_NAME="LFM2-8B-A1B shape (2 dense layers), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
-    *) die "SHAPE is tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2 or lfm2moe, not '$SHAPE'" ;;
+    glm4moe) SYNTH="--arch glm4moe --embd 2048 --layers $LAYERS --heads 32 --kv-heads 4 --head-dim 128 --ff 6144
+                    --experts 128 --experts-used 8 --expert-ff 768"
+             SHAPE_NAME="GLM-4.5 layers at Qwen3-30B-A3B's widths (a dense first layer), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
+    deepseek2) SYNTH="--arch deepseek2 --embd 2048 --layers $LAYERS --heads 16 --ff 10944 --experts 64 --experts-used 6
+                      --expert-ff 1408 --mla 0,512,128,64,128 --groups 1,1"
+               SHAPE_NAME="DeepSeek-V2-Lite shape (latent attention, a dense first layer), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
+    nemotron_h_moe) SYNTH="--arch nemotron_h_moe --embd 2048 --layers $LAYERS --heads 32 --kv-heads 2 --ff 3712
+                           --experts 128 --experts-used 6 --expert-ff 1856"
+                    SHAPE_NAME="Nemotron-3-Nano layers at n_embd 2048 (Mamba-2, attention, MoE: LAYERS=6 keeps its pattern), $LAYERS layers"
+                    GOALS="1.2 1.5 48" ;;
+    granitehybrid) SYNTH="--arch granitehybrid --embd 1536 --layers $LAYERS --heads 12 --kv-heads 4 --ff 512
+                          --experts 64 --experts-used 6"
+                   SHAPE_NAME="Granite-4.0-H-Tiny shape (Mamba-2, attention, MoE), $LAYERS layers"; GOALS="1.2 1.5 48" ;;
+    *) die "SHAPE is tinyllama, qwen3moe, gpt-oss, qwen35moe, qwen35, lfm2, lfm2moe, glm4moe, deepseek2, nemotron_h_moe or granitehybrid, not '$SHAPE'" ;;
 esac
 number PAIRS "$PAIRS"; number PP "$PP"; number TG "$TG"; number BATCH_PP "$BATCH_PP"; number BATCH_TG "$BATCH_TG"
 [ "$PAIRS" -ge 1 ] || die "PAIRS must be at least 1"
@@ -110,7 +131,7 @@ if [ "$IK" != none ] && [ ! -x "$IK" ]; then
     [ "$IK" = "$IK_DEFAULT" ] || die "IK=$IK is not an executable (ik_llama.cpp's llama-bench, or IK=none)"
     IK=none
 fi
-case $SHAPE in qwen3moe | gpt-oss | qwen35moe | lfm2moe) IK_FLAGS=${IK_FLAGS:--rtr 1 -fmoe 1} ;; *) IK_FLAGS=${IK_FLAGS:--rtr 1} ;; esac
+case $SHAPE in tinyllama | qwen35 | lfm2) IK_FLAGS=${IK_FLAGS:--rtr 1} ;; *) IK_FLAGS=${IK_FLAGS:--rtr 1 -fmoe 1} ;; esac
 case " $TESTS " in *" batched "*)
     [ -x "$QUILL_BATCHED" ] || die "$QUILL_BATCHED is not built (make bench-batched, or leave batched out of TESTS)"
     [ -x "$REF/llama-batched-bench" ] || die "$REF/llama-batched-bench is missing" ;;
