@@ -360,7 +360,8 @@ TEST(vulkan_forward_matches_cpu) {
     free(out);
     check_model_logits(f32, false);
     static const char *types[] = {"f16", "q8_0", "q4_0"};
-    for (int k = 0; k < 3; k++) {
+    /* (under the sanitizers q8_0 alone: the products' test has every type) */
+    for (int k = TEST_SANITIZED ? 1 : 0; k < (TEST_SANITIZED ? 2 : 3); k++) {
         char path[512];
         snprintf(path, sizeof path, "%s/vk-%s.gguf", tmp_dir(), types[k]);
         snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), f32, path, types[k]);
