@@ -578,6 +578,21 @@ TEST(vulkan_families_and_sequences) {
     }
 }
 
+/* A model of stories260K's vocabulary synthesized with `options` (seed 5) in f32 into
+ * tmp/STEM-f32.gguf and quantized to q8_0 into tmp/STEM-q8_0.gguf; false (a failure said) when
+ * either command fails. */
+static bool synth_q8_0(const char *shared, const char *stem, const char *options, char *f32, char *q8, size_t size) {
+    char cmd[2048], *out = NULL;
+    snprintf(f32, size, "%s/%s-f32.gguf", tmp_dir(), stem);
+    snprintf(q8, size, "%s/%s-q8_0.gguf", tmp_dir(), stem);
+    snprintf(cmd, sizeof cmd, "%s synth %s --seed 5 --vocab %s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q8_0",
+             quill_bin(), options, shared, f32, quill_bin(), f32, q8);
+    const int rc = run_cmd(cmd, &out, true);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "synth + quantize: %s", out);
+    free(out);
+    return rc == 0;
+}
+
 /* The KV cache's other types on the device (kv_types.glsl): a Llama 3 of heads of 32 in q8_0, keys
  * and values of different types, through sequences_logits (two micro-batches, a prefix copied to
  * another sequence, a mixed batch): every logit the CPU's bit for bit (each key and value rounded
@@ -588,16 +603,9 @@ TEST(vulkan_cache_types) {
         return;
     }
     REQUIRE_SHARED(shared);
-    char f32[512], q8[512], cmd[2048], *out = NULL;
-    snprintf(f32, sizeof f32, "%s/vk-cache-f32.gguf", tmp_dir());
-    snprintf(q8, sizeof q8, "%s/vk-cache-q8_0.gguf", tmp_dir());
-    snprintf(cmd, sizeof cmd,
-             "%s synth --arch llama3 --embd 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --seed 5 --vocab "
-             "%s/models/stories260K.gguf --type f32 -o %s && %s quantize %s %s q8_0",
-             quill_bin(), shared, f32, quill_bin(), f32, q8);
-    const int rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "synth + quantize: %s", out);
-    free(out);
+    char f32[512], q8[512];
+    CHECK(synth_q8_0(shared, "vk-cache", "--arch llama3 --embd 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128",
+                     f32, q8, sizeof q8));
     quill_model *m;
     quill_error err;
     CHECK(quill_model_load(q8, &m, &err) == QUILL_OK, "%s", err.message);
@@ -672,17 +680,10 @@ TEST(vulkan_perplexity_and_serve_match_cpu) {
     REQUIRE_SHARED(shared);
     /* (stories260K's FFN is 172 wide, which q8_0's blocks do not divide: a synthesized model with its
      * vocabulary instead) */
-    char f32[512], q8[512], cmd[2048], *out = NULL;
-    snprintf(f32, sizeof f32, "%s/vk-pp-f32.gguf", tmp_dir());
-    snprintf(q8, sizeof q8, "%s/vk-pp-q8_0.gguf", tmp_dir());
-    snprintf(cmd, sizeof cmd,
-             "%s synth --embd 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --seed 5 --vocab %s/models/stories260K.gguf "
-             "--type f32 -o %s && %s quantize %s %s q8_0",
-             quill_bin(), shared, f32, quill_bin(), f32, q8);
-    const int rc = run_cmd(cmd, &out, true);
+    char f32[512], q8[512];
+    const bool made = synth_q8_0(shared, "vk-pp", "--embd 64 --layers 3 --heads 4 --kv-heads 2 --ff 128", f32, q8, sizeof q8);
     remove(f32);
-    CHECK(rc == 0, "synth + quantize: %s", out);
-    free(out);
+    CHECK(made);
     setenv("QUILL_VULKAN_VALIDATION", "1", 1);
     cJSON *cpu = perplexity_json(q8, ""), *gpu = perplexity_json(q8, "--backend vulkan"),
           *last = perplexity_json(q8, "--backend vulkan -ngl 2 --device 0");
