@@ -165,6 +165,67 @@ static bool variant(const char *src, const char *dst, const char *key, uint32_t 
     return ok;
 }
 
+/* A copy of `src` whose routers (ffn_gate_inp) are rounded to f16: stored in f16 (as_f16), or in
+ * f32 holding the same rounded values. */
+static bool router_rounded(const char *src, const char *dst, bool as_f16) {
+    quill_gguf *g = NULL;
+    quill_error err;
+    if (quill_gguf_open(src, &g, &err) != QUILL_OK) return false;
+    quill_gguf_writer *w = quill_gguf_writer_new();
+    bool ok = w != NULL && copy_metadata(w, g, NULL);
+    void **kept = calloc(quill_gguf_n_tensors(g), sizeof *kept); /* (the writer reads them at write) */
+    ok = ok && kept;
+    for (uint64_t i = 0; ok && i < quill_gguf_n_tensors(g); i++) {
+        const quill_gguf_tensor *t = quill_gguf_tensor_at(g, i);
+        if (!strstr(t->name, "ffn_gate_inp.weight") || t->type != QUILL_TYPE_F32) {
+            ok = quill_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) == QUILL_OK;
+            continue;
+        }
+        const int64_t n = t->ne[0] * t->ne[1];
+        const float *x = t->data;
+        uint16_t *h = malloc((size_t)n * sizeof *h);
+        float *f = malloc((size_t)n * sizeof *f);
+        ok = h && f;
+        for (int64_t j = 0; ok && j < n; j++) f[j] = quill_f16_to_f32(h[j] = quill_f32_to_f16(x[j]));
+        ok = ok && quill_gguf_writer_add_tensor(w, t->name, as_f16 ? QUILL_TYPE_F16 : QUILL_TYPE_F32, t->n_dims, t->ne,
+                                                as_f16 ? (void *)h : (void *)f) == QUILL_OK;
+        kept[i] = as_f16 ? (void *)h : (void *)f;
+        free(as_f16 ? (void *)f : (void *)h);
+    }
+    ok = ok && quill_gguf_writer_write(w, dst, &err) == QUILL_OK;
+    for (uint64_t i = 0; kept && i < quill_gguf_n_tensors(g); i++) free(kept[i]);
+    free(kept);
+    quill_gguf_writer_free(w);
+    quill_gguf_close(g);
+    return ok;
+}
+
+/* A router stored in f16 (ffn_moe.c decodes its rows, then the float64 products): the logits of a
+ * file whose routers are f16 equal those of one whose f32 routers hold the same rounded values, bit
+ * for bit, on one batch and token by token. */
+TEST(moe_router_of_another_type) {
+    REQUIRE_SHARED(shared);
+    char f32[512], q4[512], mx[512], half[600], rounded[600];
+    if (!moe_models(shared, 0, f32, q4, mx, sizeof f32)) return;
+    snprintf(half, sizeof half, "%s/moe-router-f16.gguf", tmp_dir());
+    snprintf(rounded, sizeof rounded, "%s/moe-router-rounded.gguf", tmp_dir());
+    CHECK(router_rounded(q4, half, true) && router_rounded(q4, rounded, false), "rewriting the routers");
+    quill_model *m;
+    quill_error err;
+    CHECK(quill_model_load(half, &m, &err) == QUILL_OK, "%s", err.message);
+    const size_t n = (size_t)N_TOK * (size_t)quill_model_hparams(m)->n_vocab * sizeof(float);
+    quill_model_free(m);
+    float *a = logits_of(half, ONE_BATCH, 2, PACKED), *b = logits_of(rounded, ONE_BATCH, 2, PACKED);
+    float *a1 = logits_of(half, TOKEN_BY_TOKEN, 1, PACKED);
+    CHECK(a && b && a1);
+    if (a && b && a1) {
+        CHECK(!memcmp(a, b, n), "an f16 router and its values in f32 give different logits");
+        CHECK(!memcmp(a, a1, n), "an f16 router's logits depend on the batch");
+    }
+    free(a), free(b), free(a1);
+    remove(half), remove(rounded);
+}
+
 TEST(moe_bad_files_are_refused_by_name) {
     REQUIRE_SHARED(shared);
     char f32[512], q4[512], mx[512], bad[600];
