@@ -1,8 +1,10 @@
 /* Test runner: runs every registered test (or those whose name or file contains one of the
  * arguments) and ends with the line "N passed, N failed" that CI reads. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "test.h"
 #include "kernels/kernels.h"
 
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -112,10 +114,12 @@ bool tool_available(const char *cmd) {
     return status == 0;
 }
 
+static char test_tmp[256];
+
 const char *tmp_dir(void) {
-    static char dir[256];
+    char *dir = test_tmp;
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/quill-test-XXXXXX");
+        snprintf(dir, sizeof test_tmp, "/tmp/quill-test-XXXXXX");
         if (!mkdtemp(dir)) abort();
     }
     return dir;
@@ -141,6 +145,20 @@ int run_cmd(const char *cmd, char **out, bool merge_stderr) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int kind, struct FTW *ftw) {
+    (void)st; (void)kind; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* The models and files tests write add up to some 400 MB a run: a suite run many times a day
+ * must not fill /tmp. QUILL_KEEP_TMP keeps them to look at after a failure. */
+static void remove_tmp_dir(void) {
+    if (!test_tmp[0]) return;
+    if (getenv("QUILL_KEEP_TMP")) { printf("test files kept in %s\n", test_tmp); return; }
+    nftw(test_tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < n_tests; i++) {
@@ -160,6 +178,7 @@ int main(int argc, char **argv) {
         else if (current_skipped) skipped++;
         else passed++;
     }
+    remove_tmp_dir();
     if (skipped) printf("%d skipped\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     free(tests);
