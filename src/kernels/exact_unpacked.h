@@ -6,7 +6,9 @@
  * exact_scalar.c: the model's bits, for any batch and thread count.
  *
  * An instruction-set file defines `static inline int32_t slot_dot(const int8_t *q, const int16_t
- * *a, int width)` (Σ q[i]·a[i] for i < width, width 16 or 32) and `static inline
+ * *a, int width)` (Σ q[i]·a[i] for i < width, width 16 or 32), `static inline void
+ * slot_dots8(q, a, width, int32_t C[8])` (the sums of 8 consecutive slots: a set may reduce them
+ * together, one transposing reduction rather than eight horizontal sums), and `static inline
  * quill_exact_unpack_fn unpack_fast(uint32_t type)` (a vector unpacker of the type, writing the
  * same codes and scales as exact_unpack.c's, or NULL), and then instantiates
  * QUILL_UNPACKED_KERNELS(sfx), which defines unpacked_matmul_<sfx>_<type> for every such type and
@@ -53,6 +55,18 @@ static void unpacked_quantize_tokens(void *ctx, int64_t t0, int64_t t1, int thre
         }
 }
 
+/* Slot i's f32 steps, as exact_scalar.c's: fma(C, s·da, acc), then the minimum's term. */
+static inline __attribute__((always_inline)) float unpacked_step(uint32_t type, float at, int32_t C, int i, int kb,
+                                                                 const float *s, const float *mins, const float *da,
+                                                                 const int32_t *sums) {
+    at = fmaf((float)C, s[i] * da[i * kb / 32], at);
+    if (has_min(type)) {
+        const int32_t sum = kb == 16 ? sums[i] : sums[2 * i] + sums[2 * i + 1];
+        at = fmaf(-mins[i], da[i * kb / 32] * (float)sum, at);
+    }
+    return at;
+}
+
 #define QUILL_UNPACKED_ROWS_(sfx)                                                                    \
     static inline __attribute__((always_inline)) void unpacked_rows_##sfx(const unpacked_job *j, int64_t r0, \
                                                                           int64_t r1) {              \
@@ -72,13 +86,15 @@ static void unpacked_quantize_tokens(void *ctx, int64_t t0, int64_t t1, int thre
                     const float *da = j->da + (size_t)t * (size_t)(j->cols / 32) + k0 / 32;          \
                     const int32_t *sums = j->sums + (size_t)t * (size_t)(j->cols / 16) + k0 / 16;    \
                     float at = acc[t];                                                               \
-                    for (int i = 0; i < n / kb; i++) {                                               \
-                        at = fmaf((float)slot_dot(q + i * kb, a + i * kb, kb), s[i] * da[i * kb / 32], at); \
-                        if (has_min(j->type)) {                                                      \
-                            const int32_t sum = kb == 16 ? sums[i] : sums[2 * i] + sums[2 * i + 1];  \
-                            at = fmaf(-mins[i], da[i * kb / 32] * (float)sum, at);                   \
-                        }                                                                            \
+                    int i = 0;                                                                       \
+                    for (; i + 8 <= n / kb; i += 8) {                                                \
+                        int32_t C[8];                                                                \
+                        slot_dots8(q + i * kb, a + i * kb, kb, C);                                   \
+                        for (int u = 0; u < 8; u++)                                                  \
+                            at = unpacked_step(j->type, at, C[u], i + u, kb, s, mins, da, sums);     \
                     }                                                                                \
+                    for (; i < n / kb; i++)                                                          \
+                        at = unpacked_step(j->type, at, slot_dot(q + i * kb, a + i * kb, kb), i, kb, s, mins, da, sums); \
                     acc[t] = at;                                                                     \
                 }                                                                                    \
             }                                                                                        \

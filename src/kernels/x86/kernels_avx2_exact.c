@@ -39,12 +39,17 @@
 
 /* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together;
  * iq4_xs's layout keeps them per block of 32, pack_vnni16.h). */
-static inline int window_width(uint32_t type) { return is_kquant(type) && type != QUILL_TYPE_IQ4_XS ? MAX_WINDOW : 32; }
+static inline int window_width(uint32_t type) {
+    return is_kquant(type) && type != QUILL_TYPE_IQ4_XS && type != QUILL_TYPE_IQ3_S && type != QUILL_TYPE_IQ3_XXS
+               ? MAX_WINDOW
+               : 32;
+}
 
-/* The types whose codes are whole bytes u = q + 128 (q8_0's, and iq4's levels from its table):
- * on AVX2 their sums take vpmaddwd (q8_0_sums), as vpmaddubsw would saturate on them. */
+/* The types whose codes are whole bytes u = q + 128 (q8_0's, and the iq4 and iq3 levels from their
+ * tables): on AVX2 their sums take vpmaddwd (q8_0_sums), as vpmaddubsw would saturate on them. */
 static inline bool byte_codes(uint32_t type) {
-    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || type == QUILL_TYPE_IQ3_S ||
+           type == QUILL_TYPE_IQ3_XXS;
 }
 
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
@@ -719,7 +724,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K ||
-           type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || legacy_packed(type);
+           type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || grid_nibbles(type) || legacy_packed(type);
 }
 
 static size_t avx2_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -797,17 +802,32 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
         break;
     }
     case QUILL_TYPE_IQ4_NL:
-    case QUILL_TYPE_IQ4_XS: {
+    case QUILL_TYPE_IQ4_XS:
+    case QUILL_TYPE_IQ3_S:
+    case QUILL_TYPE_IQ3_XXS: {
         /* each nibble to its level + 128 by a byte shuffle: q8_0's codes, low nibbles its registers
          * 0-3 (columns 4g..), high ones 4-7 (16 + 4g..) */
         _Alignas(16) int8_t table[16];
-        for (int i = 0; i < 16; i++) table[i] = (int8_t)(quill_kvalues_iq4nl[i] ^ 0x80);
+        for (int i = 0; i < 16; i++) table[i] = (int8_t)(nibble_levels(type)[i] ^ 0x80);
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)table));
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             const __m256i v = half_reg(pw.codes, g, hf);
             q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)), W, g);
             q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), W, 4 + g);
+        }
+        if (grid_nibbles(type)) { /* sc the nibble `sub` of the row's scale word; the unpacker's steps */
+            const __m256i words = _mm256_load_si256((const __m256i *)(pw.scales + 32 * hf));
+            const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(words, 4 * pw.sub), _mm256_set1_epi32(0xF));
+            const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 64 + 16 * hf)));
+            if (type == QUILL_TYPE_IQ3_S) { /* d · (1 + 2 sc) */
+                _mm256_store_ps(W->s[0], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(sc, 1),
+                                                                                               _mm256_set1_epi32(1)))));
+                break;
+            }
+            const __m256 half = _mm256_set1_ps(0.5f); /* iq3_xxs: d · (0.5 + sc) · 0.5 */
+            _mm256_store_ps(W->s[0], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(half, _mm256_cvtepi32_ps(sc))), half));
+            break;
         }
         const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf)));
         if (type == QUILL_TYPE_IQ4_NL) {
@@ -1202,6 +1222,25 @@ static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
                                                       _mm256_loadu_si256((const __m256i *)(a + 16))));
     return hsum_epi32(acc);
 }
+/* 8 slots' sums from their 8 vectors of partial sums by one reduction (integer adds: any order is
+ * exact). One product of 2048 x 2048, one token: iq2_xxs XXX. */
+static inline void slot_dots8(const int8_t *q, const int16_t *a, int width, int32_t C[8]) {
+    __m256i v[8];
+    for (int u = 0; u < 8; u++) {
+        const int8_t *qu = q + u * width;
+        const int16_t *au = a + u * width;
+        v[u] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qu)),
+                                 _mm256_loadu_si256((const __m256i *)au));
+        if (width == 32)
+            v[u] = _mm256_add_epi32(v[u], _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qu + 16))),
+                                                            _mm256_loadu_si256((const __m256i *)(au + 16))));
+    }
+    const __m256i h03 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i h47 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* lane l of h03 holds slot l % 4's sum over half l / 4 of its vector */
+    _mm256_storeu_si256((__m256i *)C, _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20),
+                                                       _mm256_permute2x128_si256(h03, h47, 0x31)));
+}
 QUILL_UNPACKED_ROWS_(avx2)
 #define UNPACKED_MATMUL(tsfx, ID) QUILL_UNPACKED_MATMUL_(avx2, ID)
 #define INSTALL_UNPACKED(tsfx, ID) k->matmul[QUILL_TYPE_##ID] = unpacked_matmul_avx2_##ID;
@@ -1260,7 +1299,7 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 /* The packed types' products from the layout. */
 #define PACKED_TYPES(M) \
     M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
-    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS)
+    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

@@ -172,6 +172,9 @@ static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
                                         _mm256_loadu_si256((const __m256i *)a));
     return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(p));
 }
+static inline void slot_dots8(const int8_t *q, const int16_t *a, int width, int32_t C[8]) {
+    for (int u = 0; u < 8; u++) C[u] = slot_dot(q + u * width, a + u * width, width);
+}
 QUILL_UNPACKED_ROWS_(vnni)
 #define UNPACKED_MATMUL(tsfx, ID) QUILL_UNPACKED_MATMUL_(vnni, ID)
 #define INSTALL_UNPACKED(sfx, ID) k->matmul[QUILL_TYPE_##ID] = matmul_unpacked_##sfx;

@@ -81,11 +81,51 @@ static void unpack_iq3_s_simd(const uint8_t *row, int64_t n, int8_t *q, float *s
     }
 }
 
-/* The 4 groups' sign bytes of iq2_xxs / iq3_xxs: 7 stored bits each (bits 7l.. of aux), the 8th
- * their parity. */
-static inline uint32_t iq_signs4(uint32_t aux) {
-    return (uint32_t)quill_iq_signs(aux & 127) | (uint32_t)quill_iq_signs((aux >> 7) & 127) << 8 |
-           (uint32_t)quill_iq_signs((aux >> 14) & 127) << 16 | (uint32_t)quill_iq_signs((aux >> 21) & 127) << 24;
+/* Byte j of entry i is 0xFF when bit j of quill_iq_signs(i) is set: a group's 8 signs as a mask
+ * from its 7 stored bits by one load (the parity bit and the spreading of bits to bytes computed
+ * per group took a third of iq2_xxs's unpacking). The unpackers' tests compare the codes with
+ * exact_unpack.c's. */
+static const uint64_t iq_sign_masks[128] = {
+    0x0000000000000000ull, 0xff000000000000ffull, 0xff0000000000ff00ull, 0x000000000000ffffull,
+    0xff00000000ff0000ull, 0x0000000000ff00ffull, 0x0000000000ffff00ull, 0xff00000000ffffffull,
+    0xff000000ff000000ull, 0x00000000ff0000ffull, 0x00000000ff00ff00ull, 0xff000000ff00ffffull,
+    0x00000000ffff0000ull, 0xff000000ffff00ffull, 0xff000000ffffff00ull, 0x00000000ffffffffull,
+    0xff0000ff00000000ull, 0x000000ff000000ffull, 0x000000ff0000ff00ull, 0xff0000ff0000ffffull,
+    0x000000ff00ff0000ull, 0xff0000ff00ff00ffull, 0xff0000ff00ffff00ull, 0x000000ff00ffffffull,
+    0x000000ffff000000ull, 0xff0000ffff0000ffull, 0xff0000ffff00ff00ull, 0x000000ffff00ffffull,
+    0xff0000ffffff0000ull, 0x000000ffffff00ffull, 0x000000ffffffff00ull, 0xff0000ffffffffffull,
+    0xff00ff0000000000ull, 0x0000ff00000000ffull, 0x0000ff000000ff00ull, 0xff00ff000000ffffull,
+    0x0000ff0000ff0000ull, 0xff00ff0000ff00ffull, 0xff00ff0000ffff00ull, 0x0000ff0000ffffffull,
+    0x0000ff00ff000000ull, 0xff00ff00ff0000ffull, 0xff00ff00ff00ff00ull, 0x0000ff00ff00ffffull,
+    0xff00ff00ffff0000ull, 0x0000ff00ffff00ffull, 0x0000ff00ffffff00ull, 0xff00ff00ffffffffull,
+    0x0000ffff00000000ull, 0xff00ffff000000ffull, 0xff00ffff0000ff00ull, 0x0000ffff0000ffffull,
+    0xff00ffff00ff0000ull, 0x0000ffff00ff00ffull, 0x0000ffff00ffff00ull, 0xff00ffff00ffffffull,
+    0xff00ffffff000000ull, 0x0000ffffff0000ffull, 0x0000ffffff00ff00ull, 0xff00ffffff00ffffull,
+    0x0000ffffffff0000ull, 0xff00ffffffff00ffull, 0xff00ffffffffff00ull, 0x0000ffffffffffffull,
+    0xffff000000000000ull, 0x00ff0000000000ffull, 0x00ff00000000ff00ull, 0xffff00000000ffffull,
+    0x00ff000000ff0000ull, 0xffff000000ff00ffull, 0xffff000000ffff00ull, 0x00ff000000ffffffull,
+    0x00ff0000ff000000ull, 0xffff0000ff0000ffull, 0xffff0000ff00ff00ull, 0x00ff0000ff00ffffull,
+    0xffff0000ffff0000ull, 0x00ff0000ffff00ffull, 0x00ff0000ffffff00ull, 0xffff0000ffffffffull,
+    0x00ff00ff00000000ull, 0xffff00ff000000ffull, 0xffff00ff0000ff00ull, 0x00ff00ff0000ffffull,
+    0xffff00ff00ff0000ull, 0x00ff00ff00ff00ffull, 0x00ff00ff00ffff00ull, 0xffff00ff00ffffffull,
+    0xffff00ffff000000ull, 0x00ff00ffff0000ffull, 0x00ff00ffff00ff00ull, 0xffff00ffff00ffffull,
+    0x00ff00ffffff0000ull, 0xffff00ffffff00ffull, 0xffff00ffffffff00ull, 0x00ff00ffffffffffull,
+    0x00ffff0000000000ull, 0xffffff00000000ffull, 0xffffff000000ff00ull, 0x00ffff000000ffffull,
+    0xffffff0000ff0000ull, 0x00ffff0000ff00ffull, 0x00ffff0000ffff00ull, 0xffffff0000ffffffull,
+    0xffffff00ff000000ull, 0x00ffff00ff0000ffull, 0x00ffff00ff00ff00ull, 0xffffff00ff00ffffull,
+    0x00ffff00ffff0000ull, 0xffffff00ffff00ffull, 0xffffff00ffffff00ull, 0x00ffff00ffffffffull,
+    0xffffffff00000000ull, 0x00ffffff000000ffull, 0x00ffffff0000ff00ull, 0xffffffff0000ffffull,
+    0x00ffffff00ff0000ull, 0xffffffff00ff00ffull, 0xffffffff00ffff00ull, 0x00ffffff00ffffffull,
+    0x00ffffffff000000ull, 0xffffffffff0000ffull, 0xffffffffff00ff00ull, 0x00ffffffff00ffffull,
+    0xffffffffffff0000ull, 0x00ffffffffff00ffull, 0x00ffffffffffff00ull, 0xffffffffffffffffull,
+};
+
+/* The 32 codes of 4 groups with magnitudes mag and their signs' 7-bit fields at bits 0, 7, 14 and
+ * 21 of aux (iq2_xxs, iq3_xxs; iq2_xs's gathered there): (mag ^ m) - m negates where m is set. */
+static inline __m256i apply_iq_signs4(__m256i mag, uint32_t aux) {
+    const __m256i m = _mm256_set_epi64x((long long)iq_sign_masks[(aux >> 21) & 127], (long long)iq_sign_masks[(aux >> 14) & 127],
+                                        (long long)iq_sign_masks[(aux >> 7) & 127], (long long)iq_sign_masks[aux & 127]);
+    return _mm256_sub_epi8(_mm256_xor_si256(mag, m), m);
 }
 
 /* The 4 groups' 8-byte grid words of 32 codes. Built from scalar loads: on an EPYC (Zen 4) that
@@ -104,7 +144,7 @@ static void unpack_iq2_xxs_simd(const uint8_t *row, int64_t n, int8_t *q, float 
             memcpy(&aux, row + 2 + 8 * ib + 4, 4);
             *s++ = d * (0.5f + (float)(aux >> 28)) * 0.25f;
             const __m256i mag = grid4(quill_iq2xxs_grid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
-            _mm256_storeu_si256((__m256i *)q, apply_signs32(mag, iq_signs4(aux)));
+            _mm256_storeu_si256((__m256i *)q, apply_iq_signs4(mag, aux));
         }
     }
 }
@@ -122,9 +162,8 @@ static void unpack_iq2_xs_simd(const uint8_t *row, int64_t n, int8_t *q, float *
             uint16_t v[4];
             memcpy(v, row + offsetof(block_iq2_xs, qs) + 8 * ib, sizeof v);
             const __m256i mag = grid4(quill_iq2xs_grid, v[0] & 511u, v[1] & 511u, v[2] & 511u, v[3] & 511u);
-            const uint32_t signs = (uint32_t)quill_iq_signs(v[0] >> 9) | (uint32_t)quill_iq_signs(v[1] >> 9) << 8 |
-                                   (uint32_t)quill_iq_signs(v[2] >> 9) << 16 | (uint32_t)quill_iq_signs(v[3] >> 9) << 24;
-            _mm256_storeu_si256((__m256i *)q, apply_signs32(mag, signs));
+            _mm256_storeu_si256((__m256i *)q, apply_iq_signs4(mag, (uint32_t)(v[0] >> 9) | (uint32_t)(v[1] >> 9) << 7 |
+                                                                     (uint32_t)(v[2] >> 9) << 14 | (uint32_t)(v[3] >> 9) << 21));
         }
     }
 }
@@ -164,7 +203,7 @@ static void unpack_iq3_xxs_simd(const uint8_t *row, int64_t n, int8_t *q, float 
             *s++ = d * (0.5f + (float)(aux >> 28)) * 0.5f;
             const __m256i mag = _mm256_set_epi32((int)g[qs[7]], (int)g[qs[6]], (int)g[qs[5]], (int)g[qs[4]],
                                                  (int)g[qs[3]], (int)g[qs[2]], (int)g[qs[1]], (int)g[qs[0]]);
-            _mm256_storeu_si256((__m256i *)q, apply_signs32(mag, iq_signs4(aux)));
+            _mm256_storeu_si256((__m256i *)q, apply_iq_signs4(mag, aux));
         }
     }
 }
