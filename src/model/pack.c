@@ -79,8 +79,8 @@ static size_t available_memory(void) {
 }
 
 /* Bytes of the packed copy of every matrix in list, each page-aligned; a type whose copy is larger
- * than its rows in the file (the grid types iq3_s and iq3_xxs: 4.25 bits a weight against 3.44
- * and 3.06) only when `grow`. at[i] is where matrix i goes, SIZE_MAX for one left in the file's
+ * than its rows in the file (the grid types iq3_s, iq3_xxs and iq2_xxs: 4.25 bits a weight
+ * against 3.44, 3.06 and 2.06) only when `grow`. at[i] is where matrix i goes, SIZE_MAX for one left in the file's
  * layout. */
 static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, bool grow, size_t *at) {
     size_t total = 0;
@@ -183,7 +183,7 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
         if (fitting < total)
             quill_log(QUILL_LOG_WARN,
                       "repacking every matrix needs %.1f MB, %.1f MB available: the types whose copy is larger "
-                      "than the file's rows (iq3_s, iq3_xxs) stay in the file's layout, more slowly",
+                      "than the file's rows (iq3_s, iq3_xxs, iq2_xxs) stay in the file's layout, more slowly",
                       total / 1e6, available / 1e6);
         total = fitting;
     }

@@ -40,7 +40,8 @@
 /* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together;
  * iq4_xs's layout keeps them per block of 32, pack_vnni16.h). */
 static inline int window_width(uint32_t type) {
-    return is_kquant(type) && type != QUILL_TYPE_IQ4_XS && type != QUILL_TYPE_IQ3_S && type != QUILL_TYPE_IQ3_XXS
+    return is_kquant(type) && type != QUILL_TYPE_IQ4_XS && type != QUILL_TYPE_IQ3_S && type != QUILL_TYPE_IQ3_XXS &&
+                   type != QUILL_TYPE_IQ2_XXS
                ? MAX_WINDOW
                : 32;
 }
@@ -49,7 +50,7 @@ static inline int window_width(uint32_t type) {
  * tables): on AVX2 their sums take vpmaddwd (q8_0_sums), as vpmaddubsw would saturate on them. */
 static inline bool byte_codes(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || type == QUILL_TYPE_IQ3_S ||
-           type == QUILL_TYPE_IQ3_XXS;
+           type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS;
 }
 
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
@@ -804,7 +805,8 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
     case QUILL_TYPE_IQ4_NL:
     case QUILL_TYPE_IQ4_XS:
     case QUILL_TYPE_IQ3_S:
-    case QUILL_TYPE_IQ3_XXS: {
+    case QUILL_TYPE_IQ3_XXS:
+    case QUILL_TYPE_IQ2_XXS: {
         /* each nibble to its level + 128 by a byte shuffle: q8_0's codes, low nibbles its registers
          * 0-3 (columns 4g..), high ones 4-7 (16 + 4g..) */
         _Alignas(16) int8_t table[16];
@@ -825,8 +827,9 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
                                                                                                _mm256_set1_epi32(1)))));
                 break;
             }
-            const __m256 half = _mm256_set1_ps(0.5f); /* iq3_xxs: d · (0.5 + sc) · 0.5 */
-            _mm256_store_ps(W->s[0], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(half, _mm256_cvtepi32_ps(sc))), half));
+            /* iq3_xxs: d · (0.5 + sc) · 0.5; iq2_xxs: d · (0.5 + sc) · 0.25 */
+            const __m256 half = _mm256_set1_ps(0.5f), last = _mm256_set1_ps(type == QUILL_TYPE_IQ2_XXS ? 0.25f : 0.5f);
+            _mm256_store_ps(W->s[0], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(half, _mm256_cvtepi32_ps(sc))), last));
             break;
         }
         const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf)));
@@ -1299,7 +1302,8 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 /* The packed types' products from the layout. */
 #define PACKED_TYPES(M) \
     M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
-    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS)
+    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) \
+    M(iq2_xxs, IQ2_XXS)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

@@ -115,9 +115,9 @@ static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type,
         const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 64)));
         if (type == QUILL_TYPE_IQ3_S) /* d · (1 + 2 sc) */
             return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(sc, 1), _mm512_set1_epi32(1))));
-        /* iq3_xxs: d · (0.5 + sc) · 0.5 */
-        const __m512 half = _mm512_set1_ps(0.5f);
-        return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(half, _mm512_cvtepi32_ps(sc))), half);
+        /* iq3_xxs: d · (0.5 + sc) · 0.5; iq2_xxs: d · (0.5 + sc) · 0.25 */
+        const __m512 half = _mm512_set1_ps(0.5f), last = _mm512_set1_ps(type == QUILL_TYPE_IQ2_XXS ? 0.25f : 0.5f);
+        return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(half, _mm512_cvtepi32_ps(sc))), last);
     }
     if (type == QUILL_TYPE_IQ4_XS) { /* d · (ls - 32), as the unpacker */
         const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)scales));
@@ -570,6 +570,8 @@ DECODE_PACKED_TASK(iq3_s, IQ3_S)
 GEMM_PACKED_TASK(iq3_s, IQ3_S)
 DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
 GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
+DECODE_PACKED_TASK(iq2_xxs, IQ2_XXS)
+GEMM_PACKED_TASK(iq2_xxs, IQ2_XXS)
 DECODE_PACKED_TASK(iq4_nl, IQ4_NL)
 GEMM_PACKED_TASK(iq4_nl, IQ4_NL)
 DECODE_PACKED_TASK(iq4_xs, IQ4_XS)
@@ -586,6 +588,7 @@ quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
+           : type == QUILL_TYPE_IQ2_XXS ? decode_packed_iq2_xxs
            : type == QUILL_TYPE_IQ4_NL ? decode_packed_iq4_nl
            : type == QUILL_TYPE_IQ4_XS ? decode_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? decode_packed_q2_K
@@ -596,6 +599,7 @@ quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
     return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
            : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
+           : type == QUILL_TYPE_IQ2_XXS ? gemm_packed_iq2_xxs
            : type == QUILL_TYPE_IQ4_NL ? gemm_packed_iq4_nl
            : type == QUILL_TYPE_IQ4_XS ? gemm_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? gemm_packed_q2_K

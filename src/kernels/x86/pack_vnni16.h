@@ -48,11 +48,11 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
  *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
  *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
- *   iq3_s, iq3_xxs (the grid types): as mxfp4, but each code (a grid byte, one of 8 levels,
- *         with its sign) is a nibble of its own, looked up once here instead of in the grid at
+ *   iq3_s, iq3_xxs, iq2_xxs (the grid types): as mxfp4, but each code (a grid byte, one of 8
+ *         levels, iq2_xxs's 3, with its sign) is a nibble of its own, looked up once here instead of in the grid at
  *         every use (iq3_s's gathers were 39 % of a token: bench/README.md); a chunk is one file
  *         block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16).
- *         4.25 bits a weight against the file's 3.44 and 3.06: the layouts larger than their file
+ *         4.25 bits a weight against the file's 3.44, 3.06 and 2.06: the layouts larger than their file
  *         (pack.c leaves them out when memory is short).
  *   iq4_nl: as q4_0 (its blocks are q4_0's: d, then 16 nibble bytes), the nibbles turned into
  *         codes level + 128 by mxfp4's byte permute, with the 16 levels as its table.
@@ -91,7 +91,7 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
 static inline bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
-           type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
+           type == QUILL_TYPE_IQ2_XXS || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
 }
 
 /* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
@@ -112,8 +112,11 @@ static inline bool lowbit_type(uint32_t type) { return type == QUILL_TYPE_Q2_K |
 /* Registers of a packed q2_K or q3_K super-block before its codes: the scale words (q2_K: and d, dmin). */
 static inline int lowbit_head(uint32_t type) { return type == QUILL_TYPE_Q2_K ? 5 : 4; }
 
-/* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed): packed as nibbles. */
-static inline bool grid_nibbles(uint32_t type) { return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS; }
+/* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed) and whose slots are
+ * 32 columns with a 4-bit scale: packed as nibbles. */
+static inline bool grid_nibbles(uint32_t type) {
+    return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS;
+}
 
 /* The 256-column types packed as 32-column blocks, a chunk per file block. */
 static inline bool chunk_per_block(uint32_t type) { return grid_nibbles(type) || type == QUILL_TYPE_IQ4_XS; }
@@ -203,8 +206,10 @@ static inline size_t vnni16_pack_bytes(uint32_t type, int64_t rows, int64_t cols
  * them: the packed products' tests, on random blocks, read every grid entry), then their negatives. */
 static const int8_t iq3s_levels[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15};
 static const int8_t iq3xxs_levels[16] = {4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62};
+/* iq2_xxs: 3 levels; the rest of each half repeats the last (a nibble no code maps to) */
+static const int8_t iq2xxs_levels[16] = {8, 25, 43, 43, 43, 43, 43, 43, -8, -25, -43, -43, -43, -43, -43, -43};
 static inline const int8_t *grid_levels(uint32_t type) {
-    return type == QUILL_TYPE_IQ3_S ? iq3s_levels : iq3xxs_levels;
+    return type == QUILL_TYPE_IQ3_S ? iq3s_levels : type == QUILL_TYPE_IQ2_XXS ? iq2xxs_levels : iq3xxs_levels;
 }
 
 /* The codes of an iq4 nibble and of a grid type's nibble: the values the tables of the packed
@@ -225,7 +230,7 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                      int64_t tile0, int64_t tile1) {
     uint8_t nibble_of[256] = {0}; /* a grid type's code (as a byte) to its nibble */
     if (grid_nibbles(type))
-        for (int i = 0; i < 16; i++) nibble_of[(uint8_t)grid_levels(type)[i]] = (uint8_t)i;
+        for (int i = 15; i >= 0; i--) nibble_of[(uint8_t)grid_levels(type)[i]] = (uint8_t)i; /* a level's first nibble */
     const size_t tb = packed_tile_bytes(type, cols);
     const int64_t nb = cols / 32, tiles = (rows + PACK_TR - 1) / PACK_TR;
     for (int64_t tile = tile0; tile < tile1; tile++) {
@@ -363,6 +368,8 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                     uint8_t sub[4]; /* sub-block b's 4-bit scale in bits 4b..4b+3 */
                     if (type == QUILL_TYPE_IQ3_S) {
                         memcpy(sub, b + offsetof(block_iq3_s, scales), 4);
+                    } else if (type == QUILL_TYPE_IQ2_XXS) { /* the top 4 bits of each sub-block's second word */
+                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(b[2 + 16 * i + 7] >> 4 | (b[2 + 16 * i + 15] >> 4) << 4);
                     } else { /* iq3_xxs: the top 4 bits of each sub-block's scale-and-signs word */
                         const uint8_t *words = b + 2 + QK_K / 4;
                         for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(words[8 * i + 3] >> 4 | (words[8 * i + 7] >> 4) << 4);
