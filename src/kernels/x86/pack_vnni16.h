@@ -49,11 +49,11 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
  *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
  *   iq3_s, iq3_xxs, iq2_xxs (the grid types): as mxfp4, but each code (a grid byte, one of 8
- *         levels, iq2_xxs's 3, with its sign) is a nibble of its own, looked up once here instead of in the grid at
- *         every use (iq3_s's gathers were 39 % of a token: bench/README.md); a chunk is one file
- *         block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16).
- *         4.25 bits a weight against the file's 3.44, 3.06 and 2.06: the layouts larger than their file
- *         (pack.c leaves them out when memory is short).
+ *         levels, iq2_xxs's 3, with its sign) is a nibble of its own, looked up once here instead
+ *         of in the grid at every use (iq3_s's gathers were 39 % of a token: bench/README.md); a
+ *         chunk is one file block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then
+ *         their d (f16). 4.25 bits a weight against the file's 3.44, 3.06 and 2.06: the layouts
+ *         larger than their file (pack.c leaves them out when memory is short).
  *   iq4_nl: as q4_0 (its blocks are q4_0's: d, then 16 nibble bytes), the nibbles turned into
  *         codes level + 128 by mxfp4's byte permute, with the 16 levels as its table.
  *   iq4_xs: as iq4_nl, a chunk one file block (its nibble bytes are iq4_nl's, sub-block after
@@ -91,7 +91,8 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
 static inline bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
            type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
-           type == QUILL_TYPE_IQ2_XXS || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
+           type == QUILL_TYPE_IQ2_XXS || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL ||
+           type == QUILL_TYPE_IQ4_XS;
 }
 
 /* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
