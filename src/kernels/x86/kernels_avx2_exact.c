@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
 #include "kernels/exact_unpacked.h"
+#include "kernels/x86/pack_vnni16.h" /* the load-time layout these sets read (below) */
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
@@ -39,18 +40,12 @@
 
 /* Columns unpacked at a time: a block, or a k-quant super-block (whose scales come packed together;
  * iq4_xs's layout keeps them per block of 32, pack_vnni16.h). */
-static inline int window_width(uint32_t type) {
-    return is_kquant(type) && type != QUILL_TYPE_IQ4_XS && type != QUILL_TYPE_IQ3_S && type != QUILL_TYPE_IQ3_XXS &&
-                   type != QUILL_TYPE_IQ2_XXS
-               ? MAX_WINDOW
-               : 32;
-}
+static inline int window_width(uint32_t type) { return is_kquant(type) && !chunk_per_block(type) ? MAX_WINDOW : 32; }
 
 /* The types whose codes are whole bytes u = q + 128 (q8_0's, and the iq4 and iq3 levels from their
  * tables): on AVX2 their sums take vpmaddwd (q8_0_sums), as vpmaddubsw would saturate on them. */
 static inline bool byte_codes(uint32_t type) {
-    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || type == QUILL_TYPE_IQ3_S ||
-           type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS;
+    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS || grid_nibbles(type);
 }
 
 /* The largest unsigned code vpmaddubsw sees (q8_0's 8-bit codes take vpmaddwd instead: q8_0_sums). */
@@ -719,8 +714,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
  * scales lie side by side where the file's rows needed a gather. Decoding reads a group of tiles
  * (q4_0's 4, the others' 1) as one stream, front to back, both halves of a tile from each line.
  * The codes and scales are the file's, so the sums and f32 steps are those of the file's rows bit
- * for bit. */
-#include "kernels/x86/pack_vnni16.h"
+ * for bit. (pack_vnni16.h, included above.) */
 
 static inline bool avx2_packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
