@@ -14,7 +14,6 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
 #include "kernels/exact_unpacked.h"
-#include "kernels/x86/pack_vnni16.h" /* the load-time layout these sets read (below) */
 #include "base/threadpool.h"
 #include "tensor/types_internal.h"
 
@@ -25,6 +24,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/x86/pack_vnni16.h" /* the load-time layout these sets read (below) */
 
 /* kernels_avxvnni_exact.c builds this file again with QUILL_AVXVNNI 1 (and -mavxvnni): the
  * avxvnni set, whose sums take VEX vpdpbusd where these take vpmaddubsw and vpmaddwd. */
