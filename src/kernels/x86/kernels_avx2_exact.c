@@ -489,11 +489,11 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
  * (4g + 1's) code, its high ones 4g + 2's (4g + 3's): the even and odd bytes of the 4 codes, taken
  * apart with 16-bit shifts, and the activations stored in that order (quantize_planes). Half the
  * instructions of vpmaddubsw on the codes' two 4-bit digits against both activation bytes. */
-static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const int8_t *codes,
+static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const int8_t *codes, int slot, int kb,
                                                             const block_facts *f, __m256 *acc) {
     __m256i c = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
+    for (int g = slot * kb / 4; g < (slot + 1) * kb / 4; g++) {
         __m256i even, odd;
         if (W->u_hi) {
             even = W->u[g], odd = W->u_hi[g];
@@ -509,7 +509,7 @@ static inline __attribute__((always_inline)) void q8_0_sums(const window *W, con
         c = _mm256_add_epi32(c, _mm256_madd_epi16(even, _mm256_set1_epi32(a02)));
         c = _mm256_add_epi32(c, _mm256_madd_epi16(odd, _mm256_set1_epi32(a13)));
     }
-    const __m256 sc = _mm256_load_ps(W->s[0]);
+    const __m256 sc = _mm256_load_ps(W->s[slot]);
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(sc, _mm256_set1_ps(f->da)), *acc);
 }
 #endif
@@ -532,8 +532,8 @@ static inline __attribute__((always_inline)) void window_step(uint32_t type, con
         const block_facts *f = facts_in(A, off);
         __m256i ch = _mm256_setzero_si256(), cl = ch;
 #if !QUILL_AVXVNNI
-        if (byte_codes(type)) {
-            q8_0_sums(W, codes, f, acc);
+        if (byte_codes(type)) { /* the block's 16-bit codes from its start (the grid types' slots of 16: two a block) */
+            q8_0_sums(W, acts_block(A, off >> 5).codes, i, kb, f, acc);
             continue;
         }
 #endif
@@ -657,7 +657,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     __m256 acc[PASS_TOKENS];
     /* a block's codes fit in registers, where the compiler keeps arrays this small */
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
-    _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
+    _Alignas(32) float s_block[2][TR], m_block[2][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
     /* q8_0's digits (u_hi) only where vpmaddubsw would saturate on whole codes */
     __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
     const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
@@ -756,6 +756,21 @@ static inline __attribute__((always_inline)) packed_window locate_window(uint32_
                            (int)in_chunk};
 }
 
+/* Slot sl's scales of half hf of a grid type's packed block, from the chunk's scales: sc the
+ * slot's nibble of the row's scale words, then the unpacker's steps. */
+static inline __attribute__((always_inline)) __m256 grid_scales(uint32_t type, const uint8_t *scales, int sl, int hf) {
+    const __m256i words = _mm256_load_si256((const __m256i *)(scales + 64 * (sl / 8) + 32 * hf));
+    const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(words, 4 * (sl % 8)), _mm256_set1_epi32(0xF));
+    const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(scales + grid_d_at(type) + 16 * hf)));
+    const __m256 odd = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(sc, 1), _mm256_set1_epi32(1)));
+    if (type == QUILL_TYPE_IQ3_S) return _mm256_mul_ps(d, odd); /* d · (1 + 2 sc) */
+    if (type == QUILL_TYPE_IQ1_S || type == QUILL_TYPE_IQ1_M) /* d · (2 sc + 1) · 0.125 */
+        return _mm256_mul_ps(_mm256_mul_ps(d, odd), _mm256_set1_ps(0.125f));
+    /* iq3_xxs: d · (0.5 + sc) · 0.5; the iq2 types: d · (0.5 + sc) · 0.25 */
+    const __m256 half = _mm256_set1_ps(0.5f), last = _mm256_set1_ps(type == QUILL_TYPE_IQ3_XXS ? 0.5f : 0.25f);
+    return _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(half, _mm256_cvtepi32_ps(sc))), last);
+}
+
 /* unpack_window's codes and scales of 8 rows, from the layout. */
 static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, packed_window pw, int hf, const window *W) {
     const __m256i low = _mm256_set1_epi8(0x0F);
@@ -801,7 +816,11 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
     case QUILL_TYPE_IQ4_XS:
     case QUILL_TYPE_IQ3_S:
     case QUILL_TYPE_IQ3_XXS:
-    case QUILL_TYPE_IQ2_XXS: {
+    case QUILL_TYPE_IQ2_XXS:
+    case QUILL_TYPE_IQ2_XS:
+    case QUILL_TYPE_IQ2_S:
+    case QUILL_TYPE_IQ1_S:
+    case QUILL_TYPE_IQ1_M: {
         /* each nibble to its level + 128 by a byte shuffle: q8_0's codes, low nibbles its registers
          * 0-3 (columns 4g..), high ones 4-7 (16 + 4g..) */
         _Alignas(16) int8_t table[16];
@@ -813,18 +832,9 @@ static inline __attribute__((always_inline)) void unpack_packed(uint32_t type, p
             q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)), W, g);
             q8_0_codes(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), W, 4 + g);
         }
-        if (grid_nibbles(type)) { /* sc the nibble `sub` of the row's scale word; the unpacker's steps */
-            const __m256i words = _mm256_load_si256((const __m256i *)(pw.scales + 32 * hf));
-            const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(words, 4 * pw.sub), _mm256_set1_epi32(0xF));
-            const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 64 + 16 * hf)));
-            if (type == QUILL_TYPE_IQ3_S) { /* d · (1 + 2 sc) */
-                _mm256_store_ps(W->s[0], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(sc, 1),
-                                                                                               _mm256_set1_epi32(1)))));
-                break;
-            }
-            /* iq3_xxs: d · (0.5 + sc) · 0.5; iq2_xxs: d · (0.5 + sc) · 0.25 */
-            const __m256 half = _mm256_set1_ps(0.5f), last = _mm256_set1_ps(type == QUILL_TYPE_IQ2_XXS ? 0.25f : 0.5f);
-            _mm256_store_ps(W->s[0], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(half, _mm256_cvtepi32_ps(sc))), last));
+        if (grid_nibbles(type)) { /* the block's slots' scales (one, or two of 16 columns) */
+            const int per = 32 / slot_width(type);
+            for (int i = 0; i < per; i++) _mm256_store_ps(W->s[i], grid_scales(type, pw.scales, per * pw.sub + i, hf));
             break;
         }
         const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pw.scales + 16 * hf)));
@@ -1100,7 +1110,7 @@ static inline __attribute__((always_inline)) void batch_blocks(uint32_t type, co
                                                                size_t tb, int64_t tile, int hf, int64_t k0,
                                                                int64_t k1, __m256 *acc) {
     _Alignas(32) __m256i u[BATCH_BLOCKS][32 / 4], u_hi[BATCH_BLOCKS][32 / 4];
-    _Alignas(32) float s[BATCH_BLOCKS][1][TR], m[BATCH_BLOCKS][1][TR];
+    _Alignas(32) float s[BATCH_BLOCKS][2][TR], m[BATCH_BLOCKS][2][TR]; /* two slots of 16 at most */
     window W[BATCH_BLOCKS];
     for (int b = 0; b < BATCH_BLOCKS; b++) W[b] = (window){u[b], QUILL_AVXVNNI ? NULL : u_hi[b], s[b], m[b]};
     for (int64_t k = k0; k < k1; k += 32 * BATCH_BLOCKS) {
@@ -1128,7 +1138,7 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
     const size_t tb = packed_tile_bytes(type, j->cols);
     __m256 acc[PASS_TOKENS];
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
-    _Alignas(32) float s_block[1][TR], m_block[1][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
+    _Alignas(32) float s_block[2][TR], m_block[2][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
     __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
     const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
     const window decode = {batch.u, NULL, batch.s, batch.m};
@@ -1298,7 +1308,7 @@ QUILL_EXACT_TYPES(EXACT_MATMUL)
 #define PACKED_TYPES(M) \
     M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
     M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) \
-    M(iq2_xxs, IQ2_XXS)
+    M(iq2_xxs, IQ2_XXS) M(iq2_xs, IQ2_XS) M(iq2_s, IQ2_S) M(iq1_s, IQ1_S) M(iq1_m, IQ1_M)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

@@ -107,16 +107,20 @@ static inline __attribute__((always_inline)) void packed_nibbles(uint32_t type, 
 
 /* The 16 rows' scales of block b of a packed chunk whose scales begin at `scales` (q4_0, q8_0:
  * f16 d; mxfp4: the E8M0 byte e as quill_e8m0_half_to_float reads it, 2^(e - 128): the bits
- * (e - 1) << 23, or for e < 2 the subnormal 2^21 << e). */
+ * (e - 1) << 23, or for e < 2 the subnormal 2^21 << e); a grid type's of slot b. */
 static inline __attribute__((always_inline)) __m512 packed_scales(uint32_t type, const uint8_t *scales, int64_t b) {
-    if (grid_nibbles(type)) { /* sc the nibble b of the row's scale word; the unpacker's steps */
-        const __m512i words = _mm512_load_si512((const __m512i *)scales);
-        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(words, (unsigned)(4 * b)), _mm512_set1_epi32(0xF));
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 64)));
+    if (grid_nibbles(type)) { /* sc the slot's nibble of the row's scale words; the unpacker's steps */
+        const __m512i words = _mm512_load_si512((const __m512i *)(scales + 64 * (b / 8)));
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(words, (unsigned)(4 * (b % 8))), _mm512_set1_epi32(0xF));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + grid_d_at(type))));
         if (type == QUILL_TYPE_IQ3_S) /* d · (1 + 2 sc) */
             return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(sc, 1), _mm512_set1_epi32(1))));
-        /* iq3_xxs: d · (0.5 + sc) · 0.5; iq2_xxs: d · (0.5 + sc) · 0.25 */
-        const __m512 half = _mm512_set1_ps(0.5f), last = _mm512_set1_ps(type == QUILL_TYPE_IQ2_XXS ? 0.25f : 0.5f);
+        if (type == QUILL_TYPE_IQ1_S || type == QUILL_TYPE_IQ1_M) /* d · (2 sc + 1) · 0.125 */
+            return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(sc, 1),
+                                                                                      _mm512_set1_epi32(1)))),
+                                 _mm512_set1_ps(0.125f));
+        /* iq3_xxs: d · (0.5 + sc) · 0.5; the iq2 types: d · (0.5 + sc) · 0.25 */
+        const __m512 half = _mm512_set1_ps(0.5f), last = _mm512_set1_ps(type == QUILL_TYPE_IQ3_XXS ? 0.5f : 0.25f);
         return _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(half, _mm512_cvtepi32_ps(sc))), last);
     }
     if (type == QUILL_TYPE_IQ4_XS) { /* d · (ls - 32), as the unpacker */
@@ -157,10 +161,11 @@ static inline __attribute__((always_inline)) void nibble_group(const decode_job 
         /* the chunk's scales first, all of them, so that the group is read front to back (a scale
          * per block, between the blocks' codes, went back to the chunk's front each time: tg
          * 1.034x with 2 threads, 1.054x with one) */
-        _Alignas(64) float sbuf[PACK_GROUP][CW / 32][TR];
+        _Alignas(64) float sbuf[PACK_GROUP][CW / 16][TR];
+        const int64_t slots = blocks * 32 / slot_width(type);
 #pragma GCC unroll 4
         for (int t = 0; t < n; t++)
-            for (int64_t b = 0; b < blocks; b++) _mm512_store_ps(sbuf[t][b], packed_scales(type, chunk + t * scale_bytes, b));
+            for (int64_t sl = 0; sl < slots; sl++) _mm512_store_ps(sbuf[t][sl], packed_scales(type, chunk + t * scale_bytes, sl));
         const __m512i *codes = (const __m512i *)(chunk + (size_t)n * scale_bytes);
         for (int64_t b = 0; b < blocks; b++) {
             const int64_t blk = k0 / 32 + b;
@@ -191,6 +196,15 @@ static inline __attribute__((always_inline)) void nibble_group(const decode_job 
                     hi_l[t] = _mm512_dpbusd_epi32(hi_l[t], hi, l_hi);
                 }
             }
+            if (slot_width(type) == 16) { /* the low nibbles are the block's first 16 columns */
+#pragma GCC unroll 4
+                for (int t = 0; t < n; t++) {
+                    acc[t] = slot_step(type, acc[t], lo_h[t], lo_l[t], P, 2 * blk, blk, _mm512_load_ps(sbuf[t][2 * b]), NULL);
+                    acc[t] = slot_step(type, acc[t], hi_h[t], hi_l[t], P, 2 * blk + 1, blk, _mm512_load_ps(sbuf[t][2 * b + 1]),
+                                       NULL);
+                }
+                continue;
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < n; t++)
                 acc[t] = slot_step(type, acc[t], _mm512_add_epi32(lo_h[t], hi_h[t]), _mm512_add_epi32(lo_l[t], hi_l[t]), P,
@@ -207,17 +221,19 @@ static inline __attribute__((always_inline)) void nibble_group(const decode_job 
     }
 }
 
-/* The sums of tokens [t0, t0 + n) against one tile's block (its codes unpacked in lo, hi). */
+/* The sums of tokens [t0, t0 + n) against one tile's block (its codes unpacked in lo, hi), whose
+ * scales are sc (per slot: sc[0] and, with slots of 16, sc[1] for the high nibbles' columns). */
 static inline __attribute__((always_inline)) void few_tokens(const planes *P, int64_t blk, const __m512i lo[4],
-                                                             const __m512i hi[4], __m512 sc, float (*acc)[TR], int t0,
-                                                             const int n) {
+                                                             const __m512i hi[4], const __m512 sc[2], bool halves,
+                                                             float (*acc)[TR], int t0, const int n) {
     const __m512i z = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int t = t0; t < t0 + n; t++) {
         const int8_t *h = P[t].h + blk * 32, *l = P[t].l + blk * 32;
-        /* with few tokens two chains per plane, so that enough products are in flight */
+        /* with few tokens two chains per plane, so that enough products are in flight; slots of
+         * 16 keep the halves apart */
         __m512i sh[2] = {z, z}, sl[2] = {z, z};
-        const int c = n < 4;
+        const int c = n < 4 || halves;
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             sh[0] = dpbusd_bcast(sh[0], lo[q], h + 4 * q);
@@ -226,8 +242,13 @@ static inline __attribute__((always_inline)) void few_tokens(const planes *P, in
             sl[c] = dpbusd_bcast(sl[c], hi[q], l + 16 + 4 * q);
         }
         /* (q4_0's f32 step is mxfp4's: neither has minimums, and the bias comes with the planes) */
+        if (halves) {
+            const __m512 a = slot_step(QUILL_TYPE_Q4_0, _mm512_load_ps(acc[t]), sh[0], sl[0], &P[t], 2 * blk, blk, sc[0], NULL);
+            _mm512_store_ps(acc[t], slot_step(QUILL_TYPE_Q4_0, a, sh[1], sl[1], &P[t], 2 * blk + 1, blk, sc[1], NULL));
+            continue;
+        }
         _mm512_store_ps(acc[t], slot_step(QUILL_TYPE_Q4_0, _mm512_load_ps(acc[t]), _mm512_add_epi32(sh[0], sh[1]),
-                                          _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc, NULL));
+                                          _mm512_add_epi32(sl[0], sl[1]), &P[t], blk, blk, sc[0], NULL));
     }
     __asm__ volatile("" ::: "memory"); /* one block of tokens at a time: gcc interleaved 8 and spilled */
 }
@@ -269,8 +290,10 @@ static inline __attribute__((always_inline)) void nibble_group_few(const decode_
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) packed_nibbles(type, v + 4 * i, q, table, &lo[q], &hi[q]);
-                const __m512 sc = packed_scales(type, chunk + i * scale_bytes, b);
-#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
+                const bool halves = slot_width(type) == 16;
+                const __m512 sc[2] = {packed_scales(type, chunk + i * scale_bytes, halves ? 2 * b : b),
+                                      halves ? packed_scales(type, chunk + i * scale_bytes, 2 * b + 1) : _mm512_setzero_ps()};
+#define FEW_BLOCK(t0) if (n_tok > t0) few_tokens(P, blk, lo, hi, sc, halves, acc[i], t0, n_tok - t0 < 4 ? n_tok - t0 : 4);
                 FEW_BLOCK(0) FEW_BLOCK(4) FEW_BLOCK(8) FEW_BLOCK(12)
 #undef FEW_BLOCK
             }
@@ -532,7 +555,7 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
                 } else {
                     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
                     const uint8_t *scales = j->w + place_scales(type, pl, cw / 32);
-                    for (int b = 0; b < cw / 32; b++) _mm512_store_ps(sbuf[b], packed_scales(type, scales, b));
+                    for (int sl = 0; sl < cw / slot_width(type); sl++) _mm512_store_ps(sbuf[sl], packed_scales(type, scales, sl));
                     if (type == QUILL_TYPE_Q8_0) { /* groups of one: the chunk's blocks are contiguous */
                         w = (const __m512i *)(j->w + place_codes(type, pl, cw / 32, 0));
                     } else {
@@ -572,6 +595,14 @@ DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
 GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
 DECODE_PACKED_TASK(iq2_xxs, IQ2_XXS)
 GEMM_PACKED_TASK(iq2_xxs, IQ2_XXS)
+DECODE_PACKED_TASK(iq2_xs, IQ2_XS)
+GEMM_PACKED_TASK(iq2_xs, IQ2_XS)
+DECODE_PACKED_TASK(iq2_s, IQ2_S)
+GEMM_PACKED_TASK(iq2_s, IQ2_S)
+DECODE_PACKED_TASK(iq1_s, IQ1_S)
+GEMM_PACKED_TASK(iq1_s, IQ1_S)
+DECODE_PACKED_TASK(iq1_m, IQ1_M)
+GEMM_PACKED_TASK(iq1_m, IQ1_M)
 DECODE_PACKED_TASK(iq4_nl, IQ4_NL)
 GEMM_PACKED_TASK(iq4_nl, IQ4_NL)
 DECODE_PACKED_TASK(iq4_xs, IQ4_XS)
@@ -589,6 +620,10 @@ quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
            : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
            : type == QUILL_TYPE_IQ2_XXS ? decode_packed_iq2_xxs
+           : type == QUILL_TYPE_IQ2_XS ? decode_packed_iq2_xs
+           : type == QUILL_TYPE_IQ2_S ? decode_packed_iq2_s
+           : type == QUILL_TYPE_IQ1_S ? decode_packed_iq1_s
+           : type == QUILL_TYPE_IQ1_M ? decode_packed_iq1_m
            : type == QUILL_TYPE_IQ4_NL ? decode_packed_iq4_nl
            : type == QUILL_TYPE_IQ4_XS ? decode_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? decode_packed_q2_K
@@ -600,6 +635,10 @@ quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
            : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
            : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
            : type == QUILL_TYPE_IQ2_XXS ? gemm_packed_iq2_xxs
+           : type == QUILL_TYPE_IQ2_XS ? gemm_packed_iq2_xs
+           : type == QUILL_TYPE_IQ2_S ? gemm_packed_iq2_s
+           : type == QUILL_TYPE_IQ1_S ? gemm_packed_iq1_s
+           : type == QUILL_TYPE_IQ1_M ? gemm_packed_iq1_m
            : type == QUILL_TYPE_IQ4_NL ? gemm_packed_iq4_nl
            : type == QUILL_TYPE_IQ4_XS ? gemm_packed_iq4_xs
            : type == QUILL_TYPE_Q2_K  ? gemm_packed_q2_K

@@ -48,12 +48,14 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  *         block the n tiles' 4 registers. Decoding takes a group at a time, each activation
  *         broadcast serving 4 tiles, in one stream (tiles side by side in their own layout were
  *         two streams, 0.8x from memory). A group of 1 is the layout above, which q8_0 keeps.
- *   iq3_s, iq3_xxs, iq2_xxs (the grid types): as mxfp4, but each code (a grid byte, one of 8
- *         levels, iq2_xxs's 3, with its sign) is a nibble of its own, looked up once here instead
- *         of in the grid at every use (iq3_s's gathers were 39 % of a token: bench/README.md); a
- *         chunk is one file block, its scales the 16 rows' 4 bytes of 4-bit sub-block scales, then
- *         their d (f16). 4.25 bits a weight against the file's 3.44, 3.06 and 2.06: the layouts
- *         larger than their file (pack.c leaves them out when memory is short).
+ *   iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m (the grid types): as mxfp4, but each
+ *         code (a grid byte, one of iq3's 8 levels or iq2's 3, with its sign; iq1's 8g ± 1) is a
+ *         nibble of its own, looked up once here instead of in the grid at every use (iq3_s's
+ *         gathers were 39 % of a token: bench/README.md); a chunk is one file block, its scales
+ *         per row a 32-bit word of 4-bit slot scales (iq1's 3-bit ones; slots 8-15 of the types
+ *         with slots of 16 in a second 64 bytes), then the 16 rows' d (f16; iq1_m's assembled from
+ *         its scale words). 4.25 bits a weight (4.375 with slots of 16) against the file's
+ *         1.56-3.44: the layouts larger than their file (pack.c leaves them out when memory is short).
  *   iq4_nl: as q4_0 (its blocks are q4_0's: d, then 16 nibble bytes), the nibbles turned into
  *         codes level + 128 by mxfp4's byte permute, with the 16 levels as its table.
  *   iq4_xs: as iq4_nl, a chunk one file block (its nibble bytes are iq4_nl's, sub-block after
@@ -88,11 +90,17 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  * The same bytes as the file's rows (a q6_K scale word more per super-block, q3_K's 2 bytes of its
  * window), plus the scales' padding and the last tile's missing rows. */
 
+/* The grid i-quants, whose codes take 16 values at most (8 magnitudes, signed) and whose slot
+ * scales are 4 bits at most: packed as nibbles. */
+static inline bool grid_nibbles(uint32_t type) {
+    return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS ||
+           type == QUILL_TYPE_IQ2_XS || type == QUILL_TYPE_IQ2_S || type == QUILL_TYPE_IQ1_S || type == QUILL_TYPE_IQ1_M;
+}
+
 static inline bool packed_type(uint32_t type) {
     return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS ||
-           type == QUILL_TYPE_IQ2_XXS || type == QUILL_TYPE_Q2_K || type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL ||
-           type == QUILL_TYPE_IQ4_XS;
+           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || grid_nibbles(type) || type == QUILL_TYPE_Q2_K ||
+           type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
 }
 
 /* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
@@ -113,11 +121,8 @@ static inline bool lowbit_type(uint32_t type) { return type == QUILL_TYPE_Q2_K |
 /* Registers of a packed q2_K or q3_K super-block before its codes: the scale words (q2_K: and d, dmin). */
 static inline int lowbit_head(uint32_t type) { return type == QUILL_TYPE_Q2_K ? 5 : 4; }
 
-/* The grid i-quants whose codes take 16 values at most (8 magnitudes, signed) and whose slots are
- * 32 columns with a 4-bit scale: packed as nibbles. */
-static inline bool grid_nibbles(uint32_t type) {
-    return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS;
-}
+/* Where a grid type's chunk keeps its 16 rows' d: after one 64-byte row of scale words per 8 slots. */
+static inline size_t grid_d_at(uint32_t type) { return slot_width(type) == 16 ? 128 : 64; }
 
 /* The 256-column types packed as 32-column blocks, a chunk per file block. */
 static inline bool chunk_per_block(uint32_t type) { return grid_nibbles(type) || type == QUILL_TYPE_IQ4_XS; }
@@ -136,7 +141,7 @@ static inline size_t block_scale_bytes(uint32_t type) {
 /* Bytes of a chunk's scales (q4_0, q8_0, mxfp4, grid types), padded to a cache line. A grid
  * type's chunk is one file block: the 16 rows' 4 bytes of 4-bit sub-block scales, then their d (f16). */
 static inline size_t chunk_scale_bytes(uint32_t type, int64_t blocks) {
-    if (grid_nibbles(type)) return 128;
+    if (grid_nibbles(type)) return grid_d_at(type) + 64;
     if (type == QUILL_TYPE_IQ4_XS) return 192;
     return ((size_t)blocks * block_scale_bytes(type) + 63) & ~(size_t)63;
 }
@@ -207,10 +212,58 @@ static inline size_t vnni16_pack_bytes(uint32_t type, int64_t rows, int64_t cols
  * them: the packed products' tests, on random blocks, read every grid entry), then their negatives. */
 static const int8_t iq3s_levels[16] = {1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15};
 static const int8_t iq3xxs_levels[16] = {4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62};
-/* iq2_xxs: 3 levels; the rest of each half repeats the last (a nibble no code maps to) */
-static const int8_t iq2xxs_levels[16] = {8, 25, 43, 43, 43, 43, 43, 43, -8, -25, -43, -43, -43, -43, -43, -43};
+/* iq2_xxs, iq2_xs, iq2_s: 3 levels; the rest of each half repeats the last (a nibble no code maps to) */
+static const int8_t iq2_levels[16] = {8, 25, 43, 43, 43, 43, 43, 43, -8, -25, -43, -43, -43, -43, -43, -43};
+/* iq1_s, iq1_m: 8g ± 1 for g in -1, 0, 1 */
+static const int8_t iq1_levels[16] = {1, 7, 9, 9, 9, 9, 9, 9, -1, -7, -9, -9, -9, -9, -9, -9};
 static inline const int8_t *grid_levels(uint32_t type) {
-    return type == QUILL_TYPE_IQ3_S ? iq3s_levels : type == QUILL_TYPE_IQ2_XXS ? iq2xxs_levels : iq3xxs_levels;
+    switch (type) {
+    case QUILL_TYPE_IQ3_S: return iq3s_levels;
+    case QUILL_TYPE_IQ3_XXS: return iq3xxs_levels;
+    case QUILL_TYPE_IQ1_S:
+    case QUILL_TYPE_IQ1_M: return iq1_levels;
+    default: return iq2_levels;
+    }
+}
+
+/* A grid type's slot scales as 4-bit fields, slot s at bits 4s (16 slots of 16, or 8 of 32), and
+ * its d as the file's f16 bits (iq1_m's from the top nibbles of its scale words), from block b. */
+static inline uint64_t grid_slot_scales(uint32_t type, const uint8_t *b, uint16_t *d) {
+    uint64_t sc = 0;
+    memcpy(d, b, 2);
+    switch (type) {
+    case QUILL_TYPE_IQ3_S: {
+        uint32_t w;
+        memcpy(&w, b + offsetof(block_iq3_s, scales), 4);
+        return w;
+    }
+    case QUILL_TYPE_IQ2_XXS: /* the top 4 bits of each sub-block's second word */
+        for (int i = 0; i < 8; i++) sc |= (uint64_t)(b[2 + 8 * i + 7] >> 4) << (4 * i);
+        return sc;
+    case QUILL_TYPE_IQ3_XXS: /* the top 4 bits of each sub-block's scale-and-signs word */
+        for (int i = 0; i < 8; i++) sc |= (uint64_t)(b[2 + QK_K / 4 + 4 * i + 3] >> 4) << (4 * i);
+        return sc;
+    case QUILL_TYPE_IQ2_XS: /* a byte per 32 columns: its 16-column slots' scales low, then high */
+        memcpy(&sc, b + offsetof(block_iq2_xs, scales), 8);
+        return sc;
+    case QUILL_TYPE_IQ2_S:
+        memcpy(&sc, b + offsetof(block_iq2_s, scales), 8);
+        return sc;
+    case QUILL_TYPE_IQ1_S: /* bits 12-14 of each sub-block's qh word */
+        for (int i = 0; i < 8; i++) {
+            uint16_t qh;
+            memcpy(&qh, b + offsetof(block_iq1_s, qh) + 2 * i, 2);
+            sc |= (uint64_t)((qh >> 12) & 7) << (4 * i);
+        }
+        return sc;
+    default: { /* iq1_m: 3 bits a slot in four 16-bit words, whose top nibbles are d */
+        uint16_t w[4];
+        memcpy(w, b + offsetof(block_iq1_m, scales), 8);
+        for (int s = 0; s < 16; s++) sc |= (uint64_t)((w[s / 4] >> (3 * (s % 4))) & 7) << (4 * s);
+        *d = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0x00F0) | ((w[2] >> 4) & 0x0F00) | (w[3] & 0xF000));
+        return sc;
+    }
+    }
 }
 
 /* The codes of an iq4 nibble and of a grid type's nibble: the values the tables of the packed
@@ -362,21 +415,17 @@ static void vnni16_pack(uint32_t type, const void *w, size_t row_bytes, int64_t 
                 for (int64_t k0 = 0; k0 < cols; k0 += 256) {
                     const uint8_t *b = row + (size_t)(k0 / 256) * block_bytes(type);
                     int8_t q[256];
-                    float unused[8];
+                    float unused[16]; /* its slot scales (16 with slots of 16), taken from the block below */
                     (unpack_fast(type) ? unpack_fast(type) : quill_exact_unpack_for(type))(b, 256, q, unused, NULL);
                     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
                     uint8_t *scales = (uint8_t *)dst + place_scales(type, pl, 8);
-                    uint8_t sub[4]; /* sub-block b's 4-bit scale in bits 4b..4b+3 */
-                    if (type == QUILL_TYPE_IQ3_S) {
-                        memcpy(sub, b + offsetof(block_iq3_s, scales), 4);
-                    } else if (type == QUILL_TYPE_IQ2_XXS) { /* the top 4 bits of each sub-block's second word */
-                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(b[2 + 16 * i + 7] >> 4 | (b[2 + 16 * i + 15] >> 4) << 4);
-                    } else { /* iq3_xxs: the top 4 bits of each sub-block's scale-and-signs word */
-                        const uint8_t *words = b + 2 + QK_K / 4;
-                        for (int i = 0; i < 4; i++) sub[i] = (uint8_t)(words[8 * i + 3] >> 4 | (words[8 * i + 7] >> 4) << 4);
-                    }
-                    put_word(scales, 0, r, sub, 0);
-                    memcpy(scales + 64 + (size_t)r * 2, b, 2); /* d */
+                    uint16_t d;
+                    const uint64_t sc = grid_slot_scales(type, b, &d);
+                    const uint8_t words[8] = {(uint8_t)sc,         (uint8_t)(sc >> 8),  (uint8_t)(sc >> 16), (uint8_t)(sc >> 24),
+                                              (uint8_t)(sc >> 32), (uint8_t)(sc >> 40), (uint8_t)(sc >> 48), (uint8_t)(sc >> 56)};
+                    put_word(scales, 0, r, words, 0);
+                    if (slot_width(type) == 16) put_word(scales, 1, r, words + 4, 0);
+                    memcpy(scales + grid_d_at(type) + (size_t)r * 2, &d, 2);
                     for (int blk = 0; blk < 8; blk++) {
                         uint8_t nib[16]; /* as mxfp4's bytes: code j low, code 16 + j high */
                         for (int i = 0; i < 16; i++)
