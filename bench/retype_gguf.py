@@ -4,10 +4,11 @@ then an f16 scale of 0.0005-0.004 at each block's start: valid blocks of the gri
 For measuring the types the reference's quantizer refuses to write without an importance matrix
 (iq3_xxs, iq2_*), e.g. an IQ3_M file's iq3_s experts (21) as iq3_xxs (18):
     bench/retype_gguf.py qwen3moe-1-iq3_m.gguf qwen3moe-1-iq3_xxs.gguf 21 18
-Types it knows: iq3_s 21, iq3_xxs 18, iq2_xxs 16, iq2_xs 17, iq2_s 22, iq1_s 19. Plain Python 3."""
+Types it knows: iq3_s 21, iq3_xxs 18, iq2_xxs 16, iq2_xs 17, iq2_s 22, iq1_s 19, iq1_m 29 (whose d is the
+top nibbles of its four scale words). Plain Python 3."""
 import struct, sys, random
 
-BLOCK = {21: (256, 110), 18: (256, 98), 16: (256, 66), 17: (256, 74), 22: (256, 82), 19: (256, 50)}
+BLOCK = {21: (256, 110), 18: (256, 98), 16: (256, 66), 17: (256, 74), 22: (256, 82), 19: (256, 50), 29: (256, 56)}
 SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
 def main():
@@ -52,7 +53,13 @@ def main():
             nb = n // be
             blob = bytearray(rng.randbytes(nb * bb))
             for b in range(nb):  # d: a moderate positive f16 (0.0005..0.004)
-                struct.pack_into('<e', blob, b * bb, rng.uniform(0.0005, 0.004))
+                d = struct.unpack('<H', struct.pack('<e', rng.uniform(0.0005, 0.004)))[0]
+                if t_to != 29:
+                    struct.pack_into('<H', blob, b * bb, d)
+                    continue
+                for q in range(4):  # iq1_m: nibble q of d tops scale word q (bytes 48..55)
+                    i = b * bb + 48 + 2 * q + 1
+                    blob[i] = (blob[i] & 0xF) | ((d >> (4 * q)) & 0xF) << 4
             t = t_to
         else:
             blob = data[base + off:base + nxt]

@@ -5,6 +5,7 @@
 
 #include "kernels/kernels.h"
 #include "model/context.h"
+#include "quill_quantize.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -549,6 +550,77 @@ static void restore_env(const char *name, char *saved) {
     if (saved) setenv(name, saved, 1);
     else unsetenv(name);
     free(saved);
+}
+
+/* A model whose packed copy is larger than its file (iq3_s: 4.25 bits a weight against 3.44) is
+ * packed as far as the memory to use allows (QUILL_PACK_MEMORY, else MemAvailable), in list order
+ * (the output first), the rest read from the file with a warning naming how many: the same logits
+ * with every copy, with some and with none. */
+static char pack_log[512];
+static void keep_pack_log(quill_log_level level, const char *message, void *user) {
+    (void)user;
+    if (level == QUILL_LOG_WARN && strstr(message, "file's layout")) snprintf(pack_log, sizeof pack_log, "%s", message);
+}
+
+TEST(infer_pack_memory_budget) {
+    REQUIRE_SHARED(shared);
+    if (!quill_kernels_for("avx2")) {
+        test_skip("this CPU has no set with a load-time layout (avx2)");
+        return;
+    }
+    char *isa = swap_env("QUILL_ISA", "avx2");
+    char *in = path_join(shared, "models/synth-k-f32.gguf"), path[512];
+    snprintf(path, sizeof path, "%s/pack-budget-iq3_s.gguf", tmp_dir());
+    quill_quantize_params qp = {.n_threads = 2, .pure = true};
+    quill_error err = {0};
+    CHECK(quill_ftype_parse("iq3_s", &qp.ftype, &err) == QUILL_OK && quill_quantize_file(in, path, &qp, &err) == QUILL_OK,
+          "iq3_s: %s", err.message);
+    const int32_t toks[] = {1, 45, 96, 174, 17, 29, 43, 172};
+    const size_t n = sizeof toks / sizeof toks[0];
+    /* budgets: none given; 1K (no copy fits); the smallest that holds the output's copy (the
+     * first in line), found by trying every 16 KiB up to twice the file's size */
+    long file_kib = 0;
+    FILE *f = fopen(path, "rb");
+    if (f && fseek(f, 0, SEEK_END) == 0) file_kib = ftell(f) / 1024;
+    if (f) fclose(f);
+    float *logits[3] = {0};
+    bool output_packed[3] = {0}, last_packed[3] = {0};
+    char logs[3][512] = {{0}}, budget[32] = "";
+    size_t count = 0;
+    for (int b = 0; b < 3; b++) {
+        for (long kib = file_kib; kib <= 2 * file_kib; kib += 16) {
+            if (b == 1) snprintf(budget, sizeof budget, "1K");
+            if (b == 2) snprintf(budget, sizeof budget, "%ldK", kib);
+            char *saved = swap_env("QUILL_PACK_MEMORY", b == 0 ? NULL : budget);
+            pack_log[0] = 0;
+            quill_set_log(keep_pack_log, NULL);
+            quill_model *m;
+            quill_context *c;
+            if (open_model(path, 64, 1, false, &m, &c)) {
+                output_packed[b] = m->output.packed != NULL;
+                last_packed[b] = m->layers[m->hp.n_layer - 1].w_down.packed != NULL;
+                count = n * (size_t)m->hp.n_vocab;
+                quill_context_free(c);
+                quill_model_free(m);
+            }
+            quill_set_log(NULL, NULL);
+            snprintf(logs[b], sizeof logs[b], "%s", pack_log);
+            if (b < 2 || output_packed[b]) logits[b] = eval_logits(path, toks, n, 1, 0, false);
+            restore_env("QUILL_PACK_MEMORY", saved);
+            if (b < 2 || output_packed[b]) break;
+        }
+    }
+    CHECK(output_packed[0] && last_packed[0] && !logs[0][0], "no budget given: every copy made (log: %s)", logs[0]);
+    CHECK(!output_packed[1] && !last_packed[1] && strstr(logs[1], " of "), "1K: no copy made, a warning (log: %s)", logs[1]);
+    CHECK(output_packed[2] && !last_packed[2] && strstr(logs[2], " of "),
+          "%s: the output's copy first, the last layer's left (log: %s)", budget, logs[2]);
+    for (int b = 1; b < 3; b++)
+        CHECK(count && logits[0] && logits[b] && memcmp(logits[0], logits[b], count * sizeof(float)) == 0,
+              "budget %d: not the logits of every copy", b);
+    for (int b = 0; b < 3; b++) free(logits[b]);
+    remove(path);
+    free(in);
+    restore_env("QUILL_ISA", isa);
 }
 
 /* Weights repacked at load (the vnni set's layout) give the bits of the file's layout: a prompt in

@@ -78,22 +78,62 @@ static size_t available_memory(void) {
     return found && kb < SIZE_MAX / 1024 ? (size_t)kb * 1024 : SIZE_MAX;
 }
 
-/* Bytes of the packed copy of every matrix in list, each page-aligned; a type whose copy is larger
- * than its rows in the file (the grid types iq3_s, iq3_xxs and iq2_xxs: 4.25 bits a weight
- * against 3.44, 3.06 and 2.06) only when `grow`. at[i] is where matrix i goes, SIZE_MAX for one left in the file's
- * layout. */
-static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, bool grow, size_t *at) {
+/* Whether a type's copy is larger than its rows in the file (the grid types: 4.25-4.375 bits a
+ * weight against the file's 1.56-3.44). */
+static bool copy_grows(const quill_weight *w, size_t bytes) {
+    return bytes > (size_t)w->rows * w->row_bytes * 21 / 20 + 4096;
+}
+
+/* Bytes of the packed copy of the matrices in list that the plan packs, each page-aligned; at[i]
+ * is where matrix i goes, SIZE_MAX for one left in the file's layout. Every matrix whose copy is
+ * no larger than its rows is packed (its file pages are dropped: memory stays the same); the
+ * others, in list order (the output first, then layer by layer), while what the plan keeps in
+ * memory (copies, and the rows of the matrices left in the file) stays within `budget`. *grown
+ * and *left count the growing matrices packed and left. */
+static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, size_t budget, size_t *at, int *grown,
+                           int *left) {
+    size_t kept = 0; /* the file's rows of the growing matrices, then each one's copy instead once taken */
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = k->pack_bytes(list[i]->type, list[i]->rows, list[i]->cols);
+        kept += (copy_grows(list[i], bytes) ? (size_t)list[i]->rows * list[i]->row_bytes : bytes) * (size_t)list[i]->n_expert;
+    }
     size_t total = 0;
+    *grown = *left = 0;
     for (int i = 0; i < n; i++) {
         quill_weight *w = list[i];
         size_t bytes = k->pack_bytes(w->type, w->rows, w->cols);
-        if (bytes > (size_t)w->rows * w->row_bytes * 21 / 20 + 4096 && !grow) bytes = 0;
+        if (copy_grows(w, bytes)) {
+            const size_t more = (bytes - (size_t)w->rows * w->row_bytes) * (size_t)w->n_expert;
+            if (kept > budget || budget - kept < more) bytes = 0, ++*left;
+            else kept += more, ++*grown;
+        }
         /* experts 64-byte aligned (the pack's promise), the matrices page-aligned */
         w->packed_expert_bytes = (bytes + 63) & ~(size_t)63;
         at[i] = bytes ? total : SIZE_MAX;
         total += (w->packed_expert_bytes * (size_t)w->n_expert + 4095) & ~(size_t)4095;
     }
     return total;
+}
+
+/* The memory the copies may keep: what the system can still give, or less where QUILL_PACK_MEMORY
+ * says so (MiB, or a number with a K, M or G suffix: room for other programs, and the tests' way
+ * to a short budget). */
+static size_t pack_budget(void) {
+    size_t budget = available_memory();
+    const char *v = getenv("QUILL_PACK_MEMORY");
+    if (!v) return budget;
+    char *end = NULL;
+    const unsigned long long n = strtoull(v, &end, 10);
+    int shift = 20;
+    if (end != v && (*end == 'K' || *end == 'k')) shift = 10, end++;
+    else if (end != v && (*end == 'M' || *end == 'm')) end++;
+    else if (end != v && (*end == 'G' || *end == 'g')) shift = 30, end++;
+    if (end == v || *end != '\0' || n > (SIZE_MAX >> shift)) {
+        quill_log(QUILL_LOG_WARN, "QUILL_PACK_MEMORY=%s is not a size (MiB, or a number with K, M or G): ignored", v);
+        return budget;
+    }
+    const size_t cap = (size_t)n << shift;
+    return cap < budget ? cap : budget;
 }
 
 /* The experts' copier: the plan's matrices (the expert tensors among them are left to it). */
@@ -174,19 +214,18 @@ bool quill_model_pack(quill_model *m, const quill_kernels *k, quill_pool *pool) 
     quill_weight **list = malloc((size_t)cap * sizeof *list);
     size_t *at = malloc((size_t)cap * sizeof *at);
     int n = list && at ? model_weights(m, list, cap) : 0;
-    size_t total = plan_packing(list, n, k, true, at);
     /* A copy larger than the file's rows is faster to read but must fit: a model chosen in a
-     * low-bit type to fit in memory keeps those matrices in the file's layout rather than swap. */
-    const size_t available = available_memory();
-    if (total > available) {
-        const size_t fitting = plan_packing(list, n, k, false, at);
-        if (fitting < total)
-            quill_log(QUILL_LOG_WARN,
-                      "repacking every matrix needs %.1f MB, %.1f MB available: the types whose copy is larger "
-                      "than the file's rows (iq3_s, iq3_xxs, iq2_xxs) stay in the file's layout, more slowly",
-                      total / 1e6, available / 1e6);
-        total = fitting;
-    }
+     * low-bit type to fit in memory keeps as many of those matrices in the file's layout as it
+     * must, rather than swap. */
+    int grown, left;
+    const size_t budget = pack_budget();
+    size_t total = plan_packing(list, n, k, budget, at, &grown, &left);
+    if (left)
+        quill_log(QUILL_LOG_WARN,
+                  "%d of %d matrices of the types whose copy is larger than the file's rows (the iq1, iq2 and iq3 "
+                  "types) stay in the file's layout, more slowly: %.1f MB of memory to use (MemAvailable, or "
+                  "QUILL_PACK_MEMORY) cannot hold their copies",
+                  left, grown + left, budget / 1e6);
     void *mem = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
     if (mem == MAP_FAILED) {
         /* nothing to pack, or no memory for it: the file's layout serves, more slowly */
