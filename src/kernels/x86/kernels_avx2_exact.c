@@ -488,7 +488,8 @@ static inline __attribute__((always_inline)) void unpack_window(uint32_t type, c
  * stays below 2^24, exact in 32 bits and needing no bias. A lane's low 16 bits hold column 4g's
  * (4g + 1's) code, its high ones 4g + 2's (4g + 3's): the even and odd bytes of the 4 codes, taken
  * apart with 16-bit shifts, and the activations stored in that order (quantize_planes). Half the
- * instructions of vpmaddubsw on the codes' two 4-bit digits against both activation bytes. */
+ * instructions of vpmaddubsw on the codes' two 4-bit digits against both activation bytes. The
+ * slot's registers only: a grid type with slots of 16 sums each half of its block apart. */
 static inline __attribute__((always_inline)) void q8_0_sums(const window *W, const int8_t *codes, int slot, int kb,
                                                             const block_facts *f, __m256 *acc) {
     __m256i c = _mm256_setzero_si256();
