@@ -552,6 +552,19 @@ static void restore_env(const char *name, char *saved) {
     free(saved);
 }
 
+/* QUILL_ISA set to a kernel set whose load-time layout a test checks (the old value in *saved, for
+ * restore_env), or a skip where this CPU lacks the set. */
+static bool use_set(const char *set, char **saved) {
+    if (!quill_kernels_for(set)) {
+        char why[96];
+        snprintf(why, sizeof why, "this CPU does not offer the %s kernel set, whose layout this checks", set);
+        test_skip(why);
+        return false;
+    }
+    *saved = swap_env("QUILL_ISA", set);
+    return true;
+}
+
 /* A model whose packed copy is larger than its file (iq3_s: 4.25 bits a weight against 3.44) is
  * packed as far as the memory to use allows (QUILL_PACK_MEMORY, else MemAvailable), in list order
  * (the output first), the rest read from the file with a warning naming how many: the same logits
@@ -564,11 +577,8 @@ static void keep_pack_log(quill_log_level level, const char *message, void *user
 
 TEST(infer_pack_memory_budget) {
     REQUIRE_SHARED(shared);
-    if (!quill_kernels_for("avx2")) {
-        test_skip("this CPU has no set with a load-time layout (avx2)");
-        return;
-    }
-    char *isa = swap_env("QUILL_ISA", "avx2");
+    char *isa;
+    if (!use_set("avx2", &isa)) return;
     char *in = path_join(shared, "models/synth-k-f32.gguf"), path[512];
     snprintf(path, sizeof path, "%s/pack-budget-iq3_s.gguf", tmp_dir());
     quill_quantize_params qp = {.n_threads = 2, .pure = true};
@@ -628,11 +638,8 @@ TEST(infer_pack_memory_budget) {
  * really what the context reads. */
 TEST(infer_packed_weights_same_bits) {
     REQUIRE_SHARED(shared);
-    if (!quill_kernels_for("vnni")) {
-        test_skip("this CPU does not offer the vnni kernel set, whose layout this checks");
-        return;
-    }
-    char *isa = swap_env("QUILL_ISA", "vnni");
+    char *isa;
+    if (!use_set("vnni", &isa)) return;
     const char *models[] = {"synth-k-q4_0", "synth-k-q8_0", "synth-k-q4_k_m", "synth-k-q5_k_m", "synth-k-q6_k", "synth-32k-q8_0"};
     const int32_t tokens[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889};
     const size_t n = sizeof tokens / sizeof tokens[0];
