@@ -121,7 +121,7 @@ static size_t plan_packing(quill_weight **list, int n, const quill_kernels *k, s
 static size_t pack_budget(void) {
     size_t budget = available_memory();
     const char *v = getenv("QUILL_PACK_MEMORY");
-    if (!v) return budget;
+    if (!v || !*v) return budget; /* unset, or set empty */
     char *end = NULL;
     const unsigned long long n = strtoull(v, &end, 10);
     int shift = 20;
