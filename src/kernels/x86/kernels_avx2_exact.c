@@ -1232,7 +1232,7 @@ static inline int32_t slot_dot(const int8_t *q, const int16_t *a, int width) {
     return hsum_epi32(acc);
 }
 /* 8 slots' sums from their 8 vectors of partial sums by one reduction (integer adds: any order is
- * exact). One product of 2048 x 2048, one token: iq2_xxs XXX. */
+ * exact): one product of 2048 x 2048, one token, iq2_xxs 1.3x, iq2_xs 1.1x (bench/README.md). */
 static inline void slot_dots8(const int8_t *q, const int16_t *a, int width, int32_t C[8]) {
     __m256i v[8];
     for (int u = 0; u < 8; u++) {

@@ -586,64 +586,29 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
 
 TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
 TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
-/* mxfp4 and the grid types are no types of the specialised kernels (QUILL_EXACT_TYPES) but are packed */
-DECODE_PACKED_TASK(mxfp4, MXFP4)
-GEMM_PACKED_TASK(mxfp4, MXFP4)
-DECODE_PACKED_TASK(iq3_s, IQ3_S)
-GEMM_PACKED_TASK(iq3_s, IQ3_S)
-DECODE_PACKED_TASK(iq3_xxs, IQ3_XXS)
-GEMM_PACKED_TASK(iq3_xxs, IQ3_XXS)
-DECODE_PACKED_TASK(iq2_xxs, IQ2_XXS)
-GEMM_PACKED_TASK(iq2_xxs, IQ2_XXS)
-DECODE_PACKED_TASK(iq2_xs, IQ2_XS)
-GEMM_PACKED_TASK(iq2_xs, IQ2_XS)
-DECODE_PACKED_TASK(iq2_s, IQ2_S)
-GEMM_PACKED_TASK(iq2_s, IQ2_S)
-DECODE_PACKED_TASK(iq1_s, IQ1_S)
-GEMM_PACKED_TASK(iq1_s, IQ1_S)
-DECODE_PACKED_TASK(iq1_m, IQ1_M)
-GEMM_PACKED_TASK(iq1_m, IQ1_M)
-DECODE_PACKED_TASK(iq4_nl, IQ4_NL)
-GEMM_PACKED_TASK(iq4_nl, IQ4_NL)
-DECODE_PACKED_TASK(iq4_xs, IQ4_XS)
-GEMM_PACKED_TASK(iq4_xs, IQ4_XS)
-/* nor q2_K and q3_K (the unpacking kernels' types, which the vnni set also runs in loops of its own) */
-DECODE_PACKED_TASK(q2_K, Q2_K)
-GEMM_PACKED_TASK(q2_K, Q2_K)
-DECODE_PACKED_TASK(q3_K, Q3_K)
-GEMM_PACKED_TASK(q3_K, Q3_K)
+/* The packed types beyond the specialised kernels' (QUILL_EXACT_TYPES): mxfp4, the grid types,
+ * iq4, and q2_K and q3_K (the unpacking kernels' types, which the vnni set also runs in loops of
+ * its own). */
+#define MORE_PACKED_TYPES(M)                                                                       \
+    M(mxfp4, MXFP4) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) M(iq2_xxs, IQ2_XXS) M(iq2_xs, IQ2_XS)       \
+    M(iq2_s, IQ2_S) M(iq1_s, IQ1_S) M(iq1_m, IQ1_M) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(q2_K, Q2_K) \
+    M(q3_K, Q3_K)
+#define MORE_TASKS(sfx, ID) DECODE_PACKED_TASK(sfx, ID) GEMM_PACKED_TASK(sfx, ID)
+MORE_PACKED_TYPES(MORE_TASKS)
 
 size_t quill_vnni_packed_tile_bytes(uint32_t type, int64_t cols) { return packed_tile_bytes(type, cols); }
 int quill_vnni_pack_group(uint32_t type) { return pack_group(type); }
 quill_task_fn quill_vnni_decode_packed_fn(uint32_t type) {
-    return type == QUILL_TYPE_MXFP4   ? decode_packed_mxfp4
-           : type == QUILL_TYPE_IQ3_S ? decode_packed_iq3_s
-           : type == QUILL_TYPE_IQ3_XXS ? decode_packed_iq3_xxs
-           : type == QUILL_TYPE_IQ2_XXS ? decode_packed_iq2_xxs
-           : type == QUILL_TYPE_IQ2_XS ? decode_packed_iq2_xs
-           : type == QUILL_TYPE_IQ2_S ? decode_packed_iq2_s
-           : type == QUILL_TYPE_IQ1_S ? decode_packed_iq1_s
-           : type == QUILL_TYPE_IQ1_M ? decode_packed_iq1_m
-           : type == QUILL_TYPE_IQ4_NL ? decode_packed_iq4_nl
-           : type == QUILL_TYPE_IQ4_XS ? decode_packed_iq4_xs
-           : type == QUILL_TYPE_Q2_K  ? decode_packed_q2_K
-           : type == QUILL_TYPE_Q3_K  ? decode_packed_q3_K
-                                      : decode_packed_fn(type);
+    switch (type) {
+    MORE_PACKED_TYPES(DECODE_PACKED_CASE)
+    default: return decode_packed_fn(type);
+    }
 }
 quill_task_fn quill_vnni_gemm_packed_fn(uint32_t type) {
-    return type == QUILL_TYPE_MXFP4   ? gemm_packed_mxfp4
-           : type == QUILL_TYPE_IQ3_S ? gemm_packed_iq3_s
-           : type == QUILL_TYPE_IQ3_XXS ? gemm_packed_iq3_xxs
-           : type == QUILL_TYPE_IQ2_XXS ? gemm_packed_iq2_xxs
-           : type == QUILL_TYPE_IQ2_XS ? gemm_packed_iq2_xs
-           : type == QUILL_TYPE_IQ2_S ? gemm_packed_iq2_s
-           : type == QUILL_TYPE_IQ1_S ? gemm_packed_iq1_s
-           : type == QUILL_TYPE_IQ1_M ? gemm_packed_iq1_m
-           : type == QUILL_TYPE_IQ4_NL ? gemm_packed_iq4_nl
-           : type == QUILL_TYPE_IQ4_XS ? gemm_packed_iq4_xs
-           : type == QUILL_TYPE_Q2_K  ? gemm_packed_q2_K
-           : type == QUILL_TYPE_Q3_K  ? gemm_packed_q3_K
-                                      : gemm_packed_fn(type);
+    switch (type) {
+    MORE_PACKED_TYPES(GEMM_PACKED_CASE)
+    default: return gemm_packed_fn(type);
+    }
 }
 quill_task_fn quill_vnni_few_packed_fn(uint32_t type, int n_tok) {
     if (n_tok < 2 || n_tok > FEW_TOKENS) return NULL;
