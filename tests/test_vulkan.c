@@ -443,6 +443,8 @@ static void keep_log(quill_log_level level, const char *message, void *user) {
     if (level >= QUILL_LOG_INFO) snprintf(logged, sizeof logged, "%s", message);
 }
 
+static int64_t resident_layers;
+
 /* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
  * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
  * the device's KV cache too), then one batch of both (4 positions of 0, 6 of 1), every logit; on the
@@ -480,6 +482,14 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole, quill_type
     ok = ok && quill_decode(c, &b, logits + (size_t)FIRST * nv, &err) == QUILL_OK;
     if (!ok) test_fail(__FILE__, __LINE__, "%s", err.message);
     *whole = c->gpu_whole != NULL;
+    /* the layers whose products' weights went to the device (layer_ops.c sends a product there when
+     * its matrix is resident): the first matrix of each one's mixer, or of its FFN */
+    resident_layers = 0;
+    for (int64_t l = 0; gpu && l < quill_model_hparams(m)->n_layer; l++) {
+        const quill_layer *L = &m->layers[l];
+        const quill_weight *first = L->ssm_in.data ? &L->ssm_in : L->q_a.data ? &L->q_a : L->wq.data ? &L->wq : &L->w_up;
+        resident_layers += quill_gpu_resident(c->gpu, first->data);
+    }
     if (gpu && quill_gpu_validation_errors(c->gpu))
         test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
     quill_context_free(c);
@@ -495,11 +505,12 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole, quill_type
  * experts; OLMo 2: branches without input norms, q and k norms over the whole projections; EXAONE 4:
  * no input norms, post-norms; Seed-OSS: biases; Cohere 2: LayerNorm, the parallel block, the logit
  * scale; Mistral 3: YaRN and an attention temperature, its context 8 so that the temperature moves)
- * and one whose heads wider than 256 keep it to the products there (the rest on the CPU; the log
- * names the layer and the step), in q8_0: the logits of several sequences equal the CPU's bit for bit. Gemma 3 and 2 in f32,
+ * and those that keep to the products there (the rest on the CPU; the log names the layer and the
+ * step or kind): heads wider than 256, Qwen3.6's DeltaNet, Nemotron-H's Mamba-2 and single-block
+ * layers, LFM2's short convolutions, DeepSeek-V2's latent attention, Gemma 4's per-layer inputs; in q8_0: the logits of several sequences equal the CPU's bit for bit. Gemma 3 and 2 in f32,
  * within 1e-4 of the largest |logit| with the same greedy tokens: their GeGLU (and Gemma 2's
  * soft-capping) take the device's tanh, not libm's tanhf, an f32 rounding apart (lavapipe, 2 layers,
- * 80 rows: Gemma 2 3.4e-6 of the largest |logit|, Gemma 3 7e-7). */
+ * 80 rows: Gemma 2 3.4e-6 of the largest |logit|, Gemma 3 7e-7); Gemma 4 in f32 likewise. */
 TEST(vulkan_families_and_sequences) {
     if (!quill_gpu_built()) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
@@ -510,30 +521,38 @@ TEST(vulkan_families_and_sequences) {
         const char *arch;
         bool whole, exact;
         const char *options; /* (the experts' shapes: rows of whole q8_0 blocks) */
-    } families[] = {{"llama3", true, true, ""},
-                    {"smollm3", true, true, ""},
-                    {"phi3", true, true, ""},
-                    {"qwen2", true, true, ""},
-                    {"qwen3", true, true, ""},
-                    {"glm4", true, true, ""},
-                    {"granite", true, true, ""},
-                    {"gemma3", true, false, ""},
-                    {"gemma2", true, false, ""},
-                    {"qwen3moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32"},
-                    {"qwen2moe", true, true, "--experts 8 --experts-used 2 --expert-ff 32"},
-                    {"llama-moe", true, true, ""},
-                    {"glm4moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32"},
-                    {"gpt-oss", true, true, "--experts 8 --experts-used 2"},
-                    {"olmo2", true, true, ""},
-                    {"exaone4", true, true, ""},
-                    {"seed_oss", true, true, ""},
-                    {"cohere2", true, true, ""},
-                    {"mistral3", true, true, "--head-dim 32 --ctx 8"},
-                    {"llama", false, true, "--head-dim 288"}};
+        const char *on_cpu;  /* products only: the layer's kind or step that keeps the rest on the CPU */
+    } families[] = {{"llama3", true, true, "", NULL},
+                    {"smollm3", true, true, "", NULL},
+                    {"phi3", true, true, "", NULL},
+                    {"qwen2", true, true, "", NULL},
+                    {"qwen3", true, true, "", NULL},
+                    {"glm4", true, true, "", NULL},
+                    {"granite", true, true, "", NULL},
+                    {"gemma3", true, false, "", NULL},
+                    {"gemma2", true, false, "", NULL},
+                    {"qwen3moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32", NULL},
+                    {"qwen2moe", true, true, "--experts 8 --experts-used 2 --expert-ff 32", NULL},
+                    {"llama-moe", true, true, "", NULL},
+                    {"glm4moe", true, true, "--experts 16 --experts-used 4 --expert-ff 32", NULL},
+                    {"gpt-oss", true, true, "--experts 8 --experts-used 2", NULL},
+                    {"olmo2", true, true, "", NULL},
+                    {"exaone4", true, true, "", NULL},
+                    {"seed_oss", true, true, "", NULL},
+                    {"cohere2", true, true, "", NULL},
+                    {"mistral3", true, true, "--head-dim 32 --ctx 8", NULL},
+                    /* the layer kinds whose products alone run there (their weights' and the
+                     * recurrent state's, latent cache's or per-layer inputs' steps on the CPU) */
+                    {"qwen35moe", false, true, "--experts 16 --experts-used 4 --expert-ff 32", "a recurrent layer"},
+                    {"nemotron_h", false, true, "", "a recurrent layer"},
+                    {"lfm2", false, true, "", "a recurrent layer"},
+                    {"deepseek2", false, true, "--experts 16 --experts-used 4 --expert-ff 32 --groups 4,2", "latent attention"},
+                    {"gemma4", false, false, "--per-layer-input 16", "per-layer inputs"},
+                    {"llama", false, true, "--head-dim 288", "heads wider than 256"}};
     const size_t n_families = sizeof families / sizeof families[0];
     for (size_t k = 0; k < n_families; k++) {
-        /* under the sanitizers every fourth family and the products-only one (the gcc run has all:
-         * lavapipe's shaders run 2-3x slower there, and the host code is the same for all) */
+        /* under the sanitizers every fourth family and the last products-only one (the gcc run has
+         * all: lavapipe's shaders run 2-3x slower there, and the host code is the same for all) */
         if (TEST_SANITIZED && k % 4 && k != n_families - 1) continue;
         char f32[512], q8[512], cmd[2048], *out = NULL;
         snprintf(f32, sizeof f32, "%s/vk-%s-f32.gguf", tmp_dir(), families[k].arch);
@@ -541,9 +560,10 @@ TEST(vulkan_families_and_sequences) {
         /* (the inexact ones in f32: in q8_0 a difference of an f32 rounding may move an activation's
          * code by a step of its 8 bits) */
         snprintf(cmd, sizeof cmd,
-                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --window 16 --seed 3 %s --vocab "
+                 "%s synth --arch %s --embd 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 %s --seed 3 %s --vocab "
                  "%s/models/stories260K.gguf --type f32 -o %s && (%s || %s quantize %s %s q8_0)",
-                 quill_bin(), families[k].arch, families[k].options, shared, f32, families[k].exact ? "false" : "true",
+                 quill_bin(), families[k].arch, strcmp(families[k].arch, "lfm2") ? "--window 16" : "" /* (none in LFM2) */,
+                 families[k].options, shared, f32, families[k].exact ? "false" : "true",
                  quill_bin(), f32, q8);
         const int rc = run_cmd(cmd, &out, true);
         CHECK(rc == 0, "synth + quantize %s: %s", families[k].arch, out);
@@ -569,9 +589,14 @@ TEST(vulkan_families_and_sequences) {
         if (whole != families[k].whole)
             test_fail(__FILE__, __LINE__, "%s: the layers %s whole on the device", families[k].arch, whole ? "ran" : "did not run");
         /* the products-only layers' reason, by name */
-        if (!families[k].whole &&
-            !strstr(logged, "layer 0 of this llama model has heads wider than 256, which the device's layer does not run yet"))
+        char reason[256];
+        snprintf(reason, sizeof reason, "layer 0 of this %s model has %s", families[k].arch,
+                 families[k].on_cpu ? families[k].on_cpu : "");
+        if (!families[k].whole && (!strstr(logged, reason) || !strstr(logged, "which the device's layer does not run yet")))
             test_fail(__FILE__, __LINE__, "%s: the log says \"%s\"", families[k].arch, logged);
+        if (!families[k].whole && resident_layers != quill_model_hparams(m)->n_layer)
+            test_fail(__FILE__, __LINE__, "%s: %lld of %lld layers' products on the device", families[k].arch,
+                      (long long)resident_layers, (long long)quill_model_hparams(m)->n_layer);
         free(cpu), free(gpu);
         quill_model_free(m);
         remove(q8), remove(f32);

@@ -19,9 +19,10 @@ struct quill_gpu_failure {
     quill_error err;
 };
 
-/* The weights of a layer whose products the device runs, and a reason when the layer kind has
- * more than those products (its other operations are not written for a device-side executor). */
-static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
+/* The layer kinds whose other operations (a recurrent step and its state, latent attention's
+ * compressed cache, per-layer inputs) are not written for the device's layer: such a layer runs its
+ * weight products there and the rest on the CPU, or NULL when it is not one of them. */
+static const char *layer_kind_on_cpu(const quill_model *m, const quill_layer *L) {
     if (L->recurrent || L->shortconv) return "a recurrent layer (DeltaNet, Mamba-2 or short convolution)";
     if (L->mla) return "latent attention";
     if (L->ffn_only || L->no_ffn) return "a single-block layer";
@@ -35,6 +36,8 @@ static const char *layer_refusal(const quill_model *m, const quill_layer *L) {
 static const char *device_refusal(const quill_context *c, const quill_layer *L) {
     const quill_model *m = c->model;
     const quill_arch *a = m->arch;
+    const char *kind = layer_kind_on_cpu(m, L);
+    if (kind) return kind;
     if (a->single_block) return "a single-block layer";
     if (a->layer_norm && (!L->attn_norm || (!L->ffn_norm && !a->parallel_block))) return "a LayerNorm branch without its weight";
     if (!L->q_norm != !L->k_norm) return "a query norm without a key norm, or the other way";
@@ -77,17 +80,21 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
 }
 
 /* The matrices of a layer that may go to the device: its products' (the experts' only when the
- * layer runs whole there: else the CPU runs them), and the router's when it does. */
+ * layer runs whole there: else the CPU runs them), and the router's when it does. Latent
+ * attention's per-head k_b and v_b stay on the CPU: a product is sent to the device when its
+ * matrix starts an uploaded tensor, and a head's is a slice of one. */
 static int layer_weights(const quill_layer *L, bool whole, const quill_weight **out) {
-    const quill_weight *all[] = {&L->wq,     &L->wk,           &L->wv,         &L->wo,           &L->w_gate,
-                                 &L->w_up,   &L->w_down,       &L->w_gate_shexp, &L->w_up_shexp, &L->w_down_shexp};
+    const quill_weight *all[] = {&L->wq,       &L->wk,           &L->wv,         &L->wo,          &L->w_gate,
+                                 &L->w_up,     &L->w_down,       &L->w_gate_shexp, &L->w_up_shexp, &L->w_down_shexp,
+                                 &L->ssm_in,   &L->ssm_gate,     &L->ssm_beta,   &L->ssm_alpha,   &L->ssm_out,
+                                 &L->q_a,      &L->ple_gate,     &L->ple_proj};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]->data && (whole || all[i]->n_expert <= 1)) out[n++] = all[i];
     if (whole && L->ffn != QUILL_FFN_DENSE) out[n++] = &L->w_router;
     return n;
 }
-#define LAYER_WEIGHTS_MAX 11
+#define LAYER_WEIGHTS_MAX 19
 
 /* The bytes of a layer's weights that go to the device. */
 static double layer_bytes(const quill_layer *L, bool whole) {
@@ -105,14 +112,6 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
         return quill_fail(err, QUILL_E_ARG, "--backend vulkan: the float64 reference path runs on the CPU only");
     const int ngl = p->n_gpu_layers < 0 || p->n_gpu_layers > n_layer + 1 ? n_layer + 1 : p->n_gpu_layers;
     const int first = n_layer - ngl < 0 ? 0 : n_layer - ngl;
-    for (int l = first; l < n_layer; l++) {
-        const char *why = layer_refusal(m, &m->layers[l]);
-        if (why)
-            return quill_fail(err, QUILL_E_UNSUPPORTED,
-                              "--backend vulkan: layer %d of this %s model has %s, which the Vulkan backend does not run "
-                              "yet; use --backend cpu",
-                              l, m->arch->name, why);
-    }
     /* the whole layers, when every placed one can: else only their products (said in the log) */
     const char *whole_refused = NULL;
     int refused_at = -1;
