@@ -61,9 +61,7 @@ TEST(vulkan_devices_listed) {
 
 /* Weights of `type` (rows x cols, random, a block of zeros and one of large values among the
  * activations), products of 1 and of n_tok tokens on the device: the exact types equal to the CPU's
- * exact products bit for bit; the float ones (f32, f16, bf16, and iq4_nl, iq4_xs, exact on the CPU
- * but f32 on the device: decoded weights)
- * within a relative 1e-5 of a float64 sum (f32 rounding
+ * exact products bit for bit; the float ones (f32, f16, bf16) within a relative 1e-5 of a float64 sum (f32 rounding
  * of a sum in another order: ~1e-7 relative per add, at most a few hundred adds); and every token's
  * result the same whatever the batch. */
 static void check_products(quill_gpu *g, uint32_t type, int64_t rows, int64_t cols, int n_tok, uint64_t seed) {
@@ -85,9 +83,7 @@ static void check_products(quill_gpu *g, uint32_t type, int64_t rows, int64_t co
         CHECK(!memcmp(y1, y + t * rows, sizeof(float) * (size_t)rows), "%s: token %d alone differs from its batch",
               quill_type_name(type), t);
     }
-    /* iq4_nl and iq4_xs: exact products on the CPU, f32 ones on the device (vulkan.c's float_kind) */
-    const bool gpu_float = type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
-    if (quill_exact_supported(type) && !gpu_float) {
+    if (quill_exact_supported(type)) {
         CHECK(quill_exact_matmul_model(type, w, row_bytes, rows, cols, x, n_tok, ref));
         for (int64_t i = 0; i < rows * n_tok; i++)
             CHECK(!memcmp(&y[i], &ref[i], sizeof(float)), "%s %lldx%lld: y[%lld] = %.9g on the GPU, %.9g on the CPU",
@@ -382,7 +378,7 @@ TEST(vulkan_forward_matches_cpu) {
     check_model_logits(path, true);
     remove(path);
     /* a model 256 wide (the k-quants' blocks) in q3_k_m (q3_K, q4_K, q5_K, q6_K; q2_K's products are
-     * checked above) */
+     * checked above) and iq4_xs (its levels as codes: the CPU's exact products there too) */
     char wide[512];
     snprintf(wide, sizeof wide, "%s/vk-wide.gguf", tmp_dir());
     snprintf(cmd, sizeof cmd,
@@ -391,8 +387,8 @@ TEST(vulkan_forward_matches_cpu) {
     rc = run_cmd(cmd, &out, true);
     CHECK(rc == 0, "synth: %s", out);
     free(out);
-    static const char *mixes[] = {"q3_k_m"};
-    for (int k = 0; k < 1; k++) {
+    static const char *mixes[] = {"q3_k_m", "iq4_xs"};
+    for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof path, "%s/vk-wide-%s.gguf", tmp_dir(), mixes[k]);
         snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), wide, path, mixes[k]);
         rc = run_cmd(cmd, &out, true);

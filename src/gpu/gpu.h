@@ -44,8 +44,8 @@ int quill_gpu_validation_errors(const quill_gpu *g);
 /* Whether the device runs products of weights of `type`. */
 bool quill_gpu_supports(uint32_t type);
 /* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For the types with exact
- * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4) the bits are the CPU's exact products'
- * (src/kernels/exact_scalar.c); for f32, f16, bf16, iq4_nl and iq4_xs an f32 sum of the decoded
+ * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4, iq4_nl, iq4_xs) the bits are the CPU's
+ * exact products' (src/kernels/exact_scalar.c); for f32, f16 and bf16 an f32 sum of the decoded
  * weights (blocks of 32 in column order, then the blocks' sums in order). Either way a token's
  * result does not depend on the batch. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,

@@ -269,6 +269,8 @@ static int exact_kind(uint32_t type) {
     case QUILL_TYPE_Q6_K: return 8;
     case QUILL_TYPE_Q2_K: return 9;
     case QUILL_TYPE_Q3_K: return 10;
+    case QUILL_TYPE_IQ4_NL: return 11;
+    case QUILL_TYPE_IQ4_XS: return 12;
     default: return -1;
     }
 }
@@ -279,8 +281,6 @@ static int float_kind(uint32_t type) {
     case QUILL_TYPE_F32: return 0;
     case QUILL_TYPE_F16: return 1;
     case QUILL_TYPE_BF16: return 2;
-    case QUILL_TYPE_IQ4_NL: return 3;
-    case QUILL_TYPE_IQ4_XS: return 4;
     default: return -1;
     }
 }

@@ -5,7 +5,7 @@
 // integer C = Σ q·a (exact), then acc = fma(C, s·da, acc) slot after slot, and for the types with
 // minimums acc = fma(-m, da·Σa, acc) with Σa the slot's codes' sum. The codes q and the scales s, m
 // of each type are exact_scalar.c's row_codes and row_scales, and exact_unpack.c's for q2_K, q3_K
-// and mxfp4. Two ways to the same bits: one invocation per (row, token) (split 0), or a workgroup
+// mxfp4, iq4_nl and iq4_xs. Two ways to the same bits: one invocation per (row, token) (split 0), or a workgroup
 // per (row, token) (split 1, for a few tokens, where rows alone are too few to fill a GPU): its
 // invocations compute the slots' integers and the products s·da, da·Σa (each rounded on its own,
 // in any order) into shared memory, then its first invocation adds them up slot after slot. No
@@ -16,7 +16,7 @@ layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
 layout(std430, binding = 2) readonly buffer Scales { float da[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 // kind (vulkan.c's exact_kind): 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 (the 32-column formats with nibbles
-// and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K
+// and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K, 11 iq4_nl, 12 iq4_xs
 // split: see above (vulkan.c chooses; the slots then number at most MAX_SLOTS)
 // x_div: 0 for a matrix; else the experts' products of a mixture-of-experts layer (vulkan.c's
 // quill_gpu_step_expert_products): "token" t is a (token, slot) pair whose expert is ids[ids_at + t],
@@ -35,6 +35,8 @@ const uint LEGACY_QH[4] = uint[4](0u, 0u, 2u, 4u);
 const int LEGACY_BIAS[4] = int[4](8, 0, 16, 0);
 // mxfp4's E2M1 levels, doubled (types_lowbit.c's quill_kvalues_fp4)
 const int FP4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+// iq4_nl's and iq4_xs's 16 levels, their codes (types.c's quill_kvalues_iq4nl)
+const int IQ4[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 
 #include "exact_math.glsl"
 
@@ -48,7 +50,7 @@ float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e 
 // One slot's step of the sum: acc = fma(C, s·da, acc), then for minimums fma(m', da·Σa, acc) with
 // m' = -m, the value the CPU passes (q4_1 and q5_1 keep their minimum negated, so m' is theirs).
 // Columns per slot of a kind: q6_K, q2_K and q3_K 16, the others 32.
-uint slot_width(uint kind) { return kind >= 8u ? 16u : 32u; }
+uint slot_width(uint kind) { return kind >= 8u && kind <= 10u ? 16u : 32u; }
 
 bool with_min(uint kind) { return kind == 1u || kind == 3u || kind == 6u || kind == 7u || kind == 9u; }
 
@@ -104,6 +106,14 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
             const int q = int(lo | (((byte_at(at + 128u + 32u * hf + l) >> (2u * qd)) & 3u) << 4)) - 32;
             c += q * codes[a0 + (j - j0)];
         }
+    } else if (kind >= 11u) {
+        // iq4_nl (18-byte blocks: d, 16 bytes of nibbles, low nibbles first) and iq4_xs (136-byte
+        // blocks of 256: d, 2 bytes of high scale bits, 4 of low, then 16 bytes of nibbles per slot)
+        const uint qs = kind == 11u ? row + s * 18u + 2u : row + (s / 8u) * 136u + 8u + (s % 8u) * 16u;
+        for (uint j = 0u; j < 16u; j++) {
+            const uint q = byte_at(qs + j);
+            c += IQ4[q & 0xFu] * codes[a0 + j] + IQ4[q >> 4] * codes[a0 + 16u + j];
+        }
     } else {
         // q2_K (84-byte blocks of 256: 16 bytes of scales and minimums, 64 of bit pairs, d, dmin) and
         // q3_K (110: 32 bytes of third bits, 64 of bit pairs, 12 of scales, d): column 32j + l of
@@ -150,6 +160,15 @@ void slot_scales(uint kind, uint row, uint s, out float sc, out float neg_m) {
     } else if (kind == 8u) {
         const uint at = row + (s / 16u) * 210u;
         precise const float d = half_at(at + 208u) * float(bitfieldExtract(int(byte_at(at + 192u + s % 16u)), 0, 8));
+        sc = d;
+    } else if (kind == 11u) {
+        sc = half_at(row + s * 18u);
+    } else if (kind == 12u) {
+        // (kernels_exact.h's iq4_xs_sub_scale: d·(ls - 32), ls's 4 low bits and 2 high ones)
+        const uint at = row + (s / 8u) * 136u, ib = s % 8u;
+        const uint scales_h = byte_at(at + 2u) | (byte_at(at + 3u) << 8);
+        const uint ls = ((byte_at(at + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xFu) | (((scales_h >> (2u * ib)) & 3u) << 4);
+        precise const float d = half_at(at) * float(int(ls) - 32);
         sc = d;
     } else if (kind == 9u) {
         const uint at = row + (s / 16u) * 84u, sm = byte_at(at + s % 16u);
