@@ -29,38 +29,11 @@ static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0,   QUILL_TYPE_Q4_1,    QUIL
                                      QUILL_TYPE_IQ4_NL,  QUILL_TYPE_IQ4_XS, QUILL_TYPE_Q2_K,   QUILL_TYPE_Q3_K};
 #define N_TYPES (sizeof amx_types / sizeof amx_types[0])
 
-/* Random valid rows: random bytes, then a finite moderate half scale (and min) in every block. */
+/* Random valid rows (types.c's quill_random_rows). */
 static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t *row_bytes) {
-    const quill_type_traits *tr = quill_type_traits_of(type);
     *row_bytes = quill_row_size(type, cols);
-    size_t bytes = *row_bytes * (size_t)rows;
-    uint8_t *w = malloc(bytes);
-    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
-    for (size_t b = 0; b < bytes / tr->type_size; b++) {
-        uint8_t *blk = w + b * tr->type_size;
-        uint16_t h1 = quill_f32_to_f16(rndf() * 0.05f), h2 = quill_f32_to_f16(rndf() * 0.05f);
-        switch (type) {
-        case QUILL_TYPE_Q4_0: case QUILL_TYPE_Q8_0: case QUILL_TYPE_Q5_0: memcpy(blk, &h1, 2); break;
-        case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
-        case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
-        case QUILL_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
-        case QUILL_TYPE_Q2_K: memcpy(blk + 80, &h1, 2); memcpy(blk + 82, &h2, 2); break;
-        case QUILL_TYPE_Q3_K: memcpy(blk + 108, &h1, 2); break;
-        case QUILL_TYPE_Q1_0: case QUILL_TYPE_Q2_0: case QUILL_TYPE_IQ2_XXS: case QUILL_TYPE_IQ2_XS:
-        case QUILL_TYPE_IQ2_S: case QUILL_TYPE_IQ3_XXS: case QUILL_TYPE_IQ3_S: case QUILL_TYPE_IQ1_S:
-        case QUILL_TYPE_IQ4_NL: case QUILL_TYPE_IQ4_XS:
-            memcpy(blk, &h1, 2);
-            break;
-        case QUILL_TYPE_TQ1_0: case QUILL_TYPE_TQ2_0: memcpy(blk + tr->type_size - 2, &h1, 2); break;
-        case QUILL_TYPE_MXFP4: /* now and then the subnormal scales (e = 0, 1) and the smallest normal one */
-            blk[0] = (uint8_t)(rnd() % 16 ? 118 + rnd() % 8 : rnd() % 3);
-            break;
-        case QUILL_TYPE_IQ1_M: /* the half's nibbles top the four scale words */
-            for (int q = 0; q < 4; q++) blk[48 + 2 * q + 1] = (uint8_t)((blk[48 + 2 * q + 1] & 0xF) | ((h1 >> (4 * q)) & 0xF) << 4);
-            break;
-        default: break;
-        }
-    }
+    uint8_t *w = malloc(*row_bytes * (size_t)rows);
+    quill_random_rows(type, w, rows, cols, &rng_state);
     return w;
 }
 

@@ -40,12 +40,15 @@ void quill_gpu_close(quill_gpu *g);
 /* The validation layer's error messages since the open (0 when it is off). */
 int quill_gpu_validation_errors(const quill_gpu *g);
 /* The weight types the device multiplies, for messages. */
-#define QUILL_GPU_TYPES "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4"
+#define QUILL_GPU_TYPES                                                                                  \
+    "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, " \
+    "iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m, tq1_0, tq2_0, q1_0, q2_0, mxfp4, nvfp4"
 /* Whether the device runs products of weights of `type`. */
 bool quill_gpu_supports(uint32_t type);
 /* y[t * rows + r] = W[r] · x[t] for r < rows, t < n_tok, on the device. For the types with exact
- * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4, iq4_nl, iq4_xs) the bits are the CPU's
- * exact products' (src/kernels/exact_scalar.c); for f32, f16 and bf16 an f32 sum of the decoded
+ * products (q4_0 .. q8_0, the k-quants q2_K .. q6_K, mxfp4, the i-quants, tq1_0, tq2_0, q1_0, q2_0)
+ * the bits are the CPU's exact products' (src/kernels/exact_scalar.c); for f32, f16, bf16 and nvfp4
+ * an f32 sum of the decoded
  * weights (blocks of 32 in column order, then the blocks' sums in order). Either way a token's
  * result does not depend on the batch. An unsupported type is refused by name. */
 quill_status quill_gpu_matmul(quill_gpu *g, uint32_t type, const void *w, size_t row_bytes, int64_t rows,

@@ -367,3 +367,59 @@ quill_status quill_dequantize(uint32_t type, const void *src, float *dst, int64_
     t->to_float(src, dst, n);
     return QUILL_OK;
 }
+
+/* xorshift64 (tests/test.h's test_rand: the same stream for the same state) */
+static uint32_t random_word(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 16);
+}
+
+static float random_unit(uint64_t *state) { return (float)((double)random_word(state) / 4294967296.0 * 2.0 - 1.0); }
+
+void quill_random_rows(uint32_t type, uint8_t *out, int64_t rows, int64_t cols, uint64_t *state) {
+    const quill_type_traits *tr = quill_type_traits_of(type);
+    const size_t bytes = quill_row_size(type, cols) * (size_t)rows;
+    if (type == QUILL_TYPE_F32 || type == QUILL_TYPE_F16 || type == QUILL_TYPE_BF16) { /* values in [-1, 1) */
+        for (size_t i = 0; i < (size_t)(rows * cols); i++) {
+            const float v = random_unit(state);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            const uint16_t h = type == QUILL_TYPE_F16 ? quill_f32_to_f16(v) : (uint16_t)(u >> 16);
+            if (type == QUILL_TYPE_F32) memcpy(out + 4 * i, &v, 4);
+            else memcpy(out + 2 * i, &h, 2);
+        }
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++) out[i] = (uint8_t)random_word(state);
+    for (size_t b = 0; tr && b < bytes / tr->type_size; b++) {
+        uint8_t *blk = out + b * tr->type_size;
+        /* scales of at most 0.05: a product's sums then stay far from f32's range */
+        const uint16_t h1 = quill_f32_to_f16(random_unit(state) * 0.05f), h2 = quill_f32_to_f16(random_unit(state) * 0.05f);
+        switch (type) {
+        case QUILL_TYPE_Q4_1: case QUILL_TYPE_Q5_1: case QUILL_TYPE_Q4_K: case QUILL_TYPE_Q5_K:
+            memcpy(blk, &h1, 2), memcpy(blk + 2, &h2, 2);
+            break;
+        case QUILL_TYPE_Q6_K: memcpy(blk + offsetof(block_q6_K, d), &h1, 2); break;
+        case QUILL_TYPE_Q2_K:
+            memcpy(blk + offsetof(block_q2_K, d), &h1, 2), memcpy(blk + offsetof(block_q2_K, dmin), &h2, 2);
+            break;
+        case QUILL_TYPE_Q3_K: memcpy(blk + offsetof(block_q3_K, d), &h1, 2); break;
+        case QUILL_TYPE_TQ1_0: case QUILL_TYPE_TQ2_0: memcpy(blk + tr->type_size - 2, &h1, 2); break;
+        case QUILL_TYPE_MXFP4: /* now and then the subnormal scales (e = 0, 1) and the smallest normal one */
+            blk[0] = (uint8_t)(random_word(state) % 16 ? 118 + random_word(state) % 8 : random_word(state) % 3);
+            break;
+        case QUILL_TYPE_IQ1_M: /* the half's nibbles top the four scale words */
+            for (int q = 0; q < 4; q++)
+                blk[48 + 2 * q + 1] = (uint8_t)((blk[48 + 2 * q + 1] & 0xF) | ((h1 >> (4 * q)) & 0xF) << 4);
+            break;
+        case QUILL_TYPE_NVFP4: /* UE4M3 scales of 1/32 to about 1/4 (0x7F, 0xFF: NaN) */
+            for (int q = 0; q < QK_NVFP4 / QK_NVFP4_SUB; q++) blk[q] = (uint8_t)(0x10 + random_word(state) % 16);
+            break;
+        default: /* the others start with their half d */
+            if (tr->block_size > 1) memcpy(blk, &h1, 2);
+            break;
+        }
+    }
+}

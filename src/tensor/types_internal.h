@@ -248,4 +248,10 @@ QUILL_TYPE_LIST(QUILL_DECLARE_TYPE_FNS, )
 /* Builds iq3_s's lattice neighbour lists once (quantize_lowbit.c); false if they did not fit. */
 bool quill_iq3s_ready(void);
 
+/* rows x cols of random valid weights of `type`: random bytes, then in every block a finite scale of
+ * at most 0.05 (and minimum) where the type keeps one; f32, f16, bf16: values in [-1, 1). For the
+ * types quill does not quantize (the grid i-quants) the way the tests and `quill devices --selftest`
+ * get weights of them. *state: an xorshift64 state (nonzero), advanced. */
+void quill_random_rows(uint32_t type, uint8_t *out, int64_t rows, int64_t cols, uint64_t *state);
+
 #endif

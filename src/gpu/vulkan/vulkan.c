@@ -71,13 +71,21 @@ struct resident {
     gpu_buffer buf;
 };
 
-enum { PIPE_QUANTIZE, PIPE_EXACT, PIPE_FLOAT, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
-       PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_COUNT };
+/* product_exact.comp's and product_float.comp's kinds (exact_kind, float_kind) */
+#define EXACT_KINDS 24
+#define FLOAT_KINDS 4
+/* The products' pipelines, one per kind (the shaders' KIND, a specialization constant), follow the
+ * others and are made at their first use (product_pipe): each then holds only its type's decoding,
+ * which a pipeline of all the kinds paid for in every product (lavapipe: the Vulkan tests 2-3x
+ * slower with the grid types added) and in the device's registers. */
+enum { PIPE_QUANTIZE, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
+       PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_EXACT_FIRST,
+       PIPE_FLOAT_FIRST = PIPE_EXACT_FIRST + EXACT_KINDS, PIPE_COUNT = PIPE_FLOAT_FIRST + FLOAT_KINDS };
 /* the most push-constant words of a shader (attention's 16) */
 #define PUSH_WORDS 16
-/* (the fifth: the experts' ids of a mixture-of-experts layer's products; unused ones bind the
- * first buffer) */
-#define BINDINGS 5
+/* (the fifth: the experts' ids of a mixture-of-experts layer's products; the sixth: the grid
+ * types' lattice tables; unused ones bind the first buffer) */
+#define BINDINGS 6
 #define WORKGROUP 64
 /* attention.comp's MAX_KEPT: the scores of at most this many positions kept in shared memory */
 #define ATTENTION_KEPT 2048
@@ -108,6 +116,7 @@ struct quill_gpu {
     VkCommandBuffer cmd;
     VkFence fence;
     gpu_buffer x, codes, da, y, w; /* w: the weights of a product whose weights were not uploaded */
+    gpu_buffer grids;              /* the grid i-quants' lattice tables (upload_grids) */
     /* a step (quill_gpu_step_begin .. quill_gpu_step_end): its activations in device-local memory,
      * its input, token table and output through io, one descriptor set per dispatch from step_pool
      * (reset per step), and the first failure while recording */
@@ -271,6 +280,17 @@ static int exact_kind(uint32_t type) {
     case QUILL_TYPE_Q3_K: return 10;
     case QUILL_TYPE_IQ4_NL: return 11;
     case QUILL_TYPE_IQ4_XS: return 12;
+    case QUILL_TYPE_IQ2_XXS: return 13;
+    case QUILL_TYPE_IQ2_XS: return 14;
+    case QUILL_TYPE_IQ2_S: return 15;
+    case QUILL_TYPE_IQ3_XXS: return 16;
+    case QUILL_TYPE_IQ3_S: return 17;
+    case QUILL_TYPE_IQ1_S: return 18;
+    case QUILL_TYPE_IQ1_M: return 19;
+    case QUILL_TYPE_TQ1_0: return 20;
+    case QUILL_TYPE_TQ2_0: return 21;
+    case QUILL_TYPE_Q1_0: return 22;
+    case QUILL_TYPE_Q2_0: return 23;
     default: return -1;
     }
 }
@@ -281,6 +301,7 @@ static int float_kind(uint32_t type) {
     case QUILL_TYPE_F32: return 0;
     case QUILL_TYPE_F16: return 1;
     case QUILL_TYPE_BF16: return 2;
+    case QUILL_TYPE_NVFP4: return 3;
     default: return -1;
     }
 }
@@ -296,7 +317,7 @@ void quill_gpu_close(quill_gpu *g) {
         for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
         free(g->resident);
         buffer_free(g, &g->x), buffer_free(g, &g->codes), buffer_free(g, &g->da), buffer_free(g, &g->y);
-        buffer_free(g, &g->w);
+        buffer_free(g, &g->w), buffer_free(g, &g->grids);
         buffer_free(g, &g->act), buffer_free(g, &g->io), buffer_free(g, &g->kv);
         if (g->step_pool) vkDestroyDescriptorPool(g->device, g->step_pool, NULL);
         if (g->fence) vkDestroyFence(g->device, g->fence, NULL);
@@ -318,7 +339,9 @@ void quill_gpu_close(quill_gpu *g) {
     free(g);
 }
 
-static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t bytes, VkPipeline *out, quill_error *err) {
+/* A pipeline of the shader `code`; spec: its specialization (NULL: none). */
+static quill_status make_pipeline_of(quill_gpu *g, const uint32_t *code, size_t bytes, const VkSpecializationInfo *spec,
+                                     VkPipeline *out, quill_error *err) {
     const VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
     VkShaderModule module;
     VkResult r = vkCreateShaderModule(g->device, &mi, NULL, &module);
@@ -326,11 +349,28 @@ static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t byt
     const VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = module, .pName = "main"},
+                  .module = module, .pName = "main", .pSpecializationInfo = spec},
         .layout = g->pipe_layout};
     r = vkCreateComputePipelines(g->device, VK_NULL_HANDLE, 1, &ci, NULL, out);
     vkDestroyShaderModule(g->device, module, NULL);
     return r == VK_SUCCESS ? QUILL_OK : vk_fail(err, r, "vkCreateComputePipelines");
+}
+
+static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t bytes, VkPipeline *out, quill_error *err) {
+    return make_pipeline_of(g, code, bytes, NULL, out, err);
+}
+
+/* *pipe: the pipeline index of the products of weights of `type`, made at its first use. */
+static quill_status product_pipe(quill_gpu *g, uint32_t type, int *pipe, quill_error *err) {
+    const bool exact = exact_kind(type) >= 0;
+    const int kind = exact ? exact_kind(type) : float_kind(type);
+    *pipe = (exact ? PIPE_EXACT_FIRST : PIPE_FLOAT_FIRST) + kind;
+    if (g->pipes[*pipe]) return QUILL_OK;
+    const uint32_t k = (uint32_t)kind;
+    const VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof k};
+    const VkSpecializationInfo spec = {.mapEntryCount = 1, .pMapEntries = &entry, .dataSize = sizeof k, .pData = &k};
+    return exact ? make_pipeline_of(g, spv_product_exact, sizeof spv_product_exact, &spec, &g->pipes[*pipe], err)
+                 : make_pipeline_of(g, spv_product_float, sizeof spv_product_float, &spec, &g->pipes[*pipe], err);
 }
 
 static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
@@ -431,8 +471,6 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((r = vkCreatePipelineLayout(g->device, &pl, NULL, &g->pipe_layout)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreatePipelineLayout");
     if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
-    if ((s = make_pipeline(g, spv_product_exact, sizeof spv_product_exact, &g->pipes[PIPE_EXACT], err))) return s;
-    if ((s = make_pipeline(g, spv_product_float, sizeof spv_product_float, &g->pipes[PIPE_FLOAT], err))) return s;
     if ((s = make_pipeline(g, spv_rmsnorm, sizeof spv_rmsnorm, &g->pipes[PIPE_RMSNORM], err))) return s;
     if ((s = make_pipeline(g, spv_rope, sizeof spv_rope, &g->pipes[PIPE_ROPE], err))) return s;
     if ((s = make_pipeline(g, spv_kv_store, sizeof spv_kv_store, &g->pipes[PIPE_KV_STORE], err))) return s;
@@ -463,18 +501,6 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     return QUILL_OK;
 }
 
-quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
-    *out = NULL;
-    quill_gpu *g = calloc(1, sizeof *g);
-    if (!g) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
-    quill_status s = open_device(g, index, err);
-    if (s) {
-        quill_gpu_close(g);
-        return s;
-    }
-    *out = g;
-    return QUILL_OK;
-}
 
 /* ---------------------------------------------------------------- one product */
 
@@ -576,6 +602,45 @@ static quill_status upload_staged(quill_gpu *g, const void *host, size_t bytes, 
     return s;
 }
 
+/* The grid i-quants' lattice tables into device memory, one after another at product_exact.comp's
+ * GRID_* offsets (a 64-bit entry as two words, low first). */
+static quill_status upload_grids(quill_gpu *g, quill_error *err) {
+    enum { WORDS = 2 * 256 + 2 * 512 + 2 * 1024 + 256 + 512 + 2 * 2048 };
+    uint32_t *t = malloc(WORDS * sizeof *t);
+    if (!t) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+    uint32_t *at = t;
+    const struct {
+        const uint64_t *grid;
+        int n;
+    } wide[] = {{quill_iq2xxs_grid, 256}, {quill_iq2xs_grid, 512}, {quill_iq2s_grid, 1024}};
+    for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++)
+        for (int i = 0; i < wide[k].n; i++) *at++ = (uint32_t)wide[k].grid[i], *at++ = (uint32_t)(wide[k].grid[i] >> 32);
+    memcpy(at, quill_iq3xxs_grid, 256 * sizeof *at), at += 256;
+    memcpy(at, quill_iq3s_grid, 512 * sizeof *at), at += 512;
+    for (int i = 0; i < 2048; i++) *at++ = (uint32_t)quill_iq1s_grid[i], *at++ = (uint32_t)(quill_iq1s_grid[i] >> 32);
+    quill_status s = buffer_make(g, WORDS * sizeof *t, true, &g->grids, err);
+    if (!s) {
+        if (g->grids.map) memcpy(g->grids.map, t, WORDS * sizeof *t);
+        else s = upload_staged(g, t, WORDS * sizeof *t, &g->grids, err);
+    }
+    free(t);
+    return s;
+}
+
+quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
+    *out = NULL;
+    quill_gpu *g = calloc(1, sizeof *g);
+    if (!g) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+    quill_status s = open_device(g, index, err);
+    if (!s) s = upload_grids(g, err);
+    if (s) {
+        quill_gpu_close(g);
+        return s;
+    }
+    *out = g;
+    return QUILL_OK;
+}
+
 static const gpu_buffer *resident_of(const quill_gpu *g, const void *host, size_t bytes) {
     for (int i = 0; i < g->n_resident; i++)
         if (g->resident[i].host == host && g->resident[i].buf.bytes >= bytes) return &g->resident[i].buf;
@@ -666,8 +731,9 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
     const gpu_buffer *weights[QUILL_GPU_GROUP_MAX];
     size_t y_at[QUILL_GPU_GROUP_MAX + 1] = {0};
     bool any_exact = false;
+    int pipes[QUILL_GPU_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        if ((s = check_product(&p[i], cols, n_tok, err))) return s;
+        if ((s = check_product(&p[i], cols, n_tok, err)) || (s = product_pipe(g, p[i].type, &pipes[i], err))) return s;
         any_exact |= exact_kind(p[i].type) >= 0;
         weights[i] = resident_of(g, p[i].w, (size_t)p[i].rows * p[i].row_bytes);
         if (!weights[i] && n > 1)
@@ -692,8 +758,9 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
     bind_set(g, g->sets[0], (const gpu_buffer *const[BINDINGS]){&g->x, &g->codes, &g->da, &g->y}, 0);
     for (int i = 0; i < n; i++)
         bind_set(g, g->sets[1 + i],
-                 exact_kind(p[i].type) >= 0 ? (const gpu_buffer *const[BINDINGS]){weights[i], &g->codes, &g->da, &g->y}
-                                            : (const gpu_buffer *const[BINDINGS]){weights[i], &g->x, &g->da, &g->y},
+                 exact_kind(p[i].type) >= 0
+                     ? (const gpu_buffer *const[BINDINGS]){weights[i], &g->codes, &g->da, &g->y, NULL, &g->grids}
+                     : (const gpu_buffer *const[BINDINGS]){weights[i], &g->x, &g->da, &g->y},
                  y_at[i]);
 
     begin_commands(g);
@@ -725,7 +792,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
         const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
         const uint32_t pp[8] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
                                 (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split, 0, 0};
-        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[exact ? PIPE_EXACT : PIPE_FLOAT]);
+        vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[pipes[i]]);
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
         const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
@@ -762,6 +829,7 @@ static int kv_kind(uint32_t type) {
     case QUILL_TYPE_F32: return 0;
     case QUILL_TYPE_F16: return 1;
     case QUILL_TYPE_BF16: return 2;
+    case QUILL_TYPE_NVFP4: return 3;
     case QUILL_TYPE_Q8_0: return 3;
     case QUILL_TYPE_Q4_0: return 4;
     default: return -1;
@@ -988,9 +1056,15 @@ static void step_products_of(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
                                 (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split,
                                 (uint32_t)x_div, (uint32_t)ids_at};
         const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
-                                          act_at(g, y_at[i]), act_at(g, 0)};
+                                          act_at(g, y_at[i]), act_at(g, 0), {&g->grids, 0}};
         const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_out;
-        record(g, exact ? PIPE_EXACT : PIPE_FLOAT, b, pp, 8, split ? pairs : groups(pairs));
+        int pipe;
+        if ((bad = product_pipe(g, w[i].type, &pipe, &e))) {
+            g->step_status = bad;
+            g->step_err = e;
+            return;
+        }
+        record(g, pipe, b, pp, 8, split ? pairs : groups(pairs));
     }
 }
 

@@ -16,13 +16,23 @@ layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
 layout(std430, binding = 2) readonly buffer Scales { float da[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 // kind (vulkan.c's exact_kind): 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 (the 32-column formats with nibbles
-// and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K, 11 iq4_nl, 12 iq4_xs
+// and fifth bits), 4 q8_0, 5 mxfp4, 6 q4_K, 7 q5_K, 8 q6_K, 9 q2_K, 10 q3_K, 11 iq4_nl, 12 iq4_xs,
+// 13 iq2_xxs, 14 iq2_xs, 15 iq2_s, 16 iq3_xxs, 17 iq3_s, 18 iq1_s, 19 iq1_m, 20 tq1_0, 21 tq2_0,
+// 22 q1_0, 23 q2_0
 // split: see above (vulkan.c chooses; the slots then number at most MAX_SLOTS)
 // x_div: 0 for a matrix; else the experts' products of a mixture-of-experts layer (vulkan.c's
 // quill_gpu_step_expert_products): "token" t is a (token, slot) pair whose expert is ids[ids_at + t],
 // the matrix of `rows` rows at that expert's place in w, and whose activations are row t / x_div of x
+// the kind of this pipeline's weights (a specialization constant: vulkan.c's product_pipe makes a
+// pipeline per kind, each holding its own decoding only); the push constants' kind is the same
+layout(constant_id = 0) const uint KIND = 0u;
 layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint row_bytes; uint kind; uint split; uint x_div; uint ids_at; } p;
 layout(std430, binding = 4) readonly buffer Ids { int ids[]; };
+// the grid i-quants' lattice tables (iq_grids.c's), one after another: a 64-bit entry as two words,
+// low first (vulkan.c's upload_grids writes them at these offsets)
+layout(std430, binding = 5) readonly buffer Grids { uint grids[]; };
+const uint GRID_IQ2XXS = 0u, GRID_IQ2XS = 512u, GRID_IQ2S = 1536u, GRID_IQ3XXS = 3584u, GRID_IQ3S = 3840u,
+           GRID_IQ1S = 4352u;
 
 const uint MAX_SLOTS = 1024u;
 shared float s_c[MAX_SLOTS], s_sda[MAX_SLOTS], s_negm[MAX_SLOTS], s_dsum[MAX_SLOTS];
@@ -49,10 +59,142 @@ float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e 
 
 // One slot's step of the sum: acc = fma(C, s·da, acc), then for minimums fma(m', da·Σa, acc) with
 // m' = -m, the value the CPU passes (q4_1 and q5_1 keep their minimum negated, so m' is theirs).
-// Columns per slot of a kind: q6_K, q2_K and q3_K 16, the others 32.
-uint slot_width(uint kind) { return kind >= 8u && kind <= 10u ? 16u : 32u; }
+// Columns per slot of a kind: q6_K, q2_K, q3_K, iq2_xs, iq2_s and iq1_m 16, the others 32.
+uint slot_width(uint kind) {
+    return (kind >= 8u && kind <= 10u) || kind == 14u || kind == 15u || kind == 19u ? 16u : 32u;
+}
+
+uint u16_at(uint i) { return byte_at(i) | (byte_at(i + 1u) << 8); }
+
+uint u32_at(uint i) { return u16_at(i) | (u16_at(i + 2u) << 16); }
+
+// 8 lattice magnitudes (the bytes of lo, then hi) with their signs (bit j: negative) against the
+// codes from codes[a0] (exact_unpack.c's signed_group)
+int signed_group(uint lo, uint hi, uint signs, uint a0) {
+    int c = 0;
+    for (uint j = 0u; j < 8u; j++) {
+        const int v = int(((j < 4u ? lo : hi) >> (8u * (j & 3u))) & 0xFFu);
+        c += ((signs >> j) & 1u) != 0u ? -v * codes[a0 + j] : v * codes[a0 + j];
+    }
+    return c;
+}
+
+// 7 stored sign bits and the eighth that makes their parity even (quill_iq_signs)
+uint iq_signs(uint seven) { return seven | (uint(bitCount(seven) & 1) << 7); }
+
+// iq1's grid values g (-1, 0, 1) as the integers 8g ± 1 (exact_unpack.c's iq1_group)
+int iq1_group(uint entry, bool minus, uint a0) {
+    int c = 0;
+    const uint lo = grids[GRID_IQ1S + 2u * entry], hi = grids[GRID_IQ1S + 2u * entry + 1u];
+    for (uint j = 0u; j < 8u; j++) {
+        const int g = bitfieldExtract(int(j < 4u ? lo : hi), int(8u * (j & 3u)), 8);
+        c += (8 * g + (minus ? -1 : 1)) * codes[a0 + j];
+    }
+    return c;
+}
+
+// tq1_0's code of column c (< 256) of the block at `at`: a trit of a qs byte (5 a byte: the first
+// 160 columns from bytes 0-31, the next 80 from 32-47) or of a qh byte (4 a byte, the last 16)
+int tq1_code(uint at, uint c) {
+    uint b, t;
+    if (c < 160u) {
+        b = c % 32u, t = c / 32u;
+    } else if (c < 240u) {
+        b = 32u + (c - 160u) % 16u, t = (c - 160u) / 16u;
+    } else {
+        b = 48u + (c - 240u) % 4u, t = (c - 240u) / 4u;
+    }
+    const uint pow3[5] = uint[5](1u, 3u, 9u, 27u, 81u);
+    return int((((byte_at(at + b) * pow3[t]) & 0xFFu) * 3u) >> 8) - 1;
+}
 
 bool with_min(uint kind) { return kind == 1u || kind == 3u || kind == 6u || kind == 7u || kind == 9u; }
+
+// The grid i-quants', ternary and 1-2-bit types' C = Σ q·a of slot s (exact_unpack.c's codes; none
+// has minimums, so no Σa)
+void grid_slot_ints(uint kind, uint row, uint s, uint a0, out int c) {
+    c = 0;
+    if (kind == 13u) {
+        // iq2_xxs: 66-byte blocks (d, then per 32 columns 4 grid bytes and a word of 4 x 7 sign bits
+        // and the scale)
+        const uint at = row + (s / 8u) * 66u + 2u + 8u * (s % 8u), idx = u32_at(at), aux = u32_at(at + 4u);
+        for (uint l = 0u; l < 4u; l++) {
+            const uint e = GRID_IQ2XXS + 2u * ((idx >> (8u * l)) & 0xFFu);
+            c += signed_group(grids[e], grids[e + 1u], iq_signs((aux >> (7u * l)) & 127u), a0 + 8u * l);
+        }
+    } else if (kind == 14u || kind == 15u) {
+        // iq2_xs (74-byte blocks: d, 32 words of 9 grid bits and 7 sign bits, 8 scale bytes) and
+        // iq2_s (82: d, 32 grid bytes, 32 sign bytes, 8 bytes of the grid's high bit pairs, 8 scale
+        // bytes): slots of 16, two groups of 8 each
+        const uint ib = (s % 16u) / 2u, hf = s % 2u;
+        for (uint l = 2u * hf; l < 2u * hf + 2u; l++) {
+            uint e, signs;
+            if (kind == 14u) {
+                const uint v = u16_at(row + (s / 16u) * 74u + 2u + 2u * (4u * ib + l));
+                e = GRID_IQ2XS + 2u * (v & 511u), signs = iq_signs(v >> 9);
+            } else {
+                const uint at = row + (s / 16u) * 82u;
+                e = GRID_IQ2S + 2u * (byte_at(at + 2u + 4u * ib + l) | ((byte_at(at + 66u + ib) << (8u - 2u * l)) & 0x300u));
+                signs = byte_at(at + 34u + 4u * ib + l);
+            }
+            c += signed_group(grids[e], grids[e + 1u], signs, a0 + 8u * (l - 2u * hf));
+        }
+    } else if (kind == 16u) {
+        // iq3_xxs: 98-byte blocks (d, 64 grid bytes, then per 32 columns a word of 4 x 7 sign bits
+        // and the scale); each group of 8 two 4-byte grid entries
+        const uint at = row + (s / 8u) * 98u, qs = at + 2u + 8u * (s % 8u), aux = u32_at(at + 66u + 4u * (s % 8u));
+        for (uint l = 0u; l < 4u; l++)
+            c += signed_group(grids[GRID_IQ3XXS + byte_at(qs + 2u * l)], grids[GRID_IQ3XXS + byte_at(qs + 2u * l + 1u)],
+                              iq_signs((aux >> (7u * l)) & 127u), a0 + 8u * l);
+    } else if (kind == 17u) {
+        // iq3_s: 110-byte blocks (d, 64 grid bytes, 8 bytes of their ninth bits, 32 sign bytes, 4
+        // scale bytes)
+        const uint at = row + (s / 8u) * 110u, ib = s % 8u, qs = at + 2u + 8u * ib, qh = byte_at(at + 66u + ib);
+        for (uint l = 0u; l < 4u; l++) {
+            const uint e1 = byte_at(qs + 2u * l) | ((qh << (8u - 2u * l)) & 256u);
+            const uint e2 = byte_at(qs + 2u * l + 1u) | ((qh << (7u - 2u * l)) & 256u);
+            c += signed_group(grids[GRID_IQ3S + e1], grids[GRID_IQ3S + e2], byte_at(at + 74u + 4u * ib + l), a0 + 8u * l);
+        }
+    } else if (kind == 18u) {
+        // iq1_s: 50-byte blocks (d, 32 grid bytes, per 32 columns a 16-bit word: 4 x 3 high grid
+        // bits, the scale, the sign of the shift)
+        const uint at = row + (s / 8u) * 50u, ib = s % 8u, qh = u16_at(at + 34u + 2u * ib);
+        for (uint l = 0u; l < 4u; l++)
+            c += iq1_group(byte_at(at + 2u + 4u * ib + l) | (((qh >> (3u * l)) & 7u) << 8), (qh & 0x8000u) != 0u,
+                           a0 + 8u * l);
+    } else if (kind == 19u) {
+        // iq1_m: 56-byte blocks (32 grid bytes, 16 bytes of 2 x (3 high grid bits, the shift's
+        // sign), 8 scale bytes); slots of 16
+        const uint at = row + (s / 16u) * 56u, ib = (s % 16u) / 2u, hf = s % 2u;
+        for (uint l = 2u * hf; l < 2u * hf + 2u; l++) {
+            const uint hb = byte_at(at + 32u + 2u * ib + l / 2u) >> (4u * (l % 2u));
+            c += iq1_group(byte_at(at + 4u * ib + l) | ((hb & 7u) << 8), (hb & 8u) != 0u, a0 + 8u * (l - 2u * hf));
+        }
+    } else if (kind == 20u) {
+        // tq1_0: 54-byte blocks (48 bytes of 5 trits, 4 of 4 trits, d)
+        const uint at = row + (s / 8u) * 54u, c0 = (s % 8u) * 32u;
+        for (uint j = 0u; j < 32u; j++) c += tq1_code(at, c0 + j) * codes[a0 + j];
+    } else if (kind == 21u) {
+        // tq2_0: 66-byte blocks (64 bytes of 2-bit codes less 1, d): column c takes bits 2l, 2l + 1
+        // of byte 32·(c / 128) + c % 32, l = c % 128 / 32
+        const uint at = row + (s / 8u) * 66u, c0 = (s % 8u) * 32u;
+        for (uint j = 0u; j < 32u; j++) {
+            const uint col = c0 + j;
+            c += (int((byte_at(at + 32u * (col / 128u) + col % 32u) >> (2u * ((col % 128u) / 32u))) & 3u) - 1) *
+                 codes[a0 + j];
+        }
+    } else if (kind == 22u) {
+        // q1_0: 18-byte blocks of 128 (d, a bit a weight: set +1, clear -1)
+        const uint at = row + (s / 4u) * 18u + 2u, c0 = (s % 4u) * 32u;
+        for (uint j = 0u; j < 32u; j++)
+            c += ((byte_at(at + (c0 + j) / 8u) >> ((c0 + j) % 8u)) & 1u) != 0u ? codes[a0 + j] : -codes[a0 + j];
+    } else {
+        // q2_0: 18-byte blocks of 64 (d, 2 bits a weight less 1)
+        const uint at = row + (s / 2u) * 18u + 2u, c0 = (s % 2u) * 32u;
+        for (uint j = 0u; j < 32u; j++)
+            c += (int((byte_at(at + (c0 + j) / 4u) >> (2u * ((c0 + j) % 4u))) & 3u) - 1) * codes[a0 + j];
+    }
+}
 
 // Slot s of the row at byte `row`: the integers C = Σ q·a and Σa over its columns, the activation
 // codes of its first column at codes[a0].
@@ -106,6 +248,8 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
             const int q = int(lo | (((byte_at(at + 128u + 32u * hf + l) >> (2u * qd)) & 3u) << 4)) - 32;
             c += q * codes[a0 + (j - j0)];
         }
+    } else if (kind >= 13u) {
+        grid_slot_ints(kind, row, s, a0, c);
     } else if (kind >= 11u) {
         // iq4_nl (18-byte blocks: d, 16 bytes of nibbles, low nibbles first) and iq4_xs (136-byte
         // blocks of 256: d, 2 bytes of high scale bits, 4 of low, then 16 bytes of nibbles per slot)
@@ -129,6 +273,51 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
             sum += a;
         }
     }
+}
+
+// The grid i-quants', ternary and 1-2-bit types' scale of slot s (exact_unpack.c's, each product
+// rounded in its order)
+float grid_slot_scale(uint kind, uint row, uint s) {
+    if (kind == 13u || kind == 16u) {
+        // iq2_xxs: d·(0.5 + top 4 bits)·0.25; iq3_xxs: the same ·0.5
+        const uint bytes = kind == 13u ? 66u : 98u, at = row + (s / 8u) * bytes;
+        const uint aux = u32_at(kind == 13u ? at + 2u + 8u * (s % 8u) + 4u : at + 66u + 4u * (s % 8u));
+        precise const float a = half_at(at) * (0.5 + float(aux >> 28));
+        precise const float sc = a * (kind == 13u ? 0.25 : 0.5);
+        return sc;
+    }
+    if (kind == 14u || kind == 15u) {
+        const uint bytes = kind == 14u ? 74u : 82u, at = row + (s / 16u) * bytes, ib = (s % 16u) / 2u;
+        const uint sb = byte_at(at + (kind == 14u ? 66u : 74u) + ib);
+        precise const float a = half_at(at) * (0.5 + float((s % 2u) != 0u ? sb >> 4 : sb & 0xFu));
+        precise const float sc = a * 0.25;
+        return sc;
+    }
+    if (kind == 17u) {
+        const uint at = row + (s / 8u) * 110u, ib = s % 8u, sb = byte_at(at + 106u + ib / 2u);
+        precise const float sc = half_at(at) * float(1u + 2u * ((ib % 2u) != 0u ? sb >> 4 : sb & 0xFu));
+        return sc;
+    }
+    if (kind == 18u) {
+        const uint at = row + (s / 8u) * 50u, qh = u16_at(at + 34u + 2u * (s % 8u));
+        precise const float a = half_at(at) * float(2u * ((qh >> 12) & 7u) + 1u);
+        precise const float sc = a * 0.125;
+        return sc;
+    }
+    if (kind == 19u) {
+        // d from the top nibbles of the four scale words, then a 3-bit scale per 16 columns
+        const uint at = row + (s / 16u) * 56u + 48u, ib = (s % 16u) / 2u;
+        const uint w0 = u16_at(at), w1 = u16_at(at + 2u), w2 = u16_at(at + 4u), w3 = u16_at(at + 6u);
+        const float d = unpackHalf2x16((w0 >> 12) | ((w1 >> 8) & 0xF0u) | ((w2 >> 4) & 0xF00u) | (w3 & 0xF000u)).x;
+        const uint word = u16_at(at + 2u * (ib / 2u));
+        precise const float a = d * float(2u * ((word >> (6u * (ib % 2u) + 3u * (s % 2u))) & 7u) + 1u);
+        precise const float sc = a * 0.125;
+        return sc;
+    }
+    if (kind == 20u) return half_at(row + (s / 8u) * 54u + 52u);
+    if (kind == 21u) return half_at(row + (s / 8u) * 66u + 64u);
+    if (kind == 22u) return half_at(row + (s / 4u) * 18u);
+    return half_at(row + (s / 2u) * 18u);
 }
 
 // Slot s's scale, and for the types with minimums the value its minimums' term multiplies (q4_1
@@ -161,6 +350,8 @@ void slot_scales(uint kind, uint row, uint s, out float sc, out float neg_m) {
         const uint at = row + (s / 16u) * 210u;
         precise const float d = half_at(at + 208u) * float(bitfieldExtract(int(byte_at(at + 192u + s % 16u)), 0, 8));
         sc = d;
+    } else if (kind >= 13u) {
+        sc = grid_slot_scale(kind, row, s);
     } else if (kind == 11u) {
         sc = half_at(row + s * 18u);
     } else if (kind == 12u) {
@@ -192,7 +383,7 @@ void main() {
     // neighbouring (row, token) pairs are the tokens of one row: they read the same weight bytes
     const uint id = p.split != 0u ? wg : wg * 64u + lane;
     if (id >= p.rows * p.n_tok) return;
-    const uint r = id / p.n_tok, t = id % p.n_tok, kind = p.kind, width = slot_width(kind);
+    const uint r = id / p.n_tok, t = id % p.n_tok, kind = KIND, width = slot_width(kind);
     const uint xt = p.x_div != 0u ? t / p.x_div : t;
     const uint nb = p.cols / 32u, n_slots = p.cols / width;
     const uint row = (p.x_div != 0u ? uint(ids[p.ids_at + t]) * p.rows + r : r) * p.row_bytes;
