@@ -3,6 +3,7 @@
  * bit for bit against dequantize-then-dot of the same kernel set. */
 #include "test.h"
 
+#include "base/exp_poly.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "tensor/types_internal.h"
@@ -283,6 +284,30 @@ TEST(kernels_swiglu_bit_identical_and_accurate) {
         }
         free(g); free(u); free(ref); free(fast);
     }
+}
+
+/* exp_poly.h's tanh_poly (GELU's tanh form and soft-capping, the GPU's too) within 2 ulp of tanh
+ * over every magnitude, on both sides of its 0.625 seam and past 9, odd, and tanh's specials. */
+TEST(kernels_tanh_poly_accurate) {
+    int worst = 0;
+    float at = 0;
+    for (int i = 0; i < 400000; i++) {
+        /* a log-uniform magnitude from 1e-6 to 20, with a sign */
+        const float x = (i % 2 ? -1.0f : 1.0f) * expf(-13.8f + 16.8f * (float)i / 400000.0f) * (1.0f + 0.01f * rndf());
+        const float got = tanh_poly(x), want = (float)tanh((double)x);
+        int32_t a, b;
+        memcpy(&a, &got, 4), memcpy(&b, &want, 4);
+        const int ulp = abs(a - b);
+        if (ulp > worst) worst = ulp, at = x;
+        if (tanh_poly(-x) != -got) {
+            CHECK(false, "tanh_poly(%g) is not -tanh_poly(%g)", -x, x);
+            return;
+        }
+    }
+    CHECK(worst <= 2, "tanh_poly is %d ulp from tanh at %.9g", worst, at);
+    const float nz = tanh_poly(-0.0f);
+    CHECK(nz == 0 && signbit(nz) && tanh_poly(INFINITY) == 1 && tanh_poly(-INFINITY) == -1 && isnan(tanh_poly(NAN)) &&
+          tanh_poly(9.5f) == 1, "tanh_poly's specials: -0, inf, -inf, nan, 9.5");
 }
 
 TEST(kernels_fused_bit_identical_to_dequant_then_dot) {

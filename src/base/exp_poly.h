@@ -38,6 +38,38 @@ static inline float exp_poly(float x) {
     return ldexpf(p, (int)n);
 }
 
+/* tanh in f32 from IEEE operations, for GELU's tanh form (Gemma's GeGLU) and soft-capping (Gemma
+ * 2), so that the GPU's (gpu/vulkan/shaders/exact_math.glsl's tanh_poly, the same steps and
+ * constants) gives these bits where libm's tanhf has none a shader can reproduce: Cephes' tanhf,
+ * below |x| = 0.625 an odd polynomial (|x| + |x|·s·P(s), s = x², in fused multiply-adds), above it
+ * 1 - 2/(e^{2|x|} + 1) with exp_poly, 1 from |x| = 9 (tanh(9) rounds to 1), the sign of x. Within
+ * 2 ulp of tanh (tests/test_kernels.c). */
+#define TANH_P0 -5.70498872745e-3f
+#define TANH_P1 2.06390887954e-2f
+#define TANH_P2 -5.37397155531e-2f
+#define TANH_P3 1.33314422036e-1f
+#define TANH_P4 -3.33332819422e-1f
+
+static inline float tanh_poly(float x) {
+    if (isnan(x)) return x;
+    const float z = fabsf(x);
+    float r;
+    if (z >= 9.0f) {
+        r = 1.0f;
+    } else if (z >= 0.625f) {
+        const float s = exp_poly(z + z);
+        r = 1.0f - 2.0f / (s + 1.0f);
+    } else {
+        const float s = z * z;
+        float p = fmaf(TANH_P0, s, TANH_P1);
+        p = fmaf(p, s, TANH_P2);
+        p = fmaf(p, s, TANH_P3);
+        p = fmaf(p, s, TANH_P4);
+        r = fmaf(p * s, z, z);
+    }
+    return copysignf(r, x);
+}
+
 /* e^x in float64 from IEEE adds, subtracts and multiplies and an exact scaling, for the
  * mixture-of-experts router's softmax and sigmoid (model/ffn_moe.c), so that the GPU's router
  * (gpu/vulkan/shaders/exact_math.glsl's exp_f64, the same steps and constants) gives these bits

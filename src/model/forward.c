@@ -17,6 +17,7 @@
  * Activations stay in f32; weights are dequantized row by row inside the matrix products (see
  * kernels.h). Every parallel loop splits work into items whose arithmetic does not depend on the
  * split, so results are bitwise identical for any thread count and any batching. */
+#include "base/exp_poly.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/recurrent.h"
@@ -380,7 +381,7 @@ void quill_forward_ubatch(quill_context *c, const int32_t *tokens, const int32_t
         if (rows && ap->logit_multiplier) scale_rows(logits, rows * hp->n_vocab, ap->logit_multiplier);
         if (rows && ap->final_softcap > 0) {
             const float cap = ap->final_softcap, inv = 1.0f / cap;
-            for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);
+            for (int64_t i = 0; i < rows * hp->n_vocab; i++) logits[i] = cap * tanh_poly(logits[i] * inv);
         }
     }
 }

@@ -189,7 +189,7 @@ static void geglu_rows(void *arg, int64_t t0, int64_t t1, int thread) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int64_t i = 0; i < (t1 - t0) * j->n_ff; i++) {
         const float x = gate[i];
-        gate[i] = 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x))) * up[i];
+        gate[i] = 0.5f * x * (1.0f + tanh_poly(k * x * (1.0f + 0.044715f * x * x))) * up[i];
     }
 }
 
@@ -238,7 +238,7 @@ typedef struct {
 /* cap · tanh(x / cap) over one token's scores (Gemma 2), before the softmax */
 static void softcap_scores(float *x, int n, float scale, float cap) {
     const float inv = 1.0f / cap;
-    for (int p = 0; p < n; p++) x[p] = cap * tanhf(x[p] * scale * inv);
+    for (int p = 0; p < n; p++) x[p] = cap * tanh_poly(x[p] * scale * inv);
 }
 
 /* The softmax with a learned sink logit per head (gpt-oss): its e^(sink - m) joins the denominator,

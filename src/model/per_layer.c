@@ -13,6 +13,7 @@
  * - per-layer inputs: each token gets a slice per layer, (per_layer_token_embd[token] · √n_pl +
  *   rmsnorm(per_layer_model_proj · x / √n_embd) · per_layer_proj_norm) / √2 (x: the scaled embedding),
  *   and each layer, after its FFN, adds rmsnorm(proj · (gelu(inp_gate · x) · slice)) · post_norm. */
+#include "base/exp_poly.h"
 #include "base/error.h"
 #include "model/forward.h"
 
@@ -204,7 +205,7 @@ quill_status quill_per_layer_inputs_bind_layer(quill_model *m, int64_t l, quill_
 /* GELU in its tanh form, as the FFN's GeGLU computes it */
 static float gelu(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanh_poly(k * x * (1.0f + 0.044715f * x * x)));
 }
 
 /* 1 / sqrt(mean(x²) + eps), the sum in double in a fixed order */

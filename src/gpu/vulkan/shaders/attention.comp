@@ -59,14 +59,15 @@ uint keys, values, k_words, v_words;
 float scale_t;
 
 // position j's score, scaled (softmax's x · s), or soft-capped: cap · tanh(x · s · (1 / cap)) (Gemma
-// 2, layer_ops.c's softcap_scores, with the device's tanh: within f32 rounding of libm's tanhf)
+// 2, layer_ops.c's softcap_scores, with exp_poly.h's tanh_poly: the CPU's bits)
 float score(uint j) {
     float acc = 0.0;
     for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], kv_at(keys + j * k_words, p.type_k, i), acc);
     precise const float s = acc * scale_t;
     if (p.softcap > 0.0) {
-        precise const float inv = 1.0 / p.softcap;
-        precise const float capped = p.softcap * tanh(s * inv);
+        const float inv = float(1.0LF / double(p.softcap)); // (correctly rounded: exact_math.glsl's tanh_poly)
+        precise const float si = s * inv;
+        precise const float capped = p.softcap * tanh_poly(si);
         return capped;
     }
     return s;

@@ -45,6 +45,34 @@ float exp_poly(float x) {
     return ldexp(p, int(n));
 }
 
+// src/base/exp_poly.h's tanh_poly: Cephes' odd polynomial below 0.625, else 1 - 2/(e^{2|x|} + 1),
+// 1 from 9, the sign of x; the same constants (their f32 bits). The division in float64, rounded to
+// f32: the correctly rounded quotient, as C's, where a device's f32 division may be off by 2.5 ulp
+// (the quotient of two floats is never within float64's rounding of a float midpoint).
+float tanh_poly(float x) {
+    if (isnan(x)) return x;
+    const float z = abs(x);
+    float r;
+    if (z >= 9.0) {
+        r = 1.0;
+    } else if (z >= 0.625) {
+        precise const float zz = z + z;
+        precise const float den = exp_poly(zz) + 1.0;
+        const float q = float(2.0LF / double(den));
+        precise const float one_less = 1.0 - q;
+        r = one_less;
+    } else {
+        precise const float s = z * z;
+        float p = fma_once(uintBitsToFloat(0xBBBAF0EAu), s, uintBitsToFloat(0x3CA9134Eu));
+        p = fma_once(p, s, uintBitsToFloat(0xBD5C1E2Du));
+        p = fma_once(p, s, uintBitsToFloat(0x3E088393u));
+        p = fma_once(p, s, uintBitsToFloat(0xBEAAAA99u));
+        precise const float ps = p * s;
+        r = fma_once(ps, z, z);
+    }
+    return (floatBitsToUint(x) & 0x80000000u) != 0u ? -r : r;
+}
+
 // src/base/exp_poly.h's exp_f64, the same steps and constants (their float64 bits): the
 // mixture-of-experts router's exponential. n = roundEven(x·log2 e), r = (x - n·ln2_hi) - n·ln2_lo,
 // e^r by its Taylor series to r^13 in Horner's form, times 2^n (exact).

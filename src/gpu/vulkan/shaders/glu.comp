@@ -3,9 +3,8 @@
 // The FFN's gated activation in place: gate = act(gate) · up. SiLU as kernels.h's swiglu, bit for
 // bit: g / (1 + exp_poly(-g)) · up, one IEEE add, divide and multiply. gpt-oss's clamped SwiGLU as
 // layer_ops.c's swiglu_oai_rows, bit for bit: x / (1 + exp_poly(-1.702·x)) · (y + 1) with x =
-// min(g, 7), y = clamp(up, ±7). GELU in its tanh form
-// (Gemma's GeGLU, layer_ops.c's geglu_rows) with the device's tanh, not libm's tanhf: within f32
-// rounding of the CPU's, not bit for bit.
+// min(g, 7), y = clamp(up, ±7). GELU in its tanh form (Gemma's GeGLU, layer_ops.c's geglu_rows),
+// bit for bit: exp_poly.h's tanh_poly.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer Gate { float gate[]; };
 layout(std430, binding = 1) readonly buffer Up { float up[]; };
@@ -25,7 +24,8 @@ void main() {
         precise const float r = x / den * (y + 1.0);
         gate[i] = r;
     } else if (p.kind == 1u) {
-        precise const float r = 0.5 * g * (1.0 + tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * up[i];
+        precise const float t = 0.7978845608028654 * g * (1.0 + 0.044715 * g * g);
+        precise const float r = 0.5 * g * (1.0 + tanh_poly(t)) * up[i];
         gate[i] = r;
     } else {
         precise const float den = 1.0 + exp_poly(-g);
