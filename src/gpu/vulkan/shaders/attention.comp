@@ -65,7 +65,7 @@ float score(uint j) {
     for (uint i = 0u; i < p.hd; i++) acc = fma_once(s_q[i], kv_at(keys + j * k_words, p.type_k, i), acc);
     precise const float s = acc * scale_t;
     if (p.softcap > 0.0) {
-        const float inv = float(1.0LF / double(p.softcap)); // (correctly rounded: exact_math.glsl's tanh_poly)
+        const float inv = divide_once(1.0, p.softcap);
         precise const float si = s * inv;
         precise const float capped = p.softcap * tanh_poly(si);
         return capped;
@@ -127,7 +127,7 @@ void main() {
                 s_part[k] = sum;
             }
     barrier();
-    precise const float inv = 1.0 / s_part[0];
+    const float inv = divide_once(1.0, s_part[0]);
     float sink_factor = 1.0;
     if (p.has_sinks != 0u) {
         precise const double f = 1.0LF / (1.0LF + double(inv) * exp_f64(double(sinks[h]) - double(m)));

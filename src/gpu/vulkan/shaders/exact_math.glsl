@@ -1,5 +1,16 @@
 // The CPU's floating-point steps, bit for bit, for the shaders that #include this: C's fmaf and
-// exp_poly.h's exponential. (Needs shaderFloat64, which vulkan.c requires at open.)
+// f32 division, exp_poly.h's exponential and tanh. (Needs shaderFloat64, which vulkan.c requires at
+// open.)
+#ifndef EXACT_MATH_GLSL
+#define EXACT_MATH_GLSL
+
+// f32 division a / b rounded once, as C's: through float64, rounded to f32. Vulkan lets a device's
+// f32 division be off by 2.5 ulp; the quotient of two floats is never within float64's rounding of
+// a float's rounding boundary, so the float64 quotient rounds to the correctly rounded float.
+float divide_once(float a, float b) {
+    precise const double q = double(a) / double(b);
+    return float(q);
+}
 
 // fma(a, b, c) rounded once, as C's fmaf: GLSL's fma may be a multiply and an add (llvmpipe's
 // is), so it is built from float64 operations, each correctly rounded in Vulkan: a·b is exact in
@@ -46,9 +57,7 @@ float exp_poly(float x) {
 }
 
 // src/base/exp_poly.h's tanh_poly: Cephes' odd polynomial below 0.625, else 1 - 2/(e^{2|x|} + 1),
-// 1 from 9, the sign of x; the same constants (their f32 bits). The division in float64, rounded to
-// f32: the correctly rounded quotient, as C's, where a device's f32 division may be off by 2.5 ulp
-// (the quotient of two floats is never within float64's rounding of a float midpoint).
+// 1 from 9, the sign of x; the same constants (their f32 bits).
 float tanh_poly(float x) {
     if (isnan(x)) return x;
     const float z = abs(x);
@@ -58,7 +67,7 @@ float tanh_poly(float x) {
     } else if (z >= 0.625) {
         precise const float zz = z + z;
         precise const float den = exp_poly(zz) + 1.0;
-        const float q = float(2.0LF / double(den));
+        const float q = divide_once(2.0, den);
         precise const float one_less = 1.0 - q;
         r = one_less;
     } else {
@@ -104,3 +113,5 @@ double exp_f64(double x) {
     p = p + 1.0LF;
     return ldexp(p, int(n));
 }
+
+#endif

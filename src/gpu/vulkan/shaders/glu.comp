@@ -21,7 +21,7 @@ void main() {
         const float x = g < 7.0 ? g : 7.0, u = up[i];
         const float y = u < -7.0 ? -7.0 : u > 7.0 ? 7.0 : u;
         precise const float den = 1.0 + exp_poly(-1.702 * x);
-        precise const float r = x / den * (y + 1.0);
+        precise const float r = divide_once(x, den) * (y + 1.0);
         gate[i] = r;
     } else if (p.kind == 1u) {
         precise const float t = 0.7978845608028654 * g * (1.0 + 0.044715 * g * g);
@@ -29,7 +29,7 @@ void main() {
         gate[i] = r;
     } else {
         precise const float den = 1.0 + exp_poly(-g);
-        precise const float r = g / den * up[i];
+        precise const float r = divide_once(g, den) * up[i];
         gate[i] = r;
     }
 }

@@ -5,6 +5,8 @@
 // (element 8w + j in bits 4j..4j+3 of word w, each level - 8 the code), then the scales so.
 // type codes (vulkan.c's kv_kind): 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0
 
+#include "exact_math.glsl"
+
 // quill_f32_to_f16 (tensor/types.c) in integers: round to nearest even, NaN payloads kept.
 uint f32_to_f16(float f) {
     const uint x = floatBitsToUint(f), sign = (x >> 16) & 0x8000u, ex = (x >> 23) & 0xFFu, mant = x & 0x7FFFFFu;
@@ -51,12 +53,6 @@ float f16_to_f32(uint h) {
     return uintBitsToFloat(sign | ((ex + 112u) << 23) | (mant << 13));
 }
 
-// f32 division a / b rounded once (through float64, whose division Vulkan's devices round as IEEE's
-// where these tests run; the double rounding of a quotient from 53 bits to 24 is innocuous)
-float divide_once(float a, float b) {
-    precise const double q = double(a) / double(b);
-    return float(q);
-}
 
 uint kv_row_words(uint type, uint hd) {
     return type == 0u ? hd : type <= 2u ? hd / 2u : type == 3u ? hd / 4u + hd / 32u : hd / 8u + hd / 32u;

@@ -1,13 +1,17 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Activations to the exact products' 16-bit codes, one block of 32 per invocation, as
 // src/kernels/kernels_exact.h's quantize_block defines them: a = round(x · A / max|x|) clamped to
-// ±A, then rounded to 8 significant bits (ties to even); da = max|x| / A. Every step is marked
-// precise so that no multiply-add is fused where the CPU rounds twice.
+// ±A, then rounded to 8 significant bits (ties to even); da = max|x| / A, both divisions rounded
+// once as C's (exact_math.glsl's divide_once). Every step is marked precise so that no multiply-add
+// is fused where the CPU rounds twice.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Codes { int codes[]; };
 layout(std430, binding = 2) writeonly buffer Scales { float da[]; };
 layout(push_constant) uniform Params { uint n_blocks; int act_max; } p;
+
+#include "exact_math.glsl"
 
 int round_8_bits(int v) {
     uint u = floatBitsToUint(float(v));
@@ -34,12 +38,12 @@ void main() {
         return;
     }
     const float qa = float(p.act_max);
-    precise const float id = qa / amax;
+    const float id = divide_once(qa, amax);
     for (uint i = 0u; i < 32u; i++) {
         precise float v = roundEven(x[base + i] * id);
         v = v > qa ? qa : v < -qa ? -qa : v;
         codes[base + i] = round_8_bits(int(v));
     }
-    precise const float scale = amax / qa;
+    const float scale = divide_once(amax, qa);
     da[blk] = scale;
 }
