@@ -16,8 +16,9 @@
 #                           and the libraries beside it; see docs/gpu.md for how to build it). The
 #                           whole must stay under the device tool's 64 MiB: it says the size.
 #   bench/gpu.sh            THERE, as the device call's command, with carry [".gpu"] and a timeout
-#                           of 600 s: the checks (a small Qwen3-MoE's logits first), then
-#                           TinyLlama-1.1B-shaped q4_0, q8_0 and q4_k_m
+#                           of 600 s: the checks (a small Qwen3-MoE's logits first, then a
+#                           small Qwen3.6-MoE's: DeltaNet layers, their products on the device),
+#                           then TinyLlama-1.1B-shaped q4_0, q8_0, q4_k_m and iq4_xs
 #                           and a Llama-3.1-8B-shaped q4_k_m (random weights, real tokenizers; made
 #                           there with quill synth and quill quantize), pp512 and tg128, while
 #                           BUDGET_S lasts (what did not fit is named in the results).
@@ -32,9 +33,9 @@
 #
 # Environment (defaults in brackets): OUT [gpu-out]; WORK (models) [/tmp/quill-gpu]; DEVICE [the
 # first discrete GPU `quill devices` lists, else 0]; THREADS (the CPU path's) [all CPUs]; PP [512;
-# SMALL: 64]; TG [128; SMALL: 16]; REPS [3; SMALL: 1]; MODELS [moe64-q8_0 tinyllama-q4_0
-# tinyllama-q8_0 tinyllama-q4_k_m llama8b-q4_k_m; SMALL: stories260K synth64-q8_0 synth64-q4_k_m
-# moe64-q8_0]; BUDGET_S
+# SMALL: 64]; TG [128; SMALL: 16]; REPS [3; SMALL: 1]; MODELS [moe64-q8_0 hybrid64-q8_0
+# tinyllama-q4_0 tinyllama-q8_0 tinyllama-q4_k_m tinyllama-iq4_xs llama8b-q4_k_m; SMALL: stories260K
+# synth64-q8_0 synth64-q4_k_m moe64-q8_0]; BUDGET_S
 # [480: no model is started after that many seconds]; STEP_S [150: a run or bench command that
 # takes longer is stopped, and reported as failed or slow]; MAKE_S [300: the same for synthesizing
 # and quantizing a model]; LAYERS_8B [32: fewer make the 8B shape's model, single-threaded in quill
@@ -90,7 +91,7 @@ if [ "$SMALL" = 1 ]; then
     MODELS=${MODELS:-stories260K synth64-q8_0 synth64-q4_k_m moe64-q8_0}
 else
     PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3} BW_MIB=${BW_MIB:-1024}
-    MODELS=${MODELS:-moe64-q8_0 tinyllama-q4_0 tinyllama-q8_0 tinyllama-q4_k_m llama8b-q4_k_m}
+    MODELS=${MODELS:-moe64-q8_0 hybrid64-q8_0 tinyllama-q4_0 tinyllama-q8_0 tinyllama-q4_k_m tinyllama-iq4_xs llama8b-q4_k_m}
 fi
 THREADS=${THREADS:-$(nproc)}
 mkdir -p "$OUT" "$WORK" || die "cannot create $OUT and $WORK"
@@ -157,13 +158,17 @@ make_model() { # name -> path on stdout
     llama8b-*)
         f16=$WORK/llama8b-f16.gguf vocab=ggml-vocab-llama-bpe.gguf
         synth="--embd 4096 --layers ${LAYERS_8B:-32} --heads 32 --kv-heads 8 --ff 14336 --ctx 8192" ;;
-    synth64-* | moe64-*)
+    synth64-* | moe64-* | hybrid64-*)
         f16=$WORK/${name%%-*}-f32.gguf vocab=../models/stories260K.gguf
         [ -d "$pack/models" ] && vocab=stories260K.gguf
         synth="--embd 64 --layers 3 --heads 4 --kv-heads 2 --ff 128 --seed 3 --type f32"
         # (a Qwen3-MoE of 16 experts, 4 used: the router, the choice and the experts on the device)
-        case $name in moe64-*) synth="--arch qwen3moe $synth --experts 16 --experts-used 4 --expert-ff 32" ;; esac ;;
-    *) die "unknown model $name (tinyllama-TYPE, llama8b-TYPE, synth64-TYPE, moe64-TYPE or stories260K)" ;;
+        # (hybrid64: a Qwen3.6-MoE, DeltaNet layers and gated attention: their products on the device)
+        case $name in
+        moe64-*) synth="--arch qwen3moe $synth --experts 16 --experts-used 4 --expert-ff 32" ;;
+        hybrid64-*) synth="--arch qwen35moe $synth --layers 4 --experts 16 --experts-used 4 --expert-ff 32" ;;
+        esac ;;
+    *) die "unknown model $name (tinyllama-TYPE, llama8b-TYPE, synth64-TYPE, moe64-TYPE, hybrid64-TYPE or stories260K)" ;;
     esac
     out=$WORK/$name.gguf
     if [ ! -f "$out" ]; then
