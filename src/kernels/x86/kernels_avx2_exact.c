@@ -1306,10 +1306,7 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
 QUILL_EXACT_TYPES(EXACT_MATMUL)
 
 /* The packed types' products from the layout. */
-#define PACKED_TYPES(M) \
-    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(q2_K, Q2_K) M(q3_K, Q3_K) \
-    M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) \
-    M(iq2_xxs, IQ2_XXS) M(iq2_xs, IQ2_XS) M(iq2_s, IQ2_S) M(iq1_s, IQ1_S) M(iq1_m, IQ1_M)
+#define PACKED_TYPES(M) VNNI16_TYPES(M) M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
 #define PACKED_MATMUL(sfx, ID)                                                                       \
     static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                  \
         (void)thread;                                                                                \

@@ -3,6 +3,7 @@
  * sets. */
 #include "kernels/x86/exact_avx512.h"
 #include "kernels/exact_unpacked.h"
+#include "kernels/x86/vnni16_types.h"
 
 #if defined(__x86_64__)
 
@@ -244,11 +245,8 @@ FILE_DECODED_LOWBIT(MATMUL_VNNI)
         else vnni_matmul(QUILL_TYPE_##ID, m, n_mats, cols, x, n_tok, pool, scratch);                 \
     }
 QUILL_UNPACKED_EXACT_TYPES(MATMUL_UNPACKED)
-/* The types the vnni16 layout serves on this set (pack_vnni16.h's packed_type). */
-#define VNNI_PACKED_TYPES(M) \
-    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) \
-    M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) M(iq2_xxs, IQ2_XXS) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(q2_K, Q2_K) M(q3_K, Q3_K) \
-    M(iq2_xs, IQ2_XS) M(iq2_s, IQ2_S) M(iq1_s, IQ1_S) M(iq1_m, IQ1_M)
+/* The types the vnni16 layout serves on this set (pack_vnni16.h's list). */
+#define VNNI_PACKED_TYPES(M) VNNI16_TYPES(M)
 #define MATMUL_PACKED(sfx, ID) QUILL_MATMUL_OF_TYPE(matmul_packed_##sfx, vnni_matmul_packed, QUILL_TYPE_##ID)
 #define INSTALL_PACKED(sfx, ID) k->matmul_packed[QUILL_TYPE_##ID] = matmul_packed_##sfx;
 VNNI_PACKED_TYPES(MATMUL_PACKED)

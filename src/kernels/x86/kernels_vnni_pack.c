@@ -586,13 +586,9 @@ static inline __attribute__((always_inline)) void gemm_packed_impl(const decode_
 
 TYPED_TASKS(decode_packed, DECODE_PACKED_TASK, DECODE_PACKED_CASE)
 TYPED_TASKS(gemm_packed, GEMM_PACKED_TASK, GEMM_PACKED_CASE)
-/* The packed types beyond the specialised kernels' (QUILL_EXACT_TYPES): mxfp4, the grid types,
- * iq4, and q2_K and q3_K (the unpacking kernels' types, which the vnni set also runs in loops of
- * its own). */
-#define MORE_PACKED_TYPES(M)                                                                       \
-    M(mxfp4, MXFP4) M(iq3_s, IQ3_S) M(iq3_xxs, IQ3_XXS) M(iq2_xxs, IQ2_XXS) M(iq2_xs, IQ2_XS)       \
-    M(iq2_s, IQ2_S) M(iq1_s, IQ1_S) M(iq1_m, IQ1_M) M(iq4_nl, IQ4_NL) M(iq4_xs, IQ4_XS) M(q2_K, Q2_K) \
-    M(q3_K, Q3_K)
+/* The packed types beyond the specialised kernels' (QUILL_EXACT_TYPES): the unpacking kernels'
+ * types, which the vnni set also runs in loops of its own (pack_vnni16.h's list). */
+#define MORE_PACKED_TYPES(M) VNNI16_UNPACKED_TYPES(M)
 #define MORE_TASKS(sfx, ID) DECODE_PACKED_TASK(sfx, ID) GEMM_PACKED_TASK(sfx, ID)
 MORE_PACKED_TYPES(MORE_TASKS)
 

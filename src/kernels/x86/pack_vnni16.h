@@ -90,17 +90,24 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  * The same bytes as the file's rows (a q6_K scale word more per super-block, q3_K's 2 bytes of its
  * window), plus the scales' padding and the last tile's missing rows. */
 
-/* The grid i-quants, whose codes take 16 values at most (8 magnitudes, signed) and whose slot
- * scales are 4 bits at most: packed as nibbles. */
+#include "kernels/x86/vnni16_types.h"
+
+#define VNNI16_CASE_(sfx, ID) case QUILL_TYPE_##ID:
+
 static inline bool grid_nibbles(uint32_t type) {
-    return type == QUILL_TYPE_IQ3_S || type == QUILL_TYPE_IQ3_XXS || type == QUILL_TYPE_IQ2_XXS ||
-           type == QUILL_TYPE_IQ2_XS || type == QUILL_TYPE_IQ2_S || type == QUILL_TYPE_IQ1_S || type == QUILL_TYPE_IQ1_M;
+    switch (type) {
+    VNNI16_GRID_TYPES(VNNI16_CASE_)
+        return true;
+    default: return false;
+    }
 }
 
 static inline bool packed_type(uint32_t type) {
-    return type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K || type == QUILL_TYPE_MXFP4 || grid_nibbles(type) || type == QUILL_TYPE_Q2_K ||
-           type == QUILL_TYPE_Q3_K || type == QUILL_TYPE_IQ4_NL || type == QUILL_TYPE_IQ4_XS;
+    switch (type) {
+    VNNI16_TYPES(VNNI16_CASE_)
+        return true;
+    default: return false;
+    }
 }
 
 /* The 32-column types only the avx2 and avxvnni sets read from this layout (the vnni set keeps
