@@ -447,7 +447,7 @@ static void keep_log(quill_log_level level, const char *message, void *user) {
     if (level >= QUILL_LOG_INFO) snprintf(logged, sizeof logged, "%s", message);
 }
 
-static int64_t resident_layers;
+static int64_t resident_layers, moe_layers, resident_experts;
 
 /* Several sequences through the device's layers: 70 positions of sequence 0 (two micro-batches, the
  * attention past one chunk of 64 keys, and past the 16 whose scores it keeps), its first 40 copied to sequence 1 (quill_seq_copy_prefix,
@@ -488,11 +488,14 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole, quill_type
     *whole = c->gpu_whole != NULL;
     /* the layers whose products' weights went to the device (layer_ops.c sends a product there when
      * its matrix is resident): the first matrix of each one's mixer, or of its FFN */
-    resident_layers = 0;
+    resident_layers = 0, moe_layers = 0, resident_experts = 0;
     for (int64_t l = 0; gpu && l < quill_model_hparams(m)->n_layer; l++) {
         const quill_layer *L = &m->layers[l];
         const quill_weight *first = L->ssm_in.data ? &L->ssm_in : L->q_a.data ? &L->q_a : L->wq.data ? &L->wq : &L->w_up;
         resident_layers += quill_gpu_resident(c->gpu, first->data);
+        /* and a mixture of experts' experts (its FFN there: quill_gpu_moe_ffn) */
+        moe_layers += L->ffn != QUILL_FFN_DENSE;
+        resident_experts += L->ffn != QUILL_FFN_DENSE && quill_gpu_resident(c->gpu, L->w_gate.data);
     }
     if (gpu && quill_gpu_validation_errors(c->gpu))
         test_fail(__FILE__, __LINE__, "%d validation errors", quill_gpu_validation_errors(c->gpu));
@@ -511,7 +514,8 @@ static float *sequences_logits(quill_model *m, bool gpu, bool *whole, quill_type
  * scale; Mistral 3: YaRN and an attention temperature, its context 8 so that the temperature moves)
  * and those that keep to the products there (the rest on the CPU; the log names the layer and the
  * step or kind): heads wider than 256, Qwen3.6's DeltaNet, Nemotron-H's Mamba-2 and single-block
- * layers, LFM2's short convolutions, DeepSeek-V2's latent attention, Gemma 4's per-layer inputs; in
+ * layers, LFM2's short convolutions, DeepSeek-V2's latent attention, Gemma 4's per-layer inputs (a
+ * mixture of experts beside them whole there: quill_gpu_moe_ffn); in
  * q8_0: the logits of several sequences equal the CPU's bit for bit (Gemma's GeGLU and
  * soft-capping too: exp_poly.h's tanh_poly on both). */
 TEST(vulkan_families_and_sequences) {
@@ -585,6 +589,9 @@ TEST(vulkan_families_and_sequences) {
                  families[k].on_cpu ? families[k].on_cpu : "");
         if (!families[k].whole && (!strstr(logged, reason) || !strstr(logged, "which the device's layer does not run yet")))
             test_fail(__FILE__, __LINE__, "%s: the log says \"%s\"", families[k].arch, logged);
+        if (!families[k].whole && resident_experts != moe_layers)
+            test_fail(__FILE__, __LINE__, "%s: %lld of %lld layers' experts on the device", families[k].arch,
+                      (long long)resident_experts, (long long)moe_layers);
         if (!families[k].whole && resident_layers != quill_model_hparams(m)->n_layer)
             test_fail(__FILE__, __LINE__, "%s: %lld of %lld layers' products on the device", families[k].arch,
                       (long long)resident_layers, (long long)quill_model_hparams(m)->n_layer);

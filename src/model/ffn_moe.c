@@ -255,6 +255,11 @@ static void router_rows(void *arg, int64_t e0, int64_t e1, int thread) {
 }
 
 static void moe_fast(quill_context *c, const quill_layer *L, int layer, int n_tok) {
+    /* (a layer placed on the Vulkan device whose mixer runs here: its FFN there, the same bits) */
+    if (quill_gpu_moe_ffn(c, L, n_tok)) {
+        quill_announce_next_layer(c, layer, n_tok);
+        return;
+    }
     const quill_arch_params *ap = &c->model->ap;
     const int64_t n_expert = ap->n_expert, k = ap->n_expert_used, d = c->hp->n_embd;
     router_job rj = {c, L, n_tok};

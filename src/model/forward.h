@@ -39,6 +39,11 @@ quill_status quill_gpu_failed(quill_context *c, quill_error *err);
  * (false: the CPU runs the output). A failure is kept as a product's is (logits then NaN). */
 bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *pos, const bool *want, int n,
                           float *logits);
+/* Without c->gpu_whole: a placed mixture-of-experts layer's FFN on the device (its router, experts
+ * and shared expert there: a hybrid's, whose mixer runs on the CPU), from c->xb to c->xb, the
+ * bits of ffn_moe.c's; false when the layer's experts are not there (the CPU runs the FFN). A
+ * failure is kept as a product's is (c->xb then NaN). */
+bool quill_gpu_moe_ffn(quill_context *c, const quill_layer *L, int n);
 /* quill_seq_copy_prefix's copy of the first n positions of sequence src to dst in the device's KV
  * cache (nothing without c->gpu_whole). */
 quill_status quill_gpu_copy_prefix(quill_context *c, int src, int dst, int n, quill_error *err);

@@ -30,6 +30,25 @@ static const char *layer_kind_on_cpu(const quill_model *m, const quill_layer *L)
     return NULL;
 }
 
+/* Why a mixture-of-experts FFN cannot run on the device (a step of ffn_moe.c's the device's lacks),
+ * or NULL when it can. */
+static const char *moe_refusal(const quill_model *m, const quill_layer *L) {
+    const quill_activation act = m->arch->act;
+    if (!L->w_gate.data || (act != QUILL_ACT_SILU && act != QUILL_ACT_GELU_TANH && act != QUILL_ACT_SWIGLU_OAI))
+        return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
+    if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
+    if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
+        return "more experts per token, or expert groups, than the device's router takes";
+    if (L->ffn == QUILL_FFN_MOE_SHARED && !L->w_gate_shexp.data) return "a shared expert without a gate";
+    return NULL;
+}
+
+/* Whether layer L's FFN is a mixture of experts the device runs (whole, or alone beside a mixer the
+ * CPU runs: quill_gpu_moe_ffn). */
+static bool moe_on_device(const quill_model *m, const quill_layer *L) {
+    return L->ffn != QUILL_FFN_DENSE && !moe_refusal(m, L);
+}
+
 /* Why layer L cannot run whole on the device (an operation the device's layer does not have yet),
  * or NULL when it can. The checks follow forward.c's layer: each of its optional steps is either
  * written for the device or named here. */
@@ -50,12 +69,7 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
         return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
     if (!quill_gpu_kv_type_ok(c->type_k, L->head_dim) || !quill_gpu_kv_type_ok(c->type_v, L->head_dim))
         return "a KV cache type the device does not store for these heads (-ctk/-ctv)";
-    if (L->ffn != QUILL_FFN_DENSE) {
-        if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
-        if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
-            return "more experts per token, or expert groups, than the device's router takes";
-        if (L->ffn == QUILL_FFN_MOE_SHARED && !L->w_gate_shexp.data) return "a shared expert without a gate";
-    }
+    if (L->ffn != QUILL_FFN_DENSE) return moe_refusal(m, L);
     return NULL;
 }
 
@@ -79,27 +93,28 @@ static quill_status upload(quill_context *c, const quill_weight *w, int layer, q
     return s;
 }
 
-/* The matrices of a layer that may go to the device: its products' (the experts' only when the
- * layer runs whole there: else the CPU runs them), and the router's when it does. Latent
+/* The matrices of a layer that may go to the device: its products' (the experts' and the router's
+ * when the device runs its mixture of experts: whole, or beside a mixer on the CPU). Latent
  * attention's per-head k_b and v_b stay on the CPU: a product is sent to the device when its
  * matrix starts an uploaded tensor, and a head's is a slice of one. */
-static int layer_weights(const quill_layer *L, bool whole, const quill_weight **out) {
+static int layer_weights(const quill_model *m, const quill_layer *L, const quill_weight **out) {
+    const bool experts = moe_on_device(m, L);
     const quill_weight *all[] = {&L->wq,       &L->wk,           &L->wv,         &L->wo,          &L->w_gate,
                                  &L->w_up,     &L->w_down,       &L->w_gate_shexp, &L->w_up_shexp, &L->w_down_shexp,
                                  &L->ssm_in,   &L->ssm_gate,     &L->ssm_beta,   &L->ssm_alpha,   &L->ssm_out,
                                  &L->q_a,      &L->ple_gate,     &L->ple_proj};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]->data && (whole || all[i]->n_expert <= 1)) out[n++] = all[i];
-    if (whole && L->ffn != QUILL_FFN_DENSE) out[n++] = &L->w_router;
+        if (all[i]->data && (experts || all[i]->n_expert <= 1)) out[n++] = all[i];
+    if (experts) out[n++] = &L->w_router;
     return n;
 }
 #define LAYER_WEIGHTS_MAX 19
 
 /* The bytes of a layer's weights that go to the device. */
-static double layer_bytes(const quill_layer *L, bool whole) {
+static double layer_bytes(const quill_model *m, const quill_layer *L) {
     const quill_weight *ws[LAYER_WEIGHTS_MAX];
-    const int n = layer_weights(L, whole, ws);
+    const int n = layer_weights(m, L, ws);
     double b = 0;
     for (int i = 0; i < n; i++) b += weight_bytes(ws[i]);
     return b;
@@ -133,7 +148,7 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     for (int l = n_layer - 1; l >= first; l--) {
         /* (and the layer's KV cache, in its types, when it runs whole there) */
         const quill_layer *L = &m->layers[l];
-        const double b = layer_bytes(L, !whole_refused) +
+        const double b = layer_bytes(m, L) +
                          (whole_refused ? 0
                                         : (double)(quill_gpu_kv_row_words(c->type_k, L->head_dim) +
                                                    quill_gpu_kv_row_words(c->type_v, L->head_dim)) *
@@ -149,8 +164,18 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
                           getenv("QUILL_VULKAN_MEMORY_MIB") ? " for quill (QUILL_VULKAN_MEMORY_MIB)" : "", fits);
     for (int l = first; l < n_layer && !s; l++) {
         const quill_weight *ws[LAYER_WEIGHTS_MAX];
-        const int n = layer_weights(&m->layers[l], !whole_refused, ws);
+        const quill_layer *L = &m->layers[l];
+        const int n = layer_weights(m, L, ws);
         for (int i = 0; i < n && !s; i++) s = upload(c, ws[i], l, err);
+        /* a mixture of experts' vectors (a whole layer's come with its others below) */
+        const size_t E = (size_t)m->ap.n_expert, ff = (size_t)m->ap.n_ff_exp, d = (size_t)c->hp->n_embd;
+        const struct {
+            const float *v;
+            size_t n;
+        } moe_vectors[] = {{L->router_bias, E}, {L->probs_bias, E}, {L->shexp_gate, d}, {L->gate_exps_bias, E * ff},
+                           {L->up_exps_bias, E * ff}, {L->down_exps_bias, E * d}};
+        for (size_t i = 0; moe_on_device(m, L) && i < sizeof moe_vectors / sizeof moe_vectors[0] && !s; i++)
+            if (moe_vectors[i].v) s = quill_gpu_upload(c->gpu, moe_vectors[i].v, moe_vectors[i].n * sizeof(float), err);
     }
     if (!s && ngl > n_layer) s = upload(c, &m->output, -1, err);
     c->gpu_layers = ngl;
@@ -158,7 +183,8 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
     if (whole_refused) {
         quill_log(QUILL_LOG_INFO,
                   "--backend vulkan: layer %d of this %s model has %s, which the device's layer does not run yet: the "
-                  "placed layers' weight products run on the device, their other operations on the CPU",
+                  "placed layers' weight products (and mixture-of-experts FFNs) run on the device, their other operations "
+                  "on the CPU",
                   refused_at, m->arch->name, whole_refused);
         return QUILL_OK;
     }
@@ -346,6 +372,47 @@ static void moe_layer(const quill_context *c, const quill_layer *L, const step_l
     quill_gpu_moe_sum(g, r->pair_down, r->weights, d, k, shared, gate, r->xb, n);
 }
 
+/* The regions of a mixture-of-experts FFN's step (moe_layer's), from *at on. */
+static void moe_regions(const quill_model *m, uint64_t nt, step_layout *r, uint64_t *at) {
+    const uint64_t E = (uint64_t)m->ap.n_expert, k = (uint64_t)m->ap.n_expert_used, ff = (uint64_t)m->ap.n_ff_exp;
+    const uint64_t d = (uint64_t)m->hp.n_embd;
+    r->router = region(at, nt * E * 2);
+    r->select = region(at, nt * E * 2);
+    r->ids = region(at, nt * k);
+    r->weights = region(at, nt * k);
+    r->pair_gate = region(at, nt * k * ff);
+    r->pair_up = region(at, nt * k * ff);
+    r->pair_down = region(at, nt * k * d);
+    r->shared = region(at, nt * d);
+    r->shared_gate = region(at, nt * 2);
+}
+
+bool quill_gpu_moe_ffn(quill_context *c, const quill_layer *L, int n) {
+    /* (a trace wants the FFN's intermediate tensors: the CPU's pass, with the same bits) */
+    if (!c->gpu || c->trace || L->ffn == QUILL_FFN_DENSE || !quill_gpu_resident(c->gpu, L->w_gate.data)) return false;
+    const quill_model *m = c->model;
+    const uint64_t d = (uint64_t)c->hp->n_embd, nt = (uint64_t)n, ffs = (uint64_t)L->w_up_shexp.rows;
+    step_layout r = {0};
+    uint64_t at = 0;
+    r.xb = region(&at, nt * d);
+    r.gate = region(&at, nt * ffs); /* (the shared expert's) */
+    r.up = region(&at, nt * ffs);
+    moe_regions(m, nt, &r, &at);
+    r.total = at;
+    struct quill_gpu_failure *f = c->gpu_failure;
+    /* (at most 16 dispatches: the router 2, the experts' products and codes 6, biases 3, the shared
+     * expert 6, the sum 1) */
+    if (f->status == QUILL_OK)
+        f->status = quill_gpu_step_begin(c->gpu, r.total, c->xb, r.xb, nt * d, c->ub_pos, c->ub_seq, NULL, n, 24, &f->err);
+    if (f->status == QUILL_OK) {
+        moe_layer(c, L, &r, n);
+        f->status = quill_gpu_step_end(c->gpu, r.xb, nt * d, c->xb, &f->err);
+    }
+    if (f->status)
+        for (uint64_t i = 0; i < nt * d; i++) c->xb[i] = __builtin_nanf(""); /* (the pass's result is discarded) */
+    return true;
+}
+
 bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *pos, const bool *want, int n,
                           float *logits) {
     const quill_model *m = c->model;
@@ -366,18 +433,7 @@ bool quill_gpu_run_layers(quill_context *c, const int32_t *seq, const int32_t *p
     const uint64_t ff_widest = (uint64_t)(m->ap.n_ff_shexp > m->ap.widest_ff ? m->ap.n_ff_shexp : m->ap.widest_ff);
     r.gate = region(&at, nt * ff_widest);
     r.up = region(&at, nt * ff_widest);
-    if (m->ap.n_expert) {
-        const uint64_t E = (uint64_t)m->ap.n_expert, k = (uint64_t)m->ap.n_expert_used, ff = (uint64_t)m->ap.n_ff_exp;
-        r.router = region(&at, nt * E * 2);
-        r.select = region(&at, nt * E * 2);
-        r.ids = region(&at, nt * k);
-        r.weights = region(&at, nt * k);
-        r.pair_gate = region(&at, nt * k * ff);
-        r.pair_up = region(&at, nt * k * ff);
-        r.pair_down = region(&at, nt * k * d);
-        r.shared = region(&at, nt * d);
-        r.shared_gate = region(&at, nt * 2);
-    }
+    if (m->ap.n_expert) moe_regions(m, nt, &r, &at);
     r.parallel = region(&at, m->arch->parallel_block ? nt * d : 0);
     r.out_in = region(&at, output ? nt * d : 0);
     r.logits = region(&at, output && logits ? (uint64_t)rows * (uint64_t)hp->n_vocab : 0);
