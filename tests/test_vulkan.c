@@ -398,7 +398,8 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK(rc == 0, "synth: %s", out);
     free(out);
     static const char *mixes[] = {"q3_k_m", "iq4_xs"};
-    for (int k = 0; k < 2; k++) {
+    /* (under the sanitizers q3_k_m alone: the host code is the same for every type) */
+    for (int k = 0; k < (TEST_SANITIZED ? 1 : 2); k++) {
         snprintf(path, sizeof path, "%s/vk-wide-%s.gguf", tmp_dir(), mixes[k]);
         snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), wide, path, mixes[k]);
         rc = run_cmd(cmd, &out, true);
@@ -429,14 +430,17 @@ TEST(vulkan_forward_matches_cpu) {
     CHECK(rc != 0);
     CHECK_STR_CONTAINS(out, "layers 2 to 2 (of 0 to 2) run whole on the Vulkan device: trace with --backend cpu");
     free(out);
-    /* the 2-bit q2_0 (the types below 4 bits run there too, with the CPU's bits) */
-    snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_0", quill_bin(), f32, path);
-    rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "quantize q2_0: %s", out);
-    free(out);
-    check_model_logits(path, true);
-    remove(path);
+    /* the 2-bit q2_0 (the types below 4 bits run there too, with the CPU's bits; not under the
+     * sanitizers, as above) */
+    if (!TEST_SANITIZED) {
+        snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_0", quill_bin(), f32, path);
+        rc = run_cmd(cmd, &out, true);
+        CHECK(rc == 0, "quantize q2_0: %s", out);
+        free(out);
+        check_model_logits(path, true);
+        remove(path);
+    }
     remove(f32);
 }
 
