@@ -347,6 +347,19 @@ static void check_model_logits(const char *path, bool exact) {
     quill_model_free(m);
 }
 
+/* `src` quantized to `type` (a file type or mix) as tmp_dir()/vk-STEM-TYPE.gguf, its logits checked
+ * (check_model_logits, exact when `exact`), the file removed. */
+static void check_quantized(const char *src, const char *stem, const char *type, bool exact) {
+    char path[512], cmd[2048], *out = NULL;
+    snprintf(path, sizeof path, "%s/vk-%s-%s.gguf", tmp_dir(), stem, type);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), src, path, type);
+    const int rc = run_cmd(cmd, &out, true);
+    CHECK(rc == 0, "quantize %s: %s", type, out);
+    free(out);
+    check_model_logits(path, exact);
+    remove(path);
+}
+
 TEST(vulkan_forward_matches_cpu) {
     if (!quill_gpu_built()) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
@@ -367,26 +380,11 @@ TEST(vulkan_forward_matches_cpu) {
     check_model_logits(f32, false);
     static const char *types[] = {"f16", "q8_0", "q4_0"};
     /* (under the sanitizers q8_0 alone: the products' test has every type) */
-    for (int k = TEST_SANITIZED ? 1 : 0; k < (TEST_SANITIZED ? 2 : 3); k++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/vk-%s.gguf", tmp_dir(), types[k]);
-        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), f32, path, types[k]);
-        rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "quantize %s: %s", types[k], out);
-        free(out);
-        check_model_logits(path, k > 0);
-        remove(path);
-    }
+    for (int k = TEST_SANITIZED ? 1 : 0; k < (TEST_SANITIZED ? 2 : 3); k++)
+        check_quantized(f32, "narrow", types[k], k > 0);
     /* the q4_k_m mix of the model 64 wide keeps its matrices in q5_0 (the reference's fallback for
      * rows narrower than a k-quant block) and its output in q8_0 */
-    char path[512];
-    snprintf(path, sizeof path, "%s/vk-q4_k_m.gguf", tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m", quill_bin(), f32, path);
-    rc = run_cmd(cmd, &out, true);
-    CHECK(rc == 0, "quantize q4_k_m: %s", out);
-    free(out);
-    check_model_logits(path, true);
-    remove(path);
+    check_quantized(f32, "narrow", "q4_k_m", true);
     /* a model 256 wide (the k-quants' blocks) in q3_k_m (q3_K, q4_K, q5_K, q6_K; q2_K's products are
      * checked above) and iq4_xs (its levels as codes: the CPU's exact products there too) */
     char wide[512];
@@ -399,15 +397,7 @@ TEST(vulkan_forward_matches_cpu) {
     free(out);
     static const char *mixes[] = {"q3_k_m", "iq4_xs"};
     /* (under the sanitizers q3_k_m alone: the host code is the same for every type) */
-    for (int k = 0; k < (TEST_SANITIZED ? 1 : 2); k++) {
-        snprintf(path, sizeof path, "%s/vk-wide-%s.gguf", tmp_dir(), mixes[k]);
-        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s", quill_bin(), wide, path, mixes[k]);
-        rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "quantize %s: %s", mixes[k], out);
-        free(out);
-        check_model_logits(path, true);
-        remove(path);
-    }
+    for (int k = 0; k < (TEST_SANITIZED ? 1 : 2); k++) check_quantized(wide, "wide", mixes[k], true);
     /* its f32 weights (5.0 MiB with the output) and KV cache (64 positions: 0.125 MiB) against a
      * device capped at 3 MiB: refused before any upload, with the sizes and the -ngl that fits,
      * which then runs */
@@ -432,15 +422,7 @@ TEST(vulkan_forward_matches_cpu) {
     free(out);
     /* the 2-bit q2_0 (the types below 4 bits run there too, with the CPU's bits; not under the
      * sanitizers, as above) */
-    if (!TEST_SANITIZED) {
-        snprintf(path, sizeof path, "%s/vk-q2_0.gguf", tmp_dir());
-        snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_0", quill_bin(), f32, path);
-        rc = run_cmd(cmd, &out, true);
-        CHECK(rc == 0, "quantize q2_0: %s", out);
-        free(out);
-        check_model_logits(path, true);
-        remove(path);
-    }
+    if (!TEST_SANITIZED) check_quantized(f32, "narrow", "q2_0", true);
     remove(f32);
 }
 
