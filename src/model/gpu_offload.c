@@ -30,12 +30,13 @@ static const char *layer_kind_on_cpu(const quill_model *m, const quill_layer *L)
     return NULL;
 }
 
-/* Why a mixture-of-experts FFN cannot run on the device (a step of ffn_moe.c's the device's lacks),
- * or NULL when it can. */
-static const char *moe_refusal(const quill_model *m, const quill_layer *L) {
+/* Why the device cannot run layer L's FFN (dense or a mixture of experts: a step of ffn_dense.c's
+ * or ffn_moe.c's it lacks), or NULL when it can. */
+static const char *ffn_refusal(const quill_model *m, const quill_layer *L) {
     const quill_activation act = m->arch->act;
     if (!L->w_gate.data || (act != QUILL_ACT_SILU && act != QUILL_ACT_GELU_TANH && act != QUILL_ACT_SWIGLU_OAI))
         return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
+    if (L->ffn == QUILL_FFN_DENSE) return NULL;
     if (L->w_router.type != QUILL_TYPE_F32) return "a router stored in a type other than f32";
     if (m->ap.n_expert_used > QUILL_GPU_MAX_USED || m->ap.n_group > QUILL_GPU_MAX_GROUPS)
         return "more experts per token, or expert groups, than the device's router takes";
@@ -46,7 +47,7 @@ static const char *moe_refusal(const quill_model *m, const quill_layer *L) {
 /* Whether layer L's FFN is a mixture of experts the device runs (whole, or alone beside a mixer the
  * CPU runs: quill_gpu_moe_ffn). */
 static bool moe_on_device(const quill_model *m, const quill_layer *L) {
-    return L->ffn != QUILL_FFN_DENSE && !moe_refusal(m, L);
+    return L->ffn != QUILL_FFN_DENSE && !ffn_refusal(m, L);
 }
 
 /* Why layer L cannot run whole on the device (an operation the device's layer does not have yet),
@@ -65,12 +66,9 @@ static const char *device_refusal(const quill_context *c, const quill_layer *L) 
     if (L->attn_gated) return "a gated attention output";
     if (L->head_dim > 256) return "heads wider than 256";
     if (L->n_head_kv <= 0 || L->n_head % L->n_head_kv) return "query heads not a multiple of the KV heads";
-    if (!L->w_gate.data || (a->act != QUILL_ACT_SILU && a->act != QUILL_ACT_GELU_TANH && a->act != QUILL_ACT_SWIGLU_OAI))
-        return "an FFN other than SwiGLU (gpt-oss's too) or GeGLU";
     if (!quill_gpu_kv_type_ok(c->type_k, L->head_dim) || !quill_gpu_kv_type_ok(c->type_v, L->head_dim))
         return "a KV cache type the device does not store for these heads (-ctk/-ctv)";
-    if (L->ffn != QUILL_FFN_DENSE) return moe_refusal(m, L);
-    return NULL;
+    return ffn_refusal(m, L);
 }
 
 /* A weight's bytes (an expert tensor's: all its experts'). */
@@ -167,7 +165,7 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
         const quill_layer *L = &m->layers[l];
         const int n = layer_weights(m, L, ws);
         for (int i = 0; i < n && !s; i++) s = upload(c, ws[i], l, err);
-        /* a mixture of experts' vectors (a whole layer's come with its others below) */
+        /* a mixture of experts' vectors (a whole layer's others below) */
         const size_t E = (size_t)m->ap.n_expert, ff = (size_t)m->ap.n_ff_exp, d = (size_t)c->hp->n_embd;
         const struct {
             const float *v;
@@ -200,11 +198,7 @@ quill_status quill_gpu_offload(quill_context *c, const quill_context_params *p, 
                        {L->bo, d}, {L->q_norm, m->arch->qk_norm_full ? q_dim : hd},
                        {L->k_norm, m->arch->qk_norm_full ? kv_dim : hd}, {L->attn_post_norm, d}, {L->ffn_post_norm, d},
                        {L->b_gate, (size_t)L->w_gate.rows}, {L->b_up, (size_t)L->w_up.rows}, {L->b_down, d},
-                       {L->router_bias, (size_t)m->ap.n_expert}, {L->probs_bias, (size_t)m->ap.n_expert},
-                       {L->shexp_gate, d}, {L->sinks, (size_t)L->n_head},
-                       {L->gate_exps_bias, (size_t)(m->ap.n_expert * m->ap.n_ff_exp)},
-                       {L->up_exps_bias, (size_t)(m->ap.n_expert * m->ap.n_ff_exp)},
-                       {L->down_exps_bias, (size_t)m->ap.n_expert * d}};
+                       {L->sinks, (size_t)L->n_head}}; /* (a mixture of experts' with its weights, above) */
         for (size_t i = 0; i < sizeof vectors / sizeof vectors[0] && !s; i++)
             if (vectors[i].v) s = quill_gpu_upload(c->gpu, vectors[i].v, vectors[i].n * sizeof(float), err);
     }
