@@ -501,7 +501,6 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     return QUILL_OK;
 }
 
-
 /* ---------------------------------------------------------------- one product */
 
 
@@ -602,6 +601,18 @@ static quill_status upload_staged(quill_gpu *g, const void *host, size_t bytes, 
     return s;
 }
 
+/* A device-local buffer *b holding a copy of host's bytes (mapped, or through the staging buffer);
+ * nothing on failure. */
+static quill_status device_copy(quill_gpu *g, const void *host, size_t bytes, gpu_buffer *b, quill_error *err) {
+    quill_status s = buffer_make(g, bytes, true, b, err);
+    if (!s) {
+        if (b->map) memcpy(b->map, host, bytes);
+        else s = upload_staged(g, host, bytes, b, err);
+    }
+    if (s) buffer_free(g, b);
+    return s;
+}
+
 /* The grid i-quants' lattice tables into device memory, one after another at product_exact.comp's
  * GRID_* offsets (a 64-bit entry as two words, low first). */
 static quill_status upload_grids(quill_gpu *g, quill_error *err) {
@@ -618,11 +629,7 @@ static quill_status upload_grids(quill_gpu *g, quill_error *err) {
     memcpy(at, quill_iq3xxs_grid, 256 * sizeof *at), at += 256;
     memcpy(at, quill_iq3s_grid, 512 * sizeof *at), at += 512;
     for (int i = 0; i < 2048; i++) *at++ = (uint32_t)quill_iq1s_grid[i], *at++ = (uint32_t)(quill_iq1s_grid[i] >> 32);
-    quill_status s = buffer_make(g, WORDS * sizeof *t, true, &g->grids, err);
-    if (!s) {
-        if (g->grids.map) memcpy(g->grids.map, t, WORDS * sizeof *t);
-        else s = upload_staged(g, t, WORDS * sizeof *t, &g->grids, err);
-    }
+    const quill_status s = device_copy(g, t, WORDS * sizeof *t, &g->grids, err);
     free(t);
     return s;
 }
@@ -659,15 +666,8 @@ quill_status quill_gpu_upload(quill_gpu *g, const void *w, size_t bytes, quill_e
     }
     struct resident *r = &g->resident[g->n_resident];
     memset(r, 0, sizeof *r);
-    quill_status s = buffer_make(g, bytes, true, &r->buf, err);
-    if (!s) {
-        if (r->buf.map) memcpy(r->buf.map, w, bytes);
-        else s = upload_staged(g, w, bytes, &r->buf, err);
-    }
-    if (s) {
-        buffer_free(g, &r->buf);
-        return s;
-    }
+    const quill_status s = device_copy(g, w, bytes, &r->buf, err);
+    if (s) return s;
     r->host = w;
     g->n_resident++;
     return QUILL_OK;
