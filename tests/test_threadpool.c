@@ -197,22 +197,26 @@ static quill_pool *two_share_pool(void) {
 
 TEST(pool_others_finish_a_held_up_share) {
     /* The calling thread (0) sleeps 50 ms on its first item; the worker finishes its own share in
-     * far less and must then take the rest of thread 0's share. */
+     * far less and must then take the rest of thread 0's share. (A run where the worker was
+     * descheduled for those 50 ms, as on a busy machine, is tried again: 3 tries.) */
     const int64_t n = 200;
     quill_pool *pool = two_share_pool();
     if (!pool) return;
-    count_job *j = new_job(n);
-    j->slow_thread = 0;
-    quill_pool_run(pool, count_items, j, n, 1);
     int64_t by_worker_in_share0 = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (atomic_load(&j->runs[i]) != 1) {
-            test_fail(__FILE__, __LINE__, "item %lld ran %d times", (long long)i, atomic_load(&j->runs[i]));
-            break;
+    for (int attempt = 0; attempt < 3 && by_worker_in_share0 <= n / 4; attempt++) {
+        count_job *j = new_job(n);
+        j->slow_thread = 0;
+        quill_pool_run(pool, count_items, j, n, 1);
+        by_worker_in_share0 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (atomic_load(&j->runs[i]) != 1) {
+                test_fail(__FILE__, __LINE__, "item %lld ran %d times", (long long)i, atomic_load(&j->runs[i]));
+                break;
+            }
+            if (i < n / 2 && j->ran_on[i] == 1) by_worker_in_share0++;
         }
-        if (i < n / 2 && j->ran_on[i] == 1) by_worker_in_share0++;
+        free_job(j);
     }
-    free_job(j);
     quill_pool_free(pool);
     CHECK(by_worker_in_share0 > n / 4, "the worker took %lld of the held-up share's %lld items",
           (long long)by_worker_in_share0, (long long)(n / 2));
