@@ -12,8 +12,10 @@
 #                           among them), the Debian packages of the GL dispatch libraries that the
 #                           NVIDIA Vulkan driver loads (apt-get download), the tokenizers of
 #                           ../shared/tokenizer the synthesized models take, and stories260K.
-#                           REF_VULKAN=DIR also copies the reference's Vulkan build (DIR/llama-bench
-#                           and the libraries beside it; see docs/gpu.md for how to build it). The
+#                           REF_VULKAN=DIR also packs the reference's Vulkan build (DIR/llama-bench,
+#                           the libraries beside it and those it links, gzipped; docs/gpu.md says how
+#                           to build it); BASE_QUILL=FILE another quill binary (an earlier commit's),
+#                           measured on the device beside this one (the table's "base"). The
 #                           whole must stay under the device tool's 64 MiB: it says the size.
 #   bench/gpu.sh            THERE, as the device call's command, with carry [".gpu"] and a timeout
 #                           of 600 s: the checks (a small Qwen3-MoE's logits first, then a
@@ -29,13 +31,17 @@
 #
 # Results in $OUT (at most 8 files, as the device tool returns them): results.md (the table and
 # the machine), selftest.txt, logits.txt, bench.txt (every raw `quill bench --json` and llama-bench
-# output), log.txt (everything the commands said).
+# output), speeds.txt (model, side, pp and tg: every side's), profile.txt (PROFILE=1), log.txt
+# (everything the commands said).
 #
 # Environment (defaults in brackets): OUT [gpu-out]; WORK (models) [/tmp/quill-gpu]; DEVICE [the
 # first discrete GPU `quill devices` lists, else 0]; THREADS (the CPU path's) [all CPUs]; PP [512;
 # SMALL: 64]; TG [128; SMALL: 16]; REPS [3; SMALL: 1]; MODELS [moe64-q8_0 hybrid64-q8_0
 # tinyllama-q4_0 tinyllama-q8_0 tinyllama-q4_k_m tinyllama-iq4_xs llama8b-q4_k_m; SMALL: stories260K
-# synth64-q8_0 synth64-q4_k_m moe64-q8_0]; BUDGET_S
+# synth64-q8_0 synth64-q4_k_m moe64-q8_0]; SIDES (what each model is measured with, in this order:
+# vulkan, base (.gpu/quill-base on the device), ref (the carried reference), fma64 (vulkan with the
+# exact multiply-adds in float64 steps, QUILL_VULKAN_FMA=float64), cpu) [vulkan base ref cpu]; PROFILE
+# (1: each model's prompt and generation profiled per shader into profile.txt) [0]; BUDGET_S
 # [480: no model is started after that many seconds]; STEP_S [150: a run or bench command that
 # takes longer is stopped, and reported as failed or slow]; MAKE_S [300: the same for synthesizing
 # and quantizing a model]; LAYERS_8B [32: fewer make the 8B shape's model, single-threaded in quill
@@ -68,11 +74,25 @@ if [ "${1:-}" = prepare ]; then
         [ -f "$shared/$f" ] || die "$shared/$f is missing (the shared reference data)"
         cp "$shared/$f" "$pack/models/"
     done
+    if [ -n "${BASE_QUILL:-}" ]; then
+        # another build of quill (an earlier commit's), measured beside this one in the same minutes
+        [ -x "$BASE_QUILL" ] || die "BASE_QUILL=$BASE_QUILL is not an executable"
+        cp "$BASE_QUILL" "$pack/quill-base" && strip --strip-debug "$pack/quill-base"
+    fi
     if [ -n "${REF_VULKAN:-}" ]; then
         [ -x "$REF_VULKAN/llama-bench" ] || die "REF_VULKAN=$REF_VULKAN has no llama-bench"
-        mkdir -p "$pack/ref"
-        cp -L "$REF_VULKAN/llama-bench" "$REF_VULKAN"/lib*.so* "$pack/ref/" 2>/dev/null || true
-        strip --strip-debug "$pack/ref"/* 2>/dev/null || true
+        # its libraries (ggml's, with the SPIR-V of every shader, tens of MiB) and those it links
+        # but the C library's, compressed: gpu.sh unpacks them into $WORK there
+        rm -rf "$pack/ref.tmp" && mkdir -p "$pack/ref.tmp"
+        cp -L "$REF_VULKAN/llama-bench" "$pack/ref.tmp/" && cp -P "$REF_VULKAN"/lib*.so* "$pack/ref.tmp/" ||
+            die "copying the reference from $REF_VULKAN failed"
+        LD_LIBRARY_PATH="$REF_VULKAN" ldd "$REF_VULKAN/llama-bench" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
+            grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | while read -r lib; do
+            [ -f "$pack/ref.tmp/$(basename "$lib")" ] || cp -L "$lib" "$pack/ref.tmp/"
+        done
+        find "$pack/ref.tmp" -type f -exec strip --strip-debug {} + 2>/dev/null || true
+        tar -C "$pack/ref.tmp" -cf - . | gzip -9 > "$pack/ref.tar.gz" || die "packing the reference failed"
+        rm -rf "$pack/ref.tmp"
     fi
     mib=$(du -sm "$pack" | awk '{ print $1 }')
     echo "gpu.sh: .gpu/ holds $mib MiB (the device tool carries 64 MiB with the working tree)"
@@ -94,6 +114,8 @@ else
     MODELS=${MODELS:-moe64-q8_0 hybrid64-q8_0 tinyllama-q4_0 tinyllama-q8_0 tinyllama-q4_k_m tinyllama-iq4_xs llama8b-q4_k_m}
 fi
 THREADS=${THREADS:-$(nproc)}
+SIDES=${SIDES:-vulkan base ref cpu}
+PROFILE=${PROFILE:-0}
 mkdir -p "$OUT" "$WORK" || die "cannot create $OUT and $WORK"
 log=$OUT/log.txt
 : > "$log"
@@ -117,6 +139,19 @@ if [ "$SMALL" != 1 ] && [ -d "$pack/deb" ] && [ "$(id -u)" = 0 ] && ! ldconfig -
 fi
 nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$nvidia_icd" ]; then export VK_DRIVER_FILES=$nvidia_icd; fi
+
+# the reference's Vulkan build, when carried (gpu.sh prepare with REF_VULKAN)
+ref_dir=""
+if [ -f "$pack/ref.tar.gz" ]; then
+    rm -rf "$WORK/ref" && mkdir -p "$WORK/ref" &&
+        gzip -dc "$pack/ref.tar.gz" | tar -C "$WORK/ref" -xf - && [ -x "$WORK/ref/llama-bench" ] && ref_dir=$WORK/ref ||
+        echo "gpu.sh: the carried reference did not unpack: it is left out" >&2
+    # the C++ runtime the machine has is newer than the one it was built with: the machine's (its
+    # drivers may need the newer one)
+    for lib in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1; do
+        ldconfig -p | grep -q "$lib" && rm -f "$WORK/ref/$lib"
+    done
+fi
 
 models=$pack/models
 [ -d "$models" ] || models=$root/../shared/models
@@ -234,8 +269,12 @@ bench_one() { # name path side
     cpu) set -- "$1" "$2" "$3" "$QUILL" bench -m "$2" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" --bw-mib "$BW_MIB" --json ;;
     vulkan) set -- "$1" "$2" "$3" "$QUILL" bench -m "$2" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" --bw-mib "$BW_MIB" \
         --json --backend vulkan --device "$DEVICE" ;;
-    ref) set -- "$1" "$2" "$3" env LD_LIBRARY_PATH="$pack/ref" "$pack/ref/llama-bench" -m "$2" -p "$PP" -n "$TG" -r "$REPS" \
-        -ngl 99 -o csv ;;
+    fma64) set -- "$1" "$2" "$3" env QUILL_VULKAN_FMA=float64 "$QUILL" bench -m "$2" -p "$PP" -n "$TG" -r "$REPS" \
+        -t "$THREADS" --bw-mib "$BW_MIB" --json --backend vulkan --device "$DEVICE" ;;
+    base) set -- "$1" "$2" "$3" "$pack/quill-base" bench -m "$2" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" \
+        --bw-mib "$BW_MIB" --json --backend vulkan --device "$DEVICE" ;;
+    ref) set -- "$1" "$2" "$3" env LD_LIBRARY_PATH="$ref_dir" "$ref_dir/llama-bench" -m "$2" -p "$PP" -n "$TG" -r "$REPS" \
+        -ngl 99 -o jsonl ;;
     esac
     name=$1 side=$3
     shift 3
@@ -244,10 +283,10 @@ bench_one() { # name path side
     if timeout "$STEP_S" "$@" > "$WORK/bench.out" 2>> "$log"; then
         cat "$WORK/bench.out" >> "$OUT/bench.txt"
         if [ "$side" = ref ]; then
-            # llama-bench's CSV: a header, then one line per test (n_prompt 0 for tg)
-            awk -F, -v m="$name" '{ gsub(/"/, "") }
-                NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-                $col["n_prompt"] > 0 { pp = $col["avg_ts"] } $col["n_gen"] > 0 { tg = $col["avg_ts"] }
+            # llama-bench's JSON lines: one object per test (n_prompt 0 for tg)
+            awk -v m="$name" '
+                function num(key,   v) { v = $0; if (!sub(".*\"" key "\": *", "", v)) return ""; sub(/[,}].*/, "", v); return v }
+                num("n_prompt") + 0 > 0 { pp = num("avg_ts") } num("n_gen") + 0 > 0 { tg = num("avg_ts") }
                 END { print m, "ref", pp == "" ? "-" : pp, tg == "" ? "-" : tg }' "$WORK/bench.out" >> "$WORK/speeds"
         else
             # quill bench --json keeps each key on its line: "pp": {"n": .., "mean": ..., ...}
@@ -268,19 +307,21 @@ write_results() {
     cp "$WORK/head.md" "$OUT/results.md"
     {
         echo
-        echo "pp$PP and tg$TG in tokens/s (means of $REPS runs); the CPU path with $THREADS threads; ref: the reference's Vulkan llama-bench (-ngl 99)."
+        echo "pp$PP and tg$TG in tokens/s (means of $REPS runs); the CPU path with $THREADS threads; base: another build of quill (.gpu/quill-base) on the device; ref: the reference's Vulkan llama-bench (-ngl 99)."
         echo
-        echo "| model | pp$PP vulkan / cpu / ref | vulkan/cpu | vulkan/ref | tg$TG vulkan / cpu / ref | vulkan/cpu | vulkan/ref |"
-        echo "| --- | --: | --: | --: | --: | --: | --: |"
+        echo "| model | pp$PP vulkan / base / cpu / ref | vulkan/base | vulkan/cpu | vulkan/ref | tg$TG vulkan / base / cpu / ref | vulkan/base | vulkan/cpu | vulkan/ref |"
+        echo "| --- | --: | --: | --: | --: | --: | --: | --: | --: |"
         awk '{ pp[$1, $2] = $3; tg[$1, $2] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
             function v(x) { return x == "" || x == "-" ? "—" : sprintf("%.2f", x) }
             function r(a, b) { return a == "" || a == "-" || b == "" || b == "-" || b + 0 == 0 ? "—" : sprintf("%.3fx", a / b) }
             END {
                 for (k = 1; k <= n; k++) {
                     m = order[k]
-                    printf "| %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s |\n", m,
-                           v(pp[m, "vulkan"]), v(pp[m, "cpu"]), v(pp[m, "ref"]), r(pp[m, "vulkan"], pp[m, "cpu"]), r(pp[m, "vulkan"], pp[m, "ref"]),
-                           v(tg[m, "vulkan"]), v(tg[m, "cpu"]), v(tg[m, "ref"]), r(tg[m, "vulkan"], tg[m, "cpu"]), r(tg[m, "vulkan"], tg[m, "ref"])
+                    printf "| %s | %s / %s / %s / %s | %s | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n", m,
+                           v(pp[m, "vulkan"]), v(pp[m, "base"]), v(pp[m, "cpu"]), v(pp[m, "ref"]),
+                           r(pp[m, "vulkan"], pp[m, "base"]), r(pp[m, "vulkan"], pp[m, "cpu"]), r(pp[m, "vulkan"], pp[m, "ref"]),
+                           v(tg[m, "vulkan"]), v(tg[m, "base"]), v(tg[m, "cpu"]), v(tg[m, "ref"]),
+                           r(tg[m, "vulkan"], tg[m, "base"]), r(tg[m, "vulkan"], tg[m, "cpu"]), r(tg[m, "vulkan"], tg[m, "ref"])
                 }
             }' "$WORK/speeds"
         echo
@@ -304,9 +345,25 @@ for name in $MODELS; do
     echo "gpu.sh: $name" >&2
     path=$(make_model "$name") || { echo "$name: FAILED (making the model: log.txt)" >> "$OUT/logits.txt"; continue; }
     check_logits "$name" "$path"
-    bench_one "$name" "$path" vulkan
-    [ -x "$pack/ref/llama-bench" ] && bench_one "$name" "$path" ref
-    bench_one "$name" "$path" cpu
+    for side in $SIDES; do
+        case $side in
+        base) [ -x "$pack/quill-base" ] && bench_one "$name" "$path" base ;;
+        ref) [ -n "$ref_dir" ] && bench_one "$name" "$path" ref ;;
+        vulkan | cpu | fma64) bench_one "$name" "$path" "$side" ;;
+        *) die "SIDES: unknown side $side (vulkan, base, ref, fma64, cpu)" ;;
+        esac
+    done
+    cp "$WORK/speeds" "$OUT/speeds.txt"
+    if [ "$PROFILE" = 1 ]; then
+        # where the device's time goes: the prompt's steps, then the generated tokens' (vulkan.c's
+        # QUILL_VULKAN_PROFILE)
+        for test in "-p $PP -n 0" "-p 0 -n $TG"; do
+            echo "== $name $test" >> "$OUT/profile.txt"
+            # shellcheck disable=SC2086 # $test is a list of options
+            QUILL_VULKAN_PROFILE=1 QUILL_LOG=info timeout "$STEP_S" "$QUILL" bench -m "$path" $test -r 1 -t "$THREADS" \
+                --backend vulkan --device "$DEVICE" 2>&1 | grep -E "profile|^(pp|tg)" >> "$OUT/profile.txt" || true
+        done
+    fi
     case $name in stories260K) ;; *) rm -f "$WORK/$name.gguf" ;; esac # (the disk holds a few at most)
     write_results
 done

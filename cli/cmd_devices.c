@@ -24,6 +24,8 @@ static int selftest(int device) {
         cli_fail("devices: %s", err.message);
         return -1;
     }
+    printf("  multiply-adds: %s\n", quill_gpu_native_fma(g) ? "the device's fma (it rounds once, as C's fmaf)"
+                                                            : "float64 steps (the device's fma does not round once)");
     enum { ROWS = 96, COLS = 256, TOKENS = 12 };
     float *wf = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * TOKENS * COLS);
     float *yg = malloc(sizeof(float) * ROWS * TOKENS), *yc = malloc(sizeof(float) * ROWS * TOKENS);

@@ -115,6 +115,9 @@ TEST(vulkan_products_match_cpu) {
     }
     quill_gpu *g = open_validated();
     CHECK(g);
+    /* llvmpipe's GLSL fma is a multiply and an add: the probe at open must tell it from one rounding,
+     * or every exact multiply-add here would take it and differ from the CPU's */
+    CHECK(!quill_gpu_native_fma(g), "the fma probe took llvmpipe's unfused fma for a fused one");
     /* 96 columns: three blocks a row, so that the rows of the 32-column formats (18 to 34-byte
      * blocks) start off 4-byte boundaries */
     static const uint32_t types[] = {QUILL_TYPE_Q8_0, QUILL_TYPE_Q4_0, QUILL_TYPE_F32, QUILL_TYPE_F16};
@@ -153,6 +156,18 @@ TEST(vulkan_products_match_cpu) {
     quill_gpu_set_split(g, false);
     check_products(g, QUILL_TYPE_Q4_K, 37, 512, 13, 99); /* 8 workgroups; the quantizer's 4 */
     check_products(g, QUILL_TYPE_F16, 70, 96, 5, 100);
+    /* a prompt's products in tiles of 64 rows by 64 tokens (product_tiled.comp), each type that has
+     * them: 70 rows and 66 tokens are two tiles each way, the second ones ragged; then the one
+     * invocation per (row, token) way for the same */
+    const bool tiled = quill_gpu_set_tiled(g, true);
+    static const uint32_t coded[] = {QUILL_TYPE_Q4_0, QUILL_TYPE_Q4_1,  QUILL_TYPE_Q5_0,   QUILL_TYPE_Q5_1, QUILL_TYPE_Q8_0,
+                                     QUILL_TYPE_MXFP4, QUILL_TYPE_Q4_K, QUILL_TYPE_Q5_K, QUILL_TYPE_Q6_K, QUILL_TYPE_Q2_K,
+                                     QUILL_TYPE_Q3_K, QUILL_TYPE_IQ4_NL, QUILL_TYPE_IQ4_XS};
+    for (size_t k = 0; k < sizeof coded / sizeof coded[0]; k++)
+        check_products(g, coded[k], 70, quill_type_traits_of(coded[k])->block_size > 32 ? 256 : 64, 66, 120 + k);
+    quill_gpu_set_tiled(g, false);
+    check_products(g, QUILL_TYPE_Q5_K, 70, 256, 66, 119);
+    quill_gpu_set_tiled(g, tiled);
     CHECK_EQ_INT(quill_gpu_validation_errors(g), 0);
     quill_gpu_close(g);
 }

@@ -25,6 +25,8 @@ const char *quill_gpu_name(const quill_gpu *g) { (void)g; return "none"; }
 void quill_gpu_force_staging(quill_gpu *g, size_t chunk) { (void)g, (void)chunk; }
 uint64_t quill_gpu_memory(const quill_gpu *g) { (void)g; return 0; }
 void quill_gpu_set_split(quill_gpu *g, bool split) { (void)g, (void)split; }
+bool quill_gpu_set_tiled(quill_gpu *g, bool tiled) { return (void)g, (void)tiled, false; }
+bool quill_gpu_native_fma(const quill_gpu *g) { return (void)g, false; }
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { (void)g, (void)width; }
 void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { (void)g, (void)n; }
 

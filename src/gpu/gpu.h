@@ -84,6 +84,14 @@ bool quill_gpu_resident(const quill_gpu *g, const void *w);
  * one invocation per (row, token); both give the same bits. By default split on
  * a GPU, not on a CPU driver; the tests set it to check both ways on lavapipe. */
 void quill_gpu_set_split(quill_gpu *g, bool split);
+/* Whether products of more tokens (a prompt's) of the types with a code per column run in tiles of
+ * 64 rows by 64 tokens (product_tiled.comp) or, as the others, one invocation per (row, token); both
+ * give the same bits. By default tiled where the device has the shared memory for it; the tests
+ * check both ways. Returns what it was. */
+bool quill_gpu_set_tiled(quill_gpu *g, bool tiled);
+/* Whether the device's fma rounds once, as C's fmaf (asked at open), so that the shaders' exact
+ * multiply-adds take it; else they take float64 steps to the same bits (slower). */
+bool quill_gpu_native_fma(const quill_gpu *g);
 /* Workgroups in a dispatch's x at most (65535, what Vulkan lets every device take; more spread over
  * y): the tests lower it to check the spreading on small products. */
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width);

@@ -14,7 +14,9 @@
 #include "base/error.h"
 #include "kernels/kernels_exact.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vulkan/vulkan.h>
@@ -24,6 +26,12 @@ static const uint32_t spv_quantize[] =
     ;
 static const uint32_t spv_product_exact[] =
 #include "shaders/product_exact.comp.inc"
+    ;
+static const uint32_t spv_fma_probe[] =
+#include "shaders/fma_probe.comp.inc"
+    ;
+static const uint32_t spv_product_tiled[] =
+#include "shaders/product_tiled.comp.inc"
     ;
 static const uint32_t spv_product_float[] =
 #include "shaders/product_float.comp.inc"
@@ -74,13 +82,24 @@ struct resident {
 /* product_exact.comp's and product_float.comp's kinds (exact_kind, float_kind) */
 #define EXACT_KINDS 24
 #define FLOAT_KINDS 4
+/* product_tiled.comp's kinds: the exact kinds below this (exact_weights.glsl's has_weight_code) */
+#define TILED_KINDS 13
+/* product_tiled.comp's tile (rows and tokens) and workgroup, and the shared memory it takes */
+#define TILE 64
+#define TILED_WORKGROUP 256
+#define TILED_SHARED_BYTES (2 * 32 * TILE * 4 + 4 * TILE * 4)
+/* The most slots of an exact type's row, or blocks of 32 of a float type's (the shaders' MAX_SLOTS,
+ * MAX_BLOCKS: their shared memory), and tokens, for which a workgroup takes each (row, token) */
+#define SPLIT_MAX_PARTS 1024
+#define SPLIT_MAX_TOKENS 8
 /* The products' pipelines, one per kind (the shaders' KIND, a specialization constant), follow the
  * others and are made at their first use (product_pipe): each then holds only its type's decoding,
  * which a pipeline of all the kinds paid for in every product (lavapipe: the Vulkan tests 2-3x
  * slower with the grid types added) and in the device's registers. */
 enum { PIPE_QUANTIZE, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PIPE_GLU, PIPE_ADD_ROWS, PIPE_SCALE,
        PIPE_ROUTE_LOGITS, PIPE_ROUTE_SELECT, PIPE_MOE_SUM, PIPE_EXACT_FIRST,
-       PIPE_FLOAT_FIRST = PIPE_EXACT_FIRST + EXACT_KINDS, PIPE_COUNT = PIPE_FLOAT_FIRST + FLOAT_KINDS };
+       PIPE_FLOAT_FIRST = PIPE_EXACT_FIRST + EXACT_KINDS, PIPE_TILED_FIRST = PIPE_FLOAT_FIRST + FLOAT_KINDS,
+       PIPE_COUNT = PIPE_TILED_FIRST + TILED_KINDS };
 /* the most push-constant words of a shader (attention's 16) */
 #define PUSH_WORDS 16
 /* (the fifth: the experts' ids of a mixture-of-experts layer's products; the sixth: the grid
@@ -89,6 +108,23 @@ enum { PIPE_QUANTIZE, PIPE_RMSNORM, PIPE_ROPE, PIPE_KV_STORE, PIPE_ATTENTION, PI
 #define WORKGROUP 64
 /* attention.comp's MAX_KEPT: the scores of at most this many positions kept in shared memory */
 #define ATTENTION_KEPT 2048
+
+/* QUILL_VULKAN_PROFILE=1: each step's dispatches timed on the device (a timestamp after each one's
+ * barrier: the time since the one before), summed per shader (and per way for the products), and
+ * the host's time recording and waiting; logged at close (QUILL_LOG=info shows it). Labels: the
+ * pipelines, then the products' pipelines again for their split way, then copies. */
+#define PROFILE_QUERIES 8192
+#define PROFILE_LABELS (2 * PIPE_COUNT + 1)
+typedef struct {
+    VkQueryPool pool;
+    double period_ns; /* a timestamp tick */
+    uint32_t used;    /* queries written in this step */
+    uint16_t label[PROFILE_QUERIES];
+    double ns[PROFILE_LABELS];
+    uint64_t calls[PROFILE_LABELS];
+    double record_ns, wait_ns, begin_ns;
+    uint64_t steps, dropped;
+} gpu_profile;
 
 struct quill_gpu {
     VkInstance instance;
@@ -107,6 +143,8 @@ struct quill_gpu {
     size_t staging_chunk;        /* bytes per staged copy */
     uint64_t memory;             /* device-local bytes it may use (quill_gpu_memory) */
     bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
+    bool tiled;                  /* more tokens' exact products in tiles (product_tiled.comp) */
+    bool native_fma;             /* GLSL's fma rounds once here (probe_fma): exact_math.glsl's NATIVE_FMA */
     uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
     uint32_t attention_kept;     /* attention keeps at most this many scores (attention.comp's MAX_KEPT) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
@@ -129,6 +167,7 @@ struct quill_gpu {
     quill_status step_status;
     quill_error step_err;
     int validation_errors;
+    gpu_profile *profile; /* NULL unless QUILL_VULKAN_PROFILE=1 */
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
     char name[256];
@@ -310,8 +349,15 @@ bool quill_gpu_supports(uint32_t type) { return float_kind(type) >= 0 || exact_k
 
 static void buffer_free(quill_gpu *g, gpu_buffer *b);
 
+static void profile_report(const quill_gpu *g);
+
 void quill_gpu_close(quill_gpu *g) {
     if (!g) return;
+    if (g->profile) {
+        profile_report(g);
+        if (g->profile->pool) vkDestroyQueryPool(g->device, g->profile->pool, NULL);
+        free(g->profile);
+    }
     if (g->device) {
         vkDeviceWaitIdle(g->device);
         for (int i = 0; i < g->n_resident; i++) buffer_free(g, &g->resident[i].buf);
@@ -339,9 +385,17 @@ void quill_gpu_close(quill_gpu *g) {
     free(g);
 }
 
-/* A pipeline of the shader `code`; spec: its specialization (NULL: none). */
-static quill_status make_pipeline_of(quill_gpu *g, const uint32_t *code, size_t bytes, const VkSpecializationInfo *spec,
-                                     VkPipeline *out, quill_error *err) {
+/* A pipeline of the shader `code`, specialized with the kind of a product's weights (constant 0;
+ * other shaders have none) and whether the device's fma rounds once (constant 1: exact_math.glsl's
+ * NATIVE_FMA, where the shader includes it). */
+static quill_status make_pipeline_of(quill_gpu *g, const uint32_t *code, size_t bytes, uint32_t kind, VkPipeline *out,
+                                     quill_error *err) {
+    const uint32_t values[2] = {kind, g->native_fma ? VK_TRUE : VK_FALSE};
+    const VkSpecializationMapEntry entries[2] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
+                                                 {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)}};
+    const VkSpecializationInfo specialization = {.mapEntryCount = 2, .pMapEntries = entries, .dataSize = sizeof values,
+                                                 .pData = values};
+    const VkSpecializationInfo *spec = &specialization;
     const VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = bytes, .pCode = code};
     VkShaderModule module;
     VkResult r = vkCreateShaderModule(g->device, &mi, NULL, &module);
@@ -357,20 +411,34 @@ static quill_status make_pipeline_of(quill_gpu *g, const uint32_t *code, size_t 
 }
 
 static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t bytes, VkPipeline *out, quill_error *err) {
-    return make_pipeline_of(g, code, bytes, NULL, out, err);
+    return make_pipeline_of(g, code, bytes, 0, out, err);
 }
 
-/* *pipe: the pipeline index of the products of weights of `type`, made at its first use. */
-static quill_status product_pipe(quill_gpu *g, uint32_t type, int *pipe, quill_error *err) {
+/* Whether the products of weights of `type` with n_tok tokens (a matrix's: not the experts') run in
+ * product_tiled.comp's tiles: a prompt's, where one invocation per (row, token) would read each row
+ * and each token's codes once per output. A few tokens take the split way (a workgroup per (row,
+ * token)), or on a CPU driver one invocation per (row, token). */
+static bool tiled_product(const quill_gpu *g, uint32_t type, int n_tok) {
+    const int kind = exact_kind(type);
+    return g->tiled && kind >= 0 && kind < TILED_KINDS && n_tok > SPLIT_MAX_TOKENS;
+}
+
+/* Workgroups of a tiled product (product_tiled.comp numbers them row tile first). */
+static uint64_t tiles(int64_t rows, int n_tok) {
+    return (uint64_t)((rows + TILE - 1) / TILE) * (uint64_t)((n_tok + TILE - 1) / TILE);
+}
+
+/* *pipe: the pipeline index of the products of weights of `type` (tiled: product_tiled.comp's), made
+ * at its first use. */
+static quill_status product_pipe(quill_gpu *g, uint32_t type, bool tiled, int *pipe, quill_error *err) {
     const bool exact = exact_kind(type) >= 0;
     const int kind = exact ? exact_kind(type) : float_kind(type);
-    *pipe = (exact ? PIPE_EXACT_FIRST : PIPE_FLOAT_FIRST) + kind;
+    *pipe = (tiled ? PIPE_TILED_FIRST : exact ? PIPE_EXACT_FIRST : PIPE_FLOAT_FIRST) + kind;
     if (g->pipes[*pipe]) return QUILL_OK;
     const uint32_t k = (uint32_t)kind;
-    const VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof k};
-    const VkSpecializationInfo spec = {.mapEntryCount = 1, .pMapEntries = &entry, .dataSize = sizeof k, .pData = &k};
-    return exact ? make_pipeline_of(g, spv_product_exact, sizeof spv_product_exact, &spec, &g->pipes[*pipe], err)
-                 : make_pipeline_of(g, spv_product_float, sizeof spv_product_float, &spec, &g->pipes[*pipe], err);
+    if (tiled) return make_pipeline_of(g, spv_product_tiled, sizeof spv_product_tiled, k, &g->pipes[*pipe], err);
+    return exact ? make_pipeline_of(g, spv_product_exact, sizeof spv_product_exact, k, &g->pipes[*pipe], err)
+                 : make_pipeline_of(g, spv_product_float, sizeof spv_product_float, k, &g->pipes[*pipe], err);
 }
 
 static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
@@ -396,6 +464,10 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     /* a CPU driver runs a workgroup's invocations as one thread's vector lanes: the split way's
      * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
     g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    /* (a device may offer as little as 16 KiB of shared memory and 128 invocations a workgroup) */
+    g->tiled = props.limits.maxComputeSharedMemorySize >= TILED_SHARED_BYTES &&
+               props.limits.maxComputeWorkGroupInvocations >= TILED_WORKGROUP &&
+               props.limits.maxComputeWorkGroupSize[0] >= TILED_WORKGROUP;
     g->dispatch_width = 65535;
     g->attention_kept = ATTENTION_KEPT;
     uint32_t nq = 0;
@@ -470,17 +542,6 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
                                            .pPushConstantRanges = &push};
     if ((r = vkCreatePipelineLayout(g->device, &pl, NULL, &g->pipe_layout)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreatePipelineLayout");
-    if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
-    if ((s = make_pipeline(g, spv_rmsnorm, sizeof spv_rmsnorm, &g->pipes[PIPE_RMSNORM], err))) return s;
-    if ((s = make_pipeline(g, spv_rope, sizeof spv_rope, &g->pipes[PIPE_ROPE], err))) return s;
-    if ((s = make_pipeline(g, spv_kv_store, sizeof spv_kv_store, &g->pipes[PIPE_KV_STORE], err))) return s;
-    if ((s = make_pipeline(g, spv_attention, sizeof spv_attention, &g->pipes[PIPE_ATTENTION], err))) return s;
-    if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
-    if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
-    if ((s = make_pipeline(g, spv_scale, sizeof spv_scale, &g->pipes[PIPE_SCALE], err))) return s;
-    if ((s = make_pipeline(g, spv_route_logits, sizeof spv_route_logits, &g->pipes[PIPE_ROUTE_LOGITS], err))) return s;
-    if ((s = make_pipeline(g, spv_route_select, sizeof spv_route_select, &g->pipes[PIPE_ROUTE_SELECT], err))) return s;
-    if ((s = make_pipeline(g, spv_moe_sum, sizeof spv_moe_sum, &g->pipes[PIPE_MOE_SUM], err))) return s;
     /* the descriptor sets of a group of products (the quantizer's, each product's), the command
      * buffer and the fence */
     enum { SETS = 1 + QUILL_GPU_GROUP_MAX };
@@ -498,7 +559,89 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((r = vkAllocateCommandBuffers(g->device, &cai, &g->cmd)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateCommandBuffers");
     const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = vkCreateFence(g->device, &fi, NULL, &g->fence)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateFence");
+    const char *profile = getenv("QUILL_VULKAN_PROFILE");
+    if (profile && !strcmp(profile, "1") && props.limits.timestampComputeAndGraphics && qf[g->queue_family].timestampValidBits) {
+        if (!(g->profile = calloc(1, sizeof *g->profile))) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+        g->profile->period_ns = props.limits.timestampPeriod;
+        const VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                          .queryCount = PROFILE_QUERIES};
+        if ((r = vkCreateQueryPool(g->device, &qi, NULL, &g->profile->pool)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateQueryPool");
+    }
     return QUILL_OK;
+}
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* A timestamp of the profile after the commands recorded so far, labelled (see gpu_profile). */
+static void profile_mark(quill_gpu *g, int label) {
+    gpu_profile *pr = g->profile;
+    if (!pr) return;
+    if (pr->used >= PROFILE_QUERIES) {
+        pr->dropped++;
+        return;
+    }
+    pr->label[pr->used] = (uint16_t)label;
+    vkCmdWriteTimestamp(g->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pr->pool, pr->used++);
+}
+
+/* The step's timestamps into the sums (after the step ran). */
+static void profile_collect(quill_gpu *g) {
+    gpu_profile *pr = g->profile;
+    if (!pr || pr->used < 2) return;
+    static uint64_t ticks[PROFILE_QUERIES];
+    if (vkGetQueryPoolResults(g->device, pr->pool, 0, pr->used, sizeof ticks, ticks, sizeof ticks[0],
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    for (uint32_t i = 1; i < pr->used; i++) {
+        pr->ns[pr->label[i]] += (double)(ticks[i] - ticks[i - 1]) * pr->period_ns;
+        pr->calls[pr->label[i]]++;
+    }
+    pr->steps++;
+}
+
+static const char *const fixed_pipe_names[PIPE_EXACT_FIRST] = {
+    "quantize", "rmsnorm", "rope", "kv_store", "attention", "glu", "add_rows", "scale", "route_logits", "route_select",
+    "moe_sum"};
+
+static void profile_label_name(int label, char *out, size_t n) {
+    const int pipe = label % PIPE_COUNT;
+    const char *way = label >= 2 * PIPE_COUNT ? "" : label >= PIPE_COUNT ? " (split)" : "";
+    if (label == 2 * PIPE_COUNT) snprintf(out, n, "copy");
+    else if (pipe < PIPE_EXACT_FIRST) snprintf(out, n, "%s", fixed_pipe_names[pipe]);
+    else if (pipe < PIPE_FLOAT_FIRST) snprintf(out, n, "product_exact %d%s", pipe - PIPE_EXACT_FIRST, way);
+    else if (pipe < PIPE_TILED_FIRST) snprintf(out, n, "product_float %d%s", pipe - PIPE_FLOAT_FIRST, way);
+    else snprintf(out, n, "product_tiled %d", pipe - PIPE_TILED_FIRST);
+}
+
+/* The sums through the library's log (info), the largest first. */
+static void profile_report(const quill_gpu *g) {
+    const gpu_profile *pr = g->profile;
+    if (!pr->steps) return;
+    double total = 0;
+    for (int i = 0; i < PROFILE_LABELS; i++) total += pr->ns[i];
+    quill_log(QUILL_LOG_INFO,
+              "vulkan profile: %llu steps, %.3f ms on the device (%.3f a step), the host %.3f ms recording and %.3f ms "
+              "waiting (a step: %.3f, %.3f)%s",
+              (unsigned long long)pr->steps, total * 1e-6, total * 1e-6 / (double)pr->steps, pr->record_ns * 1e-6,
+              pr->wait_ns * 1e-6, pr->record_ns * 1e-6 / (double)pr->steps, pr->wait_ns * 1e-6 / (double)pr->steps,
+              pr->dropped ? " (some dispatches past the profile's room were not timed)" : "");
+    bool done[PROFILE_LABELS] = {false};
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < PROFILE_LABELS; i++)
+            if (!done[i] && pr->calls[i] && (best < 0 || pr->ns[i] > pr->ns[best])) best = i;
+        if (best < 0) break;
+        done[best] = true;
+        char name[64];
+        profile_label_name(best, name, sizeof name);
+        quill_log(QUILL_LOG_INFO, "vulkan profile: %-26s %8llu calls %10.3f ms %5.1f%% %9.2f us a call", name,
+                  (unsigned long long)pr->calls[best], pr->ns[best] * 1e-6, 100.0 * pr->ns[best] / total,
+                  pr->ns[best] * 1e-3 / (double)pr->calls[best]);
+    }
 }
 
 /* ---------------------------------------------------------------- one product */
@@ -569,6 +712,12 @@ static void begin_commands(quill_gpu *g) {
 
 void quill_gpu_set_split(quill_gpu *g, bool split) { g->split = split; }
 
+bool quill_gpu_set_tiled(quill_gpu *g, bool tiled) {
+    const bool was = g->tiled;
+    g->tiled = tiled;
+    return was;
+}
+
 void quill_gpu_set_dispatch_width(quill_gpu *g, uint32_t width) { g->dispatch_width = width ? width : 1; }
 
 void quill_gpu_set_attention_kept(quill_gpu *g, uint32_t n) { g->attention_kept = n < ATTENTION_KEPT ? n : ATTENTION_KEPT; }
@@ -634,11 +783,32 @@ static quill_status upload_grids(quill_gpu *g, quill_error *err) {
     return s;
 }
 
+static quill_status probe_fma(quill_gpu *g, quill_error *err);
+
+/* The pipelines of the shaders other than the products' (those are made at their first use). */
+static quill_status make_fixed_pipelines(quill_gpu *g, quill_error *err) {
+    quill_status s;
+    if ((s = make_pipeline(g, spv_quantize, sizeof spv_quantize, &g->pipes[PIPE_QUANTIZE], err))) return s;
+    if ((s = make_pipeline(g, spv_rmsnorm, sizeof spv_rmsnorm, &g->pipes[PIPE_RMSNORM], err))) return s;
+    if ((s = make_pipeline(g, spv_rope, sizeof spv_rope, &g->pipes[PIPE_ROPE], err))) return s;
+    if ((s = make_pipeline(g, spv_kv_store, sizeof spv_kv_store, &g->pipes[PIPE_KV_STORE], err))) return s;
+    if ((s = make_pipeline(g, spv_attention, sizeof spv_attention, &g->pipes[PIPE_ATTENTION], err))) return s;
+    if ((s = make_pipeline(g, spv_glu, sizeof spv_glu, &g->pipes[PIPE_GLU], err))) return s;
+    if ((s = make_pipeline(g, spv_add_rows, sizeof spv_add_rows, &g->pipes[PIPE_ADD_ROWS], err))) return s;
+    if ((s = make_pipeline(g, spv_scale, sizeof spv_scale, &g->pipes[PIPE_SCALE], err))) return s;
+    if ((s = make_pipeline(g, spv_route_logits, sizeof spv_route_logits, &g->pipes[PIPE_ROUTE_LOGITS], err))) return s;
+    if ((s = make_pipeline(g, spv_route_select, sizeof spv_route_select, &g->pipes[PIPE_ROUTE_SELECT], err))) return s;
+    if ((s = make_pipeline(g, spv_moe_sum, sizeof spv_moe_sum, &g->pipes[PIPE_MOE_SUM], err))) return s;
+    return QUILL_OK;
+}
+
 quill_status quill_gpu_open(int index, quill_gpu **out, quill_error *err) {
     *out = NULL;
     quill_gpu *g = calloc(1, sizeof *g);
     if (!g) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
     quill_status s = open_device(g, index, err);
+    if (!s) s = probe_fma(g, err);
+    if (!s) s = make_fixed_pipelines(g, err);
     if (!s) s = upload_grids(g, err);
     if (s) {
         quill_gpu_close(g);
@@ -690,6 +860,60 @@ static void bind_set(quill_gpu *g, VkDescriptorSet set, const gpu_buffer *const 
 
 static uint64_t groups(uint64_t n) { return (n + WORKGROUP - 1) / WORKGROUP; }
 
+/* Learns whether the device's GLSL fma rounds once (g->native_fma), from triples whose product and
+ * sum rounded apart give another float than rounded once: products near the sum's negation, whose
+ * low bits a separate rounding loses, across exponents, signs and the halfway cases. Every one must
+ * equal C's fmaf: a device that fuses only sometimes keeps the float64 steps. QUILL_VULKAN_FMA=float64
+ * keeps them anyway (to measure what the native fma saves). */
+static quill_status probe_fma(quill_gpu *g, quill_error *err) {
+    g->native_fma = false;
+    const char *force = getenv("QUILL_VULKAN_FMA");
+    if (force && !strcmp(force, "float64")) return QUILL_OK;
+    enum { N = 1024 };
+    quill_status s;
+    if ((s = buffer_room(g, &g->x, 3 * N * sizeof(float), false, err)) || (s = buffer_room(g, &g->y, N * sizeof(float), false, err)))
+        return s;
+    float *x = g->x.map;
+    uint64_t state = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < N; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const uint32_t bits = (uint32_t)(state >> 32);
+        /* a and b in [1, 2) with random low bits, scaled by 2^(-20..20); c the negated product
+         * rounded, nudged by a few units: the fused and unfused results differ in most */
+        const float a = ldexpf(1.0f + (float)(bits & 0xFFFFF) * 0x1p-20f, (int)(bits >> 27) - 16);
+        const float b = ldexpf(1.0f + (float)((bits >> 8) & 0xFFFFF) * 0x1p-20f + 0x1p-23f, (int)((bits >> 3) & 15) - 8);
+        float c = -(a * b);
+        for (uint32_t k = 0; k < (bits & 3); k++) c = nextafterf(c, (bits & 4) ? INFINITY : -INFINITY);
+        if (i % 2) c = ldexpf(c, (int)(bits % 5) - 2); /* (sums that do not cancel, too) */
+        x[3 * i] = i % 3 ? a : -a, x[3 * i + 1] = b, x[3 * i + 2] = i % 3 ? c : -c;
+    }
+    VkPipeline pipe;
+    if ((s = make_pipeline(g, spv_fma_probe, sizeof spv_fma_probe, &pipe, err))) return s;
+    bind_set(g, g->sets[0], (const gpu_buffer *const[BINDINGS]){&g->x, NULL, NULL, &g->y}, 0);
+    begin_commands(g);
+    const uint32_t n = N;
+    vkCmdBindPipeline(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
+    vkCmdPushConstants(g->cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof n, &n);
+    vkCmdDispatch(g->cmd, N / WORKGROUP, 1, 1);
+    const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
+    s = submit_and_wait(g, "probing the device's fma", err);
+    vkDestroyPipeline(g->device, pipe, NULL);
+    if (s) return s;
+    const float *y = g->y.map;
+    bool fused = true;
+    for (int i = 0; i < N && fused; i++) {
+        const float want = fmaf(x[3 * i], x[3 * i + 1], x[3 * i + 2]);
+        fused = !memcmp(&want, &y[i], sizeof want);
+    }
+    g->native_fma = fused;
+    return QUILL_OK;
+}
+
+bool quill_gpu_native_fma(const quill_gpu *g) { return g->native_fma; }
+
 /* n workgroups, over x and y where they outnumber the 65535 a device must take in x (the shaders
  * number them y · width + x, and skip those past their work). */
 static void dispatch(const quill_gpu *g, VkCommandBuffer cmd, uint64_t n) {
@@ -697,10 +921,6 @@ static void dispatch(const quill_gpu *g, VkCommandBuffer cmd, uint64_t n) {
     vkCmdDispatch(cmd, x, (uint32_t)((n + x - 1) / x), 1);
 }
 
-/* The most slots of an exact type's row, or blocks of 32 of a float type's (the shaders' MAX_SLOTS,
- * MAX_BLOCKS: their shared memory), and tokens, for which a workgroup takes each (row, token) */
-#define SPLIT_MAX_PARTS 1024
-#define SPLIT_MAX_TOKENS 8
 
 /* Whether one product's arguments are in range (the shaders index in 32 bits). */
 static quill_status check_product(const quill_gpu_mat *p, int64_t cols, int n_tok, quill_error *err) {
@@ -733,7 +953,9 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
     bool any_exact = false;
     int pipes[QUILL_GPU_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        if ((s = check_product(&p[i], cols, n_tok, err)) || (s = product_pipe(g, p[i].type, &pipes[i], err))) return s;
+        if ((s = check_product(&p[i], cols, n_tok, err)) ||
+            (s = product_pipe(g, p[i].type, tiled_product(g, p[i].type, n_tok), &pipes[i], err)))
+            return s;
         any_exact |= exact_kind(p[i].type) >= 0;
         weights[i] = resident_of(g, p[i].w, (size_t)p[i].rows * p[i].row_bytes);
         if (!weights[i] && n > 1)
@@ -796,7 +1018,7 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
         const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
-        dispatch(g, cmd, split ? pairs : groups(pairs));
+        dispatch(g, cmd, tiled_product(g, p[i].type, n_tok) ? tiles(p[i].rows, n_tok) : split ? pairs : groups(pairs));
     }
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
@@ -917,6 +1139,12 @@ quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float
     g->step_status = QUILL_OK;
     g->stepping = true;
     begin_commands(g);
+    if (g->profile) {
+        g->profile->begin_ns = now_ns();
+        g->profile->used = 0;
+        vkCmdResetQueryPool(g->cmd, g->profile->pool, 0, PROFILE_QUERIES);
+        profile_mark(g, 2 * PIPE_COUNT);
+    }
     if (in_floats) {
         const VkBufferCopy copy = {0, in_at * sizeof(float), in_floats * sizeof(float)};
         vkCmdCopyBuffer(g->cmd, g->io.buf, g->act.buf, 1, &copy);
@@ -976,6 +1204,9 @@ static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const
                                                  VK_ACCESS_TRANSFER_READ_BIT};
     vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    /* (the products' split way, push word 5, under a label of its own) */
+    const bool split = pipe >= PIPE_EXACT_FIRST && pipe < PIPE_TILED_FIRST && words > 5 && push[5];
+    profile_mark(g, pipe + (split ? PIPE_COUNT : 0));
 }
 
 /* An uploaded vector or matrix as a binding, or a failure of the step naming it. */
@@ -1058,13 +1289,14 @@ static void step_products_of(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
         const step_binding b[BINDINGS] = {{wb, 0}, exact ? (step_binding){&g->codes, 0} : act_at(g, x_at), {&g->da, 0},
                                           act_at(g, y_at[i]), act_at(g, 0), {&g->grids, 0}};
         const uint64_t pairs = (uint64_t)w[i].rows * (uint64_t)n_out;
+        const bool tiled = x_div == 0 && tiled_product(g, w[i].type, n_out);
         int pipe;
-        if ((bad = product_pipe(g, w[i].type, &pipe, &e))) {
+        if ((bad = product_pipe(g, w[i].type, tiled, &pipe, &e))) {
             g->step_status = bad;
             g->step_err = e;
             return;
         }
-        record(g, pipe, b, pp, 8, split ? pairs : groups(pairs));
+        record(g, pipe, b, pp, 8, tiled ? tiles(w[i].rows, n_out) : split ? pairs : groups(pairs));
     }
 }
 
@@ -1221,6 +1453,7 @@ void quill_gpu_copy(quill_gpu *g, uint64_t from_at, uint64_t to_at, uint64_t n) 
                                                  VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
     vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    profile_mark(g, 2 * PIPE_COUNT);
 }
 
 quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floats, float *out, quill_error *err) {
@@ -1239,7 +1472,14 @@ quill_status quill_gpu_step_end(quill_gpu *g, uint64_t out_at, uint64_t out_floa
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(g->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0, NULL);
+    profile_mark(g, 2 * PIPE_COUNT);
+    const double recorded = g->profile ? now_ns() : 0;
     quill_status s = submit_and_wait(g, "running a step", err);
+    if (g->profile) {
+        g->profile->record_ns += recorded - g->profile->begin_ns;
+        g->profile->wait_ns += now_ns() - recorded;
+        if (!s) profile_collect(g);
+    }
     if (!s && out && out_floats) memcpy(out, g->io.map, out_floats * sizeof(float));
     return s;
 }

@@ -12,12 +12,19 @@ float divide_once(float a, float b) {
     return float(q);
 }
 
+// Whether the device's fma rounds once (vulkan.c's probe_fma asks it at open, and specializes every
+// pipeline with the answer).
+layout(constant_id = 1) const bool NATIVE_FMA = false;
+
 // fma(a, b, c) rounded once, as C's fmaf: GLSL's fma may be a multiply and an add (llvmpipe's
-// is), so it is built from float64 operations, each correctly rounded in Vulkan: a·b is exact in
-// float64 (24 + 24 bits), the sum is rounded to odd (TwoSum gives its exact error; a nonzero error
-// with an even last bit moves it one unit toward the exact sum), and round-to-odd in 53 bits then
-// to nearest in 24 is the sum rounded once to nearest (Boldo and Melquiond, 2008).
+// is), so where the probe found it so it is built from float64 operations, each correctly rounded
+// in Vulkan: a·b is exact in float64 (24 + 24 bits), the sum is rounded to odd (TwoSum gives its
+// exact error; a nonzero error with an even last bit moves it one unit toward the exact sum), and
+// round-to-odd in 53 bits then to nearest in 24 is the sum rounded once to nearest (Boldo and
+// Melquiond, 2008). Those are about ten float64 operations in a chain: a GPU's exact products'
+// sums wait on them, slot after slot.
 float fma_once(float a, float b, float c) {
+    if (NATIVE_FMA) return fma(a, b, c);
     precise const double p = double(a) * double(b);
     precise const double s = p + double(c);
     precise const double bv = s - p;
