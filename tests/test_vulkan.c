@@ -149,6 +149,10 @@ TEST(vulkan_products_match_cpu) {
         if (quill_gpu_supports(type))
             check_products(g, type, 9, quill_type_traits_of(type)->block_size > 32 ? 512 : 96, 2, 61 + type);
     check_products(g, QUILL_TYPE_Q4_K, 5, 512, 9, 97);
+    /* rows of more than one chunk of 64 slots (72 of q4_1, 80 of q6_K's 16 columns), pairs that do
+     * not fill their last workgroup of eight */
+    check_products(g, QUILL_TYPE_Q4_1, 13, 2304, 2, 94);
+    check_products(g, QUILL_TYPE_Q6_K, 11, 1280, 3, 95);
     check_products(g, QUILL_TYPE_F16, 5, 70, 9, 96); /* (blocks of 32 columns and one of 6) */
     /* workgroups spread over x and y (as past the 65535 a device must take in x), here past 3 */
     quill_gpu_set_dispatch_width(g, 3);

@@ -88,10 +88,12 @@ struct resident {
 #define TILE 64
 #define TILED_WORKGROUP 256
 #define TILED_SHARED_BYTES (2 * 32 * TILE * 4 + 4 * TILE * 4)
-/* The most slots of an exact type's row, or blocks of 32 of a float type's (the shaders' MAX_SLOTS,
- * MAX_BLOCKS: their shared memory), and tokens, for which a workgroup takes each (row, token) */
+/* The most blocks of 32 of a float type's row (product_float.comp's MAX_BLOCKS: its shared memory),
+ * and tokens, for which the split way takes their products (the exact ones: product_exact.comp's
+ * PAIRS (row, token) pairs a workgroup; the float ones: a workgroup a pair) */
 #define SPLIT_MAX_PARTS 1024
 #define SPLIT_MAX_TOKENS 8
+#define SPLIT_PAIRS 8
 /* The products' pipelines, one per kind (the shaders' KIND, a specialization constant), follow the
  * others and are made at their first use (product_pipe): each then holds only its type's decoding,
  * which a pipeline of all the kinds paid for in every product (lavapipe: the Vulkan tests 2-3x
@@ -125,6 +127,18 @@ typedef struct {
     double record_ns, wait_ns, begin_ns;
     uint64_t steps, dropped;
 } gpu_profile;
+
+/* The steps' descriptor sets, kept across steps by their buffers and offsets: a model's steps
+ * bind the same buffers at the same offsets token after token, and writing a set is most of what
+ * recording a dispatch costs the host (an H200 step of TinyLlama: 1 ms of recording for 450
+ * dispatches). Emptied whenever a buffer is freed (a handle may come back for another buffer). */
+#define SET_CACHE_SLOTS 4096
+#define SET_CACHE_MAX 3072
+typedef struct {
+    VkBuffer buf[BINDINGS];
+    VkDeviceSize offset[BINDINGS];
+    VkDescriptorSet set; /* VK_NULL_HANDLE: an empty slot */
+} cached_set;
 
 struct quill_gpu {
     VkInstance instance;
@@ -168,6 +182,9 @@ struct quill_gpu {
     quill_error step_err;
     int validation_errors;
     gpu_profile *profile; /* NULL unless QUILL_VULKAN_PROFILE=1 */
+    VkDescriptorPool cache_pool;
+    cached_set *set_cache; /* SET_CACHE_SLOTS, open addressing */
+    int set_cache_used;
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
     char name[256];
@@ -366,6 +383,8 @@ void quill_gpu_close(quill_gpu *g) {
         buffer_free(g, &g->w), buffer_free(g, &g->grids);
         buffer_free(g, &g->act), buffer_free(g, &g->io), buffer_free(g, &g->kv);
         if (g->step_pool) vkDestroyDescriptorPool(g->device, g->step_pool, NULL);
+        if (g->cache_pool) vkDestroyDescriptorPool(g->device, g->cache_pool, NULL);
+        free(g->set_cache);
         if (g->fence) vkDestroyFence(g->device, g->fence, NULL);
         if (g->cmd) vkFreeCommandBuffers(g->device, g->pool, 1, &g->cmd);
         if (g->dpool) vkDestroyDescriptorPool(g->device, g->dpool, NULL);
@@ -421,6 +440,13 @@ static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t byt
 static bool tiled_product(const quill_gpu *g, uint32_t type, int n_tok) {
     const int kind = exact_kind(type);
     return g->tiled && kind >= 0 && kind < TILED_KINDS && n_tok > SPLIT_MAX_TOKENS;
+}
+
+/* Workgroups of a product of n (row, token) pairs that is not tiled: the split way's (SPLIT_PAIRS
+ * pairs a workgroup for the exact products, one for the float ones), or an invocation a pair. */
+static uint64_t split_groups(bool exact, bool split, uint64_t pairs) {
+    if (!split) return (pairs + WORKGROUP - 1) / WORKGROUP;
+    return exact ? (pairs + SPLIT_PAIRS - 1) / SPLIT_PAIRS : pairs;
 }
 
 /* Workgroups of a tiled product (product_tiled.comp numbers them row tile first). */
@@ -559,6 +585,12 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((r = vkAllocateCommandBuffers(g->device, &cai, &g->cmd)) != VK_SUCCESS) return vk_fail(err, r, "vkAllocateCommandBuffers");
     const VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = vkCreateFence(g->device, &fi, NULL, &g->fence)) != VK_SUCCESS) return vk_fail(err, r, "vkCreateFence");
+    const VkDescriptorPoolSize cps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, SET_CACHE_MAX * BINDINGS};
+    const VkDescriptorPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = SET_CACHE_MAX,
+                                            .poolSizeCount = 1, .pPoolSizes = &cps};
+    if ((r = vkCreateDescriptorPool(g->device, &cpi, NULL, &g->cache_pool)) != VK_SUCCESS)
+        return vk_fail(err, r, "vkCreateDescriptorPool");
+    if (!(g->set_cache = calloc(SET_CACHE_SLOTS, sizeof *g->set_cache))) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
     const char *profile = getenv("QUILL_VULKAN_PROFILE");
     if (profile && !strcmp(profile, "1") && props.limits.timestampComputeAndGraphics && qf[g->queue_family].timestampValidBits) {
         if (!(g->profile = calloc(1, sizeof *g->profile))) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
@@ -676,7 +708,15 @@ static quill_status buffer_make(quill_gpu *g, size_t bytes, bool device_local, g
     return QUILL_OK;
 }
 
+static void set_cache_clear(quill_gpu *g) {
+    if (!g->set_cache_used) return;
+    vkResetDescriptorPool(g->device, g->cache_pool, 0);
+    memset(g->set_cache, 0, SET_CACHE_SLOTS * sizeof *g->set_cache);
+    g->set_cache_used = 0;
+}
+
 static void buffer_free(quill_gpu *g, gpu_buffer *b) {
+    if (b->buf) set_cache_clear(g);
     if (b->map) vkUnmapMemory(g->device, b->mem);
     if (b->buf) vkDestroyBuffer(g->device, b->buf, NULL);
     if (b->mem) vkFreeMemory(g->device, b->mem, NULL);
@@ -1004,21 +1044,21 @@ quill_status quill_gpu_matmuls(quill_gpu *g, const quill_gpu_mat *p, int n, int6
             vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[PIPE_QUANTIZE]);
             vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[0], 0, NULL);
             vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof qp, qp);
-            dispatch(g, cmd, groups(xs / 32));
+            dispatch(g, cmd, (xs / 32 + 1) / 2); /* (quantize.comp: two blocks a workgroup) */
             vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
                                  NULL, 0, NULL);
         }
         /* a few tokens: a workgroup per (row, token), else the rows alone are too few for a GPU
          * (the bits are the same either way) */
         const int64_t parts = exact ? cols / slot_width(p[i].type) : (cols + 31) / 32;
-        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const bool split = g->split && n_tok <= SPLIT_MAX_TOKENS && (exact || parts <= SPLIT_MAX_PARTS);
         const uint32_t pp[8] = {(uint32_t)p[i].rows, (uint32_t)cols, (uint32_t)n_tok, (uint32_t)p[i].row_bytes,
                                 (uint32_t)(exact ? exact_kind(p[i].type) : float_kind(p[i].type)), split, 0, 0};
         vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[pipes[i]]);
         vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &g->sets[1 + i], 0, NULL);
         vkCmdPushConstants(cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pp, pp);
         const uint64_t pairs = (uint64_t)p[i].rows * (uint64_t)n_tok;
-        dispatch(g, cmd, tiled_product(g, p[i].type, n_tok) ? tiles(p[i].rows, n_tok) : split ? pairs : groups(pairs));
+        dispatch(g, cmd, tiled_product(g, p[i].type, n_tok) ? tiles(p[i].rows, n_tok) : split_groups(exact, split, pairs));
     }
     const VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
@@ -1164,6 +1204,52 @@ typedef struct {
 
 static step_binding act_at(quill_gpu *g, uint64_t at) { return (step_binding){&g->act, at * sizeof(float)}; }
 
+static void write_set(quill_gpu *g, VkDescriptorSet set, const VkDescriptorBufferInfo info[BINDINGS]) {
+    VkWriteDescriptorSet w[BINDINGS];
+    for (int i = 0; i < BINDINGS; i++)
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &info[i]};
+    vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
+}
+
+/* A descriptor set of these bindings for a step's dispatch: the kept one (set_cache), else a new one
+ * kept, else (the cache full) one of this step's pool; VK_NULL_HANDLE when that is spent too. */
+static VkDescriptorSet step_set(quill_gpu *g, const VkDescriptorBufferInfo info[BINDINGS]) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int i = 0; i < BINDINGS; i++) {
+        const uint64_t v[2] = {(uint64_t)(uintptr_t)info[i].buffer, info[i].offset};
+        for (int k = 0; k < 2; k++) h = (h ^ v[k]) * 0x100000001B3ull, h ^= h >> 29;
+    }
+    for (uint32_t probe = 0; probe < SET_CACHE_SLOTS; probe++) {
+        cached_set *e = &g->set_cache[(h + probe) % SET_CACHE_SLOTS];
+        if (!e->set) {
+            if (g->set_cache_used >= SET_CACHE_MAX) break;
+            const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                                     .descriptorPool = g->cache_pool, .descriptorSetCount = 1,
+                                                     .pSetLayouts = &g->set_layout};
+            if (vkAllocateDescriptorSets(g->device, &dai, &e->set) != VK_SUCCESS) {
+                e->set = VK_NULL_HANDLE;
+                break;
+            }
+            for (int i = 0; i < BINDINGS; i++) e->buf[i] = info[i].buffer, e->offset[i] = info[i].offset;
+            write_set(g, e->set, info);
+            g->set_cache_used++;
+            return e->set;
+        }
+        bool same = true;
+        for (int i = 0; i < BINDINGS && same; i++) same = e->buf[i] == info[i].buffer && e->offset[i] == info[i].offset;
+        if (same) return e->set;
+    }
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                             .descriptorPool = g->step_pool, .descriptorSetCount = 1,
+                                             .pSetLayouts = &g->set_layout};
+    VkDescriptorSet set;
+    if (vkAllocateDescriptorSets(g->device, &dai, &set) != VK_SUCCESS) return VK_NULL_HANDLE;
+    write_set(g, set, info);
+    return set;
+}
+
 /* Records a dispatch of `pipe` over n workgroups, then a barrier before whatever comes next reads
  * or overwrites what it wrote. Bindings left {NULL}: the activations from their start. */
 static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const uint32_t *push, size_t words,
@@ -1173,16 +1259,7 @@ static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const
         step_fail(g, QUILL_E_ARG, "an operation recorded outside a step");
         return;
     }
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                             .descriptorPool = g->step_pool, .descriptorSetCount = 1,
-                                             .pSetLayouts = &g->set_layout};
-    VkDescriptorSet set;
-    if (vkAllocateDescriptorSets(g->device, &dai, &set) != VK_SUCCESS) {
-        step_fail(g, QUILL_E_ARG, "a step has more operations than quill_gpu_step_begin made room for");
-        return;
-    }
     VkDescriptorBufferInfo info[BINDINGS];
-    VkWriteDescriptorSet w[BINDINGS];
     for (int i = 0; i < BINDINGS; i++) {
         const step_binding bi = b[i].buf ? b[i] : act_at(g, 0);
         if (bi.offset % g->offset_alignment || bi.offset >= bi.buf->bytes) {
@@ -1190,11 +1267,12 @@ static void record(quill_gpu *g, int pipe, const step_binding b[BINDINGS], const
             return;
         }
         info[i] = (VkDescriptorBufferInfo){bi.buf->buf, bi.offset, VK_WHOLE_SIZE};
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
-                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                      .pBufferInfo = &info[i]};
     }
-    vkUpdateDescriptorSets(g->device, BINDINGS, w, 0, NULL);
+    VkDescriptorSet set = step_set(g, info);
+    if (!set) {
+        step_fail(g, QUILL_E_ARG, "a step has more operations than quill_gpu_step_begin made room for");
+        return;
+    }
     vkCmdBindPipeline(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes[pipe]);
     vkCmdBindDescriptorSets(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipe_layout, 0, 1, &set, 0, NULL);
     vkCmdPushConstants(g->cmd, g->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)(words * sizeof(uint32_t)), push);
@@ -1279,10 +1357,10 @@ static void step_products_of(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
             quantized_for = act_max(w[i].type);
             const step_binding qb[BINDINGS] = {act_at(g, x_at), {&g->codes, 0}, {&g->da, 0}, act_at(g, x_at)};
             const uint32_t qp[2] = {(uint32_t)(xs / 32), (uint32_t)quantized_for};
-            record(g, PIPE_QUANTIZE, qb, qp, 2, groups(xs / 32));
+            record(g, PIPE_QUANTIZE, qb, qp, 2, (xs / 32 + 1) / 2); /* (two blocks a workgroup) */
         }
         const int64_t parts = exact ? cols / slot_width(w[i].type) : (cols + 31) / 32;
-        const bool split = g->split && n_out <= SPLIT_MAX_TOKENS && parts <= SPLIT_MAX_PARTS;
+        const bool split = g->split && n_out <= SPLIT_MAX_TOKENS && (exact || parts <= SPLIT_MAX_PARTS);
         const uint32_t pp[8] = {(uint32_t)w[i].rows, (uint32_t)cols, (uint32_t)n_out, (uint32_t)w[i].row_bytes,
                                 (uint32_t)(exact ? exact_kind(w[i].type) : float_kind(w[i].type)), split,
                                 (uint32_t)x_div, (uint32_t)ids_at};
@@ -1296,7 +1374,7 @@ static void step_products_of(quill_gpu *g, const quill_gpu_mat *w, int n, int64_
             g->step_err = e;
             return;
         }
-        record(g, pipe, b, pp, 8, tiled ? tiles(w[i].rows, n_out) : split ? pairs : groups(pairs));
+        record(g, pipe, b, pp, 8, tiled ? tiles(w[i].rows, n_out) : split_groups(exact, split, pairs));
     }
 }
 

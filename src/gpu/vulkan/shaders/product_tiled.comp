@@ -5,8 +5,11 @@
 // after it). A workgroup takes a tile of 64 rows by 64 tokens: slot after slot it decodes the
 // tile's weights' codes and copies its tokens' codes into shared memory once, and each invocation
 // multiplies 4 rows by 4 tokens from there. product_exact.comp reads a row's bytes and a token's
-// codes once per (row, token): 64 times as many reads of both, which bound it on a GPU. Only the
-// order of the integer sums differs, and integer sums have none: the results are its bits.
+// codes once per (row, token): 64 times as many reads of both, which bound it on a GPU. The integer
+// sums are made in f32 multiply-adds: kernels_exact.h's act_max keeps every slot's Σ|q·a| below
+// 2^24, so each partial sum is an integer that f32 holds exactly, in any order and whether or not
+// the multiply-add is fused (a GPU does twice as many f32 multiply-adds as integer ones a cycle).
+// The results are product_exact.comp's bits.
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
@@ -21,9 +24,9 @@ layout(push_constant) uniform Params { uint rows; uint cols; uint n_tok; uint ro
 #include "exact_weights.glsl"
 
 const uint TILE = 64u;
-// a slot's codes, column-major (column j of row r at j·64 + r): an invocation's 16 rows of a column
-// are 16 banks, and its tokens' codes are read by 16 invocations at once
-shared int s_w[32u * TILE], s_a[32u * TILE];
+// a slot's codes, column-major (column j of rows 4i .. 4i + 3 in s_w[j·16 + i]): an invocation reads
+// its 4 rows' and its 4 tokens' codes of a column as two vectors
+shared vec4 s_w[32u * TILE / 4u], s_a[32u * TILE / 4u];
 shared float s_sc[TILE], s_negm[TILE], s_da[TILE], s_sum[TILE];
 
 void main() {
@@ -34,7 +37,7 @@ void main() {
     const uint r0 = (wg % row_tiles) * TILE, t0 = (wg / row_tiles) * TILE;
     const uint nb = p.cols / 32u, n_slots = p.cols / width;
     const bool mins = with_min(kind);
-    // this invocation's outputs: rows r0 + ri + 16i, tokens t0 + ti + 16k
+    // this invocation's outputs: rows r0 + 4ri + i, tokens t0 + 4ti + k
     const uint ri = lane % 16u, ti = lane / 16u;
     // what it stages: row (and token) lane / 4, columns from (lane % 4) · width / 4
     const uint stage = lane / 4u, per = width / 4u, j0 = (lane % 4u) * per;
@@ -45,8 +48,8 @@ void main() {
         for (uint k = 0u; k < 4u; k++) acc[i][k] = 0.0;
     for (uint s = 0u; s < n_slots; s++) {
         for (uint j = j0; j < j0 + per; j++) {
-            s_w[j * TILE + stage] = stage_row ? weight_code(kind, row, s, j) : 0;
-            s_a[j * TILE + stage] = stage_tok ? codes[tok * p.cols + s * width + j] : 0;
+            s_w[j * 16u + stage / 4u][stage % 4u] = stage_row ? float(weight_code(kind, row, s, j)) : 0.0;
+            s_a[j * 16u + stage / 4u][stage % 4u] = stage_tok ? float(codes[tok * p.cols + s * width + j]) : 0.0;
         }
         if (lane < TILE) {
             float sc = 0.0, neg_m = 0.0;
@@ -68,24 +71,22 @@ void main() {
             s_sum[lane - TILE] = sum;
         }
         barrier();
-        int c[4][4];
+        float c[4][4];
         for (uint i = 0u; i < 4u; i++)
-            for (uint k = 0u; k < 4u; k++) c[i][k] = 0;
+            for (uint k = 0u; k < 4u; k++) c[i][k] = 0.0;
         for (uint j = 0u; j < width; j++) {
-            int wv[4], av[4];
-            for (uint i = 0u; i < 4u; i++) wv[i] = s_w[j * TILE + ri + 16u * i];
-            for (uint k = 0u; k < 4u; k++) av[k] = s_a[j * TILE + ti + 16u * k];
+            const vec4 wv = s_w[j * 16u + ri], av = s_a[j * 16u + ti];
             for (uint i = 0u; i < 4u; i++)
                 for (uint k = 0u; k < 4u; k++) c[i][k] += wv[i] * av[k];
         }
         for (uint i = 0u; i < 4u; i++) {
-            const float sc = s_sc[ri + 16u * i], neg_m = s_negm[ri + 16u * i];
+            const float sc = s_sc[4u * ri + i], neg_m = s_negm[4u * ri + i];
             for (uint k = 0u; k < 4u; k++) {
-                const float dab = s_da[ti + 16u * k];
+                const float dab = s_da[4u * ti + k];
                 precise const float sda = sc * dab;
-                acc[i][k] = fma_once(float(c[i][k]), sda, acc[i][k]);
+                acc[i][k] = fma_once(c[i][k], sda, acc[i][k]);
                 if (mins) {
-                    precise const float dsum = dab * s_sum[ti + 16u * k];
+                    precise const float dsum = dab * s_sum[4u * ti + k];
                     acc[i][k] = fma_once(neg_m, dsum, acc[i][k]);
                 }
             }
@@ -94,7 +95,7 @@ void main() {
     }
     for (uint i = 0u; i < 4u; i++)
         for (uint k = 0u; k < 4u; k++) {
-            const uint r = r0 + ri + 16u * i, t = t0 + ti + 16u * k;
+            const uint r = r0 + 4u * ri + i, t = t0 + 4u * ti + k;
             if (r < p.rows && t < p.n_tok) y[t * p.rows + r] = acc[i][k];
         }
 }
