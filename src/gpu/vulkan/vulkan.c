@@ -682,8 +682,8 @@ static void profile_report(const quill_gpu *g) {
 /* A storage buffer of `bytes` in device-local memory (device_local) or host-visible memory; mapped
  * when its memory is host-visible. */
 static quill_status buffer_make(quill_gpu *g, size_t bytes, bool device_local, gpu_buffer *b, quill_error *err) {
-    b->bytes = (bytes + 3) & ~(size_t)3;
-    if (b->bytes == 0) b->bytes = 4;
+    /* (16 bytes of slack: exact_weights.glsl's word2_at may read the word after the last) */
+    b->bytes = ((bytes + 3) & ~(size_t)3) + 16;
     const VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = b->bytes,
                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                             VK_BUFFER_USAGE_TRANSFER_DST_BIT,

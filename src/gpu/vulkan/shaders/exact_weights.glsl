@@ -1,7 +1,8 @@
 // The exact types' weights as product_exact.comp and product_tiled.comp read them: each type's
 // codes q and scales s, m per slot (32 columns; q6_K, q2_K, q3_K and some grid types 16), as
 // src/kernels/exact_scalar.c and exact_unpack.c define them. The including shader declares the
-// buffers w (the weights' words), codes (the activations' codes) and grids (the lattice tables).
+// buffers w (the weights' words), codes (the activations' codes) and codes4 (the same buffer as
+// vectors of four) and grids (the lattice tables).
 #ifndef QUILL_EXACT_WEIGHTS_GLSL
 #define QUILL_EXACT_WEIGHTS_GLSL
 
@@ -36,6 +37,14 @@ uint slot_width(uint kind) {
 }
 
 uint u16_at(uint i) { return byte_at(i) | (byte_at(i + 1u) << 8); }
+
+// The 4 bytes from byte i, for an even i (every format keeps its fields at even offsets): one or two
+// loads where byte_at takes four. (The second may read the word after a buffer's last: vulkan.c's
+// buffers keep slack after their bytes.)
+uint word2_at(uint i) {
+    const uint k = i >> 2;
+    return (i & 2u) == 0u ? w[k] : (w[k] >> 16) | (w[k + 1u] << 16);
+}
 
 uint u32_at(uint i) { return u16_at(i) | (u16_at(i + 2u) << 16); }
 
@@ -173,21 +182,28 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
     c = 0;
     sum = 0;
     if (kind <= 3u) {
-        // q4_0 .. q5_1: blocks of 32 with nibbles (low ones first) and fifth bits
+        // q4_0 .. q5_1: blocks of 32 with nibbles (low ones first) and fifth bits; the nibbles and
+        // codes four at a time (byte 4k + b holds columns 4k + b and 16 + 4k + b)
         const uint at = row + s * LEGACY_BYTES[kind], qs = at + LEGACY_QS[kind], qh_at = LEGACY_QH[kind];
-        const uint qh = qh_at == 0u ? 0u
-                                    : byte_at(at + qh_at) | (byte_at(at + qh_at + 1u) << 8) |
-                                          (byte_at(at + qh_at + 2u) << 16) | (byte_at(at + qh_at + 3u) << 24);
-        for (uint j = 0u; j < 32u; j++) {
-            const uint nib = j < 16u ? byte_at(qs + j) & 0xFu : byte_at(qs + j - 16u) >> 4;
-            const int a = codes[a0 + j];
-            c += (int(nib | (((qh >> j) & 1u) << 4)) - LEGACY_BIAS[kind]) * a;
-            sum += a;
+        const uint qh = qh_at == 0u ? 0u : word2_at(at + qh_at);
+        for (uint k = 0u; k < 4u; k++) {
+            const uint q = word2_at(qs + 4u * k);
+            const ivec4 lo = codes4[a0 / 4u + k], hi = codes4[a0 / 4u + 4u + k];
+            for (uint b = 0u; b < 4u; b++) {
+                const uint jl = 4u * k + b, jh = jl + 16u, byte = (q >> (8u * b)) & 0xFFu;
+                c += (int((byte & 0xFu) | (((qh >> jl) & 1u) << 4)) - LEGACY_BIAS[kind]) * lo[b] +
+                     (int((byte >> 4) | (((qh >> jh) & 1u) << 4)) - LEGACY_BIAS[kind]) * hi[b];
+                sum += lo[b] + hi[b];
+            }
         }
     } else if (kind == 4u) {
         // q8_0: 34-byte blocks (d, 32 signed bytes)
-        const uint at = row + s * 34u;
-        for (uint j = 0u; j < 32u; j++) c += bitfieldExtract(int(byte_at(at + 2u + j)), 0, 8) * codes[a0 + j];
+        const uint at = row + s * 34u + 2u;
+        for (uint k = 0u; k < 8u; k++) {
+            const uint q = word2_at(at + 4u * k);
+            const ivec4 a = codes4[a0 / 4u + k];
+            for (uint b = 0u; b < 4u; b++) c += bitfieldExtract(int(q), int(8u * b), 8) * a[b];
+        }
     } else if (kind == 5u) {
         // mxfp4: 17-byte blocks (E8M0 exponent, 16 bytes of fp4 nibbles, low nibbles first)
         const uint at = row + s * 17u;
@@ -201,12 +217,15 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
         const bool five = kind == 7u;
         const uint at = row + (s / 8u) * (five ? 176u : 144u), sb = s % 8u;
         const uint qs = at + (five ? 48u : 16u) + (sb / 2u) * 32u, shift = (sb % 2u) * 4u;
-        for (uint j = 0u; j < 32u; j++) {
-            const int a = codes[a0 + j];
-            uint q = (byte_at(qs + j) >> shift) & 0xFu;
-            if (five) q |= ((byte_at(at + 16u + j) >> sb) & 1u) << 4;
-            c += int(q) * a;
-            sum += a;
+        for (uint k = 0u; k < 8u; k++) {
+            const uint q = word2_at(qs + 4u * k), h = five ? word2_at(at + 16u + 4u * k) : 0u;
+            const ivec4 a = codes4[a0 / 4u + k];
+            for (uint b = 0u; b < 4u; b++) {
+                uint v = (q >> (8u * b + shift)) & 0xFu;
+                if (five) v |= ((h >> (8u * b + sb)) & 1u) << 4;
+                c += int(v) * a[b];
+                sum += a[b];
+            }
         }
     } else if (kind == 8u) {
         // q6_K: 210-byte blocks of 256 (128 bytes of low nibbles, 64 of high bit pairs, 16 signed
@@ -225,9 +244,13 @@ void slot_ints(uint kind, uint row, uint s, uint a0, out int c, out int sum) {
         // iq4_nl (18-byte blocks: d, 16 bytes of nibbles, low nibbles first) and iq4_xs (136-byte
         // blocks of 256: d, 2 bytes of high scale bits, 4 of low, then 16 bytes of nibbles per slot)
         const uint qs = kind == 11u ? row + s * 18u + 2u : row + (s / 8u) * 136u + 8u + (s % 8u) * 16u;
-        for (uint j = 0u; j < 16u; j++) {
-            const uint q = byte_at(qs + j);
-            c += IQ4[q & 0xFu] * codes[a0 + j] + IQ4[q >> 4] * codes[a0 + 16u + j];
+        for (uint k = 0u; k < 4u; k++) {
+            const uint q = word2_at(qs + 4u * k);
+            const ivec4 lo = codes4[a0 / 4u + k], hi = codes4[a0 / 4u + 4u + k];
+            for (uint b = 0u; b < 4u; b++) {
+                const uint byte = (q >> (8u * b)) & 0xFFu;
+                c += IQ4[byte & 0xFu] * lo[b] + IQ4[byte >> 4] * hi[b];
+            }
         }
     } else {
         // q2_K (84-byte blocks of 256: 16 bytes of scales and minimums, 64 of bit pairs, d, dmin) and

@@ -16,6 +16,8 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
+// (the same codes four at a time: a slot's start at a multiple of 16 columns)
+layout(std430, binding = 1) readonly buffer Codes4 { ivec4 codes4[]; };
 layout(std430, binding = 2) readonly buffer Scales { float da[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 // kind (vulkan.c's exact_kind): 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 (the 32-column formats with nibbles

@@ -13,6 +13,8 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Codes { int codes[]; };
+// (the same codes four at a time: a slot's start at a multiple of 16 columns)
+layout(std430, binding = 1) readonly buffer Codes4 { ivec4 codes4[]; };
 layout(std430, binding = 2) readonly buffer Scales { float da[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 5) readonly buffer Grids { uint grids[]; };

@@ -66,10 +66,16 @@ void main() {
     for (uint c0 = 0u; c0 < whole; c0 += CHUNK) {
         for (uint i = lane; i < CHUNK && c0 + i < whole; i += 64u) s_x[i] = x[base + c0 + i];
         barrier();
+        // (eight squares made, then added in order: only the adds wait on each other)
+        const uint n = min(CHUNK, whole - c0);
         if (lane < 8u)
-            for (uint i = lane; i < CHUNK && c0 + i < whole; i += 8u) {
-                const double v = double(s_x[i]);
-                s += v * v;
+            for (uint i = lane; i < n; i += 64u) {
+                double sq[8];
+                for (uint k = 0u; k < 8u; k++) {
+                    const double v = i + 8u * k < n ? double(s_x[i + 8u * k]) : 0.0;
+                    sq[k] = v * v;
+                }
+                for (uint k = 0u; k < 8u && i + 8u * k < n; k++) s += sq[k];
             }
         barrier();
     }
