@@ -18,8 +18,6 @@ layout(push_constant) uniform Params {
 } p;
 
 shared double s_part[8];
-const uint CHUNK = 512u;
-shared float s_x[CHUNK];
 shared float s_scale, s_mean;
 
 void main() {
@@ -59,27 +57,13 @@ void main() {
         }
         return;
     }
-    // the squares' eight partial sums, 512 elements at a time through shared memory (read by all
-    // the invocations at once; the eight sums' invocations then read them there, in order)
     const uint whole = p.d / 8u * 8u;
-    precise double s = 0.0;
-    for (uint c0 = 0u; c0 < whole; c0 += CHUNK) {
-        for (uint i = lane; i < CHUNK && c0 + i < whole; i += 64u) s_x[i] = x[base + c0 + i];
-        barrier();
-        // (eight squares made, then added in order: only the adds wait on each other)
-        const uint n = min(CHUNK, whole - c0);
-        if (lane < 8u)
-            for (uint i = lane; i < n; i += 64u) {
-                double sq[8];
-                for (uint k = 0u; k < 8u; k++) {
-                    const double v = i + 8u * k < n ? double(s_x[i + 8u * k]) : 0.0;
-                    sq[k] = v * v;
-                }
-                for (uint k = 0u; k < 8u && i + 8u * k < n; k++) s += sq[k];
-            }
-        barrier();
-    }
     if (lane < 8u) {
+        precise double s = 0.0;
+        for (uint i = lane; i < whole; i += 8u) {
+            const double v = double(x[base + i]);
+            s += v * v;
+        }
         if (lane == 0u)
             for (uint i = whole; i < p.d; i++) {
                 const double v = double(x[base + i]);
