@@ -759,7 +759,8 @@ TEST(vulkan_gpu_script_small) {
     (void)shared;
     char cmd[4096], *out = NULL, results[600];
     snprintf(cmd, sizeof cmd,
-             "SMALL=1 MODELS='stories260K synth64-q8_0 moe64-q8_0' PP=16 TG=4 QUILL=%s OUT=%s/gpu-out WORK=%s/gpu-work "
+             "SMALL=1 MODELS='stories260K synth64-q8_0 moe64-q8_0' PP=16 TG=4 PROFILE=1 QUILL=%s OUT=%s/gpu-out "
+             "WORK=%s/gpu-work "
              "bench/gpu.sh",
              quill_bin(), tmp_dir(), tmp_dir());
     const int rc = run_cmd(cmd, &out, true);
@@ -774,4 +775,13 @@ TEST(vulkan_gpu_script_small) {
                     strstr(md, "moe64-q8_0: ok (bit for bit, the same generated tokens): identical") && !strstr(md, "| — / ");
     if (!ok) test_fail(__FILE__, __LINE__, "results.md: %s", md);
     free(md);
+    /* PROFILE=1: the device's time per shader (QUILL_VULKAN_PROFILE), the prompt's and the generated
+     * tokens', each model's */
+    snprintf(results, sizeof results, "%s/gpu-out/profile.txt", tmp_dir());
+    char *profile = read_file(results, &len);
+    CHECK(profile && strstr(profile, "== synth64-q8_0 -p 16 -n 0") && strstr(profile, "== moe64-q8_0 -p 0 -n 4") &&
+              strstr(profile, "vulkan profile: ") && strstr(profile, "steps, ") && strstr(profile, "product_tiled 4 ") &&
+              strstr(profile, "product_exact 4 ") && strstr(profile, "rmsnorm ") && strstr(profile, " calls "),
+          "profile.txt: %s", profile ? profile : "(missing)");
+    free(profile);
 }

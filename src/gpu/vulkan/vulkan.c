@@ -122,6 +122,7 @@ typedef struct {
     double period_ns; /* a timestamp tick */
     uint32_t used;    /* queries written in this step */
     uint16_t label[PROFILE_QUERIES];
+    uint64_t ticks[PROFILE_QUERIES]; /* a step's timestamps, read back */
     double ns[PROFILE_LABELS];
     uint64_t calls[PROFILE_LABELS];
     double record_ns, wait_ns, begin_ns;
@@ -435,8 +436,8 @@ static quill_status make_pipeline(quill_gpu *g, const uint32_t *code, size_t byt
 
 /* Whether the products of weights of `type` with n_tok tokens (a matrix's: not the experts') run in
  * product_tiled.comp's tiles: a prompt's, where one invocation per (row, token) would read each row
- * and each token's codes once per output. A few tokens take the split way (a workgroup per (row,
- * token)), or on a CPU driver one invocation per (row, token). */
+ * and each token's codes once per output. A few tokens take the split way (product_exact.comp:
+ * eight invocations per (row, token)), or on a CPU driver one invocation per (row, token). */
 static bool tiled_product(const quill_gpu *g, uint32_t type, int n_tok) {
     const int kind = exact_kind(type);
     return g->tiled && kind >= 0 && kind < TILED_KINDS && n_tok > SPLIT_MAX_TOKENS;
@@ -624,12 +625,11 @@ static void profile_mark(quill_gpu *g, int label) {
 static void profile_collect(quill_gpu *g) {
     gpu_profile *pr = g->profile;
     if (!pr || pr->used < 2) return;
-    static uint64_t ticks[PROFILE_QUERIES];
-    if (vkGetQueryPoolResults(g->device, pr->pool, 0, pr->used, sizeof ticks, ticks, sizeof ticks[0],
+    if (vkGetQueryPoolResults(g->device, pr->pool, 0, pr->used, sizeof pr->ticks, pr->ticks, sizeof pr->ticks[0],
                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
         return;
     for (uint32_t i = 1; i < pr->used; i++) {
-        pr->ns[pr->label[i]] += (double)(ticks[i] - ticks[i - 1]) * pr->period_ns;
+        pr->ns[pr->label[i]] += (double)(pr->ticks[i] - pr->ticks[i - 1]) * pr->period_ns;
         pr->calls[pr->label[i]]++;
     }
     pr->steps++;
