@@ -18,7 +18,9 @@
 #                           measured on the device beside this one (the table's "base"). The
 #                           whole must stay under the device tool's 64 MiB: it says the size.
 #   bench/gpu.sh            THERE, as the device call's command, with carry [".gpu"] and a timeout
-#                           of 600 s: the checks (a small Qwen3-MoE's logits first, then a
+#                           of 600 s: the suite's Vulkan tests (TESTS=1, the default there; about
+#                           10 MiB of the test binary and the validation layer, packed by prepare),
+#                           the checks (a small Qwen3-MoE's logits first, then a
 #                           small Qwen3.6-MoE's: DeltaNet layers, their products on the device),
 #                           then TinyLlama-1.1B-shaped q4_0, q8_0, q4_k_m and iq4_xs
 #                           and a Llama-3.1-8B-shaped q4_k_m (random weights, real tokenizers; made
@@ -41,7 +43,8 @@
 # synth64-q8_0 synth64-q4_k_m moe64-q8_0]; SIDES (what each model is measured with, in this order:
 # vulkan, base (.gpu/quill-base on the device), ref (the carried reference), fma64 (vulkan with the
 # exact multiply-adds in float64 steps, QUILL_VULKAN_FMA=float64), cpu) [vulkan base ref cpu]; PROFILE
-# (1: each model's prompt and generation profiled per shader into profile.txt) [0]; BUDGET_S
+# (1: each model's prompt and generation profiled per shader into profile.txt) [0]; TESTS (1: the
+# suite's Vulkan tests first, where prepare packed them) [1; SMALL: 0]; BUDGET_S
 # [480: no model is started after that many seconds]; STEP_S [150: a run or bench command that
 # takes longer is stopped, and reported as failed or slow]; MAKE_S [300: the same for synthesizing
 # and quantizing a model]; LAYERS_8B [32: fewer make the 8B shape's model, single-threaded in quill
@@ -61,6 +64,18 @@ if [ "${1:-}" = prepare ]; then
     rm -rf "$pack"
     mkdir -p "$pack/lib" "$pack/deb" "$pack/models"
     cp build/quill "$pack/quill" && strip --strip-debug "$pack/quill"
+    # the suite's Vulkan tests, to run on the GPU too (issue 47: NVIDIA's subgroups of 32 as well as
+    # lavapipe's 8), with the Khronos validation layer they open the device with
+    make -j2 build/quill_test >/dev/null || die "make build/quill_test failed"
+    cp build/quill_test "$pack/quill_test" && strip --strip-debug "$pack/quill_test"
+    layer=/usr/lib/x86_64-linux-gnu/libVkLayer_khronos_validation.so
+    manifest=/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json
+    if [ -f "$layer" ] && [ -f "$manifest" ]; then
+        tar -czf "$pack/layer.tar.gz" -C "$(dirname "$layer")" "$(basename "$layer")" \
+            -C "$(dirname "$manifest")" "$(basename "$manifest")" || die "packing the validation layer failed"
+    else
+        echo "gpu.sh: no Khronos validation layer here (vulkan-validationlayers): the tests will not run there" >&2
+    fi
     # every library the binary links, but those of the C library, which the machine has
     ldd build/quill | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
         grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | while read -r lib; do
@@ -115,6 +130,7 @@ else
 fi
 THREADS=${THREADS:-$(nproc)}
 SIDES=${SIDES:-vulkan base ref cpu}
+TESTS=${TESTS:-$([ "$SMALL" = 1 ] && echo 0 || echo 1)}
 PROFILE=${PROFILE:-0}
 mkdir -p "$OUT" "$WORK" || die "cannot create $OUT and $WORK"
 log=$OUT/log.txt
@@ -183,6 +199,21 @@ selftest=ok
 "$QUILL" devices --selftest --device "$DEVICE" > "$OUT/selftest.txt" 2>&1 || selftest=FAILED
 cat "$OUT/selftest.txt" >> "$log"
 echo "- \`quill devices --selftest\`: $selftest (selftest.txt)" >> "$WORK/head.md"
+
+# The suite's Vulkan tests on this device (TESTS=1, when gpu.sh prepare packed them): stories260K as
+# their reference data, the validation layer unpacked beside them.
+if [ "$TESTS" = 1 ] && [ -x "$pack/quill_test" ] && [ -f "$pack/layer.tar.gz" ]; then
+    mkdir -p "$WORK/shared/models" "$WORK/layer"
+    cp "$pack/models/stories260K.gguf" "$WORK/shared/models/"
+    echo "stories260K alone, for the Vulkan tests (bench/gpu.sh)" > "$WORK/shared/README.md"
+    gzip -dc "$pack/layer.tar.gz" | tar -C "$WORK/layer" -xf -
+    echo "== quill_test vulkan" >> "$log"
+    tests=$(cd "$root" && VK_LAYER_PATH="$WORK/layer" LD_LIBRARY_PATH="$WORK/layer${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        QUILL_SHARED="$WORK/shared" QUILL_REQUIRE_SHARED=1 QUILL_BIN="$QUILL" timeout "$((STEP_S * 2))" "$pack/quill_test" vulkan 2>&1 |
+        tee -a "$log" | tail -n 1)
+    echo "- the suite's Vulkan tests here (\`quill_test vulkan\`): ${tests:-no result} (log.txt)" >> "$WORK/head.md"
+    case $tests in *" 0 failed") ;; *) selftest="$selftest, tests FAILED" ;; esac
+fi
 
 # A model by name, made in $WORK when absent (random weights of a real shape, real tokenizer).
 make_model() { # name -> path on stdout
