@@ -185,7 +185,8 @@ struct quill_gpu {
     gpu_profile *profile; /* NULL unless QUILL_VULKAN_PROFILE=1 */
     VkDescriptorPool cache_pool;
     cached_set *set_cache; /* SET_CACHE_SLOTS, open addressing */
-    int set_cache_used;
+    int set_cache_used, set_cache_max;
+    bool set_cache_stale; /* a step missed the full cache: emptied at the next step's start */
     struct resident *resident; /* weights uploaded once (quill_gpu_upload) */
     int n_resident, cap_resident;
     char name[256];
@@ -592,6 +593,9 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     if ((r = vkCreateDescriptorPool(g->device, &cpi, NULL, &g->cache_pool)) != VK_SUCCESS)
         return vk_fail(err, r, "vkCreateDescriptorPool");
     if (!(g->set_cache = calloc(SET_CACHE_SLOTS, sizeof *g->set_cache))) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
+    /* QUILL_VULKAN_SET_CACHE=N keeps at most N sets (the tests fill it) */
+    const char *sets = getenv("QUILL_VULKAN_SET_CACHE");
+    g->set_cache_max = sets && atoi(sets) > 0 && atoi(sets) < SET_CACHE_MAX ? atoi(sets) : SET_CACHE_MAX;
     const char *profile = getenv("QUILL_VULKAN_PROFILE");
     if (profile && !strcmp(profile, "1") && props.limits.timestampComputeAndGraphics && qf[g->queue_family].timestampValidBits) {
         if (!(g->profile = calloc(1, sizeof *g->profile))) return quill_fail(err, QUILL_E_NOMEM, "vulkan: out of memory");
@@ -1178,6 +1182,10 @@ quill_status quill_gpu_step_begin(quill_gpu *g, uint64_t act_floats, const float
     }
     g->step_status = QUILL_OK;
     g->stepping = true;
+    if (g->set_cache_stale) {
+        set_cache_clear(g);
+        g->set_cache_stale = false;
+    }
     begin_commands(g);
     if (g->profile) {
         g->profile->begin_ns = now_ns();
@@ -1224,7 +1232,11 @@ static VkDescriptorSet step_set(quill_gpu *g, const VkDescriptorBufferInfo info[
     for (uint32_t probe = 0; probe < SET_CACHE_SLOTS; probe++) {
         cached_set *e = &g->set_cache[(h + probe) % SET_CACHE_SLOTS];
         if (!e->set) {
-            if (g->set_cache_used >= SET_CACHE_MAX) break;
+            if (g->set_cache_used >= g->set_cache_max) {
+                /* (the layouts of other batch sizes filled it: the steps to come get room) */
+                g->set_cache_stale = true;
+                break;
+            }
             const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                                      .descriptorPool = g->cache_pool, .descriptorSetCount = 1,
                                                      .pSetLayouts = &g->set_layout};
