@@ -16,6 +16,13 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* What the device's opening said of its multiply-adds (probe_fma's log line). */
+static char fma_said[512];
+static void keep_fma_line(quill_log_level level, const char *message, void *user) {
+    (void)level, (void)user;
+    if (strstr(message, "multiply-adds")) snprintf(fma_said, sizeof fma_said, "%s", message);
+}
+
 static quill_gpu *open_validated(void) {
     setenv("QUILL_VULKAN_VALIDATION", "1", 1);
     quill_gpu *g = NULL;
@@ -113,8 +120,13 @@ TEST(vulkan_products_match_cpu) {
         test_skip("built without Vulkan (libvulkan-dev and glslc absent at build time)");
         return;
     }
+    fma_said[0] = 0;
+    quill_set_log(keep_fma_line, NULL);
     quill_gpu *g = open_validated();
+    quill_set_log(NULL, NULL);
     CHECK(g);
+    /* the log says which multiply-adds the exact products take */
+    CHECK(strstr(fma_said, quill_gpu_native_fma(g) ? "take its fma" : "take float64 steps"), "the log said: %s", fma_said);
     /* llvmpipe's GLSL fma is a multiply and an add: the probe at open must tell it from one rounding,
      * or every exact multiply-add here would take it and differ from the CPU's (a GPU's, where the
      * suite runs on one, is fused: the products below check whichever the probe chose) */

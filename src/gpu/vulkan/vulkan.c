@@ -175,6 +175,7 @@ struct quill_gpu {
     bool split;                  /* a few tokens' exact products as a workgroup per (row, token) */
     bool tiled;                  /* more tokens' exact products in tiles (product_tiled.comp) */
     bool native_fma;             /* GLSL's fma rounds once here (probe_fma): exact_math.glsl's NATIVE_FMA */
+    bool cpu_device;             /* a CPU driver (lavapipe) */
     uint32_t dispatch_width;     /* workgroups in x at most (65535, what every device takes) */
     uint32_t attention_kept;     /* attention keeps at most this many scores (attention.comp's MAX_KEPT) */
     /* kept across products (a product at a time: the forward pass runs them in order) */
@@ -516,7 +517,8 @@ static quill_status open_device(quill_gpu *g, int index, quill_error *err) {
     g->offset_alignment = props.limits.minStorageBufferOffsetAlignment ? (size_t)props.limits.minStorageBufferOffsetAlignment : 4;
     /* a CPU driver runs a workgroup's invocations as one thread's vector lanes: the split way's
      * one-invocation tail and barrier only cost there (lavapipe: the products test 24x slower) */
-    g->split = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    g->cpu_device = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    g->split = !g->cpu_device;
     /* (a device may offer as little as 16 KiB of shared memory and 128 invocations a workgroup) */
     g->tiled = props.limits.maxComputeSharedMemorySize >= TILED_SHARED_BYTES &&
                props.limits.maxComputeWorkGroupInvocations >= TILED_WORKGROUP &&
@@ -946,7 +948,11 @@ static uint64_t groups(uint64_t n) { return (n + WORKGROUP - 1) / WORKGROUP; }
 static quill_status probe_fma(quill_gpu *g, quill_error *err) {
     g->native_fma = false;
     const char *force = getenv("QUILL_VULKAN_FMA");
-    if (force && !strcmp(force, "float64")) return QUILL_OK;
+    if (force && !strcmp(force, "float64")) {
+        quill_log(QUILL_LOG_INFO, "vulkan: %s: the exact products' multiply-adds take float64 steps (QUILL_VULKAN_FMA=float64)",
+                  g->name);
+        return QUILL_OK;
+    }
     enum { N = 1024 };
     quill_status s;
     if ((s = buffer_room(g, &g->x, 3 * N * sizeof(float), false, err)) || (s = buffer_room(g, &g->y, N * sizeof(float), false, err)))
@@ -987,6 +993,15 @@ static quill_status probe_fma(quill_gpu *g, quill_error *err) {
         fused = !memcmp(&want, &y[i], sizeof want);
     }
     g->native_fma = fused;
+    /* (a GPU whose fma rounds twice runs every exact product several times slower: worth a warning) */
+    if (fused)
+        quill_log(QUILL_LOG_INFO, "vulkan: %s: the exact products' multiply-adds take its fma (it rounds once, as C's fmaf)",
+                  g->name);
+    else
+        quill_log(g->cpu_device ? QUILL_LOG_INFO : QUILL_LOG_WARN,
+                  "vulkan: %s: its fma does not round once as C's fmaf, so the exact products' multiply-adds take "
+                  "float64 steps (the same bits, slower)",
+                  g->name);
     return QUILL_OK;
 }
 
