@@ -674,7 +674,7 @@ static const char *const fixed_pipe_names[PIPE_EXACT_FIRST] = {
 
 static void profile_label_name(int label, char *out, size_t n) {
     const int pipe = label % PIPE_COUNT;
-    const char *way = label >= 2 * PIPE_COUNT ? "" : label >= PIPE_COUNT ? " (split)" : "";
+    const char *way = label >= PIPE_COUNT ? " (split)" : "";
     if (label == 2 * PIPE_COUNT) snprintf(out, n, "copy");
     else if (pipe < PIPE_EXACT_FIRST) snprintf(out, n, "%s", fixed_pipe_names[pipe]);
     else if (pipe < PIPE_FLOAT_FIRST) snprintf(out, n, "product_exact %d%s", pipe - PIPE_EXACT_FIRST, way);

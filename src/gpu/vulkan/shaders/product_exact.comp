@@ -44,6 +44,21 @@ shared float s_c[PAIRS * CHUNK], s_sda[PAIRS * CHUNK], s_negm[PAIRS * CHUNK], s_
 
 #include "exact_weights.glsl"
 
+// Slot s's terms of the sum for token xt: its integer C, the products s·da and da·Σa (each rounded
+// on its own), and -m (0 without minimums).
+void slot_terms(uint kind, uint row, uint s, uint xt, out float c, out float sda, out float neg_m, out float dsum) {
+    const uint width = slot_width(kind);
+    int ci, sum;
+    float sc;
+    slot_ints(kind, row, s, xt * p.cols + s * width, ci, sum);
+    slot_scales(kind, row, s, sc, neg_m);
+    const float dab = da[xt * (p.cols / 32u) + s * width / 32u];
+    precise const float product = sc * dab, min_product = dab * float(sum);
+    c = float(ci);
+    sda = product;
+    dsum = min_product;
+}
+
 void main() {
     const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
     // neighbouring (row, token) pairs are the tokens of one row: they read the same weight bytes
@@ -53,23 +68,16 @@ void main() {
     if (!valid && p.split == 0u) return;
     const uint r = valid ? id / p.n_tok : 0u, t = valid ? id % p.n_tok : 0u, kind = KIND, width = slot_width(kind);
     const uint xt = p.x_div != 0u ? t / p.x_div : t;
-    const uint nb = p.cols / 32u, n_slots = p.cols / width;
+    const uint n_slots = p.cols / width;
     const uint row = valid ? (p.x_div != 0u ? uint(ids[p.ids_at + t]) * p.rows + r : r) * p.row_bytes : 0u;
     const bool mins = with_min(kind);
     precise float acc = 0.0;
     if (p.split == 0u) {
         for (uint s = 0u; s < n_slots; s++) {
-            int c, sum;
-            float sc, neg_m;
-            slot_ints(kind, row, s, xt * p.cols + s * width, c, sum);
-            slot_scales(kind, row, s, sc, neg_m);
-            const float dab = da[xt * nb + s * width / 32u];
-            precise const float sda = sc * dab;
-            acc = fma_once(float(c), sda, acc);
-            if (mins) {
-                precise const float dsum = dab * float(sum);
-                acc = fma_once(neg_m, dsum, acc);
-            }
+            float c, sda, neg_m, dsum;
+            slot_terms(kind, row, s, xt, c, sda, neg_m, dsum);
+            acc = fma_once(c, sda, acc);
+            if (mins) acc = fma_once(neg_m, dsum, acc);
         }
         y[t * p.rows + r] = acc;
         return;
@@ -81,18 +89,8 @@ void main() {
     for (uint base = 0u; base < n_slots; base += CHUNK) {
         const uint end = min(base + CHUNK, n_slots);
         for (uint s = base + sub; valid && s < end; s += LANES) {
-            int c, sum;
-            float sc, neg_m;
-            slot_ints(kind, row, s, xt * p.cols + s * width, c, sum);
-            slot_scales(kind, row, s, sc, neg_m);
-            const float dab = da[xt * nb + s * width / 32u];
-            precise const float sda = sc * dab;
-            precise const float dsum = dab * float(sum);
             const uint at = pair * CHUNK + s - base;
-            s_c[at] = float(c);
-            s_sda[at] = sda;
-            s_negm[at] = neg_m;
-            s_dsum[at] = dsum;
+            slot_terms(kind, row, s, xt, s_c[at], s_sda[at], s_negm[at], s_dsum[at]);
         }
         barrier();
         if (valid && sub == 0u)
