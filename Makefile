@@ -114,6 +114,12 @@ $(BUILD)/gpu/shaders/%.comp.inc: src/gpu/vulkan/shaders/%.comp $(wildcard src/gp
 $(filter $(BUILD)/src/gpu/%,$(LIB_OBJ)): CFLAGS += -DQUILL_VULKAN -I$(BUILD)/gpu $(shell pkg-config --cflags vulkan)
 $(BUILD)/src/gpu/vulkan/vulkan.o: $(VULKAN_SPV)
 endif
+# A build made before Vulkan was installed (or with VULKAN=0) holds gpu/absent.o compiled as the
+# stand-in; the stamp changes with the choice, so the GPU objects are rebuilt when it does.
+VULKAN_STAMP := $(BUILD)/vulkan-$(VULKAN).stamp
+$(VULKAN_STAMP):
+	@mkdir -p $(dir $@) && rm -f $(BUILD)/vulkan-*.stamp && touch $@
+$(filter $(BUILD)/src/gpu/%,$(LIB_OBJ)): $(VULKAN_STAMP)
 
 $(BUILD)/libquill.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
