@@ -211,6 +211,11 @@ $(BUILD)/decode_probe: bench/decode_probe.c $(BUILD)/libquill.a
 $(BUILD)/unpack_probe: bench/unpack_probe.c $(BUILD)/libquill.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
+# The instructions of one exact product under qemu, for the aarch64 sets (bench/arm_insns.sh builds it
+# with the cross compiler: BUILD=build-arm64-test).
+$(BUILD)/insn_probe: bench/insn_probe.c $(BUILD)/libquill.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WERROR_FLAG) $(LDFLAGS) -o $@ $< $(BUILD)/libquill.a $(LDLIBS)
 $(BUILD)/amx_probe: bench/amx_probe.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_DEFAULT_SOURCE $(OPT) -Wall -Wextra -Werror -mavx512f -mamx-tile -mamx-bf16 -o $@ $<

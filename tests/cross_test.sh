@@ -92,7 +92,7 @@ kernel_tests() {
     cpu=$1 set=$2
     filters="tests/test_kernels.c tests/test_kernels_arm.c kernels_choice kernels_exact_type_facts"
     if [ "$set" != scalar ]; then
-        filters="$filters kernels_${set}_bit_identical kernels_${set}_nonfinite kernels_${set}_joined kernels_${set}_exact_products"
+        filters="$filters kernels_${set}_bit_identical kernels_${set}_nonfinite kernels_${set}_joined kernels_${set}_exact_products kernels_${set}_packed_products"
     fi
     log=$OUT/tests-$cpu.log
     # shellcheck disable=SC2086

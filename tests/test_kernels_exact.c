@@ -550,3 +550,15 @@ TEST(kernels_avxvnni_packed_products) {
     const quill_kernels *k = set_or_skip("avxvnni");
     if (k) packed_products(k);
 }
+
+/* The aarch64 sets read the same layout as quads of 4 rows (arm/packed_neon.h); make cross-test
+ * runs these under qemu. */
+TEST(kernels_dotprod_packed_products) {
+    const quill_kernels *k = set_or_skip("dotprod");
+    if (k) packed_products(k);
+}
+
+TEST(kernels_i8mm_packed_products) {
+    const quill_kernels *k = set_or_skip("i8mm");
+    if (k) packed_products(k);
+}

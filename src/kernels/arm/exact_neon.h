@@ -255,8 +255,10 @@ static size_t exact_scratch(int64_t cols, int n_tok) {
     return (size_t)(n_tok < PASS_TOKENS ? n_tok : PASS_TOKENS) * acts_bytes(cols) + 16;
 }
 
-static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *m, int n_mats, int64_t cols,
-                         const float *x, int n_tok, quill_pool *pool, void *scratch) {
+/* The tasks take items of item_rows rows: TILE_ROWS from the file's rows, a layout's tile of
+ * QUILL_PACK_ROWS from a packed copy (packed_neon.h). */
+static void exact_matmul(uint32_t type, quill_task_fn task, int item_rows, const quill_matrix *m, int n_mats,
+                         int64_t cols, const float *x, int n_tok, quill_pool *pool, void *scratch) {
     acts A[PASS_TOKENS];
     tiles_job jobs[QUILL_MATMUL_MAX_MATS];
     quill_pool_task tasks[QUILL_MATMUL_MAX_MATS];
@@ -268,7 +270,7 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
         else quill_pool_run(pool, quantize_tokens, &qj, nt, 1);
         for (int i = 0; i < n_mats; i++) {
             jobs[i] = (tiles_job){m[i].w, m[i].row_bytes, m[i].rows, cols, nt, A, m[i].y + (size_t)t0 * (size_t)m[i].rows};
-            tasks[i] = (quill_pool_task){task, &jobs[i], (m[i].rows + TILE_ROWS - 1) / TILE_ROWS};
+            tasks[i] = (quill_pool_task){task, &jobs[i], (m[i].rows + item_rows - 1) / item_rows};
         }
         quill_pool_run_joined(pool, tasks, n_mats, 1);
     }
@@ -283,7 +285,7 @@ static void exact_matmul(uint32_t type, quill_task_fn task, const quill_matrix *
     }                                                                                                \
     static void matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
                              quill_pool *pool, void *scratch) {                                      \
-        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, m, n_mats, cols, x, n_tok, pool, scratch);        \
+        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, TILE_ROWS, m, n_mats, cols, x, n_tok, pool, scratch); \
     }
 QUILL_EXACT_TYPES(NEON_EXACT_MATMUL)
 QUILL_UNPACKED_EXACT_TYPES(NEON_EXACT_MATMUL)

@@ -32,6 +32,11 @@ static inline __attribute__((always_inline)) int32x4_t slot_c4_dotprod(const int
 #define slot_c4(q, A, cols, col, kb) slot_c4_dotprod(q, (A)->hl, cols, col, kb)
 
 #include "kernels/arm/exact_neon.h"
+#define PACKED_SMMLA 0
+#include "kernels/arm/packed_neon.h"
 
-void quill_kernels_install_dotprod(quill_kernels *k) { install_exact(k); }
+void quill_kernels_install_dotprod(quill_kernels *k) {
+    install_exact(k);
+    install_packed(k);
+}
 #endif

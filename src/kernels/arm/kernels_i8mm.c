@@ -28,6 +28,11 @@ static inline __attribute__((always_inline)) int32x4_t slot_c4_i8mm(const int8_t
 #define slot_c4(q, A, cols, col, kb) slot_c4_i8mm(q, (A)->hl, col, kb)
 
 #include "kernels/arm/exact_neon.h"
+#define PACKED_SMMLA 1
+#include "kernels/arm/packed_neon.h"
 
-void quill_kernels_install_i8mm(quill_kernels *k) { install_exact(k); }
+void quill_kernels_install_i8mm(quill_kernels *k) {
+    install_exact(k);
+    install_packed(k);
+}
 #endif

@@ -25,7 +25,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "kernels/x86/pack_vnni16.h" /* the load-time layout these sets read (below) */
+#include "kernels/pack_vnni16.h" /* the load-time layout these sets read (below) */
 
 /* kernels_avxvnni_exact.c builds this file again with QUILL_AVXVNNI 1 (and -mavxvnni): the
  * avxvnni set, whose sums take VEX vpdpbusd where these take vpmaddubsw and vpmaddwd. */

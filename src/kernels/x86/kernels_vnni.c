@@ -3,7 +3,7 @@
  * sets. */
 #include "kernels/x86/exact_avx512.h"
 #include "kernels/exact_unpacked.h"
-#include "kernels/x86/vnni16_types.h"
+#include "kernels/vnni16_types.h"
 
 #if defined(__x86_64__)
 

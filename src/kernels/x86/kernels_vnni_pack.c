@@ -5,7 +5,7 @@
 #if defined(__x86_64__)
 #include "kernels/x86/unpack_simd.h"
 
-#include "kernels/x86/pack_vnni16.h"
+#include "kernels/pack_vnni16.h"
 _Static_assert(TR == PACK_TR && CW == PACK_CW, "the vnni loops read the layout's tiles and chunks");
 
 size_t quill_vnni_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {

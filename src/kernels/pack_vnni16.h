@@ -1,14 +1,24 @@
 /* The "vnni16" load-time layout (kernels.h: packed_layout): how a matrix is copied, once, into the
  * order the exact products' loops read it. The vnni set (kernels_vnni_pack.c) and the avx2 and
- * avxvnni sets (kernels_avx2_exact.c, which read a 16-row tile as two halves of 8 rows) share it;
- * each includes this file, so that the packing is compiled for its own instruction set (the CPU
- * that packs may lack AVX-512). Needs unpack_simd.h's unpack_fast for the grid types. */
+ * avxvnni sets (kernels_avx2_exact.c, which read a 16-row tile as two halves of 8 rows) share it,
+ * and so do the aarch64 sets (arm/packed_neon.h), for which a 64-byte register of the layout is
+ * four NEON registers of 4 rows each: per 4 columns, row r's 4 bytes in 32-bit lane r % 4, sdot's
+ * operand against 4 activation bytes chosen by lane. Each includes this file, so that the packing
+ * is compiled for its own instruction set (the CPU that packs may lack AVX-512). On x86-64 the grid
+ * types' packing takes unpack_simd.h's vector unpackers; elsewhere their plain ones. */
 #ifndef QUILL_PACK_VNNI16_H
 #define QUILL_PACK_VNNI16_H
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_exact.h"
+#if defined(__x86_64__)
 #include "kernels/x86/unpack_simd.h"
+#else
+static inline quill_exact_unpack_fn unpack_fast(uint32_t type) {
+    (void)type;
+    return NULL;
+}
+#endif
 
 #include <stddef.h>
 
@@ -90,7 +100,7 @@ _Static_assert(PACK_TR == QUILL_PACK_ROWS, "a tile of the layout is QUILL_PACK_R
  * The same bytes as the file's rows (a q6_K scale word more per super-block, q3_K's 2 bytes of its
  * window), plus the scales' padding and the last tile's missing rows. */
 
-#include "kernels/x86/vnni16_types.h"
+#include "kernels/vnni16_types.h"
 
 #define VNNI16_CASE_(sfx, ID) case QUILL_TYPE_##ID:
 

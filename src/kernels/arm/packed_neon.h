@@ -1,0 +1,356 @@
+/* The aarch64 sets' exact products from the load-time layout (pack_vnni16.h), which the x86 sets
+ * share: included by kernels_dotprod.c and kernels_i8mm.c after exact_neon.h, whose activations,
+ * tile job and matmul driver it uses.
+ *
+ * Why a layout: from the file's rows a tile of 4 rows is 4 strided streams, each block unpacked to
+ * memory and read back, and every slot's four rows end in horizontal adds. In the layout a 64-byte
+ * register holds 4 columns of 16 rows, so a 16-byte NEON load is 4 columns of 4 rows, row r in
+ * 32-bit lane r: sdot by lane multiplies it by the same 4 activation bytes for all 4 rows and adds
+ * into each row's own lane. A tile of 16 rows is 4 such quads, their codes unpacked in registers
+ * from the nibbles and their scales read side by side. About half the instructions a token of the
+ * file's rows takes (bench/README.md); speed is not measured here (no aarch64 machine), only bits.
+ *
+ * Arithmetic: the model's (exact_scalar.c), as exact_neon.h's: per slot C = 256·Σq·h + Σq·l with
+ * signed codes q (the layout's unsigned ones less their bias, q8_0's flipped back), exact in 32
+ * bits; then acc = fma(C, s·da, acc) and, for the types with minimums, fma(-m, da·Σa, acc), slot
+ * after slot in column order, one row per lane. The bits of the file-row products. */
+#ifndef QUILL_PACKED_NEON_H
+#define QUILL_PACKED_NEON_H
+
+#include "kernels/pack_vnni16.h"
+
+#if PACKED_SMMLA && !ACTS_INTERLEAVED
+#error "smmla takes a token's 8 h and 8 l bytes as one operand: the interleaved activations"
+#endif
+
+#define PK_QUADS (PACK_TR / 4) /* 4-row NEON registers in a 16-row tile */
+#define PK_AI inline __attribute__((always_inline))
+
+/* The types packed on aarch64: those of the dense and k-quant mixes people download; the rest keep
+ * the file's rows (exact_neon.h). */
+#define NEON_PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K)
+static inline bool neon_packed_type(uint32_t type) {
+    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
+           type == QUILL_TYPE_Q6_K;
+}
+
+/* sdot by lane: the lane must be a constant, which the unrolled loops make it */
+static PK_AI int32x4_t sdot_lane(int32x4_t acc, int8x16_t w, int8x16_t a, int lane) {
+    switch (lane) {
+    case 0: return vdotq_laneq_s32(acc, w, a, 0);
+    case 1: return vdotq_laneq_s32(acc, w, a, 1);
+    case 2: return vdotq_laneq_s32(acc, w, a, 2);
+    default: return vdotq_laneq_s32(acc, w, a, 3);
+    }
+}
+
+/* A token's activation bytes of 16 columns from col, as two registers; group gg (columns col + 4gg
+ * .. + 3) finds its 4 h bytes in register H_REG(gg), lane H_LANE(gg), its l bytes likewise. */
+typedef struct {
+    int8x16_t x[2];
+} act16;
+static PK_AI act16 acts16(const acts *A, int64_t cols, int64_t col) {
+#if ACTS_INTERLEAVED /* per 8 columns their h bytes, then their l bytes */
+    (void)cols;
+    return (act16){{vld1q_s8(A->hl + 2 * col), vld1q_s8(A->hl + 2 * col + 16)}};
+#else /* the h bytes in column order, then the l bytes */
+    return (act16){{vld1q_s8(A->hl + col), vld1q_s8(A->hl + cols + col)}};
+#endif
+}
+#if ACTS_INTERLEAVED
+#define H_REG(gg) ((gg) / 2)
+#define H_LANE(gg) ((gg) % 2)
+#define L_REG(gg) ((gg) / 2)
+#define L_LANE(gg) (2 + (gg) % 2)
+#else
+#define H_REG(gg) 0
+#define H_LANE(gg) (gg)
+#define L_REG(gg) 1
+#define L_LANE(gg) (gg)
+#endif
+
+/* Rows 4qd..4qd + 3 of register `reg` of a packed range. */
+static PK_AI uint8x16_t reg_quad(const uint8_t *base, int reg, int qd) {
+    return vld1q_u8(base + (size_t)reg * 64 + 16 * (size_t)qd);
+}
+
+/* The signed codes of group g (columns 4g..4g + 3) of slot sl, rows 4qd..4qd + 3: `base` is a
+ * k-quant super-block's registers, or a 32-column block's code registers (sl 0). */
+static PK_AI int8x16_t group_codes(uint32_t type, const uint8_t *base, int sl, int g, int qd) {
+    const uint8x16_t low = vdupq_n_u8(0x0F);
+    switch (type) {
+    case QUILL_TYPE_Q4_0: { /* register g % 4: columns 4g.. in the low nibbles, 16 + 4g.. in the high */
+        const uint8x16_t v = reg_quad(base, g % 4, qd);
+        return vsubq_s8(vreinterpretq_s8_u8(g < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+    }
+    case QUILL_TYPE_Q8_0: /* q + 128 */
+        return vreinterpretq_s8_u8(veorq_u8(reg_quad(base, g, qd), vdupq_n_u8(0x80)));
+    case QUILL_TYPE_Q4_K:
+    case QUILL_TYPE_Q5_K: { /* slot sl = 2c + hi of window c: its half h = g / 4, register g % 4 */
+        const int c = sl / 2, hi = sl % 2, i = g % 4, reg = half_window_reg(type, c, g / 4);
+        const uint8x16_t v = reg_quad(base, reg + i, qd);
+        uint8x16_t u = hi ? vshrq_n_u8(v, 4) : vandq_u8(v, low);
+        if (type == QUILL_TYPE_Q5_K) /* the fifth bit at bit 2i + hi of the half's fifth register */
+            u = vorrq_u8(u, vandq_u8(vshlq_u8(reg_quad(base, reg + 4, qd), vdupq_n_s8((int8_t)(4 - 2 * i - hi))),
+                                     vdupq_n_u8(0x10)));
+        return vreinterpretq_s8_u8(u);
+    }
+    default: { /* q6_K, slots of 16: the low 4 bits of u = q + 32 in two nibble registers, the top 2 in a third */
+        const uint8x16_t n = reg_quad(base, 5 + 3 * sl + (g & 1), qd), top = reg_quad(base, 5 + 3 * sl + 2, qd);
+        const uint8x16_t nib = g < 2 ? vandq_u8(n, low) : vshrq_n_u8(n, 4);
+        const uint8x16_t hi2 = vandq_u8(vshlq_u8(top, vdupq_n_s8((int8_t)(4 - 2 * g))), vdupq_n_u8(0x30));
+        return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, hi2)), vdupq_n_s8(32));
+    }
+    }
+}
+
+/* f16 values in the low (high) 16 bits of each lane, as f32 */
+static PK_AI float32x4_t halves_low(uint32x4_t v) { return vcvt_f32_f16(vreinterpret_f16_u16(vmovn_u32(v))); }
+static PK_AI float32x4_t halves_high(uint32x4_t v) { return vcvt_f32_f16(vreinterpret_f16_u16(vshrn_n_u32(v, 16))); }
+static PK_AI uint32x4_t field(uint32x4_t v, int shift, uint32_t mask) {
+    return vandq_u32(vshlq_u32(v, vdupq_n_s32(-shift)), vdupq_n_u32(mask));
+}
+
+/* A k-quant super-block's slot scales s (and q4_K's, q5_K's minimums m), slot sl of quad qd at
+ * [sl · PK_QUADS + qd]: the model's d·sc and dmin·m (quill_scale_min_k4), d·scale for q6_K. */
+static PK_AI void kblock_scales(uint32_t type, const uint8_t *base, float32x4_t *s, float32x4_t *m) {
+    for (int qd = 0; qd < PK_QUADS; qd++) {
+        const uint32x4_t w0 = vreinterpretq_u32_u8(reg_quad(base, 0, qd)), w1 = vreinterpretq_u32_u8(reg_quad(base, 1, qd));
+        const uint32x4_t w2 = vreinterpretq_u32_u8(reg_quad(base, 2, qd)), w3 = vreinterpretq_u32_u8(reg_quad(base, 3, qd));
+        if (type == QUILL_TYPE_Q6_K) { /* 16 signed bytes in w0..w3, d in the high half of register 4's word */
+            const float32x4_t d = halves_high(vreinterpretq_u32_u8(reg_quad(base, 4, qd)));
+            const uint32x4_t w[4] = {w0, w1, w2, w3};
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                const int32x4_t sc = vshlq_s32(vshlq_s32(vreinterpretq_s32_u32(w[j / 4]), vdupq_n_s32(24 - 8 * (j % 4))),
+                                               vdupq_n_s32(-24));
+                s[j * PK_QUADS + qd] = vmulq_f32(d, vcvtq_f32_s32(sc));
+            }
+            continue;
+        }
+        /* w0: d, dmin; w1..w3: the 12 bytes of 6-bit scales and minimums */
+        const float32x4_t d = halves_low(w0), dmin = halves_high(w0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int b = 8 * (j % 4);
+            uint32x4_t sc, mn;
+            if (j < 4) {
+                sc = field(w1, b, 63);
+                mn = field(w2, b, 63);
+            } else {
+                sc = vorrq_u32(field(w3, b, 0xF), vshlq_n_u32(field(w1, b + 6, 3), 4));
+                mn = vorrq_u32(field(w3, b + 4, 0xF), vshlq_n_u32(field(w2, b + 6, 3), 4));
+            }
+            s[j * PK_QUADS + qd] = vmulq_f32(d, vcvtq_f32_u32(sc));
+            m[j * PK_QUADS + qd] = vmulq_f32(dmin, vcvtq_f32_u32(mn));
+        }
+    }
+}
+
+/* A 32-column block's d of the 16 rows (f16, side by side) for each quad. */
+static PK_AI void block_scales(const uint8_t *d16, float32x4_t *s) {
+    for (int qd = 0; qd < PK_QUADS; qd++) s[qd] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(d16 + 8 * qd))));
+}
+
+/* One token's slots [sl0, sl1) of a window that starts at column k, into acc (a quad per register),
+ * the codes read from the layout at `base` into the byte products: decoding. */
+static PK_AI void token_slots(uint32_t type, const uint8_t *base, const float32x4_t *s,
+                              const float32x4_t *m, const acts *A, int64_t cols, int64_t k, int sl0, int sl1,
+                              float32x4_t acc[PK_QUADS]) {
+    const int kb = slot_width(type);
+#pragma GCC unroll 16
+    for (int sl = sl0; sl < sl1; sl++) {
+        const int64_t col = k + (int64_t)sl * kb;
+        int32x4_t ch[PK_QUADS], cl[PK_QUADS];
+        for (int qd = 0; qd < PK_QUADS; qd++) ch[qd] = cl[qd] = vdupq_n_s32(0);
+#pragma GCC unroll 2
+        for (int g16 = 0; g16 < kb / 4; g16 += 4) {
+            const act16 X = acts16(A, cols, col + 4 * g16);
+#pragma GCC unroll 4
+            for (int gg = 0; gg < 4; gg++)
+#pragma GCC unroll 4
+                for (int qd = 0; qd < PK_QUADS; qd++) {
+                    const int g = g16 + gg;
+                    const int8x16_t w = group_codes(type, base, sl, g, qd);
+                    ch[qd] = sdot_lane(ch[qd], w, X.x[H_REG(gg)], H_LANE(gg));
+                    cl[qd] = sdot_lane(cl[qd], w, X.x[L_REG(gg)], L_LANE(gg));
+                }
+        }
+        const float da = A->da[col / 32];
+        for (int qd = 0; qd < PK_QUADS; qd++) {
+            const int32x4_t c = vaddq_s32(vshlq_n_s32(ch[qd], 8), cl[qd]);
+            acc[qd] = vfmaq_f32(acc[qd], vcvtq_f32_s32(c), vmulq_n_f32(s[sl * PK_QUADS + qd], da));
+            if (has_min(type)) acc[qd] = vfmsq_f32(acc[qd], m[sl * PK_QUADS + qd], vdupq_n_f32(A->sf[col / kb]));
+        }
+    }
+}
+
+/* A batch's slot sl of a window whose codes are unpacked in cw, for quads q0 and q0 + 1 (8 rows)
+ * and every token of the pass: the 8 rows' codes of the slot stay in registers while the tokens
+ * pass, each token's accumulators updated slot after slot as in token_slots (the same bits). The
+ * i8mm set (PACKED_SMMLA) multiplies by smmla: two rows' 8 codes against a token's 8 h and 8 l
+ * bytes (its interleaved activations, one load) give both rows' Σq·h and Σq·l, half the
+ * instructions of sdot by lane. */
+static PK_AI void batch_slot(uint32_t type, const int8x16_t *cw, const float32x4_t *s, const float32x4_t *m,
+                             const tiles_job *j, int64_t k, int sl, int q0, float32x4_t (*acc)[PK_QUADS]) {
+    const int kb = slot_width(type), ng = kb / 4;
+    const int64_t col = k + (int64_t)sl * kb;
+    int8x16_t w[8][2]; /* group g of quad q0 + qq */
+#pragma GCC unroll 8
+    for (int g = 0; g < ng; g++)
+        for (int qq = 0; qq < 2; qq++) w[g][qq] = cw[(sl * ng + g) * PK_QUADS + q0 + qq];
+#if PACKED_SMMLA
+    /* rows 0-1 and 2-3 of a quad, 8 columns (groups 2o, 2o + 1): smmla's 2x8 operands */
+    int8x16_t p[4][2][2];
+#pragma GCC unroll 4
+    for (int o = 0; o < ng / 2; o++)
+        for (int qq = 0; qq < 2; qq++) {
+            const int32x4_t a = vreinterpretq_s32_s8(w[2 * o][qq]), b = vreinterpretq_s32_s8(w[2 * o + 1][qq]);
+            p[o][qq][0] = vreinterpretq_s8_s32(vzip1q_s32(a, b));
+            p[o][qq][1] = vreinterpretq_s8_s32(vzip2q_s32(a, b));
+        }
+#endif
+    for (int t = 0; t < j->n_tok; t++) {
+        const acts *A = &j->A[t];
+        int32x4_t ch[2], cl[2];
+#if PACKED_SMMLA
+        int32x4_t r[2][2]; /* quad qq, rows 0-1 / 2-3: (row a: Σq·h, Σq·l, row b: Σq·h, Σq·l) */
+        for (int qq = 0; qq < 2; qq++) r[qq][0] = r[qq][1] = vdupq_n_s32(0);
+#pragma GCC unroll 4
+        for (int o = 0; o < ng / 2; o++) {
+            const int8x16_t x = vld1q_s8(A->hl + 2 * (col + 8 * o)); /* 8 columns' h bytes, then their l bytes */
+            for (int qq = 0; qq < 2; qq++) {
+                r[qq][0] = vmmlaq_s32(r[qq][0], p[o][qq][0], x);
+                r[qq][1] = vmmlaq_s32(r[qq][1], p[o][qq][1], x);
+            }
+        }
+        for (int qq = 0; qq < 2; qq++) {
+            ch[qq] = vuzp1q_s32(r[qq][0], r[qq][1]);
+            cl[qq] = vuzp2q_s32(r[qq][0], r[qq][1]);
+        }
+#else
+        for (int qq = 0; qq < 2; qq++) ch[qq] = cl[qq] = vdupq_n_s32(0);
+#pragma GCC unroll 2
+        for (int g16 = 0; g16 < ng; g16 += 4) {
+            const act16 X = acts16(A, j->cols, col + 4 * g16);
+#pragma GCC unroll 4
+            for (int gg = 0; gg < 4; gg++)
+                for (int qq = 0; qq < 2; qq++) {
+                    ch[qq] = sdot_lane(ch[qq], w[g16 + gg][qq], X.x[H_REG(gg)], H_LANE(gg));
+                    cl[qq] = sdot_lane(cl[qq], w[g16 + gg][qq], X.x[L_REG(gg)], L_LANE(gg));
+                }
+        }
+#endif
+        const float da = A->da[col / 32];
+        for (int qq = 0; qq < 2; qq++) {
+            const int qd = q0 + qq;
+            const int32x4_t c = vaddq_s32(vshlq_n_s32(ch[qq], 8), cl[qq]);
+            float32x4_t a = vfmaq_f32(acc[t][qd], vcvtq_f32_s32(c), vmulq_n_f32(s[sl * PK_QUADS + qd], da));
+            if (has_min(type)) a = vfmsq_f32(a, m[sl * PK_QUADS + qd], vdupq_n_f32(A->sf[col / kb]));
+            acc[t][qd] = a;
+        }
+    }
+}
+
+/* Where a 32-column type's block at column kblk (in its chunk from k0) keeps its codes and d. */
+typedef struct {
+    const uint8_t *codes, *d16;
+} block_at;
+static PK_AI block_at locate_block(uint32_t type, const tiles_job *j, int64_t tiles, size_t tb, int64_t tile,
+                                   int64_t kblk) {
+    const int64_t k0 = kblk / PACK_CW * PACK_CW, blocks = (j->cols - k0 < PACK_CW ? j->cols - k0 : PACK_CW) / 32;
+    const int64_t b = (kblk - k0) / 32;
+    const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
+    return (block_at){j->w + place_codes(type, pl, blocks, b),
+                      j->w + place_scales(type, pl, blocks) + (size_t)b * block_scale_bytes(type)};
+}
+
+static PK_AI void store_quads(float *y, int nr, const float32x4_t acc[PK_QUADS]) {
+    if (nr == PACK_TR) {
+        for (int qd = 0; qd < PK_QUADS; qd++) vst1q_f32(y + 4 * qd, acc[qd]);
+        return;
+    }
+    float out[PACK_TR];
+    for (int qd = 0; qd < PK_QUADS; qd++) vst1q_f32(out + 4 * qd, acc[qd]);
+    memcpy(y, out, (size_t)nr * sizeof *y);
+}
+
+/* Tiles [t0, t1) of a packed matrix. Decoding reads each group's codes from the layout into the
+ * byte products; a batch unpacks a window (a super-block, or a chunk's blocks of 32) once into
+ * registers on the stack and runs every token of the pass over it. */
+static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32_t type) {
+    const bool kq = kblock_type(type);
+    const int64_t tiles = (j->rows + PACK_TR - 1) / PACK_TR;
+    const size_t tb = packed_tile_bytes(type, j->cols);
+    const int kb = slot_width(type), width = kq ? 256 : PACK_CW;
+    float32x4_t acc[PASS_TOKENS][PK_QUADS];
+    int8x16_t cw[MAX_BLOCK / 4 * PK_QUADS];
+    float32x4_t s[MAX_BLOCK / 16 * PK_QUADS], m[MAX_BLOCK / 16 * PK_QUADS];
+    for (int64_t tile = t0; tile < t1; tile++) {
+        const int64_t r0 = tile * PACK_TR;
+        const int nr = j->rows - r0 < PACK_TR ? (int)(j->rows - r0) : PACK_TR;
+        for (int t = 0; t < j->n_tok; t++)
+            for (int qd = 0; qd < PK_QUADS; qd++) acc[t][qd] = vdupq_n_f32(0);
+        for (int64_t k = 0; k < j->cols; k += width) {
+            /* the window: a super-block, or the blocks of the chunk from k */
+            const int n_slots = kq ? 256 / kb : (int)((j->cols - k < PACK_CW ? j->cols - k : PACK_CW) / 32);
+            const uint8_t *base = kq ? j->w + (size_t)tile * tb + (size_t)(k / 256) * (size_t)kblock_regs(type) * 64 : NULL;
+            if (kq) kblock_scales(type, base, s, m);
+            if (j->n_tok == 1) {
+                if (kq) {
+                    token_slots(type, base, s, m, &j->A[0], j->cols, k, 0, n_slots, acc[0]);
+                    continue;
+                }
+                for (int b = 0; b < n_slots; b++) {
+                    const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * b);
+                    block_scales(blk.d16, s);
+                    token_slots(type, blk.codes, s, m, &j->A[0], j->cols, k + 32 * b, 0, 1, acc[0]);
+                }
+                continue;
+            }
+            /* a batch: the window's codes and scales once, then each token */
+            for (int sl = 0; sl < n_slots; sl++) {
+                const uint8_t *codes = base;
+                if (!kq) {
+                    const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * sl);
+                    block_scales(blk.d16, s + sl * PK_QUADS);
+                    codes = blk.codes;
+                }
+#pragma GCC unroll 8
+                for (int g = 0; g < kb / 4; g++)
+                    for (int qd = 0; qd < PK_QUADS; qd++)
+                        cw[(sl * kb / 4 + g) * PK_QUADS + qd] = group_codes(type, codes, kq ? sl : 0, g, qd);
+            }
+            for (int sl = 0; sl < n_slots; sl++)
+                for (int q0 = 0; q0 < PK_QUADS; q0 += 2) batch_slot(type, cw, s, m, j, k, sl, q0, acc);
+        }
+        for (int t = 0; t < j->n_tok; t++) store_quads(j->y + (size_t)t * (size_t)j->rows + (size_t)r0, nr, acc[t]);
+    }
+}
+
+#define NEON_PACKED_MATMUL(sfx, ID)                                                                         \
+    static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                        \
+        (void)thread;                                                                                      \
+        packed_impl(job, t0, t1, QUILL_TYPE_##ID);                                                         \
+    }                                                                                                      \
+    static void matmul_packed_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
+                                    quill_pool *pool, void *scratch) {                                     \
+        exact_matmul(QUILL_TYPE_##ID, packed_tiles_##sfx, PACK_TR, m, n_mats, cols, x, n_tok, pool, scratch); \
+    }
+NEON_PACKED_TYPES(NEON_PACKED_MATMUL)
+
+static size_t neon_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
+    return neon_packed_type(type) ? vnni16_pack_bytes(type, rows, cols) : 0;
+}
+
+#define NEON_INSTALL_PACKED(sfx, ID) k->matmul_packed[QUILL_TYPE_##ID] = matmul_packed_##sfx;
+/* The x86 sets' layout by name: a model packed by one of the two aarch64 sets serves the other
+ * (both pack the same types the same way). */
+static void install_packed(quill_kernels *k) {
+    k->packed_layout = "vnni16";
+    k->pack_bytes = neon_pack_bytes;
+    k->pack = vnni16_pack;
+    NEON_PACKED_TYPES(NEON_INSTALL_PACKED)
+}
+
+#endif
