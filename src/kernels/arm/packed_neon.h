@@ -26,12 +26,19 @@
 #define PK_QUADS (PACK_TR / 4) /* 4-row NEON registers in a 16-row tile */
 #define PK_AI inline __attribute__((always_inline))
 
-/* The types packed on aarch64: those of the dense and k-quant mixes people download; the rest keep
- * the file's rows (exact_neon.h). */
-#define NEON_PACKED_TYPES(M) M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K)
+/* The types packed on aarch64: those of the dense and k-quant mixes people download, and the
+ * 4-bit table types (gpt-oss's mxfp4, iq4_nl, iq4_xs), whose nibbles become codes by one table
+ * lookup (tbl); the rest keep the file's rows (exact_neon.h). */
+#define NEON_PACKED_TYPES(M)                                                                           \
+    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(iq4_nl, IQ4_NL) \
+    M(iq4_xs, IQ4_XS)
+#define NEON_PACKED_CASE_(sfx, ID) case QUILL_TYPE_##ID:
 static inline bool neon_packed_type(uint32_t type) {
-    return type == QUILL_TYPE_Q4_0 || type == QUILL_TYPE_Q8_0 || type == QUILL_TYPE_Q4_K || type == QUILL_TYPE_Q5_K ||
-           type == QUILL_TYPE_Q6_K;
+    switch (type) {
+    NEON_PACKED_TYPES(NEON_PACKED_CASE_)
+        return true;
+    default: return false;
+    }
 }
 
 /* sdot by lane: the lane must be a constant, which the unrolled loops make it */
@@ -82,6 +89,12 @@ static PK_AI int8x16_t group_codes(uint32_t type, const uint8_t *base, int sl, i
     case QUILL_TYPE_Q4_0: { /* register g % 4: columns 4g.. in the low nibbles, 16 + 4g.. in the high */
         const uint8x16_t v = reg_quad(base, g % 4, qd);
         return vsubq_s8(vreinterpretq_s8_u8(g < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+    }
+    case QUILL_TYPE_MXFP4:
+    case QUILL_TYPE_IQ4_NL:
+    case QUILL_TYPE_IQ4_XS: { /* as q4_0's nibbles, each the index of its level (the code) */
+        const uint8x16_t v = reg_quad(base, g % 4, qd);
+        return vqtbl1q_s8(vld1q_s8(nibble_levels(type)), g < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4));
     }
     case QUILL_TYPE_Q8_0: /* q + 128 */
         return vreinterpretq_s8_u8(veorq_u8(reg_quad(base, g, qd), vdupq_n_u8(0x80)));
@@ -147,9 +160,36 @@ static PK_AI void kblock_scales(uint32_t type, const uint8_t *base, float32x4_t 
     }
 }
 
-/* A 32-column block's d of the 16 rows (f16, side by side) for each quad. */
-static PK_AI void block_scales(const uint8_t *d16, float32x4_t *s) {
-    for (int qd = 0; qd < PK_QUADS; qd++) s[qd] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(d16 + 8 * qd))));
+/* Where a 32-column type's block keeps its codes, the scales of its chunk, and its place there. */
+typedef struct {
+    const uint8_t *codes, *scales;
+    int b;
+} block_at;
+
+/* A 32-column block's scale of the 16 rows for each quad, as the unpackers make it: d (f16, side
+ * by side), mxfp4's 2^(e - 128) from its exponent byte, iq4_xs's d·(ls - 32) of sub-block b. */
+static PK_AI void block_scales(uint32_t type, block_at blk, float32x4_t *s) {
+    for (int qd = 0; qd < PK_QUADS; qd++) {
+        if (type == QUILL_TYPE_MXFP4) { /* quill_e8m0_half_to_float, 4 rows at once */
+            uint32_t e4;
+            memcpy(&e4, blk.scales + (size_t)blk.b * block_scale_bytes(type) + 4 * qd, 4);
+            const uint32x4_t e = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(e4)))));
+            const uint32x4_t small = vshlq_u32(vdupq_n_u32(0x00200000u), vreinterpretq_s32_u32(e));
+            const uint32x4_t big = vshlq_n_u32(vsubq_u32(e, vdupq_n_u32(1)), 23);
+            s[qd] = vreinterpretq_f32_u32(vbslq_u32(vcltq_u32(e, vdupq_n_u32(2)), small, big));
+            continue;
+        }
+        const uint8_t *d16 = blk.scales + (type == QUILL_TYPE_IQ4_XS ? 0 : (size_t)blk.b * block_scale_bytes(type));
+        const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(d16 + 8 * qd))));
+        if (type != QUILL_TYPE_IQ4_XS) {
+            s[qd] = d;
+            continue;
+        }
+        uint32_t ls4; /* the 4 rows' 6-bit ls, bytes at 64 + 16b */
+        memcpy(&ls4, blk.scales + 64 + 16 * (size_t)blk.b + 4 * qd, 4);
+        const int32x4_t ls = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(ls4))))));
+        s[qd] = vmulq_f32(d, vcvtq_f32_s32(vsubq_s32(ls, vdupq_n_s32(32))));
+    }
 }
 
 /* One token's slots [sl0, sl1) of a window that starts at column k, into acc (a quad per register),
@@ -252,17 +292,13 @@ static PK_AI void batch_slot(uint32_t type, const int8x16_t *cw, const float32x4
     }
 }
 
-/* Where a 32-column type's block at column kblk (in its chunk from k0) keeps its codes and d. */
-typedef struct {
-    const uint8_t *codes, *d16;
-} block_at;
+/* The block at column kblk of a 32-column type's tile. */
 static PK_AI block_at locate_block(uint32_t type, const tiles_job *j, int64_t tiles, size_t tb, int64_t tile,
                                    int64_t kblk) {
     const int64_t k0 = kblk / PACK_CW * PACK_CW, blocks = (j->cols - k0 < PACK_CW ? j->cols - k0 : PACK_CW) / 32;
     const int64_t b = (kblk - k0) / 32;
     const packed_place pl = place_chunk(type, tiles, tb, tile, k0);
-    return (block_at){j->w + place_codes(type, pl, blocks, b),
-                      j->w + place_scales(type, pl, blocks) + (size_t)b * block_scale_bytes(type)};
+    return (block_at){j->w + place_codes(type, pl, blocks, b), j->w + place_scales(type, pl, blocks), (int)b};
 }
 
 static PK_AI void store_quads(float *y, int nr, const float32x4_t acc[PK_QUADS]) {
@@ -303,7 +339,7 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
                 }
                 for (int b = 0; b < n_slots; b++) {
                     const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * b);
-                    block_scales(blk.d16, s);
+                    block_scales(type, blk, s);
                     token_slots(type, blk.codes, s, m, &j->A[0], j->cols, k + 32 * b, 0, 1, acc[0]);
                 }
                 continue;
@@ -313,7 +349,7 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
                 const uint8_t *codes = base;
                 if (!kq) {
                     const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * sl);
-                    block_scales(blk.d16, s + sl * PK_QUADS);
+                    block_scales(type, blk, s + sl * PK_QUADS);
                     codes = blk.codes;
                 }
 #pragma GCC unroll 8
