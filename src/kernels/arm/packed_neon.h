@@ -26,12 +26,11 @@
 #define PK_QUADS (PACK_TR / 4) /* 4-row NEON registers in a 16-row tile */
 #define PK_AI inline __attribute__((always_inline))
 
-/* The types packed on aarch64: those of the dense and k-quant mixes people download, and the
- * 4-bit table types (gpt-oss's mxfp4, iq4_nl, iq4_xs), whose nibbles become codes by one table
- * lookup (tbl); the rest keep the file's rows (exact_neon.h). */
-#define NEON_PACKED_TYPES(M)                                                                           \
-    M(q4_0, Q4_0) M(q8_0, Q8_0) M(q4_K, Q4_K) M(q5_K, Q5_K) M(q6_K, Q6_K) M(mxfp4, MXFP4) M(iq4_nl, IQ4_NL) \
-    M(iq4_xs, IQ4_XS)
+/* The types packed on aarch64: every type of the layout (the x86 sets' list, with the 32-column
+ * formats only the avx2 sets pack there); the ternary and 1/2-bit q types keep the file's rows
+ * (exact_neon.h). The table types' nibbles (mxfp4, iq4, the grid i-quants) become codes by one
+ * table lookup (tbl). */
+#define NEON_PACKED_TYPES(M) VNNI16_TYPES(M) M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
 #define NEON_PACKED_CASE_(sfx, ID) case QUILL_TYPE_##ID:
 static inline bool neon_packed_type(uint32_t type) {
     switch (type) {
@@ -81,23 +80,48 @@ static PK_AI uint8x16_t reg_quad(const uint8_t *base, int reg, int qd) {
     return vld1q_u8(base + (size_t)reg * 64 + 16 * (size_t)qd);
 }
 
+/* The fifth bits of q5_0 / q5_1 columns 4gb..4gb + 3 of a block (gb < 4: the low nibbles' columns
+ * 4gb.., else 16 + 4(gb - 4)..), as 16 or 0 per byte: register 4 holds each row's 32-bit qh, whose
+ * bit c is column c's. Each byte of a row's lane takes the qh byte that holds its column's bit. */
+static PK_AI uint8x16_t fifth_bits(const uint8_t *base, int gb, int qd) {
+    const int c0 = gb < 4 ? 4 * gb : 16 + 4 * (gb - 4);
+    const uint8x16_t qh = reg_quad(base, 4, qd);
+    static const uint8_t lane_base[16] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12};
+    const uint8x16_t spread = vqtbl1q_u8(qh, vaddq_u8(vld1q_u8(lane_base), vdupq_n_u8((uint8_t)(c0 / 8))));
+    const uint8x16_t bit = vreinterpretq_u8_u32(vdupq_n_u32(0x08040201u << (c0 % 8)));
+    return vandq_u8(vtstq_u8(spread, bit), vdupq_n_u8(16));
+}
+
 /* The signed codes of group g (columns 4g..4g + 3) of slot sl, rows 4qd..4qd + 3: `base` is a
- * k-quant super-block's registers, or a 32-column block's code registers (sl 0). */
+ * k-quant super-block's registers, or a 32-column block's code registers (sl: the slot in the
+ * block, 0 or for slots of 16 also 1; its group gb of the block's 8). */
 static PK_AI int8x16_t group_codes(uint32_t type, const uint8_t *base, int sl, int g, int qd) {
     const uint8x16_t low = vdupq_n_u8(0x0F);
+    const int gb = sl * slot_width(type) / 4 + g;
     switch (type) {
-    case QUILL_TYPE_Q4_0: { /* register g % 4: columns 4g.. in the low nibbles, 16 + 4g.. in the high */
-        const uint8x16_t v = reg_quad(base, g % 4, qd);
-        return vsubq_s8(vreinterpretq_s8_u8(g < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4)), vdupq_n_s8(8));
-    }
-    case QUILL_TYPE_MXFP4:
-    case QUILL_TYPE_IQ4_NL:
-    case QUILL_TYPE_IQ4_XS: { /* as q4_0's nibbles, each the index of its level (the code) */
-        const uint8x16_t v = reg_quad(base, g % 4, qd);
-        return vqtbl1q_s8(vld1q_s8(nibble_levels(type)), g < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4));
+    case QUILL_TYPE_Q4_0:
+    case QUILL_TYPE_Q4_1:
+    case QUILL_TYPE_Q5_0:
+    case QUILL_TYPE_Q5_1: { /* register gb % 4: columns 4gb.. in the low nibbles, 16 + 4gb.. in the high */
+        const uint8x16_t v = reg_quad(base, gb % 4, qd);
+        uint8x16_t u = gb < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4);
+        if (legacy_qh(type)) u = vorrq_u8(u, fifth_bits(base, gb, qd));
+        return vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8((int8_t)code_bias(type)));
     }
     case QUILL_TYPE_Q8_0: /* q + 128 */
-        return vreinterpretq_s8_u8(veorq_u8(reg_quad(base, g, qd), vdupq_n_u8(0x80)));
+        return vreinterpretq_s8_u8(veorq_u8(reg_quad(base, gb, qd), vdupq_n_u8(0x80)));
+    case QUILL_TYPE_Q2_K:
+    case QUILL_TYPE_Q3_K: { /* slots of 16: byte j of the slot's register holds column 4g + j's code at
+                             * bits 2g, 2g + 1; q3_K's u = q + 4 has its third bit at bit 4(sl % 2) + g
+                             * of the pair of slots' third register */
+        const bool q3 = type == QUILL_TYPE_Q3_K;
+        const uint8x16_t v = reg_quad(base, q3 ? 4 + 3 * (sl / 2) + sl % 2 : 5 + sl, qd);
+        uint8x16_t u = vandq_u8(vshlq_u8(v, vdupq_n_s8((int8_t)(-2 * g))), vdupq_n_u8(3));
+        if (!q3) return vreinterpretq_s8_u8(u);
+        const uint8x16_t third = reg_quad(base, 4 + 3 * (sl / 2) + 2, qd);
+        u = vorrq_u8(u, vandq_u8(vshlq_u8(third, vdupq_n_s8((int8_t)(2 - 4 * (sl % 2) - g))), vdupq_n_u8(4)));
+        return vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8(4));
+    }
     case QUILL_TYPE_Q4_K:
     case QUILL_TYPE_Q5_K: { /* slot sl = 2c + hi of window c: its half h = g / 4, register g % 4 */
         const int c = sl / 2, hi = sl % 2, i = g % 4, reg = half_window_reg(type, c, g / 4);
@@ -108,11 +132,15 @@ static PK_AI int8x16_t group_codes(uint32_t type, const uint8_t *base, int sl, i
                                      vdupq_n_u8(0x10)));
         return vreinterpretq_s8_u8(u);
     }
-    default: { /* q6_K, slots of 16: the low 4 bits of u = q + 32 in two nibble registers, the top 2 in a third */
+    case QUILL_TYPE_Q6_K: { /* slots of 16: the low 4 bits of u = q + 32 in two nibble registers, the top 2 in a third */
         const uint8x16_t n = reg_quad(base, 5 + 3 * sl + (g & 1), qd), top = reg_quad(base, 5 + 3 * sl + 2, qd);
         const uint8x16_t nib = g < 2 ? vandq_u8(n, low) : vshrq_n_u8(n, 4);
         const uint8x16_t hi2 = vandq_u8(vshlq_u8(top, vdupq_n_s8((int8_t)(4 - 2 * g))), vdupq_n_u8(0x30));
         return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, hi2)), vdupq_n_s8(32));
+    }
+    default: { /* the table types (mxfp4, iq4, grid i-quants): q4_0's nibbles, each its level's index */
+        const uint8x16_t v = reg_quad(base, gb % 4, qd);
+        return vqtbl1q_s8(vld1q_s8(nibble_levels(type)), gb < 4 ? vandq_u8(v, low) : vshrq_n_u8(v, 4));
     }
     }
 }
@@ -130,9 +158,31 @@ static PK_AI void kblock_scales(uint32_t type, const uint8_t *base, float32x4_t 
     for (int qd = 0; qd < PK_QUADS; qd++) {
         const uint32x4_t w0 = vreinterpretq_u32_u8(reg_quad(base, 0, qd)), w1 = vreinterpretq_u32_u8(reg_quad(base, 1, qd));
         const uint32x4_t w2 = vreinterpretq_u32_u8(reg_quad(base, 2, qd)), w3 = vreinterpretq_u32_u8(reg_quad(base, 3, qd));
+        const uint32x4_t w[4] = {w0, w1, w2, w3};
+        if (type == QUILL_TYPE_Q2_K) { /* 16 bytes of a 4-bit scale and a 4-bit minimum; d, dmin in register 4 */
+            const uint32x4_t dm = vreinterpretq_u32_u8(reg_quad(base, 4, qd));
+            const float32x4_t d = halves_low(dm), dmin = halves_high(dm);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                s[i * PK_QUADS + qd] = vmulq_f32(d, vcvtq_f32_u32(field(w[i / 4], 8 * (i % 4), 0xF)));
+                m[i * PK_QUADS + qd] = vmulq_f32(dmin, vcvtq_f32_u32(field(w[i / 4], 8 * (i % 4) + 4, 0xF)));
+            }
+            continue;
+        }
+        if (type == QUILL_TYPE_Q3_K) { /* the 12 scale bytes from byte 2 of the 16 (quill_q3_K_scales), d after them */
+            const float32x4_t d = halves_high(w3);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const int lo_at = i < 8 ? 2 + i : 2 + i - 8, hi_at = 2 + 8 + (i & 3);
+                const uint32x4_t lo = field(w[lo_at / 4], 8 * (lo_at % 4) + (i < 8 ? 0 : 4), 0xF);
+                const uint32x4_t hi = field(w[hi_at / 4], 8 * (hi_at % 4) + 2 * (i >> 2), 3);
+                const int32x4_t sc = vsubq_s32(vreinterpretq_s32_u32(vorrq_u32(lo, vshlq_n_u32(hi, 4))), vdupq_n_s32(32));
+                s[i * PK_QUADS + qd] = vmulq_f32(d, vcvtq_f32_s32(sc));
+            }
+            continue;
+        }
         if (type == QUILL_TYPE_Q6_K) { /* 16 signed bytes in w0..w3, d in the high half of register 4's word */
             const float32x4_t d = halves_high(vreinterpretq_u32_u8(reg_quad(base, 4, qd)));
-            const uint32x4_t w[4] = {w0, w1, w2, w3};
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++) {
                 const int32x4_t sc = vshlq_s32(vshlq_s32(vreinterpretq_s32_u32(w[j / 4]), vdupq_n_s32(24 - 8 * (j % 4))),
@@ -166,10 +216,31 @@ typedef struct {
     int b;
 } block_at;
 
-/* A 32-column block's scale of the 16 rows for each quad, as the unpackers make it: d (f16, side
- * by side), mxfp4's 2^(e - 128) from its exponent byte, iq4_xs's d·(ls - 32) of sub-block b. */
-static PK_AI void block_scales(uint32_t type, block_at blk, float32x4_t *s) {
+/* A 32-column block's slot scales of the 16 rows, slot i of quad qd at s[i · PK_QUADS + qd], as the
+ * unpackers make them: d (f16, side by side; q4_1's and q5_1's negated minimums in m), mxfp4's
+ * 2^(e - 128) from its exponent byte, iq4_xs's d·(ls - 32) of sub-block b, the grid types' from
+ * their slots' 4-bit fields (grid_scales of the avx2 set, step for step). */
+static PK_AI void block_scales(uint32_t type, block_at blk, float32x4_t *s, float32x4_t *m) {
     for (int qd = 0; qd < PK_QUADS; qd++) {
+        if (grid_nibbles(type)) { /* a chunk is one file block: slot sl = per · b + i of its 8 or 16 */
+            const int per = 32 / slot_width(type);
+            const float32x4_t d =
+                vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(blk.scales + grid_d_at(type) + 8 * qd))));
+            for (int i = 0; i < per; i++) {
+                const int sl = per * blk.b + i;
+                const uint32x4_t sc = field(vreinterpretq_u32_u8(reg_quad(blk.scales, sl / 8, qd)), 4 * (sl % 8), 0xF);
+                const float32x4_t odd = vcvtq_f32_u32(vaddq_u32(vshlq_n_u32(sc, 1), vdupq_n_u32(1)));
+                float32x4_t v;
+                if (type == QUILL_TYPE_IQ3_S) v = vmulq_f32(d, odd); /* d · (1 + 2 sc) */
+                else if (type == QUILL_TYPE_IQ1_S || type == QUILL_TYPE_IQ1_M) /* d · (2 sc + 1) · 0.125 */
+                    v = vmulq_f32(vmulq_f32(d, odd), vdupq_n_f32(0.125f));
+                else /* iq3_xxs: d · (0.5 + sc) · 0.5; the iq2 types: · 0.25 */
+                    v = vmulq_f32(vmulq_f32(d, vaddq_f32(vdupq_n_f32(0.5f), vcvtq_f32_u32(sc))),
+                                  vdupq_n_f32(type == QUILL_TYPE_IQ3_XXS ? 0.5f : 0.25f));
+                s[i * PK_QUADS + qd] = v;
+            }
+            continue;
+        }
         if (type == QUILL_TYPE_MXFP4) { /* quill_e8m0_half_to_float, 4 rows at once */
             uint32_t e4;
             memcpy(&e4, blk.scales + (size_t)blk.b * block_scale_bytes(type) + 4 * qd, 4);
@@ -181,6 +252,8 @@ static PK_AI void block_scales(uint32_t type, block_at blk, float32x4_t *s) {
         }
         const uint8_t *d16 = blk.scales + (type == QUILL_TYPE_IQ4_XS ? 0 : (size_t)blk.b * block_scale_bytes(type));
         const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(d16 + 8 * qd))));
+        if (has_min(type)) /* q4_1, q5_1: the minimum after the 16 rows' d, negated (it is added) */
+            m[qd] = vnegq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(d16 + 32 + 8 * qd)))));
         if (type != QUILL_TYPE_IQ4_XS) {
             s[qd] = d;
             continue;
@@ -329,7 +402,9 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
             for (int qd = 0; qd < PK_QUADS; qd++) acc[t][qd] = vdupq_n_f32(0);
         for (int64_t k = 0; k < j->cols; k += width) {
             /* the window: a super-block, or the blocks of the chunk from k */
-            const int n_slots = kq ? 256 / kb : (int)((j->cols - k < PACK_CW ? j->cols - k : PACK_CW) / 32);
+            const int per = 32 / kb; /* a 32-column block's slots: 1, or 2 of 16 columns */
+            const int n_blocks = (int)((j->cols - k < PACK_CW ? j->cols - k : PACK_CW) / 32);
+            const int n_slots = kq ? 256 / kb : n_blocks * per;
             const uint8_t *base = kq ? j->w + (size_t)tile * tb + (size_t)(k / 256) * (size_t)kblock_regs(type) * 64 : NULL;
             if (kq) kblock_scales(type, base, s, m);
             if (j->n_tok == 1) {
@@ -337,10 +412,10 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
                     token_slots(type, base, s, m, &j->A[0], j->cols, k, 0, n_slots, acc[0]);
                     continue;
                 }
-                for (int b = 0; b < n_slots; b++) {
+                for (int b = 0; b < n_blocks; b++) {
                     const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * b);
-                    block_scales(type, blk, s);
-                    token_slots(type, blk.codes, s, m, &j->A[0], j->cols, k + 32 * b, 0, 1, acc[0]);
+                    block_scales(type, blk, s, m);
+                    token_slots(type, blk.codes, s, m, &j->A[0], j->cols, k + 32 * b, 0, per, acc[0]);
                 }
                 continue;
             }
@@ -348,14 +423,14 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
             for (int sl = 0; sl < n_slots; sl++) {
                 const uint8_t *codes = base;
                 if (!kq) {
-                    const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * sl);
-                    block_scales(type, blk, s + sl * PK_QUADS);
+                    const block_at blk = locate_block(type, j, tiles, tb, tile, k + 32 * (sl / per));
+                    if (sl % per == 0) block_scales(type, blk, s + sl * PK_QUADS, m + sl * PK_QUADS);
                     codes = blk.codes;
                 }
 #pragma GCC unroll 8
                 for (int g = 0; g < kb / 4; g++)
                     for (int qd = 0; qd < PK_QUADS; qd++)
-                        cw[(sl * kb / 4 + g) * PK_QUADS + qd] = group_codes(type, codes, kq ? sl : 0, g, qd);
+                        cw[(sl * kb / 4 + g) * PK_QUADS + qd] = group_codes(type, codes, kq ? sl : sl % per, g, qd);
             }
             for (int sl = 0; sl < n_slots; sl++)
                 for (int q0 = 0; q0 < PK_QUADS; q0 += 2) batch_slot(type, cw, s, m, j, k, sl, q0, acc);
