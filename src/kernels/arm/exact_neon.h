@@ -56,31 +56,77 @@ static inline acts acts_at(void *mem, int64_t cols) {
     return A;
 }
 
-static void quantize_acts(uint32_t type, const float *x, int64_t cols, const acts *A) {
-    const int kb = slot_width(type);
-    for (int64_t blk = 0; blk < cols / 32; blk++) {
-        int16_t a[32];
-        int32_t sum;
-        const float da = quantize_block(x + blk * 32, type, a, &sum);
-        A->da[blk] = da;
-        /* the model's da·Σa, Σa over each slot of the block */
-        for (int s = 0; s < 32 / kb; s++) {
-            int32_t part = 0;
-            for (int i = s * kb; i < (s + 1) * kb; i++) part += a[i];
-            A->sf[blk * (32 / kb) + s] = da * (float)part;
-        }
-        for (int i = 0; i < 32; i++) {
-            int8_t h, l;
-            split16(a[i], &h, &l);
-            const int64_t col = blk * 32 + i;
+/* Block blk's h and l bytes (columns 8i..8i + 7 of the block in h8[i], l8[i]) into the token's
+ * layout. */
+static inline void store_hl(const acts *A, int64_t cols, int64_t blk, const int8x8_t h8[4], const int8x8_t l8[4]) {
+    for (int i = 0; i < 4; i++) {
+        const int64_t col = blk * 32 + 8 * i;
 #if ACTS_INTERLEAVED
-            A->hl[2 * (col - col % 8) + col % 8] = h;
-            A->hl[2 * (col - col % 8) + 8 + col % 8] = l;
+        (void)cols;
+        vst1q_s8(A->hl + 2 * col, vcombine_s8(h8[i], l8[i]));
 #else
-            A->hl[col] = h;
-            A->hl[cols + col] = l;
+        vst1_s8(A->hl + col, h8[i]);
+        vst1_s8(A->hl + cols + col, l8[i]);
 #endif
+    }
+}
+
+/* The model's codes (kernels_exact.h's quantize_block) 32 at a time: the same f32 max, division and
+ * products, rounded to nearest even (fcvtns, as nearbyintf), clamped, then rounded to 8
+ * significant bits as round_8_bits does, and split into h and l bytes, h = (a - l) / 256 exactly.
+ * A block of zeros, or with an infinity or a NaN (fmax propagates it into amax), takes
+ * quantize_block itself. */
+static void quantize_acts(uint32_t type, const float *x, int64_t cols, const acts *A) {
+    const int kb = slot_width(type), qa = act_max(type);
+    for (int64_t blk = 0; blk < cols / 32; blk++) {
+        const float *xb = x + blk * 32;
+        float32x4_t v[8], amax4 = vdupq_n_f32(0);
+        for (int i = 0; i < 8; i++) {
+            v[i] = vld1q_f32(xb + 4 * i);
+            amax4 = vmaxq_f32(amax4, vabsq_f32(v[i]));
         }
+        const float amax = vmaxvq_f32(amax4);
+        int8x8_t h8[4], l8[4];
+        if (!(amax > 0) || !isfinite(amax)) {
+            int16_t a[32];
+            int32_t sum;
+            const float da = quantize_block(xb, type, a, &sum);
+            A->da[blk] = da;
+            for (int sl = 0; sl < 32 / kb; sl++) {
+                int32_t part = 0;
+                for (int i = sl * kb; i < (sl + 1) * kb; i++) part += a[i];
+                A->sf[blk * (32 / kb) + sl] = da * (float)part;
+            }
+            for (int i = 0; i < 4; i++) {
+                const int16x8_t a16 = vld1q_s16(a + 8 * i);
+                l8[i] = vmovn_s16(a16);
+                h8[i] = vmovn_s16(vshrq_n_s16(vsubq_s16(a16, vmovl_s8(l8[i])), 8));
+            }
+            store_hl(A, cols, blk, h8, l8);
+            continue;
+        }
+        const float32x4_t id = vdupq_n_f32((float)qa / amax);
+        const int32x4_t qmax = vdupq_n_s32(qa), qmin = vdupq_n_s32(-qa);
+        int32x4_t a[8];
+        for (int i = 0; i < 8; i++) {
+            const int32x4_t q = vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_f32(v[i], id)), qmin), qmax);
+            uint32x4_t u = vreinterpretq_u32_f32(vcvtq_f32_s32(q));
+            u = vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7FFF), vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1))));
+            a[i] = vcvtq_s32_f32(vreinterpretq_f32_u32(vandq_u32(u, vdupq_n_u32(0xFFFF0000u))));
+        }
+        const float da = amax / (float)qa;
+        A->da[blk] = da;
+        for (int sl = 0; sl < 32 / kb; sl++) {
+            int32x4_t part = vdupq_n_s32(0);
+            for (int i = sl * kb / 4; i < (sl + 1) * kb / 4; i++) part = vaddq_s32(part, a[i]);
+            A->sf[blk * (32 / kb) + sl] = da * (float)vaddvq_s32(part);
+        }
+        for (int i = 0; i < 4; i++) {
+            const int16x8_t a16 = vcombine_s16(vmovn_s32(a[2 * i]), vmovn_s32(a[2 * i + 1]));
+            l8[i] = vmovn_s16(a16);
+            h8[i] = vmovn_s16(vshrq_n_s16(vsubq_s16(a16, vmovl_s8(l8[i])), 8));
+        }
+        store_hl(A, cols, blk, h8, l8);
     }
 }
 
