@@ -322,17 +322,19 @@ static void exact_matmul(uint32_t type, quill_task_fn task, int item_rows, const
     }
 }
 
-/* Every exact type (both lists: the specialised types and the unpacked ones), the type a
- * constant inside. */
-#define NEON_EXACT_MATMUL(sfx, ID)                                                                   \
-    static void tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                         \
-        (void)thread;                                                                                \
-        tiles_impl(job, t0, t1, QUILL_TYPE_##ID);                                                    \
-    }                                                                                                \
-    static void matmul_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
-                             quill_pool *pool, void *scratch) {                                      \
-        exact_matmul(QUILL_TYPE_##ID, tiles_##sfx, TILE_ROWS, m, n_mats, cols, x, n_tok, pool, scratch); \
+/* A type's tile task over impl (items of item_rows rows) and its matmul `name`, the type a constant
+ * inside: for every exact type here (both lists: the specialised types and the unpacked ones), and
+ * for the layout's types in packed_neon.h. */
+#define NEON_TYPE_MATMUL(name, impl, item_rows, ID)                                                     \
+    static void name##_tiles(void *job, int64_t t0, int64_t t1, int thread) {                          \
+        (void)thread;                                                                                  \
+        impl(job, t0, t1, QUILL_TYPE_##ID);                                                            \
+    }                                                                                                  \
+    static void name(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok,         \
+                     quill_pool *pool, void *scratch) {                                                \
+        exact_matmul(QUILL_TYPE_##ID, name##_tiles, item_rows, m, n_mats, cols, x, n_tok, pool, scratch); \
     }
+#define NEON_EXACT_MATMUL(sfx, ID) NEON_TYPE_MATMUL(matmul_##sfx, tiles_impl, TILE_ROWS, ID)
 QUILL_EXACT_TYPES(NEON_EXACT_MATMUL)
 QUILL_UNPACKED_EXACT_TYPES(NEON_EXACT_MATMUL)
 

@@ -7,8 +7,9 @@
  * register holds 4 columns of 16 rows, so a 16-byte NEON load is 4 columns of 4 rows, row r in
  * 32-bit lane r: sdot by lane multiplies it by the same 4 activation bytes for all 4 rows and adds
  * into each row's own lane. A tile of 16 rows is 4 such quads, their codes unpacked in registers
- * from the nibbles and their scales read side by side. About half the instructions a token of the
- * file's rows takes (bench/README.md); speed is not measured here (no aarch64 machine), only bits.
+ * from the nibbles and their scales read side by side. A token's products take 1.7-3.7x fewer
+ * instructions than from the file's rows (10-26x for the types those unpack in scalar code;
+ * bench/README.md); speed is not measured here (no aarch64 machine), only bits.
  *
  * Arithmetic: the model's (exact_scalar.c), as exact_neon.h's: per slot C = 256·Σq·h + Σq·l with
  * signed codes q (the layout's unsigned ones less their bias, q8_0's flipped back), exact in 32
@@ -31,14 +32,7 @@
  * (exact_neon.h). The table types' nibbles (mxfp4, iq4, the grid i-quants) become codes by one
  * table lookup (tbl). */
 #define NEON_PACKED_TYPES(M) VNNI16_TYPES(M) M(q4_1, Q4_1) M(q5_0, Q5_0) M(q5_1, Q5_1)
-#define NEON_PACKED_CASE_(sfx, ID) case QUILL_TYPE_##ID:
-static inline bool neon_packed_type(uint32_t type) {
-    switch (type) {
-    NEON_PACKED_TYPES(NEON_PACKED_CASE_)
-        return true;
-    default: return false;
-    }
-}
+static inline bool neon_packed_type(uint32_t type) { return packed_type(type) || legacy_packed(type); }
 
 /* sdot by lane: the lane must be a constant, which the unrolled loops make it */
 static PK_AI int32x4_t sdot_lane(int32x4_t acc, int8x16_t w, int8x16_t a, int lane) {
@@ -152,8 +146,9 @@ static PK_AI uint32x4_t field(uint32x4_t v, int shift, uint32_t mask) {
     return vandq_u32(vshlq_u32(v, vdupq_n_s32(-shift)), vdupq_n_u32(mask));
 }
 
-/* A k-quant super-block's slot scales s (and q4_K's, q5_K's minimums m), slot sl of quad qd at
- * [sl · PK_QUADS + qd]: the model's d·sc and dmin·m (quill_scale_min_k4), d·scale for q6_K. */
+/* A k-quant super-block's slot scales s (and the minimums m of q2_K, q4_K, q5_K), slot sl of quad
+ * qd at [sl · PK_QUADS + qd], as the unpackers make them: d·sc and dmin·m (quill_scale_min_k4),
+ * q2_K's d·(4-bit scale) and dmin·(4-bit minimum), q3_K's d·(6-bit scale - 32), q6_K's d·scale. */
 static PK_AI void kblock_scales(uint32_t type, const uint8_t *base, float32x4_t *s, float32x4_t *m) {
     for (int qd = 0; qd < PK_QUADS; qd++) {
         const uint32x4_t w0 = vreinterpretq_u32_u8(reg_quad(base, 0, qd)), w1 = vreinterpretq_u32_u8(reg_quad(base, 1, qd));
@@ -439,15 +434,7 @@ static PK_AI void packed_impl(const tiles_job *j, int64_t t0, int64_t t1, uint32
     }
 }
 
-#define NEON_PACKED_MATMUL(sfx, ID)                                                                         \
-    static void packed_tiles_##sfx(void *job, int64_t t0, int64_t t1, int thread) {                        \
-        (void)thread;                                                                                      \
-        packed_impl(job, t0, t1, QUILL_TYPE_##ID);                                                         \
-    }                                                                                                      \
-    static void matmul_packed_##sfx(const quill_matrix *m, int n_mats, int64_t cols, const float *x, int n_tok, \
-                                    quill_pool *pool, void *scratch) {                                     \
-        exact_matmul(QUILL_TYPE_##ID, packed_tiles_##sfx, PACK_TR, m, n_mats, cols, x, n_tok, pool, scratch); \
-    }
+#define NEON_PACKED_MATMUL(sfx, ID) NEON_TYPE_MATMUL(matmul_packed_##sfx, packed_impl, PACK_TR, ID)
 NEON_PACKED_TYPES(NEON_PACKED_MATMUL)
 
 static size_t neon_pack_bytes(uint32_t type, int64_t rows, int64_t cols) {
