@@ -56,6 +56,12 @@ static inline acts acts_at(void *mem, int64_t cols) {
     return A;
 }
 
+/* Eight 16-bit codes a = 256·h + l as their h and l bytes: l the low byte, h = (a - l) / 256 exactly. */
+static inline void split_hl(int16x8_t a16, int8x8_t *h8, int8x8_t *l8) {
+    *l8 = vmovn_s16(a16);
+    *h8 = vmovn_s16(vshrq_n_s16(vsubq_s16(a16, vmovl_s8(*l8)), 8));
+}
+
 /* Block blk's h and l bytes (columns 8i..8i + 7 of the block in h8[i], l8[i]) into the token's
  * layout. */
 static inline void store_hl(const acts *A, int64_t cols, int64_t blk, const int8x8_t h8[4], const int8x8_t l8[4]) {
@@ -73,7 +79,7 @@ static inline void store_hl(const acts *A, int64_t cols, int64_t blk, const int8
 
 /* The model's codes (kernels_exact.h's quantize_block) 32 at a time: the same f32 max, division and
  * products, rounded to nearest even (fcvtns, as nearbyintf), clamped, then rounded to 8
- * significant bits as round_8_bits does, and split into h and l bytes, h = (a - l) / 256 exactly.
+ * significant bits as round_8_bits does, and split into h and l bytes.
  * A block of zeros, or with an infinity or a NaN (fmax propagates it into amax), takes
  * quantize_block itself. */
 static void quantize_acts(uint32_t type, const float *x, int64_t cols, const acts *A) {
@@ -97,11 +103,7 @@ static void quantize_acts(uint32_t type, const float *x, int64_t cols, const act
                 for (int i = sl * kb; i < (sl + 1) * kb; i++) part += a[i];
                 A->sf[blk * (32 / kb) + sl] = da * (float)part;
             }
-            for (int i = 0; i < 4; i++) {
-                const int16x8_t a16 = vld1q_s16(a + 8 * i);
-                l8[i] = vmovn_s16(a16);
-                h8[i] = vmovn_s16(vshrq_n_s16(vsubq_s16(a16, vmovl_s8(l8[i])), 8));
-            }
+            for (int i = 0; i < 4; i++) split_hl(vld1q_s16(a + 8 * i), &h8[i], &l8[i]);
             store_hl(A, cols, blk, h8, l8);
             continue;
         }
@@ -121,11 +123,7 @@ static void quantize_acts(uint32_t type, const float *x, int64_t cols, const act
             for (int i = sl * kb / 4; i < (sl + 1) * kb / 4; i++) part = vaddq_s32(part, a[i]);
             A->sf[blk * (32 / kb) + sl] = da * (float)vaddvq_s32(part);
         }
-        for (int i = 0; i < 4; i++) {
-            const int16x8_t a16 = vcombine_s16(vmovn_s32(a[2 * i]), vmovn_s32(a[2 * i + 1]));
-            l8[i] = vmovn_s16(a16);
-            h8[i] = vmovn_s16(vshrq_n_s16(vsubq_s16(a16, vmovl_s8(l8[i])), 8));
-        }
+        for (int i = 0; i < 4; i++) split_hl(vcombine_s16(vmovn_s32(a[2 * i]), vmovn_s32(a[2 * i + 1])), &h8[i], &l8[i]);
         store_hl(A, cols, blk, h8, l8);
     }
 }
