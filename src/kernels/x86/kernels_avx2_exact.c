@@ -621,28 +621,26 @@ static inline void store_rows(float *y, int nr, __m256 v) {
     memcpy(y, out, (size_t)nr * sizeof *y);
 }
 
-/* A batch's columns go in chunks, each through every tile of the thread's share before the next:
- * a chunk's activation bytes for all the pass's tokens then stay in a core's L2 while the tiles
- * reread them, where a whole row of 256 tokens' bytes (2 per column: 4 MiB for an FFN of 8192)
- * came from L3 for every 8 rows (one product of 512 x 8192 x 256 tokens ran at 0.54x the rate of
- * 1024 x 2048's). Between chunks each (row, token) sum waits in y, an f32 as exact as the register,
- * so every sum still adds its slots in column order: the same bits. BATCH_CHUNK_BYTES is a quarter
- * of Zen 3's 512 KiB L2, the smallest of the CPUs this set serves (64-256 KiB measured alike here). */
+/* A batch's columns go in chunks, each through a group of BATCH_TILES tiles before the next: a
+ * chunk's activation bytes for all the pass's tokens then stay in a core's L2 while the group's
+ * tiles reread them, where a whole row of 256 tokens' bytes (2 per column: 4 MiB for an FFN of
+ * 8192) came from L3 for every 8 rows (one product of 512 x 8192 x 256 tokens ran at 0.54x the
+ * rate of 1024 x 2048's). Between chunks the group's (row, token) sums wait in accumulators of
+ * their own (f32, as in the register), so every sum still adds its slots in column order: the same
+ * bits. (They waited in y, across all the thread's tiles: 8 KiB apart a token, a round trip per
+ * chunk that cost 1.1-1.3x, and with more than one thread each claim was one tile, so the chunks
+ * shared nothing.) BATCH_CHUNK_BYTES is a quarter of Zen 3's 512 KiB L2, the smallest of the CPUs
+ * this set serves (64-256 KiB measured alike here). */
+#ifndef BATCH_CHUNK_BYTES
 #define BATCH_CHUNK_BYTES (128 * 1024)
+#endif
+#ifndef BATCH_TILES
+#define BATCH_TILES 4
+#endif
 static inline int64_t batch_chunk_cols(int64_t cols, int n_tok) {
     int64_t c = BATCH_CHUNK_BYTES / (2 * (int64_t)n_tok) / MAX_WINDOW * MAX_WINDOW;
     if (c < MAX_WINDOW) c = MAX_WINDOW;
     return c < cols ? c : cols;
-}
-
-static inline void load_rows(__m256 *v, const float *y, int nr) {
-    if (nr == TR) {
-        *v = _mm256_loadu_ps(y);
-        return;
-    }
-    _Alignas(32) float in[TR] = {0};
-    memcpy(in, y, (size_t)nr * sizeof *y);
-    *v = _mm256_load_ps(in);
 }
 
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
@@ -655,7 +653,6 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
      * matrix are harmless: prefetches do not fault. */
     const size_t tile_bytes = TR * j->row_bytes, tile_lines = (tile_bytes + 63) / 64;
     const size_t pf_lines = (tile_lines + (size_t)n_windows - 1) / (size_t)n_windows;
-    __m256 acc[PASS_TOKENS];
     /* a block's codes fit in registers, where the compiler keeps arrays this small */
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
     _Alignas(32) float s_block[2][TR], m_block[2][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
@@ -663,11 +660,16 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
     const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
     const window decode = {batch.u, NULL, batch.s, batch.m};
-    /* decoding, and a batch whose tokens' bytes fit the chunk, take all columns at once */
+    /* a batch: 2 · BATCH_TILES tiles of 8 rows at a time, as packed_impl's 16-row tiles */
+    enum { GROUP = 2 * BATCH_TILES };
+    __m256 accs[GROUP][PASS_TOKENS];
     const int64_t chunk = j->n_tok == 1 ? j->cols : batch_chunk_cols(j->cols, j->n_tok);
+    const int64_t per_group = j->n_tok == 1 ? 1 : GROUP;
+    for (int64_t g0 = t0; g0 < t1; g0 += per_group) {
+    const int64_t g1 = t1 - g0 < per_group ? t1 : g0 + per_group;
     for (int64_t k0 = 0; k0 < j->cols; k0 += chunk) {
     const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
-    for (int64_t tile = t0; tile < t1; tile++) {
+    for (int64_t tile = g0; tile < g1; tile++) {
         const int64_t r0 = tile * TR;
         const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
         /* rows past the matrix repeat its first row: their lanes are computed and never stored */
@@ -689,10 +691,9 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             store_rows(j->y + r0, nr, acc1);
             continue;
         }
-        for (int t = 0; t < j->n_tok; t++) {
-            if (k0 == 0) acc[t] = _mm256_setzero_ps();
-            else load_rows(&acc[t], j->y + (size_t)t * (size_t)j->rows + r0, nr);
-        }
+        __m256 *acc = accs[tile - g0];
+        if (k0 == 0)
+            for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
         for (int64_t k = k0; k < k1; k += width) {
             /* (the tile two ahead is one range only when the chunk is the whole row) */
             if (chunk == j->cols) {
@@ -702,8 +703,13 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             unpack_window(type, rp, rows_at, k, &batch);
             for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
         }
-        for (int t = 0; t < j->n_tok; t++)
-            store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
+    }
+    }
+    if (j->n_tok == 1) continue;
+    for (int64_t tile = g0; tile < g1; tile++) {
+        const int64_t r0 = tile * TR;
+        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+        for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][t]);
     }
     }
 }
@@ -1137,18 +1143,14 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
     const int width = window_width(type), group = j->n_tok == 1 ? pack_group(type) : 1;
     const int64_t tiles = (j->rows + PACK_TR - 1) / PACK_TR, n_windows = j->cols / width;
     const size_t tb = packed_tile_bytes(type, j->cols);
-    __m256 acc[PASS_TOKENS];
     _Alignas(32) __m256i u_block[32 / 4], u_hi[32 / 4], u_super[MAX_WINDOW / 4];
     _Alignas(32) float s_block[2][TR], m_block[2][TR], s_super[MAX_WINDOW / 16][TR], m_super[MAX_WINDOW / 16][TR];
     __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
     const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
     const window decode = {batch.u, NULL, batch.s, batch.m};
-    const int64_t chunk = j->n_tok == 1 ? j->cols : batch_chunk_cols(j->cols, j->n_tok);
-    for (int64_t k0 = 0; k0 < j->cols; k0 += chunk) {
-    const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
-    for (int64_t item = i0; item < i1; item++) {
-        const int64_t first = item * group, n = tiles - first < group ? tiles - first : group;
-        if (j->n_tok == 1) {
+    if (j->n_tok == 1) {
+        for (int64_t item = i0; item < i1; item++) {
+            const int64_t first = item * group, n = tiles - first < group ? tiles - first : group;
             /* the group's tiles are one range of n · tb bytes, read front to back */
             const size_t lines = (size_t)n * tb / 64, pf_lines = (lines + (size_t)n_windows - 1) / (size_t)n_windows;
             uintptr_t pf = (uintptr_t)(j->w + (size_t)first * tb) + PACKED_AHEAD;
@@ -1187,27 +1189,40 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
                     const int64_t r0 = (first + i) * PACK_TR + hf * TR;
                     if (r0 < j->rows) store_rows(j->y + r0, j->rows - r0 < TR ? (int)(j->rows - r0) : TR, acc1[i][hf]);
                 }
-            continue;
         }
-        for (int hf = 0; hf < 2; hf++) {
-            const int64_t r0 = first * PACK_TR + hf * TR;
-            if (r0 >= j->rows) break;
-            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-            for (int t = 0; t < j->n_tok; t++) {
-                if (k0 == 0) acc[t] = _mm256_setzero_ps();
-                else load_rows(&acc[t], j->y + (size_t)t * (size_t)j->rows + r0, nr);
-            }
-            if (width == 32) { /* BATCH_BLOCKS blocks a step (batch_blocks) */
-                batch_blocks(type, j, tiles, tb, first, hf, k0, k1, acc);
-            } else {
-                for (int64_t k = k0; k < k1; k += width) {
-                    unpack_packed(type, locate_window(type, j->w, tiles, tb, j->cols, first, k), hf, &batch);
-                    for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
-                }
-            }
-            for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, acc[t]);
-        }
+        return;
     }
+    /* A batch: BATCH_TILES tiles at a time, chunk by chunk (batch_chunk_cols), their sums waiting
+     * in accumulators of their own between chunks */
+    __m256 accs[BATCH_TILES][2][PASS_TOKENS];
+    const int64_t chunk = batch_chunk_cols(j->cols, j->n_tok);
+    for (int64_t g0 = i0; g0 < i1; g0 += BATCH_TILES) {
+        const int64_t g1 = i1 - g0 < BATCH_TILES ? i1 : g0 + BATCH_TILES;
+        for (int64_t k0 = 0; k0 < j->cols; k0 += chunk) {
+            const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
+            for (int64_t tile = g0; tile < g1; tile++)
+                for (int hf = 0; hf < 2; hf++) {
+                    if (tile * PACK_TR + hf * TR >= j->rows) break;
+                    __m256 *acc = accs[tile - g0][hf];
+                    if (k0 == 0)
+                        for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
+                    if (width == 32) { /* BATCH_BLOCKS blocks a step (batch_blocks) */
+                        batch_blocks(type, j, tiles, tb, tile, hf, k0, k1, acc);
+                        continue;
+                    }
+                    for (int64_t k = k0; k < k1; k += width) {
+                        unpack_packed(type, locate_window(type, j->w, tiles, tb, j->cols, tile, k), hf, &batch);
+                        for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
+                    }
+                }
+        }
+        for (int64_t tile = g0; tile < g1; tile++)
+            for (int hf = 0; hf < 2; hf++) {
+                const int64_t r0 = tile * PACK_TR + hf * TR;
+                if (r0 >= j->rows) break;
+                const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+                for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][hf][t]);
+            }
     }
 }
 
@@ -1287,9 +1302,11 @@ static void exact_matmul(uint32_t type, quill_task_fn task, bool packed, const q
             const int64_t items = packed ? (tiles + group - 1) / group : (m[i].rows + TR - 1) / TR;
             tasks[i] = (quill_pool_task){task, &jobs[i], items};
         }
-        /* tiles one at a time: each thread walks its own contiguous share (threadpool.c), so the
-         * tile two ahead that a window prefetches is usually this thread's own */
-        quill_pool_run_joined(pool, tasks, n_mats, 1);
+        /* decoding, tiles one at a time: each thread walks its own contiguous share (threadpool.c),
+         * so the tile two ahead that a window prefetches is usually this thread's own; a packed
+         * batch claims BATCH_TILES tiles (8-row tiles: twice as many), which share each chunk of
+         * the activations (packed_impl, tiles_impl) */
+        quill_pool_run_joined(pool, tasks, n_mats, nt == 1 ? 1 : packed ? BATCH_TILES : 2 * BATCH_TILES);
     }
 }
 
