@@ -643,6 +643,24 @@ static inline int64_t batch_chunk_cols(int64_t cols, int n_tok) {
     return c < cols ? c : cols;
 }
 
+/* The 8 rows of a file-row tile from r0 (nr of them real): their addresses, and their offsets from
+ * the first as the lanes of a register (rows past the matrix repeat its first row: their lanes are
+ * computed and never stored). */
+typedef struct {
+    const uint8_t *rp[TR];
+    __m256i at;
+} tile_rows;
+static inline __attribute__((always_inline)) tile_rows rows_of(const tiles_job *j, int64_t r0, int nr) {
+    tile_rows t;
+    int32_t offs[TR];
+    for (int r = 0; r < TR; r++) {
+        offs[r] = (int32_t)((size_t)(r < nr ? r : 0) * j->row_bytes);
+        t.rp[r] = j->w + (size_t)r0 * j->row_bytes + (size_t)offs[r];
+    }
+    t.at = _mm256_loadu_si256((const __m256i *)offs);
+    return t;
+}
+
 static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j, int64_t t0, int64_t t1,
                                                              uint32_t type) {
     const int width = window_width(type);
@@ -660,57 +678,53 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     __m256i *const digits = QUILL_AVXVNNI ? NULL : u_hi;
     const window batch = width == 32 ? (window){u_block, digits, s_block, m_block} : (window){u_super, digits, s_super, m_super};
     const window decode = {batch.u, NULL, batch.s, batch.m};
-    /* a batch: 2 · BATCH_TILES tiles of 8 rows at a time, as packed_impl's 16-row tiles */
-    enum { GROUP = 2 * BATCH_TILES };
-    __m256 accs[GROUP][PASS_TOKENS];
-    const int64_t chunk = j->n_tok == 1 ? j->cols : batch_chunk_cols(j->cols, j->n_tok);
-    const int64_t per_group = j->n_tok == 1 ? 1 : GROUP;
-    for (int64_t g0 = t0; g0 < t1; g0 += per_group) {
-    const int64_t g1 = t1 - g0 < per_group ? t1 : g0 + per_group;
-    for (int64_t k0 = 0; k0 < j->cols; k0 += chunk) {
-    const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
-    for (int64_t tile = g0; tile < g1; tile++) {
-        const int64_t r0 = tile * TR;
-        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-        /* rows past the matrix repeat its first row: their lanes are computed and never stored */
-        const uint8_t *rp[TR];
-        int32_t offs[TR];
-        for (int r = 0; r < TR; r++) {
-            offs[r] = (int32_t)((size_t)(r < nr ? r : 0) * j->row_bytes);
-            rp[r] = j->w + (size_t)r0 * j->row_bytes + (size_t)offs[r];
-        }
-        const __m256i rows_at = _mm256_loadu_si256((const __m256i *)offs);
-        uintptr_t pf = (uintptr_t)rp[0] + 2 * tile_bytes;
-        if (j->n_tok == 1) { /* decoding: the accumulators stay in registers */
+    if (j->n_tok == 1) { /* decoding: the accumulators stay in registers */
+        for (int64_t tile = t0; tile < t1; tile++) {
+            const int64_t r0 = tile * TR;
+            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+            const tile_rows rows = rows_of(j, r0, nr);
+            uintptr_t pf = (uintptr_t)rows.rp[0] + 2 * tile_bytes;
             __m256 acc1 = _mm256_setzero_ps();
             for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
                 for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
-                unpack_window(type, rp, rows_at, k, &decode);
+                unpack_window(type, rows.rp, rows.at, k, &decode);
                 window_step(type, &decode, token_acts_at(j->P, k), &acc1);
             }
             store_rows(j->y + r0, nr, acc1);
-            continue;
         }
-        __m256 *acc = accs[tile - g0];
-        if (k0 == 0)
-            for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
-        for (int64_t k = k0; k < k1; k += width) {
-            /* (the tile two ahead is one range only when the chunk is the whole row) */
-            if (chunk == j->cols) {
-                for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
-                pf += 64 * pf_lines;
+        return;
+    }
+    /* a batch: 2 · BATCH_TILES tiles of 8 rows at a time (packed_impl's groups of 16-row tiles) */
+    enum { GROUP = 2 * BATCH_TILES };
+    __m256 accs[GROUP][PASS_TOKENS];
+    const int64_t chunk = batch_chunk_cols(j->cols, j->n_tok);
+    for (int64_t g0 = t0; g0 < t1; g0 += GROUP) {
+        const int64_t g1 = t1 - g0 < GROUP ? t1 : g0 + GROUP;
+        for (int64_t k0 = 0; k0 < j->cols; k0 += chunk) {
+            const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
+            for (int64_t tile = g0; tile < g1; tile++) {
+                const int64_t r0 = tile * TR;
+                const tile_rows rows = rows_of(j, r0, j->rows - r0 < TR ? (int)(j->rows - r0) : TR);
+                uintptr_t pf = (uintptr_t)rows.rp[0] + 2 * tile_bytes;
+                __m256 *acc = accs[tile - g0];
+                if (k0 == 0)
+                    for (int t = 0; t < j->n_tok; t++) acc[t] = _mm256_setzero_ps();
+                for (int64_t k = k0; k < k1; k += width) {
+                    /* (the tile two ahead is one range only when the chunk is the whole row) */
+                    if (chunk == j->cols) {
+                        for (size_t i = 0; i < pf_lines; i++) _mm_prefetch((const char *)(pf + 64 * i), _MM_HINT_T0);
+                        pf += 64 * pf_lines;
+                    }
+                    unpack_window(type, rows.rp, rows.at, k, &batch);
+                    for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
+                }
             }
-            unpack_window(type, rp, rows_at, k, &batch);
-            for (int t = 0; t < j->n_tok; t++) window_step(type, &batch, window_acts_at(j->P + t, k), &acc[t]);
         }
-    }
-    }
-    if (j->n_tok == 1) continue;
-    for (int64_t tile = g0; tile < g1; tile++) {
-        const int64_t r0 = tile * TR;
-        const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-        for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][t]);
-    }
+        for (int64_t tile = g0; tile < g1; tile++) {
+            const int64_t r0 = tile * TR;
+            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
+            for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][t]);
+        }
     }
 }
 
