@@ -15,30 +15,36 @@ if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt test
     (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
 fi
 
-# Two cores: the test runs are mostly one busy thread (a model, a server and its clients taking
-# turns), so the builds and the other checks run in the background beside them, at a lower
-# priority (the tests' timing stays theirs), and are reported after the tests:
-#   the gcc build, then its tests   | the sanitizer build (nice 5)
-#   the sanitizer build's tests     | the fuzz targets built and run, the aarch64 library built
-#                                     and run under qemu (nice 15)
+# Two cores, and the lanes' CPU time adds up to about twice the wall time the suite may take: so
+# the lanes run side by side, each test run mostly one busy thread (a model, a server and its
+# clients taking turns), the gcc lane at normal priority (its tests' timing stays theirs), the
+# sanitizer lane beside it at a lower one, and the fuzz targets and the aarch64 checks, which time
+# nothing, in what the two leave:
+#   the gcc build, then its tests     | the sanitizer build, then its tests (nice 5)
+#   then the fuzz targets built and run, the aarch64 library built and run under qemu (nice 15)
+# The sanitizer lane's report is printed after the gcc lane's.
 mkdir -p build-san build-fuzz
-rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log build-san/build.status
+rm -f build/cross.log build/cross-test.log build-fuzz/smoke.log build-san/test.log build-san/skip
 (
     if nice -n 5 make -s -j"$JOBS" SAN=1 CC=clang BUILD=build-san build-san/quill_test build-san/quill > build-san/build.log 2>&1; then
-        echo ok > build-san/build.status
+        if [ ! -f build-san/skip ]; then
+            ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+                QUILL_BIN=./build-san/quill nice -n 5 ./build-san/quill_test > build-san/test.log 2>&1
+        fi
     else
-        echo failed > build-san/build.status
+        { tail -n 30 build-san/build.log; echo "the sanitizer build failed: see build-san/build.log"; echo "0 passed, 1 failed"; } \
+            > build-san/test.log
     fi
 ) &
-san_build=$!
+san=$!
 if ! make -s -j"$JOBS" all; then
-    wait "$san_build"
+    touch build-san/skip
+    wait "$san"
     echo "the gcc build failed"
     echo "0 passed, 1 failed"
     exit 1
 fi
 QUILL_BIN=./build/quill ./build/quill_test | tee build/test.log
-wait "$san_build"
 (
     # Every fuzz target must build and run (its seeds, then mutations from a fixed seed): fuzz/smoke.sh.
     if nice -n 15 make -s -j"$JOBS" fuzz > build-fuzz/build.log 2>&1; then
@@ -65,15 +71,9 @@ fuzz=$!
     fi
 ) &
 cross=$!
-
+wait "$san"
 echo "== sanitizers (clang, ASan + UBSan) =="
-if [ "$(cat build-san/build.status)" = ok ]; then
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        QUILL_BIN=./build-san/quill ./build-san/quill_test | tee build-san/test.log
-else
-    tail -n 30 build-san/build.log
-    echo "0 passed, 1 failed" | tee build-san/test.log
-fi
+cat build-san/test.log
 wait "$fuzz" "$cross"
 
 echo "== fuzz targets (clang libFuzzer, ${FUZZ_RUNS:-60000} inputs each, fixed seed) =="

@@ -84,8 +84,8 @@ TEST(kernels_dequant_bit_identical_to_to_float) {
             const quill_type_traits *tr = quill_type_traits_of(type);
             int64_t n = tr->block_size == 256 ? 768 : 96 + tr->block_size; /* several blocks, odd count */
             if (tr->block_size == 1) n = 77;
-            uint8_t *row = malloc(quill_row_size(type, n) + 2);
-            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            uint8_t *row = test_guarded(quill_row_size(type, n) + 2, 16);
+            float *a = test_guarded((size_t)n * sizeof *a, 16), *b = test_guarded((size_t)n * sizeof *b, 16);
             /* GGUF only guarantees 2-byte alignment of a row (block sizes are even); the kernels
              * must not assume more */
             uint8_t *src = row + 2;
@@ -93,7 +93,7 @@ TEST(kernels_dequant_bit_identical_to_to_float) {
             tr->to_float(src, a, n);
             quill_kernels_dequant(kern, type)(src, b, n);
             bool same = memcmp(a, b, (size_t)n * sizeof *a) == 0;
-            free(row); free(a); free(b);
+            test_guarded_free(row); test_guarded_free(a); test_guarded_free(b);
             CHECK(same, "%s dequant of %s differs from to_float", isas[k], tr->name);
         }
     }
@@ -106,7 +106,7 @@ TEST(kernels_dot_matches_scalar_for_every_size) {
         if (!kern) continue;
         for (int64_t n = 1; n <= 300; n += (n < 70 ? 1 : 37)) {
             for (int nt = 1; nt <= 11; nt += 3) {
-                float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * nt * sizeof *x);
+                float *w = test_guarded((size_t)n * sizeof *w, 16), *x = test_guarded((size_t)n * nt * sizeof *x, 16);
                 float fast[16], ref[16];
                 for (int64_t i = 0; i < n; i++) w[i] = rndf();
                 for (int64_t i = 0; i < n * nt; i++) x[i] = rndf();
@@ -119,7 +119,7 @@ TEST(kernels_dot_matches_scalar_for_every_size) {
                     double e = fabs((double)fast[t] - ref[t]) / (bound + 1e-30);
                     if (e > worst) worst = e;
                 }
-                free(w); free(x);
+                test_guarded_free(w); test_guarded_free(x);
                 /* f32 accumulation: error bounded by ~n ulp of the absolute sum; 1e-6 is generous */
                 CHECK(worst < 1e-6, "%s dot n=%lld nt=%d: relative error %.3g", isas[k], (long long)n, nt, worst);
             }
@@ -142,8 +142,12 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
             for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
                 const int64_t n = sizes[si], stride = n + 7, wstride = 41, ostride = n + 3;
                 const int rows = 37, nh = heads[hi];
-                float *v = malloc((size_t)(rows * stride) * sizeof *v), *wgt = malloc((size_t)(nh * wstride) * sizeof *wgt),
-                      *fast = calloc((size_t)(nh * ostride), sizeof *fast), *ref = calloc((size_t)(nh * ostride), sizeof *ref);
+                float *v = test_guarded((size_t)(rows * stride) * sizeof *v, 16),
+                      *wgt = test_guarded((size_t)(nh * wstride) * sizeof *wgt, 16),
+                      *fast = test_guarded((size_t)(nh * ostride) * sizeof *fast, 16),
+                      *ref = test_guarded((size_t)(nh * ostride) * sizeof *ref, 16);
+                memset(fast, 0, (size_t)(nh * ostride) * sizeof *fast);
+                memset(ref, 0, (size_t)(nh * ostride) * sizeof *ref);
                 for (int64_t i = 0; i < rows * stride; i++) v[i] = rndf();
                 for (int64_t i = 0; i < nh * wstride; i++) wgt[i] = rndf() * rndf();
                 kern->weighted_sum(wgt, wstride, nh, v, rows, stride, n, fast, ostride, false);
@@ -154,7 +158,7 @@ TEST(kernels_weighted_sum_bit_identical_to_scalar) {
                 kern->weighted_sum(wgt, wstride, nh, v, 13, stride, n, fast, ostride, false);
                 kern->weighted_sum(wgt + 13, wstride, nh, v + 13 * stride, rows - 13, stride, n, fast, ostride, true);
                 bool blocked = memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0;
-                free(v); free(wgt); free(fast); free(ref);
+                test_guarded_free(v); test_guarded_free(wgt); test_guarded_free(fast); test_guarded_free(ref);
                 CHECK(same, "%s weighted sum of %lld dims, %d heads differs", isas[k], (long long)n, nh);
                 CHECK(blocked, "%s weighted sum of %lld dims, %d heads, in two blocks differs", isas[k], (long long)n, nh);
             }
@@ -174,8 +178,10 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
             for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
                 const int64_t n = 64, stride = 157, qstride = 70, ostride = 163;
                 const int nh = heads[hi];
-                float *q = malloc((size_t)(nh * qstride) * sizeof *q), *kt = malloc((size_t)(n * stride) * sizeof *kt),
-                      *fast = malloc((size_t)(nh * ostride) * sizeof *fast), *ref = malloc((size_t)(nh * ostride) * sizeof *ref);
+                float *q = test_guarded((size_t)(nh * qstride) * sizeof *q, 16),
+                      *kt = test_guarded((size_t)(n * stride) * sizeof *kt, 16),
+                      *fast = test_guarded((size_t)(nh * ostride) * sizeof *fast, 16),
+                      *ref = test_guarded((size_t)(nh * ostride) * sizeof *ref, 16);
                 /* the same marks in both outside the columns: a write past the last one shows */
                 for (int64_t i = 0; i < nh * ostride; i++) fast[i] = ref[i] = -1.5f - (float)i;
                 for (int64_t i = 0; i < nh * qstride; i++) q[i] = rndf();
@@ -184,7 +190,7 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
                 scalar->dot_columns(q, qstride, nh, kt, n, stride, cols, ref, ostride);
                 CHECK(memcmp(fast, ref, (size_t)(nh * ostride) * sizeof *fast) == 0, "%s scores of %d columns, %d heads differ",
                       isas[k], cols, nh);
-                free(q); free(kt); free(fast); free(ref);
+                test_guarded_free(q); test_guarded_free(kt); test_guarded_free(fast); test_guarded_free(ref);
             }
     }
 }
@@ -195,7 +201,9 @@ TEST(kernels_dot_columns_bit_identical_to_scalar) {
 TEST(kernels_softmax_bit_identical_and_accurate) {
     const quill_kernels *scalar = quill_kernels_scalar();
     for (int n = 1; n <= 300; n += n < 40 ? 1 : 37) {
-        float *x = malloc((size_t)n * sizeof *x), *ref = malloc((size_t)n * sizeof *ref), *fast = malloc((size_t)n * sizeof *fast);
+        float *x = test_guarded((size_t)n * sizeof *x, 16),
+              *ref = test_guarded((size_t)n * sizeof *ref, 16),
+              *fast = test_guarded((size_t)n * sizeof *fast, 16);
         for (int p = 0; p < n; p++) x[p] = (n % 2 ? 12 : 600) * rndf(); /* exponents down to -75 */
         if (n > 3) x[n / 2] = -1e30f; /* far below the rest: its weight is 0 */
         const float s = 0.125f;
@@ -219,7 +227,7 @@ TEST(kernels_softmax_bit_identical_and_accurate) {
             kern->softmax(fast, n, s);
             CHECK(memcmp(fast, ref, (size_t)n * sizeof *fast) == 0, "%s softmax of %d differs from scalar", isas[k], n);
         }
-        free(x); free(ref); free(fast);
+        test_guarded_free(x); test_guarded_free(ref); test_guarded_free(fast);
     }
 }
 
@@ -231,7 +239,8 @@ TEST(kernels_dot_f64_bit_identical_and_accurate) {
     for (int64_t n = 1; n <= 300; n += n < 40 ? 1 : 37)
         for (int rows = 1; rows <= 7; rows += 3) {
             const int64_t stride = n + 3;
-            float *w = malloc((size_t)(rows * stride) * sizeof *w), *x = malloc((size_t)n * sizeof *x);
+            float *w = test_guarded((size_t)(rows * stride) * sizeof *w, 16),
+                  *x = test_guarded((size_t)n * sizeof *x, 16);
             double ref[7], fast[7];
             for (int64_t i = 0; i < rows * stride; i++) w[i] = rndf() * (i % 5 ? 1.0f : 300.0f);
             for (int64_t i = 0; i < n; i++) x[i] = rndf();
@@ -249,7 +258,7 @@ TEST(kernels_dot_f64_bit_identical_and_accurate) {
                 CHECK(memcmp(fast, ref, (size_t)rows * sizeof *fast) == 0, "%s dot_f64 of %d x %lld differs from scalar",
                       isas[k], rows, (long long)n);
             }
-            free(w); free(x);
+            test_guarded_free(w); test_guarded_free(x);
         }
 }
 
@@ -259,8 +268,8 @@ TEST(kernels_dot_f64_bit_identical_and_accurate) {
 TEST(kernels_swiglu_bit_identical_and_accurate) {
     const quill_kernels *scalar = quill_kernels_scalar();
     for (int64_t n = 1; n <= 200; n += n < 40 ? 1 : 23) {
-        float *g = malloc((size_t)n * sizeof *g), *u = malloc((size_t)n * sizeof *u);
-        float *ref = malloc((size_t)n * sizeof *ref), *fast = malloc((size_t)n * sizeof *fast);
+        float *g = test_guarded((size_t)n * sizeof *g, 16), *u = test_guarded((size_t)n * sizeof *u, 16);
+        float *ref = test_guarded((size_t)n * sizeof *ref, 16), *fast = test_guarded((size_t)n * sizeof *fast, 16);
         for (int64_t i = 0; i < n; i++) {
             const float mag = i % 5 == 0 ? 1e-3f : i % 5 == 1 ? 200.0f : 8.0f;
             g[i] = mag * rndf(), u[i] = rndf() * 3;
@@ -282,7 +291,7 @@ TEST(kernels_swiglu_bit_identical_and_accurate) {
             kern->swiglu(fast, u, n);
             CHECK(memcmp(fast, ref, (size_t)n * sizeof *fast) == 0, "%s swiglu of %lld differs from scalar", isas[k], (long long)n);
         }
-        free(g); free(u); free(ref); free(fast);
+        test_guarded_free(g); test_guarded_free(u); test_guarded_free(ref); test_guarded_free(fast);
     }
 }
 
@@ -319,8 +328,8 @@ TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
             const quill_type_traits *tr = quill_type_traits_of(type);
             int64_t n = tr->block_size == 256 ? 512 : 160;
             for (int nt = 1; nt <= 19; nt += 2) {
-                uint8_t *row = malloc(quill_row_size(type, n));
-                float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * nt * sizeof *x);
+                uint8_t *row = test_guarded(quill_row_size(type, n), 16);
+                float *w = test_guarded((size_t)n * sizeof *w, 16), *x = test_guarded((size_t)n * nt * sizeof *x, 16);
                 float fused[32], plain[32];
                 random_row(type, row, n);
                 for (int64_t i = 0; i < n * nt; i++) x[i] = rndf();
@@ -334,7 +343,7 @@ TEST(kernels_fused_bit_identical_to_dequant_then_dot) {
                     kern->vec_dot[type](row, x + t * n, n, 1, n, &alone, 1);
                     same = memcmp(&alone, &fused[t], sizeof alone) == 0;
                 }
-                free(row); free(w); free(x);
+                test_guarded_free(row); test_guarded_free(w); test_guarded_free(x);
                 CHECK(same, "%s fused %s (nt=%d) differs from dequant + dot", isas[k], tr->name, nt);
             }
         }
@@ -366,12 +375,13 @@ TEST(kernels_float_matmul_bit_identical_to_dequant_then_dot) {
                         const int64_t cols = widths[wi], rows = row_counts[ri];
                         const int nt = toks[ni];
                         const size_t rb = quill_row_size(type, cols);
-                        uint8_t *w[2] = {malloc(rb * (size_t)rows), malloc(rb * (size_t)rows)};
-                        float *x = malloc((size_t)(cols * nt) * sizeof *x), *row = malloc((size_t)cols * sizeof *row);
-                        float *y[2], *ref = malloc((size_t)(rows * nt) * sizeof *ref);
+                        uint8_t *w[2] = {test_guarded(rb * (size_t)rows, 16), test_guarded(rb * (size_t)rows, 16)};
+                        float *x = test_guarded((size_t)(cols * nt) * sizeof *x, 16),
+                              *row = test_guarded((size_t)cols * sizeof *row, 16);
+                        float *y[2], *ref = test_guarded((size_t)(rows * nt) * sizeof *ref, 16);
                         for (int i = 0; i < 2; i++) {
                             for (int64_t r = 0; r < rows; r++) random_row(type, w[i] + (size_t)r * rb, cols);
-                            y[i] = malloc((size_t)(rows * nt) * sizeof *y[i]);
+                            y[i] = test_guarded((size_t)(rows * nt) * sizeof *y[i], 16);
                         }
                         for (int64_t i = 0; i < cols * nt; i++) x[i] = rndf();
                         bool same = true;
@@ -389,7 +399,9 @@ TEST(kernels_float_matmul_bit_identical_to_dequant_then_dot) {
                         }
                         CHECK(same, "%s %s product of %lld x %lld, %d tokens differs from dequant + dot", sets[k],
                               quill_type_traits_of(type)->name, (long long)rows, (long long)cols, nt);
-                        free(w[0]); free(w[1]); free(x); free(row); free(y[0]); free(y[1]); free(ref);
+                        test_guarded_free(w[0]); test_guarded_free(w[1]); test_guarded_free(x);
+                        test_guarded_free(row); test_guarded_free(y[0]); test_guarded_free(y[1]);
+                        test_guarded_free(ref);
                         checked++;
                     }
         }

@@ -32,13 +32,13 @@ static const uint32_t amx_types[] = {QUILL_TYPE_Q4_0,   QUILL_TYPE_Q4_1,    QUIL
 /* Random valid rows (types.c's quill_random_rows). */
 static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t cols, size_t *row_bytes) {
     *row_bytes = quill_row_size(type, cols);
-    uint8_t *w = malloc(*row_bytes * (size_t)rows);
+    uint8_t *w = test_guarded(*row_bytes * (size_t)rows, 16);
     quill_random_rows(type, w, rows, cols, &rng_state);
     return w;
 }
 
 static float *random_acts(int n_tok, int64_t cols) {
-    float *x = malloc((size_t)n_tok * (size_t)cols * sizeof *x);
+    float *x = test_guarded((size_t)n_tok * (size_t)cols * sizeof *x, 16);
     /* activations of varied magnitude, as after a norm with some large channels */
     for (int64_t i = 0; i < n_tok * cols; i++) x[i] = rndf() * (rnd() % 16 == 0 ? 20.0f : 1.0f);
     return x;
@@ -106,10 +106,10 @@ static bool has_product(const quill_kernels *k, uint32_t type) {
 
 static void amx_product(const quill_kernels *k, uint32_t type, const uint8_t *w, size_t rb, int64_t rows,
                         int64_t cols, const float *x, int nt, float *y, quill_pool *pool) {
-    void *scratch = malloc(k->matmul_scratch(cols, nt));
+    void *scratch = test_guarded(k->matmul_scratch(cols, nt), 64);
     const quill_matrix m = {w, rb, rows, y};
     k->matmul[type](&m, 1, cols, x, nt, pool, scratch);
-    free(scratch);
+    test_guarded_free(scratch);
 }
 
 /* The largest activation code per type, as kernels_exact.h documents it: slot · max|q| · cap < 2^24. */
@@ -187,8 +187,8 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
         uint8_t *w = random_matrix(type, rows, cols, &rb);
         for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
             int nt = toks[ni];
-            float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y),
-                  *want = malloc((size_t)nt * rows * sizeof *want);
+            float *x = random_acts(nt, cols), *y = test_guarded((size_t)nt * rows * sizeof *y, 16),
+                  *want = test_guarded((size_t)nt * rows * sizeof *want, 16);
             amx_product(k, type, w, rb, rows, cols, x, nt, y, pool);
             CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, want), "the model runs");
             int bad = -1;
@@ -198,9 +198,9 @@ static void bit_identical_to_scalar_model(const quill_kernels *k) {
                 test_fail(__FILE__, __LINE__, "%s, %d tokens: row %lld token %lld: kernel %.9g, model %.9g",
                           quill_type_traits_of(type)->name, nt, (long long)(bad % rows), (long long)(bad / rows),
                           y[bad], want[bad]);
-            free(x); free(y); free(want);
+            test_guarded_free(x); test_guarded_free(y); test_guarded_free(want);
         }
-        free(w);
+        test_guarded_free(w);
     }
     quill_pool_free(pool);
 }
@@ -219,7 +219,7 @@ static void nonfinite_activations(const quill_kernels *k) {
         const int64_t cols = cols_for(type);
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
-        float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y), one[20];
+        float *x = random_acts(nt, cols), *y = test_guarded((size_t)nt * rows * sizeof *y, 16), one[20];
         x[1 * cols + 40] = NAN;
         x[2 * cols + 3] = INFINITY;
         memset(x + 3 * cols, 0, (size_t)cols * sizeof *x);
@@ -235,7 +235,7 @@ static void nonfinite_activations(const quill_kernels *k) {
                            quill_type_traits_of(type)->name, t, (long long)r, v, one[r]);
             }
         }
-        free(w); free(x); free(y);
+        test_guarded_free(w); test_guarded_free(x); test_guarded_free(y);
     }
 }
 
@@ -253,9 +253,9 @@ TEST(kernels_exact_model_within_activation_bound) {
         const int64_t cols = cols_for(type);
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
-        float *wf = malloc((size_t)(rows * cols) * sizeof *wf);
+        float *wf = test_guarded((size_t)(rows * cols) * sizeof *wf, 16);
         for (int64_t r = 0; r < rows; r++) quill_type_traits_of(type)->to_float(w + r * rb, wf + r * cols, cols);
-        float *x = random_acts(nt, cols), *y = malloc((size_t)nt * rows * sizeof *y);
+        float *x = random_acts(nt, cols), *y = test_guarded((size_t)nt * rows * sizeof *y, 16);
         CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, y), "the model runs");
         double worst = 0;
         for (int t = 0; t < nt; t++)
@@ -274,7 +274,7 @@ TEST(kernels_exact_model_within_activation_bound) {
                 if (ratio > worst) worst = ratio;
             }
         CHECK(worst <= 1.0, "%s: error %.3g of its bound", quill_type_traits_of(type)->name, worst);
-        free(w); free(wf); free(x); free(y);
+        test_guarded_free(w); test_guarded_free(wf); test_guarded_free(x); test_guarded_free(y);
     }
 }
 
@@ -291,8 +291,8 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
         size_t rb;
         uint8_t *w = random_matrix(type, rows, cols, &rb);
         float *x = random_acts((int)max_tok, cols);
-        float *alone = malloc((size_t)(max_tok * rows) * sizeof *alone);
-        float *batch = malloc((size_t)(max_tok * rows) * sizeof *batch);
+        float *alone = test_guarded((size_t)(max_tok * rows) * sizeof *alone, 16);
+        float *batch = test_guarded((size_t)(max_tok * rows) * sizeof *batch, 16);
         for (int64_t t = 0; t < max_tok; t++) amx_product(k, type, w, rb, rows, cols, x + t * cols, 1, alone + t * rows, NULL);
         bool ok = true;
         for (int nt = 1; nt <= max_tok && ok; nt++) {
@@ -307,7 +307,7 @@ static void batch_and_thread_invariance(const quill_kernels *k) {
                               name, nt, p + 1);
             }
         }
-        free(w); free(x); free(alone); free(batch);
+        test_guarded_free(w); test_guarded_free(x); test_guarded_free(alone); test_guarded_free(batch);
         if (!ok) break;
     }
     for (int p = 0; p < 3; p++) quill_pool_free(pools[p]);
@@ -332,11 +332,11 @@ static void joined_matrices(const quill_kernels *k) {
         quill_matrix m[3];
         for (int i = 0; i < 3; i++) {
             w[i] = random_matrix(type, rows[i], cols, &rb[i]);
-            alone[i] = malloc((size_t)(40 * rows[i]) * sizeof(float));
-            joined[i] = malloc((size_t)(40 * rows[i]) * sizeof(float));
+            alone[i] = test_guarded((size_t)(40 * rows[i]) * sizeof(float), 16);
+            joined[i] = test_guarded((size_t)(40 * rows[i]) * sizeof(float), 16);
             m[i] = (quill_matrix){w[i], rb[i], rows[i], joined[i]};
         }
-        void *scratch = malloc(k->matmul_scratch(cols, 40));
+        void *scratch = test_guarded(k->matmul_scratch(cols, 40), 64);
         bool ok = true;
         for (int c = 0; c < 3 && ok; c++)
             for (int p = 0; p < 2 && ok; p++) {
@@ -352,9 +352,9 @@ static void joined_matrices(const quill_kernels *k) {
                                   quill_type_traits_of(type)->name, i, n_toks[c], p ? "2 threads" : "no pool");
                 }
             }
-        for (int i = 0; i < 3; i++) free(w[i]), free(alone[i]), free(joined[i]);
-        free(x);
-        free(scratch);
+        for (int i = 0; i < 3; i++) test_guarded_free(w[i]), test_guarded_free(alone[i]), test_guarded_free(joined[i]);
+        test_guarded_free(x);
+        test_guarded_free(scratch);
         if (!ok) break;
     }
     quill_pool_free(pool);
@@ -432,7 +432,7 @@ static uint8_t *packed_copy(const quill_kernels *k, uint32_t type, const uint8_t
                             int64_t cols) {
     const size_t bytes = k->pack_bytes(type, rows, cols);
     if (!bytes) return NULL;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    uint8_t *p = test_guarded(bytes, 64);
     memset(p, 0xA5, bytes); /* pack must write every byte it owns: padding included */
     const int64_t tiles = (rows + QUILL_PACK_ROWS - 1) / QUILL_PACK_ROWS, split = tiles / 2;
     k->pack(type, w, rb, rows, cols, p, 0, split);
@@ -471,12 +471,12 @@ static void packed_products(const quill_kernels *k) {
         size_t rb;
         uint8_t *probe = random_matrix(type, 1, 256, &rb);
         uint8_t *pp = packed_copy(k, type, probe, rb, 1, 256);
-        free(probe);
+        test_guarded_free(probe);
         if (!pp) {
             CHECK(k->matmul_packed[type] == NULL, "%s: a packed product without a layout", name);
             continue;
         }
-        free(pp);
+        test_guarded_free(pp);
         packed_types++;
         CHECK(k->matmul_packed[type] != NULL, "%s is packed but has no packed product", name);
         CHECK(k->pack_bytes(type, 16, block_elems(type) + 16) == 0, "%s: a partial block must not pack", name);
@@ -487,12 +487,12 @@ static void packed_products(const quill_kernels *k) {
                 const int64_t rows = rows_list[ri], cols = cols_list[ci];
                 uint8_t *w = random_matrix(type, rows, cols, &rb);
                 uint8_t *p = packed_copy(k, type, w, rb, rows, cols);
-                void *scratch = malloc(k->matmul_scratch(cols, 257));
+                void *scratch = test_guarded(k->matmul_scratch(cols, 257), 64);
                 for (size_t ni = 0; ni < n_toks && ok; ni++) {
                     const int nt = toks[ni];
                     if (nt > 7 && (cols > 1000 || rows == 1)) continue; /* the long batches on the small shapes */
-                    float *x = random_acts(nt, cols), *want = malloc((size_t)nt * rows * sizeof *want),
-                          *y = malloc((size_t)nt * rows * sizeof *y);
+                    float *x = random_acts(nt, cols), *want = test_guarded((size_t)nt * rows * sizeof *want, 16),
+                          *y = test_guarded((size_t)nt * rows * sizeof *y, 16);
                     CHECK(quill_exact_matmul_model(type, w, rb, rows, cols, x, nt, want), "the model runs");
                     for (int pl = 0; pl < 2 && ok; pl++) {
                         memset(y, 0xFF, (size_t)nt * rows * sizeof *y);
@@ -503,9 +503,9 @@ static void packed_products(const quill_kernels *k) {
                             test_fail(__FILE__, __LINE__, "%s packed, %lld x %lld, %d tokens, %s: not the model's bits",
                                       name, (long long)rows, (long long)cols, nt, pl ? "2 threads" : "no pool");
                     }
-                    free(x); free(want); free(y);
+                    test_guarded_free(x); test_guarded_free(want); test_guarded_free(y);
                 }
-                free(scratch); free(w); free(p);
+                test_guarded_free(scratch); test_guarded_free(w); test_guarded_free(p);
             }
         /* joined: q, k and v of one input */
         const int64_t jr[3] = {37, 16, 5}, cols = cols_for(type);
@@ -514,12 +514,12 @@ static void packed_products(const quill_kernels *k) {
         float *alone[3], *joined[3];
         quill_matrix m[3];
         float *x = random_acts(3, cols);
-        void *scratch = malloc(k->matmul_scratch(cols, 3));
+        void *scratch = test_guarded(k->matmul_scratch(cols, 3), 64);
         for (int i = 0; i < 3; i++) {
             w[i] = random_matrix(type, jr[i], cols, &jrb[i]);
             p[i] = packed_copy(k, type, w[i], jrb[i], jr[i], cols);
-            alone[i] = malloc((size_t)(3 * jr[i]) * sizeof(float));
-            joined[i] = malloc((size_t)(3 * jr[i]) * sizeof(float));
+            alone[i] = test_guarded((size_t)(3 * jr[i]) * sizeof(float), 16);
+            joined[i] = test_guarded((size_t)(3 * jr[i]) * sizeof(float), 16);
             m[i] = (quill_matrix){p[i], jrb[i], jr[i], joined[i]};
         }
         for (int nt = 1; nt <= 3 && ok; nt += 2) {
@@ -533,9 +533,12 @@ static void packed_products(const quill_kernels *k) {
                 if (!ok) test_fail(__FILE__, __LINE__, "%s packed: matrix %d of 3 joined, %d tokens: not its bits alone", name, i, nt);
             }
         }
-        for (int i = 0; i < 3; i++) free(w[i]), free(p[i]), free(alone[i]), free(joined[i]);
-        free(x);
-        free(scratch);
+        for (int i = 0; i < 3; i++) {
+            test_guarded_free(w[i]); test_guarded_free(p[i]);
+            test_guarded_free(alone[i]); test_guarded_free(joined[i]);
+        }
+        test_guarded_free(x);
+        test_guarded_free(scratch);
     }
     CHECK(packed_types >= 5, "the %s set packs %d types; q4_0, q8_0, q4_K, q5_K and q6_K expected", k->isa, packed_types);
     quill_pool_free(pool);

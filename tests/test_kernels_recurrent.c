@@ -25,12 +25,12 @@ typedef struct {
 static bool make_case(delta_case *d, int64_t s, int n_tok, uint32_t seed) {
     d->s = s, d->n_tok = n_tok;
     d->qk_stride = 2 * s + 3, d->v_stride = s + 5, d->gate_stride = 3, d->out_stride = s + 1;
-    d->q = malloc((size_t)(n_tok * d->qk_stride) * sizeof(float));
-    d->k = malloc((size_t)(n_tok * d->qk_stride) * sizeof(float));
-    d->v = malloc((size_t)(n_tok * d->v_stride) * sizeof(float));
-    d->decay = malloc((size_t)(n_tok * d->gate_stride) * sizeof(float));
-    d->beta = malloc((size_t)(n_tok * d->gate_stride) * sizeof(float));
-    d->state = malloc((size_t)(s * s) * sizeof(float));
+    d->q = test_guarded((size_t)(n_tok * d->qk_stride) * sizeof(float), 16);
+    d->k = test_guarded((size_t)(n_tok * d->qk_stride) * sizeof(float), 16);
+    d->v = test_guarded((size_t)(n_tok * d->v_stride) * sizeof(float), 16);
+    d->decay = test_guarded((size_t)(n_tok * d->gate_stride) * sizeof(float), 16);
+    d->beta = test_guarded((size_t)(n_tok * d->gate_stride) * sizeof(float), 16);
+    d->state = test_guarded((size_t)(s * s) * sizeof(float), 16);
     if (!d->q || !d->k || !d->v || !d->decay || !d->beta || !d->state) return false;
     for (int t = 0; t < n_tok; t++) {
         float *q = d->q + t * d->qk_stride, *k = d->k + t * d->qk_stride;
@@ -49,7 +49,8 @@ static bool make_case(delta_case *d, int64_t s, int n_tok, uint32_t seed) {
 }
 
 static void free_case(delta_case *d) {
-    free(d->q); free(d->k); free(d->v); free(d->decay); free(d->beta); free(d->state);
+    test_guarded_free(d->q); test_guarded_free(d->k); test_guarded_free(d->v); test_guarded_free(d->decay);
+    test_guarded_free(d->beta); test_guarded_free(d->state);
 }
 
 /* Runs the kernel over the tokens in calls of `split` tokens (0: one call), on a copy of the
@@ -93,12 +94,20 @@ TEST(kernels_delta_rule_bit_identical_split_invariant_and_accurate) {
         delta_case d;
         bool ok = make_case(&d, s, n_tok, (uint32_t)(17 + s));
         const size_t out_len = (size_t)(n_tok * d.out_stride), st_len = (size_t)(s * s);
-        float *ref_state = malloc(st_len * sizeof(float)), *ref_out = calloc(out_len, sizeof(float));
-        float *state = malloc(st_len * sizeof(float)), *out = calloc(out_len, sizeof(float));
-        double *exact_state = malloc(st_len * sizeof(double)), *exact_out = calloc(out_len, sizeof(double));
+        float *ref_state = test_guarded(st_len * sizeof(float), 16), *ref_out = test_guarded(out_len * sizeof(float), 16);
+        float *state = test_guarded(st_len * sizeof(float), 16), *out = test_guarded(out_len * sizeof(float), 16);
+        double *exact_state = test_guarded(st_len * sizeof(double), 16),
+               *exact_out = test_guarded(out_len * sizeof(double), 16);
         ok = ok && ref_state && ref_out && state && out && exact_state && exact_out;
+        if (ok) {
+            memset(ref_out, 0, out_len * sizeof(float));
+            memset(out, 0, out_len * sizeof(float));
+            memset(exact_out, 0, out_len * sizeof(double));
+        }
         if (!ok) {
-            free_case(&d); free(ref_state); free(ref_out); free(state); free(out); free(exact_state); free(exact_out);
+            free_case(&d); test_guarded_free(ref_state); test_guarded_free(ref_out);
+            test_guarded_free(state); test_guarded_free(out); test_guarded_free(exact_state);
+            test_guarded_free(exact_out);
             CHECK(false, "out of memory");
         }
         run(scalar, &d, 0, ref_state, ref_out);
@@ -129,7 +138,8 @@ TEST(kernels_delta_rule_bit_identical_split_invariant_and_accurate) {
                 which = recurrent_isas[k], split_bad = split;
             }
         }
-        free_case(&d); free(ref_state); free(ref_out); free(state); free(out); free(exact_state); free(exact_out);
+        free_case(&d); test_guarded_free(ref_state); test_guarded_free(ref_out); test_guarded_free(state);
+        test_guarded_free(out); test_guarded_free(exact_state); test_guarded_free(exact_out);
         CHECK(same, "state %lld: the %s delta rule (calls of %d tokens, 0: all) differs from the scalar one", (long long)s,
               which, split_bad);
         CHECK(worst <= 2e-6 * (1 + scale) * sqrt((double)s), "state %lld: %.3g from the float64 delta rule",
