@@ -40,7 +40,7 @@ TEST(bench_json_stories260k) {
     char *model = path_join(shared, "models/stories260K.gguf");
     size_t n = strlen(model) + 64;
     char *args = malloc(n);
-    snprintf(args, n, "bench -m '%s' -p 16 -n 8 -r 2 --json", model);
+    snprintf(args, n, "bench -m '%s' -p 16 -n 8 -r 2 --bw-mib 64 --json", model);
     char *out = NULL;
     int rc = bench_quill(args, &out, false);
     free(args);

@@ -261,7 +261,7 @@ TEST(kv_cache_cli_flags) {
              quill_bin(), shared);
     CHECK(run_cmd(cmd, &out, false) == 0 && out && strstr(out, "there was a little girl"), "%.500s", out ? out : "");
     free(out);
-    snprintf(cmd, sizeof cmd, "%s bench -m %s/models/synth-k-q4_0.gguf -p 16 -n 4 -r 1 -ctk q8_0 -ctv q4_0 --json",
+    snprintf(cmd, sizeof cmd, "%s bench -m %s/models/synth-k-q4_0.gguf -p 16 -n 4 -r 1 -ctk q8_0 -ctv q4_0 --bw-mib 16 --json",
              quill_bin(), shared);
     out = NULL;
     CHECK(run_cmd(cmd, &out, false) == 0 && out && strstr(out, "\"cache_type_k\": \"q8_0\"") &&
