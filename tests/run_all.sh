@@ -15,8 +15,8 @@ if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt test
     (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
 fi
 
-# Two cores, and the lanes' CPU time adds up to about twice the wall time the suite may take: so
-# the lanes run side by side, each test run mostly one busy thread (a model, a server and its
+# Two cores, and the checks' CPU time (about 24 minutes on the 2-core machines here) is far more
+# than one core gives in the suite's 10: so the lanes run side by side, each test run mostly one busy thread (a model, a server and its
 # clients taking turns), the gcc lane at normal priority (its tests' timing stays theirs), the
 # sanitizer lane beside it at a lower one, and the fuzz targets and the aarch64 checks, which time
 # nothing, in what the two leave:

@@ -58,11 +58,12 @@ const char *quill_build_dir(void);
 /* Whether a tool runs (`cmd` prints its version): for tests that skip without binutils. */
 bool tool_available(const char *cmd);
 const char *tmp_dir(void);
-/* Memory (not zeroed, as malloc's) for a kernel's operands that ends where the process may not read or write: `bytes`
- * from an address aligned to `align` (a power of two up to 64; 16 is what malloc promises, so what
- * a kernel may assume of its caller's buffers), then a page without access, so that a read or write
- * past the end faults at once. The sanitizer run does not instrument the SIMD kernel files (Makefile);
- * this is what finds their accesses past a buffer, in both runs. Freed by test_guarded_free. */
+/* Memory for a kernel's operands (not zeroed, as malloc's) that ends where the process may not read
+ * or write: `bytes` from an address aligned to `align` (a power of two up to 64; 16 is what malloc
+ * promises, so what a kernel may assume of its caller's buffers), then a page without access, so
+ * that a read or write past the end faults at once. The sanitizer run does not instrument the SIMD
+ * kernel files (Makefile): this is what finds their accesses past a buffer, in both runs. Freed by
+ * test_guarded_free. */
 void *test_guarded(size_t bytes, size_t align);
 void test_guarded_free(void *p);
 /* Runs a shell command, capturing stdout (and stderr when merge_stderr); returns the exit status. */
