@@ -16,10 +16,10 @@ if { [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt test
 fi
 
 # Two cores, and the checks' CPU time (about 24 minutes on the 2-core machines here) is far more
-# than one core gives in the suite's 10: so the lanes run side by side, each test run mostly one busy thread (a model, a server and its
-# clients taking turns), the gcc lane at normal priority (its tests' timing stays theirs), the
-# sanitizer lane beside it at a lower one, and the fuzz targets and the aarch64 checks, which time
-# nothing, in what the two leave:
+# than one core gives in the suite's 10: so the lanes run side by side, each test run mostly one
+# busy thread (a model, a server and its clients taking turns), the gcc lane at normal priority
+# (its tests' timing stays theirs), the sanitizer lane beside it at a lower one, and the fuzz
+# targets and the aarch64 checks, which time nothing, in what the two leave:
 #   the gcc build, then its tests     | the sanitizer build, then its tests (nice 5)
 #   then the fuzz targets built and run, the aarch64 library built and run under qemu (nice 15)
 # The sanitizer lane's report is printed after the gcc lane's.
