@@ -73,11 +73,11 @@ SIMD_OBJ := $(filter $(BUILD)/src/kernels/x86/%.o,$(LIB_OBJ))
 KERNEL_SET_OBJ := $(filter $(BUILD)/src/kernels/x86/%.o $(BUILD)/src/kernels/arm/%.o,$(LIB_OBJ))
 $(KERNEL_SET_OBJ): CFLAGS += -g1
 # Under SAN=1 everything gets ASan and UBSan except the SIMD kernel files, which are compiled
-# without either (and without debug information), as in the fuzz build below: clang needs minutes
-# to instrument their inlined intrinsics (ASan alone: 181 s of CPU for the 8 files against 48 s
-# plain, kernels_vnni_pack.c 87 s; UBSan as well: kernels_avx512.c 375 s), which kept the suite
-# over its 10 minutes on 2 cores. What a sanitizer could find there, a read or write past a
-# buffer, the kernel tests find instead, for every set and in both runs: their matrices,
+# without either and without debug information (the fuzz build below links the main build's): clang
+# needs minutes to instrument their inlined intrinsics (ASan alone: 181 s of CPU for the 8 files
+# against 48 s plain, kernels_vnni_pack.c 87 s; UBSan as well: kernels_avx512.c 375 s), which kept
+# the suite over its 10 minutes on 2 cores. What a sanitizer could find there, a read or write past
+# a buffer, the kernel tests find instead, for every set and in both runs: their matrices,
 # activations, outputs and scratch end at a page the process may not touch (test_guarded,
 # tests/test.h). Their arithmetic is checked against the scalar kernels, which stay instrumented.
 ifeq ($(SAN),1)

@@ -631,26 +631,26 @@ static inline void store_rows(float *y, int nr, __m256 v) {
  * chunk that cost 1.1-1.3x, and with more than one thread each claim was one tile, so the chunks
  * shared nothing.) BATCH_CHUNK_BYTES is a quarter of Zen 3's 512 KiB L2, the smallest of the CPUs
  * this set serves (64-256 KiB measured alike here). */
-#ifndef BATCH_CHUNK_BYTES
 #define BATCH_CHUNK_BYTES (128 * 1024)
-#endif
-#ifndef BATCH_TILES
 #define BATCH_TILES 4
-#endif
 static inline int64_t batch_chunk_cols(int64_t cols, int n_tok) {
     int64_t c = BATCH_CHUNK_BYTES / (2 * (int64_t)n_tok) / MAX_WINDOW * MAX_WINDOW;
     if (c < MAX_WINDOW) c = MAX_WINDOW;
     return c < cols ? c : cols;
 }
 
-/* The 8 rows of a file-row tile from r0 (nr of them real): their addresses, and their offsets from
- * the first as the lanes of a register (rows past the matrix repeat its first row: their lanes are
- * computed and never stored). */
+/* How many of the 8 rows from r0 lie in the matrix. */
+static inline int tile_nr(const tiles_job *j, int64_t r0) { return j->rows - r0 < TR ? (int)(j->rows - r0) : TR; }
+
+/* The 8 rows of a file-row tile from r0: their addresses, and their offsets from the first as the
+ * lanes of a register (rows past the matrix repeat its first row: their lanes are computed and
+ * never stored). */
 typedef struct {
     const uint8_t *rp[TR];
     __m256i at;
 } tile_rows;
-static inline __attribute__((always_inline)) tile_rows rows_of(const tiles_job *j, int64_t r0, int nr) {
+static inline __attribute__((always_inline)) tile_rows rows_of(const tiles_job *j, int64_t r0) {
+    const int nr = tile_nr(j, r0);
     tile_rows t;
     int32_t offs[TR];
     for (int r = 0; r < TR; r++) {
@@ -681,8 +681,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
     if (j->n_tok == 1) { /* decoding: the accumulators stay in registers */
         for (int64_t tile = t0; tile < t1; tile++) {
             const int64_t r0 = tile * TR;
-            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-            const tile_rows rows = rows_of(j, r0, nr);
+            const tile_rows rows = rows_of(j, r0);
             uintptr_t pf = (uintptr_t)rows.rp[0] + 2 * tile_bytes;
             __m256 acc1 = _mm256_setzero_ps();
             for (int64_t k = 0; k < j->cols; k += width, pf += 64 * pf_lines) {
@@ -690,7 +689,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
                 unpack_window(type, rows.rp, rows.at, k, &decode);
                 window_step(type, &decode, token_acts_at(j->P, k), &acc1);
             }
-            store_rows(j->y + r0, nr, acc1);
+            store_rows(j->y + r0, tile_nr(j, r0), acc1);
         }
         return;
     }
@@ -704,7 +703,7 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
             const int64_t k1 = j->cols - k0 < chunk ? j->cols : k0 + chunk;
             for (int64_t tile = g0; tile < g1; tile++) {
                 const int64_t r0 = tile * TR;
-                const tile_rows rows = rows_of(j, r0, j->rows - r0 < TR ? (int)(j->rows - r0) : TR);
+                const tile_rows rows = rows_of(j, r0);
                 uintptr_t pf = (uintptr_t)rows.rp[0] + 2 * tile_bytes;
                 __m256 *acc = accs[tile - g0];
                 if (k0 == 0)
@@ -722,8 +721,8 @@ static inline __attribute__((always_inline)) void tiles_impl(const tiles_job *j,
         }
         for (int64_t tile = g0; tile < g1; tile++) {
             const int64_t r0 = tile * TR;
-            const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-            for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][t]);
+            for (int t = 0; t < j->n_tok; t++)
+                store_rows(j->y + (size_t)t * (size_t)j->rows + r0, tile_nr(j, r0), accs[tile - g0][t]);
         }
     }
 }
@@ -1201,7 +1200,7 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
             for (int i = 0; i < n; i++)
                 for (int hf = 0; hf < 2; hf++) {
                     const int64_t r0 = (first + i) * PACK_TR + hf * TR;
-                    if (r0 < j->rows) store_rows(j->y + r0, j->rows - r0 < TR ? (int)(j->rows - r0) : TR, acc1[i][hf]);
+                    if (r0 < j->rows) store_rows(j->y + r0, tile_nr(j, r0), acc1[i][hf]);
                 }
         }
         return;
@@ -1234,8 +1233,8 @@ static inline __attribute__((always_inline)) void packed_impl(const tiles_job *j
             for (int hf = 0; hf < 2; hf++) {
                 const int64_t r0 = tile * PACK_TR + hf * TR;
                 if (r0 >= j->rows) break;
-                const int nr = j->rows - r0 < TR ? (int)(j->rows - r0) : TR;
-                for (int t = 0; t < j->n_tok; t++) store_rows(j->y + (size_t)t * (size_t)j->rows + r0, nr, accs[tile - g0][hf][t]);
+                for (int t = 0; t < j->n_tok; t++)
+                    store_rows(j->y + (size_t)t * (size_t)j->rows + r0, tile_nr(j, r0), accs[tile - g0][hf][t]);
             }
     }
 }
